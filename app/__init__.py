@@ -1,0 +1,1 @@
+"""tls-injector: working TLS for every labelled workload in a Kubernetes cluster."""

@@ -1,0 +1,111 @@
+"""Parsing an AdmissionReview request into the few fields the handlers use.
+
+Every check here mirrors a way a caller can get the envelope wrong; each raises BadReview, which the
+HTTP edge turns into a 400 (a malformed call, so the apiserver's failurePolicy decides), never a 500.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, TypedDict, cast
+
+from app.admission.responses import AdmissionResponse
+
+API_VERSION = "admission.k8s.io/v1"
+KIND = "AdmissionReview"
+OPERATIONS: frozenset[str] = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
+# The apiserver sends a UUID; 128 leaves room for other callers without letting a giant string through.
+MAX_UID_LENGTH = 128
+
+Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+
+
+class GroupVersionKind(TypedDict):
+    group: str
+    version: str
+    kind: str
+
+
+class BadReview(ValueError):
+    """The request is not a usable AdmissionReview; the message says what is wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionRequest:
+    """The parts of `request` that handlers need; `raw` keeps the rest, untouched."""
+
+    uid: str
+    kind: GroupVersionKind
+    operation: Operation
+    namespace: str
+    name: str
+    object: dict[str, Any] | None
+    old_object: dict[str, Any] | None
+    dry_run: bool
+    raw: dict[str, Any]
+
+
+class Handler(Protocol):
+    """What /mutate and /validate call: pure, synchronous, sub-millisecond."""
+
+    def __call__(self, request: AdmissionRequest, /) -> AdmissionResponse: ...
+
+
+def parse_review(body: object) -> AdmissionRequest:
+    """Validate the envelope and return the request; raise BadReview with every problem found."""
+    if not isinstance(body, dict):
+        raise BadReview(f"an AdmissionReview must be a JSON object, got {_json_type(body)}")
+    problems: list[str] = []
+    if body.get("apiVersion") != API_VERSION:
+        problems.append(f"apiVersion must be {API_VERSION!r}, got {body.get('apiVersion')!r}")
+    if body.get("kind") != KIND:
+        problems.append(f"kind must be {KIND!r}, got {body.get('kind')!r}")
+    request = body.get("request")
+    if not isinstance(request, dict):
+        problems.append(f"request must be an object, got {_json_type(request)}")
+        raise BadReview("; ".join(problems))
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid or len(uid) > MAX_UID_LENGTH:
+        problems.append(f"request.uid must be a non-empty string of at most {MAX_UID_LENGTH} characters")
+    problems.extend(_request_problems(request))
+    if problems:
+        raise BadReview("; ".join(problems))
+    return _to_request(request)
+
+
+def _request_problems(request: dict[str, Any]) -> list[str]:
+    problems: list[str] = []
+    if request.get("operation") not in OPERATIONS:
+        problems.append(f"request.operation must be one of {sorted(OPERATIONS)}")
+    kind = request.get("kind")
+    if not isinstance(kind, dict) or not all(isinstance(kind.get(k), str) for k in ("group", "version", "kind")):
+        problems.append("request.kind must be an object with string group, version and kind")
+    for field in ("object", "oldObject"):
+        if request.get(field) is not None and not isinstance(request.get(field), dict):
+            problems.append(f"request.{field} must be an object or null")
+    for field in ("namespace", "name"):
+        if request.get(field) is not None and not isinstance(request.get(field), str):
+            problems.append(f"request.{field} must be a string")
+    if request.get("dryRun") is not None and not isinstance(request.get("dryRun"), bool):
+        problems.append("request.dryRun must be a boolean")
+    return problems
+
+
+def _to_request(request: dict[str, Any]) -> AdmissionRequest:
+    kind = request["kind"]
+    return AdmissionRequest(
+        uid=request["uid"],
+        kind=GroupVersionKind(group=kind["group"], version=kind["version"], kind=kind["kind"]),
+        operation=cast(Operation, request["operation"]),
+        namespace=request.get("namespace") or "",
+        name=request.get("name") or "",
+        object=request.get("object"),
+        old_object=request.get("oldObject"),
+        dry_run=bool(request.get("dryRun")),
+        raw=request,
+    )
+
+
+def _json_type(value: object) -> str:
+    names = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)

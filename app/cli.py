@@ -1,0 +1,78 @@
+"""The `tls-injector` command: parse flags, build settings once, wire the parts together."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from app.admission import AdmissionRequest, AdmissionResponse, Handler, allowed
+from app.logs import configure_logging
+from app.settings import ServeSettings
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "run"):
+        parser.print_help(sys.stderr)
+        return 2
+    code: int = args.run(args, parser)
+    return code
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tls-injector", description=__doc__)
+    sub = parser.add_subparsers(title="commands")
+    _add_serve(sub)
+    return parser
+
+
+def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = sub.add_parser("serve", help="run the HTTPS admission webhook server")
+    defaults = ServeSettings()
+    serve.add_argument("--host", default=defaults.host)
+    serve.add_argument("--port", type=int, default=defaults.port)
+    serve.add_argument("--tls-cert-file", type=Path, help="PEM certificate chain; reloaded when it changes")
+    serve.add_argument("--tls-private-key-file", type=Path, help="PEM private key; reloaded when it changes")
+    serve.add_argument("--self-signed-dir", type=Path,
+                       help="where to write the self-signed CA when no certificate is given (default: a temp dir)")
+    serve.add_argument("--rules", type=Path, help="YAML rules file for /validate")
+    serve.add_argument("--reload-interval", type=float, default=defaults.reload_interval_seconds,
+                       help="seconds between checks of the certificate files")
+    serve.add_argument("--drain-seconds", type=float, default=defaults.drain_seconds,
+                       help="how long in-flight requests may finish after SIGTERM")
+    serve.add_argument("--log-level", default=defaults.log_level, choices=["debug", "info", "warning", "error"])
+    serve.set_defaults(run=_run_serve)
+
+
+def _run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if (args.tls_cert_file is None) != (args.tls_private_key_file is None):
+        parser.error("--tls-cert-file and --tls-private-key-file go together")
+    settings = ServeSettings(
+        host=args.host,
+        port=args.port,
+        tls_cert_file=args.tls_cert_file,
+        tls_private_key_file=args.tls_private_key_file,
+        self_signed_dir=args.self_signed_dir,
+        rules_file=args.rules,
+        reload_interval_seconds=args.reload_interval,
+        drain_seconds=args.drain_seconds,
+        log_level=args.log_level,
+    )
+    configure_logging(settings.log_level)
+    from app.web.server import build_server  # noqa: PLC0415 - only the serving command loads the web stack
+
+    mutate, validate = build_handlers(settings)
+    build_server(settings, mutate=mutate, validate=validate).run()
+    return 0
+
+
+def build_handlers(settings: ServeSettings) -> tuple[Handler, Handler]:
+    """The /mutate and /validate handlers. Until injection and rules land, both allow everything."""
+
+    def allow(request: AdmissionRequest) -> AdmissionResponse:
+        return allowed(request.uid)
+
+    return allow, allow

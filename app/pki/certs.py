@@ -1,0 +1,143 @@
+"""Certificate authorities and leaf certificates.
+
+Time is always a parameter (`now`), serials are random, `not_before` is backdated for clock skew and
+the extensions are the ones a strict verifier (cryptography.x509.verification, Go's crypto/x509) wants:
+critical basic constraints and key usage, SKI on every certificate, AKI and SAN on every leaf.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from app.pki.keys import KeyType, PrivateKey, generate_key, key_from_pem, key_to_pem, signature_hash
+
+# Nodes whose clocks run a few minutes behind must still accept a certificate issued just now.
+BACKDATE = timedelta(minutes=5)
+CA_VALIDITY = timedelta(days=365)
+LEAF_VALIDITY = timedelta(days=90)
+
+
+@dataclass(frozen=True)
+class CertKey:
+    """A certificate with its private key (for a CA: the signer)."""
+
+    cert: x509.Certificate
+    key: PrivateKey
+
+    @property
+    def cert_pem(self) -> bytes:
+        return self.cert.public_bytes(serialization.Encoding.PEM)
+
+    @property
+    def key_pem(self) -> bytes:
+        return key_to_pem(self.key)
+
+
+def make_ca(
+    *,
+    common_name: str,
+    now: datetime,
+    validity: timedelta = CA_VALIDITY,
+    key_type: KeyType = "ecdsa-p256",
+    issuer: CertKey | None = None,
+    path_length: int | None = None,
+) -> CertKey:
+    """A self-signed root, or an intermediate when `issuer` is given."""
+    key = generate_key(key_type)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    signer = issuer.key if issuer else key
+    builder = _base(name, key, now, validity).issuer_name(issuer.cert.subject if issuer else name)
+    builder = builder.add_extension(x509.BasicConstraints(ca=True, path_length=path_length), critical=True)
+    builder = builder.add_extension(_key_usage(ca=True, rsa_key=False), critical=True)
+    signer_public = issuer.cert.public_key() if issuer else key.public_key()
+    builder = builder.add_extension(
+        x509.AuthorityKeyIdentifier.from_issuer_public_key(signer_public),  # type: ignore[arg-type]
+        critical=False,
+    )
+    return CertKey(builder.sign(signer, signature_hash(signer)), key)
+
+
+def issue_leaf(
+    *,
+    issuer: CertKey,
+    dns_names: Sequence[str],
+    now: datetime,
+    validity: timedelta = LEAF_VALIDITY,
+    ip_addresses: Iterable[str] = (),
+    server: bool = True,
+    client: bool = False,
+    key_type: KeyType = "ecdsa-p256",
+) -> CertKey:
+    """A leaf for the given names, never valid past its issuer (a client would reject the chain)."""
+    key = generate_key(key_type)
+    common_name = dns_names[0] if dns_names else "tls-injector"
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name[:64])])
+    builder = _base(name, key, now, validity, cap=issuer.cert.not_valid_after_utc)
+    builder = builder.issuer_name(issuer.cert.subject)
+    sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
+    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
+    builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    builder = builder.add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+    builder = builder.add_extension(_key_usage(ca=False, rsa_key=isinstance(key, rsa.RSAPrivateKey)), critical=True)
+    usages = [ExtendedKeyUsageOID.SERVER_AUTH] * server + [ExtendedKeyUsageOID.CLIENT_AUTH] * client
+    builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+    builder = builder.add_extension(
+        x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer.cert.public_key()),  # type: ignore[arg-type]
+        critical=False,
+    )
+    return CertKey(builder.sign(issuer.key, signature_hash(issuer.key)), key)
+
+
+def load_cert_key(cert_pem: bytes, key_pem: bytes) -> CertKey:
+    """The first certificate of a PEM chain with its key; ValueError when they do not belong together."""
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    key = key_from_pem(key_pem)
+    if cert.public_key() != key.public_key():
+        raise ValueError("the private key does not match the certificate")
+    return CertKey(cert, key)
+
+
+def load_certificates(pem: bytes) -> list[x509.Certificate]:
+    return x509.load_pem_x509_certificates(pem) if pem.strip() else []
+
+
+def not_after(cert_pem: bytes) -> datetime:
+    """Expiry of the first certificate in a PEM chain (for metrics and decisions)."""
+    return x509.load_pem_x509_certificate(cert_pem).not_valid_after_utc
+
+
+def _base(
+    name: x509.Name, key: PrivateKey, now: datetime, validity: timedelta, cap: datetime | None = None
+) -> x509.CertificateBuilder:
+    end = now + validity
+    return (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - BACKDATE)
+        .not_valid_after(min(end, cap) if cap else end)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+    )
+
+
+def _key_usage(*, ca: bool, rsa_key: bool) -> x509.KeyUsage:
+    return x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=rsa_key,  # RSA key exchange in TLS 1.2; meaningless for EC and Ed25519 keys
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=ca,
+        crl_sign=ca,
+        encipher_only=False,
+        decipher_only=False,
+    )

@@ -1,0 +1,51 @@
+"""Prometheus metrics of the server, in a registry of its own (no process-global state)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+OUTCOMES = ("allowed", "patched", "denied", "bad_request", "error")
+ENDPOINTS = ("mutate", "validate")
+# Admission calls cost well under a millisecond; the apiserver times out at 10 s by default.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 10.0)
+
+
+class ServerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.requests = Counter(
+            "tls_injector_admission_requests",
+            "Admission requests by endpoint and outcome.",
+            ["endpoint", "outcome"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "tls_injector_admission_duration_seconds",
+            "Time to answer an admission request, body read to response.",
+            ["endpoint"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.cert_expiry = Gauge(
+            "tls_injector_serving_cert_expiry_timestamp_seconds",
+            "Expiry (Unix time) of the serving certificate currently in use.",
+            registry=self.registry,
+        )
+        self.reloads = Counter(
+            "tls_injector_serving_cert_reloads",
+            "Serving certificate reloads by result.",
+            ["result"],
+            registry=self.registry,
+        )
+        # Bound children up front: label lookup per request costs more than the increment itself.
+        self._count = {(e, o): self.requests.labels(e, o) for e in ENDPOINTS for o in OUTCOMES}
+        self._time = {e: self.latency.labels(e) for e in ENDPOINTS}
+        for result in ("success", "failure"):
+            self.reloads.labels(result)
+
+    def observe(self, endpoint: str, outcome: str, seconds: float) -> None:
+        self._count[endpoint, outcome].inc()
+        self._time[endpoint].observe(seconds)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,71 @@
+"""Running the HTTPS server: uvicorn with a reloading TLS context and a graceful drain on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import uvicorn
+
+from app.admission import Handler
+from app.settings import ServeSettings
+from app.web.app import BackgroundTask, Health, create_app
+from app.web.metrics import ServerMetrics
+from app.web.selfsigned import write_self_signed
+from app.web.tls import CertReloader, LoadedPair
+
+log = logging.getLogger("tls_injector.server")
+
+
+def build_server(
+    settings: ServeSettings,
+    *,
+    mutate: Handler,
+    validate: Handler,
+    metrics: ServerMetrics | None = None,
+    background: Sequence[BackgroundTask] = (),
+) -> uvicorn.Server:
+    """Everything wired, nothing started: `.run()` serves until SIGTERM/SIGINT."""
+    metrics = metrics or ServerMetrics()
+    health = Health()
+    reloader = _reloader(settings, metrics)
+    health.certificate_loaded = True
+
+    async def poll_certificates() -> None:
+        while True:
+            await asyncio.sleep(settings.reload_interval_seconds)
+            reloader.poll()
+
+    app = create_app(mutate=mutate, validate=validate, metrics=metrics, health=health,
+                     background=[poll_certificates, *background])
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        ssl_context_factory=lambda _config, _default: reloader.listening_context(),
+        log_config=None,
+        access_log=False,  # one structured line per admission call is logged by the endpoint instead
+        timeout_graceful_shutdown=settings.drain_seconds,
+        lifespan="on",
+    )
+    return uvicorn.Server(config)
+
+
+def _reloader(settings: ServeSettings, metrics: ServerMetrics) -> CertReloader:
+    def on_reload(ok: bool, pair: LoadedPair | None) -> None:
+        metrics.reloads.labels("success" if ok else "failure").inc()
+        if pair is not None:
+            metrics.cert_expiry.set(pair.not_after.timestamp())
+
+    if settings.tls_cert_file and settings.tls_private_key_file:
+        reloader = CertReloader(settings.tls_cert_file, settings.tls_private_key_file, on_reload=on_reload)
+    else:
+        files = write_self_signed(settings.self_signed_dir, now=datetime.now(UTC))
+        log.warning("no certificate given: serving a self-signed one; clients must trust the CA file",
+                    extra={"ca_file": str(files.ca_file), "cert_file": str(files.cert_file)})
+        print(f"tls-injector: self-signed CA written to {files.ca_file}", flush=True)  # noqa: T201
+        reloader = CertReloader(files.cert_file, files.key_file, on_reload=on_reload)
+    metrics.cert_expiry.set(reloader.current.not_after.timestamp())
+    return reloader

@@ -1,0 +1,78 @@
+"""Set up the project's virtual environment, then run the server or the whole check suite.
+
+Kept to the standard library so it runs on a fresh clone with nothing but Python 3.11:
+
+    python3.11 tools/dev.py serve [serve flags...]   # the webhook server
+    python3.11 tools/dev.py test [pytest args...]    # lint + types + import contracts + tests
+    python3.11 tools/dev.py bench [bench args...]    # benchmarks (see bench/README.md)
+
+The environment lives in .venv and is reinstalled only when pyproject.toml changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+STAMP = VENV / ".installed-from"
+
+
+def _fingerprint() -> str:
+    return hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+
+
+def ensure_venv() -> None:
+    if not (BIN / "python").exists():
+        print("creating .venv", file=sys.stderr)
+        venv.create(VENV, with_pip=True)
+    if STAMP.exists() and STAMP.read_text() == _fingerprint():
+        return
+    print("installing tls-injector and its dev dependencies into .venv", file=sys.stderr)
+    pip = [str(BIN / "python"), "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "install", "-e", f"{ROOT}[dev]"], check=True)
+    STAMP.write_text(_fingerprint())
+
+
+def run(*argv: str) -> int:
+    print("+ " + " ".join(argv), file=sys.stderr, flush=True)
+    return subprocess.run(argv, cwd=ROOT, check=False).returncode
+
+
+def test(extra: list[str]) -> int:
+    py = str(BIN / "python")
+    steps: list[tuple[str, ...]] = [
+        (py, "-m", "ruff", "check", "app", "tests", "bench", "tools"),
+        (py, "-m", "mypy"),
+        (str(BIN / "lint-imports"),),
+    ]
+    failed = [step[2] if len(step) > 2 else "lint-imports" for step in steps if run(*step) != 0]
+    code = run(py, "-m", "pytest", *extra)
+    if failed:
+        print(f"failed checks: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return code
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in {"serve", "test", "bench"}:
+        print(__doc__, file=sys.stderr)
+        return 2
+    ensure_venv()
+    command, rest = argv[0], argv[1:]
+    if command == "test":
+        return test(rest)
+    if command == "bench":
+        return run(str(BIN / "python"), "-m", "bench", *rest)
+    os.execv(str(BIN / "tls-injector"), [str(BIN / "tls-injector"), "serve", *rest])  # noqa: S606
+    return 0  # pragma: no cover - execv does not return
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
