@@ -41,7 +41,7 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     serve.add_argument("--rules", type=Path, help="YAML rules file for /validate")
     serve.add_argument("--reload-interval", type=float, default=defaults.reload_interval_seconds,
                        help="seconds between checks of the certificate files")
-    serve.add_argument("--drain-seconds", type=float, default=defaults.drain_seconds,
+    serve.add_argument("--drain-seconds", type=int, default=defaults.drain_seconds,
                        help="how long in-flight requests may finish after SIGTERM")
     serve.add_argument("--log-level", default=defaults.log_level, choices=["debug", "info", "warning", "error"])
     serve.set_defaults(run=_run_serve)

@@ -17,5 +17,5 @@ class ServeSettings:
     # Mounted Secrets update within about a minute; a 10 s poll picks the change up well inside that.
     reload_interval_seconds: float = 10.0
     # Drain in-flight requests for up to this long after SIGTERM; the pod's grace period must exceed it.
-    drain_seconds: float = 20.0
+    drain_seconds: int = 20
     log_level: str = "info"

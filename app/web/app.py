@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse
@@ -14,7 +15,7 @@ from app.admission import Handler
 from app.web.admission_asgi import MAX_BODY_BYTES, AdmissionEndpoint, Receive, Scope, Send
 from app.web.metrics import ServerMetrics
 
-BackgroundTask = Callable[[], Awaitable[None]]
+BackgroundTask = Callable[[], Coroutine[Any, Any, None]]
 
 
 @dataclass

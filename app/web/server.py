@@ -65,7 +65,7 @@ def _reloader(settings: ServeSettings, metrics: ServerMetrics) -> CertReloader:
         files = write_self_signed(settings.self_signed_dir, now=datetime.now(UTC))
         log.warning("no certificate given: serving a self-signed one; clients must trust the CA file",
                     extra={"ca_file": str(files.ca_file), "cert_file": str(files.cert_file)})
-        print(f"tls-injector: self-signed CA written to {files.ca_file}", flush=True)  # noqa: T201
+        print(f"tls-injector: self-signed CA written to {files.ca_file}", flush=True)
         reloader = CertReloader(files.cert_file, files.key_file, on_reload=on_reload)
     metrics.cert_expiry.set(reloader.current.not_after.timestamp())
     return reloader
