@@ -1,0 +1,33 @@
+"""The names users see (DESIGN.md, "the contract"): keep them stable."""
+
+from __future__ import annotations
+
+DOMAIN = "tls-injector.io"
+INJECT_LABEL = f"{DOMAIN}/inject"
+POD_OPT_IN = "true"
+POD_OPT_OUT = "false"
+NAMESPACE_OPT_IN = "enabled"
+SECRET_NAME_ANNOTATION = f"{DOMAIN}/secret-name"
+SERVICE_NAMES_ANNOTATION = f"{DOMAIN}/service-names"
+INJECTED_ANNOTATION = f"{DOMAIN}/injected"
+TRUST_BUNDLE_CONFIGMAP = "tls-injector-trust-bundle"
+BUNDLE_KEY = "ca-bundle.crt"
+CERT_MOUNT_PATH = "/etc/tls-injector/certs"
+TRUST_MOUNT_PATH = "/etc/tls-injector/trust"
+DEFAULT_CLUSTER_DOMAIN = "cluster.local"
+
+
+def default_secret_name(workload_name: str) -> str:
+    return f"{workload_name}-tls"
+
+
+def secret_name(workload_name: str, annotations: dict[str, str] | None) -> str:
+    """The workload's certificate Secret: the annotation when set, else `<workload name>-tls`."""
+    return ((annotations or {}).get(SECRET_NAME_ANNOTATION) or "").strip() or default_secret_name(workload_name)
+
+
+def service_names(workload_name: str, annotations: dict[str, str] | None) -> list[str]:
+    """Services the certificate is for (its SANs): the comma list annotation, else the workload name."""
+    raw = (annotations or {}).get(SERVICE_NAMES_ANNOTATION) or ""
+    names = sorted({part.strip() for part in raw.split(",") if part.strip()})
+    return names or [workload_name]
