@@ -1,0 +1,1 @@
+"""Benchmarks: each module prints numbers; `python -m bench` lists them."""

@@ -1,0 +1,1 @@
+"""Shared test helpers: a real HTTPS server on loopback, certificates on disk, AdmissionReviews."""

@@ -1,0 +1,52 @@
+"""AdmissionReviews: the shared fixtures, and small ones built for a case."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+
+def _find_fixtures() -> Path:
+    """shared/fixtures sits beside the checkout (CI clones the project with shared/ next to it)."""
+    for parent in Path(__file__).resolve().parents:
+        if (parent / "shared" / "fixtures").is_dir():
+            return parent / "shared" / "fixtures"
+    raise FileNotFoundError("shared/fixtures not found beside the checkout")
+
+
+FIXTURES = _find_fixtures()
+
+
+def fixture(relative: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FIXTURES / relative).read_text())
+    return data
+
+
+def review(
+    *,
+    operation: str = "CREATE",
+    obj: dict[str, Any] | None = None,
+    old: dict[str, Any] | None = None,
+    kind: tuple[str, str, str] = ("", "v1", "Pod"),
+    namespace: str = "default",
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    group, version, kind_name = kind
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": group, "version": version, "kind": kind_name},
+            "resource": {"group": group, "version": version, "resource": kind_name.lower() + "s"},
+            "operation": operation,
+            "namespace": namespace,
+            "name": (obj or old or {}).get("metadata", {}).get("name", ""),
+            "object": obj,
+            "oldObject": old,
+            "dryRun": dry_run,
+            "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
+        },
+    }

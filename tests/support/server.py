@@ -1,0 +1,83 @@
+"""Run the real server (uvicorn + TLS) in a thread on an ephemeral loopback port."""
+
+from __future__ import annotations
+
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import uvicorn
+
+from app.admission import AdmissionRequest, AdmissionResponse, Handler, allowed
+from app.settings import ServeSettings
+from app.web.metrics import ServerMetrics
+from app.web.server import build_server
+
+
+def allow_all(request: AdmissionRequest) -> AdmissionResponse:
+    return allowed(request.uid)
+
+
+@dataclass
+class RunningServer:
+    url: str
+    ca_file: Path
+    server: uvicorn.Server
+    metrics: ServerMetrics
+
+    def client_context(self) -> ssl.SSLContext:
+        """What a careful client (the apiserver) does: verify the chain and the host name."""
+        return ssl.create_default_context(cafile=str(self.ca_file))
+
+    def client(self, **kwargs: object) -> httpx.Client:
+        return httpx.Client(base_url=self.url, verify=self.client_context(), timeout=10, **kwargs)  # type: ignore[arg-type]
+
+
+@contextmanager
+def running_server(
+    tmp_path: Path,
+    *,
+    mutate: Handler = allow_all,
+    validate: Handler = allow_all,
+    cert_file: Path | None = None,
+    key_file: Path | None = None,
+    ca_file: Path | None = None,
+    reload_interval: float = 0.05,
+    drain_seconds: int = 5,
+) -> Iterator[RunningServer]:
+    """Serve until the block ends. With no cert files the server makes its own self-signed CA."""
+    settings = ServeSettings(
+        host="127.0.0.1",
+        port=0,
+        tls_cert_file=cert_file,
+        tls_private_key_file=key_file,
+        self_signed_dir=tmp_path / "self-signed",
+        reload_interval_seconds=reload_interval,
+        drain_seconds=drain_seconds,
+    )
+    metrics = ServerMetrics()
+    server = build_server(settings, mutate=mutate, validate=validate, metrics=metrics)
+    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
+    thread.start()
+    try:
+        port = _wait_for_port(server, thread)
+        ca = ca_file or settings.self_signed_dir / "ca.crt"  # type: ignore[operator]
+        yield RunningServer(f"https://localhost:{port}", ca, server, metrics)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+
+
+def _wait_for_port(server: uvicorn.Server, thread: threading.Thread) -> int:
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the server did not start")
+        time.sleep(0.01)
+    port: int = server.servers[0].sockets[0].getsockname()[1]
+    return port
