@@ -1,1 +1,32 @@
-"""rules."""
+"""Transition rules in CEL over `self`/`oldSelf`, and the /validate handler that enforces them.
+
+Pure: rule sets are built from plain data (the YAML is parsed at the edge, app/rulesfile.py) and
+compiled once; judging an update is a function of the rule set and the two objects.
+"""
+
+from app.rules.export import crd_validation_snippets, export_documents, validating_admission_policies
+from app.rules.handler import DENIED_CODE, DENIED_REASON, denial_message, make_validate_handler
+from app.rules.judge import Change, Failure, Verdict, judge, self_value
+from app.rules.model import Match, Problem, Rule, RulesError, RuleSet, RuleWarning, build_rule_set
+
+__all__ = [
+    "DENIED_CODE",
+    "DENIED_REASON",
+    "Change",
+    "Failure",
+    "Match",
+    "Problem",
+    "Rule",
+    "RuleSet",
+    "RuleWarning",
+    "RulesError",
+    "Verdict",
+    "build_rule_set",
+    "crd_validation_snippets",
+    "denial_message",
+    "export_documents",
+    "judge",
+    "make_validate_handler",
+    "self_value",
+    "validating_admission_policies",
+]

@@ -1,0 +1,89 @@
+"""The one home of the CEL library (cel-expr-python, the C++ implementation behind a Python binding).
+
+Chosen on semantics first, measured here: `has()` on map keys, map equality independent of key order
+and exact on extra keys, heterogeneous number equality (1 == 1.0) all behave as in Kubernetes; one
+evaluation of the seed rule costs ~8 us (common-expression-language ~70 us, cel-python ~1 ms and its
+compiled runner fails on `!has()`). Its one trap: an evaluation error is *returned* as a value of type
+ERROR rather than raised, so every result is checked to be a BOOL before it is trusted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cel_expr_python import cel
+from cel_expr_python.ext import ext_strings
+
+# Kubernetes' CEL environment includes the strings extension (trim, lowerAscii, ...) since 1.27.
+_EXTENSIONS = (ext_strings.ExtStrings,)
+
+
+class CelCompileError(ValueError):
+    """The expression does not parse or type-check; the message carries CEL's line:column caret."""
+
+
+@dataclass(frozen=True, slots=True)
+class EvalError:
+    """An evaluation that produced an error (no such key, no matching overload, ...) instead of a bool."""
+
+    message: str
+
+
+class Environment:
+    """Declared variables (all dynamically typed: objects arrive as plain JSON) and the compiler."""
+
+    def __init__(self, variables: Sequence[str]) -> None:
+        declared = dict.fromkeys(variables, cel.Type.DYN)
+        self.variables = tuple(variables)
+        self._env = cel.NewEnv(variables=declared, extensions=[make() for make in _EXTENSIONS])
+
+    def compile_bool(self, source: str) -> Program:
+        """Compile once; a syntax error, an unknown name or a non-bool result raises CelCompileError."""
+        try:
+            expression = self._env.compile(source)
+        except RuntimeError as error:
+            raise CelCompileError(_strip_status(str(error))) from None
+        result_type = expression.return_type()
+        if result_type not in (cel.Type.BOOL, cel.Type.DYN):
+            raise CelCompileError(f"the expression must evaluate to a bool, not {result_type.name()}")
+        return Program(source, expression)
+
+
+class Program:
+    """A compiled boolean expression."""
+
+    __slots__ = ("_expression", "source")
+
+    def __init__(self, source: str, expression: cel.Expression) -> None:
+        self.source, self._expression = source, expression
+
+    def evaluate(self, variables: Mapping[str, Any]) -> bool | EvalError:
+        result = self._expression.eval(data=variables)
+        if result.type() == cel.Type.BOOL:
+            return bool(result.value())
+        if result.type() == cel.Type.ERROR:
+            return EvalError(_strip_status(str(result.value())))
+        return EvalError(f"the expression returned {result.type().name()}, not a bool")
+
+
+def to_cel(value: object) -> object:
+    """JSON data as CEL sees it: null-valued object keys are dropped, so `tls: null` counts as absent.
+
+    That is what the apiserver stores: a null for a non-nullable CRD field is pruned before validation
+    and a null in a built-in type decodes to the unset zero value — so a rule sees the same thing here
+    as in a CRD's x-kubernetes-validations or a ValidatingAdmissionPolicy.
+    """
+    if isinstance(value, Mapping):
+        return {key: to_cel(item) for key, item in value.items() if item is not None}
+    if isinstance(value, list):
+        return [to_cel(item) for item in value]
+    return value
+
+
+def _strip_status(message: str) -> str:
+    """CEL prefixes absl status codes (`INVALID_ARGUMENT: ERROR: <input>:1:16: ...`); keep the rest."""
+    for prefix in ("INVALID_ARGUMENT: ", "NOT_FOUND: ", "UNKNOWN: ", "ERROR: "):
+        message = message.removeprefix(prefix)
+    return message.replace("<input>:", "")

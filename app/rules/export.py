@@ -1,0 +1,137 @@
+"""The rule set rendered natively: ValidatingAdmissionPolicy + binding, and CRD x-kubernetes-validations.
+
+ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, clusters >= 1.30) has no `self`/`oldSelf`:
+it sees the whole `object` and `oldObject`. Rather than rewriting the user's expression (a CEL rewrite
+is a second parser that can disagree with the first), the export binds the names around it:
+
+    variables:   selfValue    = <object at the rule's self path, or {} when absent>
+                 oldSelfValue = <the same on oldObject>
+    expression:  [variables.selfValue].all(self, [variables.oldSelfValue].all(oldSelf, <rule, verbatim>))
+
+`[x].all(v, e)` is CEL's standard comprehension over a one-element list: it evaluates `e` with `v`
+bound to `x` and returns `e`'s own bool, or its error — the same value and the same error behaviour
+as the rule itself. The "or {}" mirrors the webhook's treatment of an absent `self` path.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from app.rules.handler import DENIED_REASON
+from app.rules.model import Match, Rule, RuleSet
+from app.rules.paths import cel_value_or_empty, format_path
+
+ADMISSIONREGISTRATION = "admissionregistration.k8s.io/v1"
+NAME_PREFIX = "tls-injector."
+SELF_VARIABLE, OLD_SELF_VARIABLE = "selfValue", "oldSelfValue"
+ExportFormat = Literal["vap", "crd"]
+
+
+def export_documents(rule_set: RuleSet, *, fmt: ExportFormat) -> list[dict[str, Any]]:
+    if fmt == "vap":
+        return validating_admission_policies(rule_set)
+    return crd_validation_snippets(rule_set)
+
+
+def validating_admission_policies(rule_set: RuleSet) -> list[dict[str, Any]]:
+    """Per rule: a policy + binding with action Deny, and with `warnWhen` a second pair with Warn."""
+    documents: list[dict[str, Any]] = []
+    for rule in rule_set:
+        name = NAME_PREFIX + rule.name
+        validation = {"expression": vap_expression(rule.expression.source), "reason": DENIED_REASON,
+                      "message": _one_line(f'rule "{rule.name}": {rule.message}')}
+        documents += [_policy(rule, name, validation), _binding(name, "Deny")]
+        if rule.warning is not None:
+            warn = {"expression": vap_expression(f"!({rule.warning.when.source})"),
+                    "message": _one_line(rule.warning.message)}
+            documents += [_policy(rule, f"{name}.warnings", warn), _binding(f"{name}.warnings", "Warn")]
+    return documents
+
+
+def vap_expression(source: str) -> str:
+    """The rule wrapped so that `self`/`oldSelf` are bound inside a ValidatingAdmissionPolicy."""
+    return (f"[variables.{SELF_VARIABLE}].all(self, [variables.{OLD_SELF_VARIABLE}].all(oldSelf, "
+            f"{source}))")
+
+
+def vap_variables(rule: Rule) -> list[dict[str, str]]:
+    return [
+        {"name": SELF_VARIABLE, "expression": cel_value_or_empty("object", rule.self_path)},
+        {"name": OLD_SELF_VARIABLE, "expression": cel_value_or_empty("oldObject", rule.self_path)},
+    ]
+
+
+def crd_validation_snippets(rule_set: RuleSet) -> list[dict[str, Any]]:
+    """For rules on custom resources: the x-kubernetes-validations entry for the `self` schema node.
+
+    Built-in kinds (groups without a dot, or *.k8s.io) have no CRD to carry it and are skipped.
+    """
+    return [
+        {
+            "rule": rule.name,
+            "kinds": [_match_dict(m) for m in rule.match],
+            "schemaNode": format_path(rule.self_path) if rule.self_path else "(the root schema)",
+            "x-kubernetes-validations": [
+                {"rule": rule.expression.source, "message": _one_line(rule.message), "reason": "FieldValueInvalid"},
+            ],
+        }
+        for rule in rule_set
+        if any(_is_custom(m.group) for m in rule.match)
+    ]
+
+
+def guess_resource(kind: str) -> str:
+    """The plural Kubernetes guesses for a kind (as its own UnsafeGuessKindToResource does)."""
+    lower = kind.lower()
+    if lower.endswith("s"):
+        return lower + "es"
+    if lower.endswith("y"):
+        return lower[:-1] + "ies"
+    return lower + "s"
+
+
+def _policy(rule: Rule, name: str, validation: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": ADMISSIONREGISTRATION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "tls-injector"}},
+        "spec": {
+            # An error must not let a change through: the webhook denies on error too (see judge.py).
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [_resource_rule(m) for m in rule.match]},
+            "variables": vap_variables(rule),
+            "validations": [validation],
+        },
+    }
+
+
+def _binding(name: str, action: Literal["Deny", "Warn"]) -> dict[str, Any]:
+    return {
+        "apiVersion": ADMISSIONREGISTRATION,
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "tls-injector"}},
+        "spec": {"policyName": name, "validationActions": [action]},
+    }
+
+
+def _resource_rule(match: Match) -> dict[str, list[str]]:
+    return {
+        "apiGroups": [match.group],
+        "apiVersions": [match.version or "*"],
+        "resources": [match.resource or guess_resource(match.kind)],
+        "operations": ["UPDATE"],  # only updates are judged, as in the webhook
+    }
+
+
+def _match_dict(match: Match) -> dict[str, str]:
+    found = {"group": match.group, "version": match.version, "kind": match.kind}
+    return {key: value for key, value in found.items() if value is not None}
+
+
+def _is_custom(group: str) -> bool:
+    return "." in group and not group.endswith(".k8s.io")
+
+
+def _one_line(text: str) -> str:
+    """Policy and CRD messages may not contain line breaks."""
+    return " ".join(text.split())

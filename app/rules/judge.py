@@ -1,0 +1,126 @@
+"""Judging one update against the rule set: every matching rule runs, every failure is reported.
+
+Policy for a rule that cannot be evaluated (a type error, a key that is not there): the update is
+DENIED and the message carries CEL's error. That is what Kubernetes itself does for a failing CRD
+validation rule and for a ValidatingAdmissionPolicy under its default failurePolicy Fail, so the
+webhook and the exported policy agree; and a transition rule that cannot vouch for a change must not
+let a disable or swap slip through. An error in a `warnWhen` only turns into a warning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from app.admission import GroupVersionKind
+from app.rules.cel import EvalError, to_cel
+from app.rules.model import Rule, RuleSet
+from app.rules.paths import MISSING, Path, format_path, get_path
+
+# A denial names what changed; a whole pod template can differ in many places, and kubectl shows the
+# message in one block, so at most this many changes are listed (the rest are counted).
+MAX_CHANGES = 5
+# Values are shown as compact JSON cut to this many characters: enough for a Secret name or a tls block.
+MAX_VALUE_CHARS = 80
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    path: Path  # from the object's root
+    old: object
+    new: object
+
+    def __str__(self) -> str:
+        return f"{format_path(self.path)}: {_show(self.old)} -> {_show(self.new)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    rule: Rule
+    changes: tuple[Change, ...]
+    hidden_changes: int = 0
+    error: str | None = None  # set when the rule could not be evaluated
+
+    def describe(self) -> str:
+        if self.error is not None:
+            return (f'rule "{self.rule.name}" could not be evaluated ({self.error}); the update is denied '
+                    "because the rule cannot vouch for it: fix the object or the rule")
+        listed = "; ".join(str(c) for c in self.changes) or f"{format_path(self.rule.self_path)}: no change found"
+        more = f" (and {self.hidden_changes} more changes)" if self.hidden_changes else ""
+        return f'rule "{self.rule.name}" failed on {listed}{more}. {self.rule.message}'
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    failures: tuple[Failure, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def allowed(self) -> bool:
+        return not self.failures
+
+
+def judge(rule_set: RuleSet, kind: GroupVersionKind, *, old: Mapping[str, Any], new: Mapping[str, Any]) -> Verdict:
+    """The verdict on an UPDATE from `old` to `new`; warnings are kept only for an allowed update."""
+    failures: list[Failure] = []
+    warnings: list[str] = []
+    for rule in rule_set.for_kind(kind):
+        old_self, new_self = self_value(old, rule.self_path), self_value(new, rule.self_path)
+        variables = {"self": new_self, "oldSelf": old_self}
+        result = rule.expression.evaluate(variables)
+        if result is True:
+            warnings.extend(_warnings(rule, variables))
+        else:
+            failures.append(_failure(rule, old_self, new_self, result))
+    return Verdict(tuple(failures), () if failures else tuple(warnings))
+
+
+def self_value(obj: Mapping[str, Any], path: Path) -> object:
+    """What a rule's `self` is: the value at its path, nulls dropped; an absent path is `{}`.
+
+    `{}` rather than an error, so enabling TLS on an object that had no such block yet (nil -> X) is
+    judged like any other transition — the same as a CRD rule placed on the parent node.
+    """
+    value = get_path(obj, path)
+    return {} if value is MISSING or value is None else to_cel(value)
+
+
+def _warnings(rule: Rule, variables: Mapping[str, object]) -> list[str]:
+    if rule.warning is None:
+        return []
+    result = rule.warning.when.evaluate(variables)
+    if isinstance(result, EvalError):
+        return [f'rule "{rule.name}": warnWhen could not be evaluated: {result.message}']
+    return [rule.warning.message] if result else []
+
+
+def _failure(rule: Rule, old_self: object, new_self: object, result: bool | EvalError) -> Failure:
+    changes = _changes(rule, old_self, new_self)
+    error = result.message if isinstance(result, EvalError) else None
+    return Failure(rule, tuple(changes[:MAX_CHANGES]), max(0, len(changes) - MAX_CHANGES), error)
+
+
+def _changes(rule: Rule, old_self: object, new_self: object) -> list[Change]:
+    """The rule's `fields` that changed, else every changed leaf under `self`."""
+    if not rule.fields:
+        return [Change((*rule.self_path, *c.path), c.old, c.new) for c in diff(old_self, new_self)]
+    pairs = [(f, get_path(old_self, f), get_path(new_self, f)) for f in rule.fields]
+    return [Change((*rule.self_path, *f), old, new) for f, old, new in pairs if old != new]
+
+
+def diff(old: object, new: object, path: Path = ()) -> list[Change]:
+    """Changed leaves between two JSON values, in key order; a list counts as one leaf."""
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        keys = sorted(set(old) | set(new))
+        return [c for k in keys for c in diff(old.get(k, MISSING), new.get(k, MISSING), (*path, k))]
+    return [] if old == new else [Change(path, old, new)]
+
+
+def _show(value: object) -> str:
+    if value is MISSING:
+        return "(absent)"
+    text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 3] + "..."

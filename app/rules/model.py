@@ -1,0 +1,265 @@
+"""The rule set: plain data (a parsed rules file) checked and compiled once, before any request.
+
+Every problem is collected, each naming the rule (by position and name) and the field, so a bad file
+is fixed in one pass and fails at startup, never at request time.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.admission import GroupVersionKind
+from app.rules.cel import CelCompileError, Environment, Program
+from app.rules.paths import BadPath, Path, parse_path
+
+# The variables a rule sees, as in a CRD transition rule.
+RULE_VARIABLES = ("self", "oldSelf")
+# Rule names become parts of exported object names, so they follow the DNS label rules (63 characters).
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_RULE_FIELDS = frozenset({"name", "match", "self", "expression", "message", "fields", "warnWhen", "warning"})
+_REQUIRED = ("name", "match", "expression", "message")
+_MATCH_FIELDS = frozenset({"group", "version", "kind", "resource"})
+_TOP_FIELDS = frozenset({"rules", "includeDefaults"})
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong with a rules file; `index` is the rule's position in `rules` (0-based)."""
+
+    message: str
+    index: int | None = None
+    rule: str | None = None
+    field: str | None = None
+
+    def __str__(self) -> str:
+        where = "" if self.index is None else f"rules[{self.index}]"
+        if self.rule:
+            where += f" ({self.rule})"
+        if self.field:
+            where += f" {self.field}"
+        return f"{where.strip()}: {self.message}" if where else self.message
+
+
+class RulesError(ValueError):
+    """The rule set is invalid; `problems` lists every problem found."""
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        super().__init__("; ".join(str(p) for p in problems))
+        self.problems = tuple(problems)
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    group: str
+    kind: str
+    version: str | None = None
+    resource: str | None = None  # the plural, for the exported policy; guessed from kind when absent
+
+    def matches(self, kind: GroupVersionKind) -> bool:
+        return (kind["group"] == self.group and kind["kind"] == self.kind
+                and self.version in (None, kind["version"]))
+
+
+@dataclass(frozen=True, slots=True)
+class RuleWarning:
+    """Shown (kubectl prints it) when an allowed update makes `when` true, e.g. TLS enabled in place."""
+
+    when: Program
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    name: str
+    match: tuple[Match, ...]
+    self_path: Path
+    expression: Program
+    message: str
+    fields: tuple[Path, ...] = ()
+    warning: RuleWarning | None = None
+
+    def applies_to(self, kind: GroupVersionKind) -> bool:
+        return any(m.matches(kind) for m in self.match)
+
+
+@dataclass(frozen=True, slots=True)
+class RuleSet:
+    rules: tuple[Rule, ...]
+    include_defaults: bool = True
+    _by_kind: dict[tuple[str, str, str], tuple[Rule, ...]] = field(default_factory=dict, compare=False)
+
+    def for_kind(self, kind: GroupVersionKind) -> tuple[Rule, ...]:
+        """The rules for a kind, looked up once per kind (a handful of kinds, thousands of requests)."""
+        key = (kind["group"], kind["version"], kind["kind"])
+        found = self._by_kind.get(key)
+        if found is None:
+            found = self._by_kind[key] = tuple(r for r in self.rules if r.applies_to(kind))
+        return found
+
+    def __iter__(self) -> Iterator[Rule]:
+        return iter(self.rules)
+
+    def merged_with(self, other: RuleSet) -> RuleSet:
+        """This set followed by `other`; a name in both is an error (two rules, one name in messages)."""
+        names = {r.name for r in self.rules}
+        clashes = [Problem("a built-in rule already has this name", index=i, rule=r.name, field="name")
+                   for i, r in enumerate(other.rules) if r.name in names]
+        if clashes:
+            raise RulesError(clashes)
+        return RuleSet((*self.rules, *other.rules), include_defaults=other.include_defaults)
+
+
+def build_rule_set(data: object) -> RuleSet:
+    """Check and compile a parsed rules file (`{"rules": [...], "includeDefaults": bool}`)."""
+    if not isinstance(data, Mapping):
+        raise RulesError([Problem(f"a rules file must be a mapping with a `rules` list, got {_type(data)}")])
+    problems = [Problem(f"unknown field {key!r} (known: includeDefaults, rules)")
+                for key in data if key not in _TOP_FIELDS]
+    include_defaults = data.get("includeDefaults", True)
+    if not isinstance(include_defaults, bool):
+        problems.append(Problem("includeDefaults must be true or false"))
+    entries = data.get("rules")
+    if not isinstance(entries, list):
+        raise RulesError([*problems, Problem(f"`rules` must be a list, got {_type(entries)}")])
+    environment = Environment(RULE_VARIABLES)
+    rules = [_build_rule(entry, index, environment, problems) for index, entry in enumerate(entries)]
+    problems.extend(_duplicate_names(rules))
+    if problems:
+        raise RulesError(problems)
+    return RuleSet(tuple(r for r in rules if r is not None), include_defaults=bool(include_defaults))
+
+
+class _Collector:
+    """Problems for one rule, each tagged with its position and name."""
+
+    def __init__(self, index: int, name: str | None, problems: list[Problem]) -> None:
+        self.index, self.name, self.problems = index, name, problems
+        self.count = 0
+
+    def add(self, field_name: str | None, message: str) -> None:
+        self.problems.append(Problem(message, index=self.index, rule=self.name, field=field_name))
+        self.count += 1
+
+
+def _build_rule(entry: object, index: int, env: Environment, problems: list[Problem]) -> Rule | None:
+    if not isinstance(entry, Mapping):
+        problems.append(Problem(f"a rule must be a mapping, got {_type(entry)}", index=index))
+        return None
+    name = entry.get("name") if isinstance(entry.get("name"), str) else None
+    out = _Collector(index, name, problems)
+    _check_shape(entry, out)
+    match = _matches(entry.get("match"), out)
+    self_path = _path(entry.get("self", ""), "self", out)
+    fields = tuple(_path(p, f"fields[{i}]", out) for i, p in enumerate(_list(entry.get("fields", []), "fields", out)))
+    expression = _program(entry.get("expression"), "expression", env, out)
+    warning = _warning(entry, env, out)
+    if out.count or name is None or expression is None:
+        return None
+    return Rule(name=name, match=match, self_path=self_path, expression=expression,
+                message=str(entry["message"]).strip(), fields=fields, warning=warning)
+
+
+def _check_shape(entry: Mapping[str, Any], out: _Collector) -> None:
+    for key in entry:
+        if key not in _RULE_FIELDS:
+            out.add(None, f"unknown field {key!r} (known: {', '.join(sorted(_RULE_FIELDS))})")
+    for key in _REQUIRED:
+        if key not in entry:
+            out.add(None, f"missing required field {key!r}")
+    name = entry.get("name")
+    if "name" in entry and (not isinstance(name, str) or not _NAME.fullmatch(name)):
+        out.add("name", "must be a DNS label: lowercase letters, digits and '-', at most 63 characters")
+    if "message" in entry and (not isinstance(entry["message"], str) or not entry["message"].strip()):
+        out.add("message", "must be a non-empty string")
+
+
+def _matches(value: object, out: _Collector) -> tuple[Match, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not value:
+        out.add("match", "must be a non-empty list of {group, kind, version?, resource?}")
+        return ()
+    return tuple(m for i, item in enumerate(value) if (m := _match(item, f"match[{i}]", out)) is not None)
+
+
+def _match(item: object, where: str, out: _Collector) -> Match | None:
+    if not isinstance(item, Mapping):
+        out.add(where, "must be a mapping {group, kind, version?, resource?}")
+        return None
+    before = out.count
+    for key in item:
+        if key not in _MATCH_FIELDS:
+            out.add(where, f"unknown field {key!r} (known: group, kind, resource, version)")
+    for key in ("group", "kind"):
+        if not isinstance(item.get(key), str) or (key == "kind" and not item[key]):
+            out.add(where, f"{key} must be a string" + (" (\"\" for the core group)" if key == "group" else ""))
+    for key in ("version", "resource"):
+        if key in item and (not isinstance(item[key], str) or not item[key]):
+            out.add(where, f"{key} must be a non-empty string when given")
+    if out.count > before:
+        return None
+    return Match(group=item["group"], kind=item["kind"], version=item.get("version"), resource=item.get("resource"))
+
+
+def _path(value: object, where: str, out: _Collector) -> Path:
+    if not isinstance(value, str):
+        out.add(where, f"must be a field path string like spec.sidecar, got {_type(value)}")
+        return ()
+    try:
+        return parse_path(value.strip())
+    except BadPath as error:
+        out.add(where, str(error))
+        return ()
+
+
+def _program(value: object, where: str, env: Environment, out: _Collector) -> Program | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        out.add(where, "must be a non-empty CEL expression")
+        return None
+    try:
+        return env.compile_bool(value.strip())
+    except CelCompileError as error:
+        out.add(where, f"CEL compile error: {error}")
+        return None
+
+
+def _warning(entry: Mapping[str, Any], env: Environment, out: _Collector) -> RuleWarning | None:
+    if ("warnWhen" in entry) != ("warning" in entry):
+        out.add("warnWhen", "warnWhen and warning go together")
+        return None
+    if "warnWhen" not in entry:
+        return None
+    when = _program(entry["warnWhen"], "warnWhen", env, out)
+    if not isinstance(entry["warning"], str) or not entry["warning"].strip():
+        out.add("warning", "must be a non-empty string")
+        return None
+    return None if when is None else RuleWarning(when=when, message=entry["warning"].strip())
+
+
+def _list(value: object, where: str, out: _Collector) -> list[object]:
+    if isinstance(value, list):
+        return value
+    out.add(where, f"must be a list, got {_type(value)}")
+    return []
+
+
+def _duplicate_names(rules: Sequence[Rule | None]) -> list[Problem]:
+    seen: dict[str, int] = {}
+    problems = []
+    for index, rule in enumerate(rules):
+        if rule is not None and rule.name in seen:
+            problems.append(Problem(f"duplicate rule name (also rules[{seen[rule.name]}])", index=index,
+                                    rule=rule.name, field="name"))
+        elif rule is not None:
+            seen[rule.name] = index
+    return problems
+
+
+def _type(value: object) -> str:
+    names = {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "a number"}
+    return "nothing" if value is None else names.get(type(value), type(value).__name__)
