@@ -9,6 +9,8 @@ from pathlib import Path
 
 from app.admission import AdmissionRequest, AdmissionResponse, Handler, allowed
 from app.logs import configure_logging
+from app.rules import make_validate_handler
+from app.rulesfile import RulesFileError, load_rule_set
 from app.settings import ServeSettings
 
 
@@ -64,15 +66,23 @@ def _run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     configure_logging(settings.log_level)
     from app.web.server import build_server  # noqa: PLC0415 - only the serving command loads the web stack
 
-    mutate, validate = build_handlers(settings)
+    try:
+        mutate, validate = build_handlers(settings)
+    except RulesFileError as error:  # a bad rules file stops the start, before any request is served
+        print(f"tls-injector: {error}", file=sys.stderr)
+        return 2
     build_server(settings, mutate=mutate, validate=validate).run()
     return 0
 
 
 def build_handlers(settings: ServeSettings) -> tuple[Handler, Handler]:
-    """The /mutate and /validate handlers. Until injection and rules land, both allow everything."""
+    """The /mutate and /validate handlers; raises RulesFileError for a bad `settings.rules_file`.
+
+    /validate enforces the built-in transition rules plus the rules file's. Until injection lands,
+    /mutate allows everything.
+    """
 
     def allow(request: AdmissionRequest) -> AdmissionResponse:
         return allowed(request.uid)
 
-    return allow, allow
+    return allow, make_validate_handler(load_rule_set(settings.rules_file))
