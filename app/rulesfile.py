@@ -77,4 +77,5 @@ def _describe(error: RulesError, source: str, lines: list[int]) -> str:
 
     count = len(error.problems)
     head = f"{source}: {count} problem{'s' if count != 1 else ''} in the rules file:"
-    return "\n".join([head, *(f"  {located(p.index)}: {p}" for p in error.problems)])
+    lines_out = [f"  {located(p.index)}: {p}".replace("\n", "\n      ") for p in error.problems]
+    return "\n".join([head, *lines_out])

@@ -9,6 +9,7 @@ ERROR rather than raised, so every result is checked to be a BOOL before it is t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,7 +48,7 @@ class Environment:
             raise CelCompileError(_strip_status(str(error))) from None
         result_type = expression.return_type()
         if result_type not in (cel.Type.BOOL, cel.Type.DYN):
-            raise CelCompileError(f"the expression must evaluate to a bool, not {result_type.name()}")
+            raise CelCompileError(f"the expression must evaluate to a bool, not {result_type.name().lower()}")
         return Program(source, expression)
 
 
@@ -65,7 +66,7 @@ class Program:
             return bool(result.value())
         if result.type() == cel.Type.ERROR:
             return EvalError(_strip_status(str(result.value())))
-        return EvalError(f"the expression returned {result.type().name()}, not a bool")
+        return EvalError(f"the expression returned {result.type().name().lower()}, not a bool")
 
 
 def to_cel(value: object) -> object:
@@ -86,4 +87,4 @@ def _strip_status(message: str) -> str:
     """CEL prefixes absl status codes (`INVALID_ARGUMENT: ERROR: <input>:1:16: ...`); keep the rest."""
     for prefix in ("INVALID_ARGUMENT: ", "NOT_FOUND: ", "UNKNOWN: ", "ERROR: "):
         message = message.removeprefix(prefix)
-    return message.replace("<input>:", "")
+    return re.sub(r"\s*\[[A-Z_]+\]$", "", message.replace("<input>:", ""))

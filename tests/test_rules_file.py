@@ -1,0 +1,111 @@
+"""Rules files: bad ones fail at load with the file, line, rule and field; good ones compile once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.cli import main
+from app.rulesfile import RulesFileError, default_rule_set, load_rule_set, parse_rules_text
+from tests.rules_matrix import EXAMPLE_RULES
+
+GOOD_RULE = """\
+  - name: keep-tls
+    match: [{group: example.com, kind: SeiNode}]
+    self: spec
+    expression: self.tls == oldSelf.tls
+    message: do not change tls
+"""
+
+
+def problems_in(text: str) -> str:
+    with pytest.raises(RulesFileError) as caught:
+        parse_rules_text(text, source="my-rules.yaml")
+    return str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("case", "text", "expected"),
+    [
+        ("unknown rule field", "rules:\n" + GOOD_RULE + "    severity: high\n",
+         ["my-rules.yaml:2: rules[0] (keep-tls): unknown field 'severity'"]),
+        ("missing expression", "rules:\n  - name: a\n    match: [{group: g.io, kind: K}]\n    message: m\n",
+         ["my-rules.yaml:2: rules[0] (a): missing required field 'expression'"]),
+        ("CEL syntax error", "rules:\n" + GOOD_RULE + "  - name: bad-cel\n    match: [{group: g.io, kind: K}]\n"
+         "    expression: self.tls ==\n    message: m\n",
+         ["my-rules.yaml:7: rules[1] (bad-cel) expression: CEL compile error:", "Syntax error"]),
+        ("undeclared variable", "rules:\n  - name: a\n    match: [{group: g.io, kind: K}]\n"
+         "    expression: object.spec == oldSelf\n    message: m\n",
+         ["rules[0] (a) expression: CEL compile error: 1:7: undeclared reference to 'object.spec'"]),
+        ("non-bool expression", "rules:\n  - name: a\n    match: [{group: g.io, kind: K}]\n"
+         "    expression: \"'text'\"\n    message: m\n", ["must evaluate to a bool, not string"]),
+        ("bad self path", "rules:\n  - name: a\n    match: [{group: g.io, kind: K}]\n    self: spec..x\n"
+         "    expression: 'true'\n    message: m\n", ["rules[0] (a) self: expected a field name at column 6"]),
+        ("bad match entry", "rules:\n  - name: a\n    match: [{kind: K, grp: x}]\n    expression: 'true'\n"
+         "    message: m\n", ["match[0]: unknown field 'grp'", "match[0]: group must be a string"]),
+        ("empty match", "rules:\n  - name: a\n    match: []\n    expression: 'true'\n    message: m\n",
+         ["rules[0] (a) match: must be a non-empty list"]),
+        ("bad name", "rules:\n  - name: Bad_Name\n    match: [{group: g.io, kind: K}]\n    expression: 'true'\n"
+         "    message: m\n", ["rules[0] (Bad_Name) name: must be a DNS label"]),
+        ("duplicate names", "rules:\n" + GOOD_RULE + GOOD_RULE,
+         ["my-rules.yaml:7: rules[1] (keep-tls) name: duplicate rule name (also rules[0])"]),
+        ("warnWhen without warning", "rules:\n" + GOOD_RULE + "    warnWhen: 'true'\n",
+         ["warnWhen and warning go together"]),
+        ("unknown top-level field", "rule:\n" + GOOD_RULE, ["unknown field 'rule'", "`rules` must be a list"]),
+        ("not a mapping", "- just a list\n", ["must be a mapping with a `rules` list"]),
+        ("invalid YAML", "rules: [\n", ["my-rules.yaml: not valid YAML"]),
+    ],
+)
+def test_a_bad_rules_file_is_refused_with_a_message_that_locates_the_problem(
+    case: str, text: str, expected: list[str]
+) -> None:
+    message = problems_in(text)
+    for part in expected:
+        assert part in message, message
+
+
+def test_every_problem_is_reported_in_one_pass() -> None:
+    text = ("rules:\n  - name: a\n    match: [{group: g.io, kind: K}]\n    expression: 'self =='\n    message: m\n"
+            "  - name: b\n    extra: 1\n    match: [{group: g.io, kind: K}]\n    expression: 'true'\n    message: m\n")
+    message = problems_in(text)
+    assert "2 problems" in message
+    assert "my-rules.yaml:2: rules[0] (a) expression" in message
+    assert "my-rules.yaml:6: rules[1] (b): unknown field 'extra'" in message
+
+
+def test_the_built_in_rules_cover_the_three_workload_kinds() -> None:
+    (rule,) = default_rule_set().rules
+    assert {(m.group, m.version, m.kind) for m in rule.match} == {
+        ("apps", "v1", "Deployment"), ("apps", "v1", "StatefulSet"), ("apps", "v1", "DaemonSet")}
+
+
+def test_a_rules_file_adds_to_the_built_in_rules_unless_it_says_otherwise(tmp_path: Path) -> None:
+    assert [r.name for r in load_rule_set(EXAMPLE_RULES)] == ["workload-tls-transition", "sidecar-tls-transition"]
+    alone = tmp_path / "alone.yaml"
+    alone.write_text("includeDefaults: false\nrules:\n" + GOOD_RULE)
+    assert [r.name for r in load_rule_set(alone)] == ["keep-tls"]
+
+
+def test_a_rule_may_not_take_a_built_in_rules_name(tmp_path: Path) -> None:
+    clash = tmp_path / "clash.yaml"
+    clash.write_text("rules:\n" + GOOD_RULE.replace("keep-tls", "workload-tls-transition"))
+    with pytest.raises(RulesFileError, match=r"clash.yaml:2: rules\[0\] \(workload-tls-transition\) name: a built-in"):
+        load_rule_set(clash)
+
+
+def test_a_missing_rules_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(RulesFileError, match="cannot read the rules file"):
+        load_rule_set(tmp_path / "nope.yaml")
+
+
+def test_serve_with_a_bad_rules_file_exits_2_before_serving(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rules:\n  - name: x\n    match: [{group: g.io, kind: K}]\n    expression: 'self ==('\n"
+                   "    message: m\n")
+    code = main(["serve", "--rules", str(bad), "--host", "127.0.0.1", "--port", "0",
+                 "--self-signed-dir", str(tmp_path / "ss"), "--log-level", "error"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:2: rules[0] (x) expression: CEL compile error" in err
+    assert "Traceback" not in err
