@@ -7,6 +7,7 @@ critical basic constraints and key usage, SKI on every certificate, AKI and SAN 
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -27,18 +28,38 @@ LEAF_VALIDITY = timedelta(days=90)
 
 @dataclass(frozen=True)
 class CertKey:
-    """A certificate with its private key (for a CA: the signer)."""
+    """A certificate with its private key (for a CA: the signer) and the issuers above it.
+
+    `chain` runs from the direct issuer upwards and may end with the self-signed root; a server sends
+    the certificate and the intermediates (`chain_pem`), clients hold the root (`anchor`) in a bundle.
+    """
 
     cert: x509.Certificate
     key: PrivateKey
+    chain: tuple[x509.Certificate, ...] = ()
 
     @property
     def cert_pem(self) -> bytes:
-        return self.cert.public_bytes(serialization.Encoding.PEM)
+        return to_pem([self.cert])
 
     @property
     def key_pem(self) -> bytes:
         return key_to_pem(self.key)
+
+    @property
+    def chain_pem(self) -> bytes:
+        """What a server sends (`tls.crt`): the certificate, then every intermediate, never the root."""
+        return to_pem([self.cert, *(c for c in self.chain if not is_self_signed(c))])
+
+    @property
+    def full_chain_pem(self) -> bytes:
+        """The certificate and every issuer up to the root, for storing a CA so it can be reloaded whole."""
+        return to_pem([self.cert, *self.chain])
+
+    @property
+    def anchor(self) -> x509.Certificate:
+        """The certificate clients must trust for this one to verify: the top of the chain."""
+        return self.chain[-1] if self.chain else self.cert
 
 
 def make_ca(
@@ -54,7 +75,8 @@ def make_ca(
     key = generate_key(key_type)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     signer = issuer.key if issuer else key
-    builder = _base(name, key, now, validity).issuer_name(issuer.cert.subject if issuer else name)
+    cap = issuer.cert.not_valid_after_utc if issuer else None  # an intermediate never outlives its root
+    builder = _base(name, key, now, validity, cap=cap).issuer_name(issuer.cert.subject if issuer else name)
     builder = builder.add_extension(x509.BasicConstraints(ca=True, path_length=path_length), critical=True)
     builder = builder.add_extension(_key_usage(ca=True, rsa_key=False), critical=True)
     signer_public = issuer.cert.public_key() if issuer else key.public_key()
@@ -62,7 +84,8 @@ def make_ca(
         x509.AuthorityKeyIdentifier.from_issuer_public_key(signer_public),  # type: ignore[arg-type]
         critical=False,
     )
-    return CertKey(builder.sign(signer, signature_hash(signer)), key)
+    chain = (issuer.cert, *issuer.chain) if issuer else ()
+    return CertKey(builder.sign(signer, signature_hash(signer)), key, chain)
 
 
 def issue_leaf(
@@ -93,16 +116,35 @@ def issue_leaf(
         x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer.cert.public_key()),  # type: ignore[arg-type]
         critical=False,
     )
-    return CertKey(builder.sign(issuer.key, signature_hash(issuer.key)), key)
+    return CertKey(builder.sign(issuer.key, signature_hash(issuer.key)), key, (issuer.cert, *issuer.chain))
 
 
 def load_cert_key(cert_pem: bytes, key_pem: bytes) -> CertKey:
-    """The first certificate of a PEM chain with its key; ValueError when they do not belong together."""
-    cert = x509.load_pem_x509_certificate(cert_pem)
+    """A PEM chain (certificate first) with its key; ValueError when they do not belong together."""
+    certs = load_certificates(cert_pem)
+    if not certs:
+        raise ValueError("no certificate in the PEM data")
     key = key_from_pem(key_pem)
-    if cert.public_key() != key.public_key():
+    if not key_matches(certs[0], key):
         raise ValueError("the private key does not match the certificate")
-    return CertKey(cert, key)
+    return CertKey(certs[0], key, tuple(certs[1:]))
+
+
+def key_matches(cert: x509.Certificate, key: PrivateKey) -> bool:
+    return bool(cert.public_key() == key.public_key())
+
+
+def is_self_signed(cert: x509.Certificate) -> bool:
+    return cert.issuer == cert.subject
+
+
+def fingerprint(cert: x509.Certificate) -> str:
+    """SHA-256 of the DER encoding, lowercase hex: the identity of a certificate in keys and bundles."""
+    return hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).hexdigest()
+
+
+def to_pem(certs: Iterable[x509.Certificate]) -> bytes:
+    return b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certs)
 
 
 def load_certificates(pem: bytes) -> list[x509.Certificate]:

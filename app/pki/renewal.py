@@ -1,0 +1,197 @@
+"""Whether a stored certificate must be (re)issued, and why. Pure: the time and the CA set are inputs.
+
+Defaults follow the External Secrets proposal's table: a CA lives a year and is replaced 60 days before
+it ends, a leaf lives 90 days and is replaced 35 days before it ends. 35 days on a 90-day leaf leaves
+more than a month of retries if renewal keeps failing, and a leaf never outlives its CA (it is capped),
+so the CA's 60 days must exceed the leaf's 35 for leaves to move to the new CA before the old one ends.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
+
+from app.pki.certs import CertKey, fingerprint, key_matches, load_certificates
+from app.pki.keys import PrivateKey, key_from_pem
+from app.pki.verify import UntrustedChain, dns_sans, verify_client, verify_server
+
+CA_LOOKAHEAD = timedelta(days=60)
+LEAF_LOOKAHEAD = timedelta(days=35)
+
+RenewalReason = Literal[
+    "missing",  # no certificate or no key stored
+    "unparsable",  # stored bytes are not a PEM certificate / private key
+    "key-mismatch",  # the key does not belong to the certificate
+    "not-a-ca",  # a CA slot holds a certificate that cannot sign
+    "not-yet-valid",  # not_before is in the future (issued by a clock running ahead)
+    "expiring",  # ends within the lookahead (or has ended)
+    "sans-changed",  # the DNS names differ from the desired ones
+    "untrusted-issuer",  # does not chain to any currently trusted CA
+    "ca-rotated",  # chains to a trusted CA, but not to the one now signing
+]
+RENEWAL_REASONS: tuple[RenewalReason, ...] = RenewalReason.__args__  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """`renew` with its `reason`; when kept, `due` is when the certificate will next need renewal."""
+
+    renew: bool
+    reason: RenewalReason | None = None
+    due: datetime | None = None
+
+    @staticmethod
+    def because(reason: RenewalReason) -> Decision:
+        return Decision(renew=True, reason=reason)
+
+    @staticmethod
+    def keep(due: datetime) -> Decision:
+        return Decision(renew=False, due=due)
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    certs: list[x509.Certificate]
+    key: PrivateKey
+
+
+def leaf_renewal(
+    *,
+    cert_pem: bytes | None,
+    key_pem: bytes | None,
+    desired_dns: Sequence[str],
+    trusted: Sequence[x509.Certificate],
+    now: datetime,
+    lookahead: timedelta = LEAF_LOOKAHEAD,
+    issuer: x509.Certificate | None = None,
+    client: bool = False,
+) -> Decision:
+    """Decide for a serving leaf (`tls.crt` = leaf + intermediates, `tls.key`); `client` for mTLS client certs.
+
+    `trusted` are the CAs in the trust bundle; `issuer`, when given, is the CA that signs new leaves:
+    a leaf that verifies but was signed by another (phasing-out) CA is renewed with "ca-rotated".
+    """
+    if not client and not desired_dns:
+        raise ValueError("a serving certificate needs at least one DNS name")
+    parsed = _parse(cert_pem, key_pem)
+    if isinstance(parsed, Decision):
+        return parsed
+    leaf, intermediates = parsed.certs[0], parsed.certs[1:]
+    timing = _timing(leaf, now=now, lookahead=lookahead)
+    if timing is not None:
+        return timing
+    if sorted(set(dns_sans(leaf))) != sorted(set(desired_dns)):
+        return Decision.because("sans-changed")
+    try:
+        chain = _verify(leaf, intermediates, trusted=trusted, desired_dns=desired_dns, now=now, client=client)
+    except UntrustedChain:
+        return Decision.because("untrusted-issuer")
+    if issuer is not None and fingerprint(chain[1]) != fingerprint(issuer):
+        return Decision.because("ca-rotated")
+    return Decision.keep(leaf.not_valid_after_utc - lookahead)
+
+
+def ca_renewal(
+    *, cert_pem: bytes | None, key_pem: bytes | None, now: datetime, lookahead: timedelta = CA_LOOKAHEAD
+) -> Decision:
+    """Decide for an operator-managed CA (`tls.crt` may carry its issuers, `tls.key` its key)."""
+    parsed = _parse(cert_pem, key_pem)
+    if isinstance(parsed, Decision):
+        return parsed
+    if not _can_sign(parsed.certs[0]):
+        return Decision.because("not-a-ca")
+    timing = _timing(parsed.certs[0], now=now, lookahead=lookahead)
+    return timing or Decision.keep(parsed.certs[0].not_valid_after_utc - lookahead)
+
+
+def load_user_ca(cert_pem: bytes, key_pem: bytes, *, now: datetime) -> CertKey:
+    """A user-provided CA (certificate first, then optionally its issuers) with its key, checked.
+
+    ValueError with a message a person can act on when it is not a usable CA at `now`.
+    """
+    parsed = _parse(cert_pem, key_pem)
+    if isinstance(parsed, Decision):
+        raise ValueError(_USER_CA_ERRORS.get(parsed.reason or "missing", "the CA cannot be used"))
+    cert, chain = parsed.certs[0], parsed.certs[1:]
+    if not _can_sign(cert):
+        raise ValueError("the certificate is not a CA (basic constraints CA:TRUE and keyCertSign are required)")
+    if now >= cert.not_valid_after_utc:
+        raise ValueError(f"the CA expired at {cert.not_valid_after_utc.isoformat()}")
+    if now < cert.not_valid_before_utc:
+        raise ValueError(f"the CA is not valid before {cert.not_valid_before_utc.isoformat()}")
+    _check_chain_links([cert, *chain])
+    return CertKey(cert, parsed.key, tuple(chain))
+
+
+_USER_CA_ERRORS: dict[RenewalReason, str] = {
+    "missing": "both a CA certificate and its private key are required",
+    "unparsable": "the CA certificate or private key is not valid PEM (PKCS#8, PKCS#1 or SEC1 keys)",
+    "key-mismatch": "the private key does not belong to the CA certificate (the first one in the PEM)",
+}
+
+
+def _parse(cert_pem: bytes | None, key_pem: bytes | None) -> _Parsed | Decision:
+    if not cert_pem or not key_pem or not cert_pem.strip() or not key_pem.strip():
+        return Decision.because("missing")
+    try:
+        certs = load_certificates(cert_pem)
+        key = key_from_pem(key_pem)
+    except (ValueError, TypeError, UnsupportedAlgorithm):
+        return Decision.because("unparsable")
+    if not certs:
+        return Decision.because("unparsable")
+    if not key_matches(certs[0], key):
+        return Decision.because("key-mismatch")
+    return _Parsed(certs, key)
+
+
+def _timing(cert: x509.Certificate, *, now: datetime, lookahead: timedelta) -> Decision | None:
+    if now < cert.not_valid_before_utc:
+        return Decision.because("not-yet-valid")
+    # At now + lookahead, like cert-controller: renew while the old one still has `lookahead` to live.
+    if now + lookahead >= cert.not_valid_after_utc:
+        return Decision.because("expiring")
+    return None
+
+
+def _verify(
+    leaf: x509.Certificate,
+    intermediates: Sequence[x509.Certificate],
+    *,
+    trusted: Sequence[x509.Certificate],
+    desired_dns: Sequence[str],
+    now: datetime,
+    client: bool,
+) -> list[x509.Certificate]:
+    if client:
+        return verify_client(leaf, intermediates, trusted=trusted, now=now)
+    # The SANs equal the desired names (checked before), and the verifier applies name constraints to
+    # every SAN whatever name is asked, so one verification stands for all of them.
+    return verify_server(leaf, intermediates, trusted=trusted, dns_name=desired_dns[0], now=now)
+
+
+def _can_sign(cert: x509.Certificate) -> bool:
+    try:
+        constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
+    except x509.ExtensionNotFound:
+        return False
+    try:
+        usage = cert.extensions.get_extension_for_class(x509.KeyUsage).value
+    except x509.ExtensionNotFound:
+        return constraints.ca  # no key usage extension: any usage allowed (RFC 5280 4.2.1.3)
+    return constraints.ca and usage.key_cert_sign
+
+
+def _check_chain_links(certs: Sequence[x509.Certificate]) -> None:
+    for child, parent in itertools.pairwise(certs):
+        try:
+            child.verify_directly_issued_by(parent)
+        except Exception as e:  # InvalidSignature, ValueError, TypeError: all mean "not its issuer"
+            raise ValueError(f"{child.subject.rfc4514_string()} is not issued by the next certificate "
+                             f"in the PEM ({parent.subject.rfc4514_string()})") from e

@@ -1,0 +1,149 @@
+"""Chain verification the way a TLS client (or an mTLS server) does it, at a given time.
+
+cryptography.x509.verification implements the strict web-PKI profile (RFC 5280 + CA/B Forum): it is
+what decides here whether a leaf is trusted. That profile forbids Ed25519 keys and signatures, so a
+chain holding one is checked by a plain walk instead (issuer signature, validity window, CA flag, name,
+EKU) — the rules OpenSSL and Go apply to Ed25519 chains, which they accept in TLS 1.3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric import ed25519
+from cryptography.x509.oid import ExtendedKeyUsageOID, SignatureAlgorithmOID
+from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
+
+# A leaf, one intermediate per trust domain, a root: 3. Allow one more for user-provided hierarchies.
+MAX_CHAIN_DEPTH = 4
+
+
+class UntrustedChain(ValueError):
+    """The certificate does not chain to a trusted CA for the asked use (message says why)."""
+
+
+def verify_server(
+    leaf: x509.Certificate,
+    intermediates: Sequence[x509.Certificate],
+    *,
+    trusted: Sequence[x509.Certificate],
+    dns_name: str,
+    now: datetime,
+) -> list[x509.Certificate]:
+    """The verified chain, leaf first and trust anchor last, for a server presenting `dns_name`."""
+    if not trusted:
+        raise UntrustedChain("no trusted CA")
+    if _uses_ed25519([leaf, *intermediates]):
+        return _walk(leaf, intermediates, trusted=trusted, now=now, usage=ExtendedKeyUsageOID.SERVER_AUTH,
+                     dns_name=dns_name)
+    verifier = _policy(trusted, now).build_server_verifier(x509.DNSName(dns_name))
+    try:
+        return verifier.verify(leaf, list(intermediates))
+    except VerificationError as e:
+        raise UntrustedChain(str(e)) from e
+
+
+def verify_client(
+    leaf: x509.Certificate,
+    intermediates: Sequence[x509.Certificate],
+    *,
+    trusted: Sequence[x509.Certificate],
+    now: datetime,
+) -> list[x509.Certificate]:
+    """The verified chain of a client certificate, as an mTLS server checks it."""
+    if not trusted:
+        raise UntrustedChain("no trusted CA")
+    if _uses_ed25519([leaf, *intermediates]):
+        return _walk(leaf, intermediates, trusted=trusted, now=now, usage=ExtendedKeyUsageOID.CLIENT_AUTH)
+    try:
+        return _policy(trusted, now).build_client_verifier().verify(leaf, list(intermediates)).chain
+    except VerificationError as e:
+        raise UntrustedChain(str(e)) from e
+
+
+def _policy(trusted: Sequence[x509.Certificate], now: datetime) -> PolicyBuilder:
+    return PolicyBuilder().store(Store(list(trusted))).time(now).max_chain_depth(MAX_CHAIN_DEPTH)
+
+
+def _uses_ed25519(certs: Sequence[x509.Certificate]) -> bool:
+    return any(
+        c.signature_algorithm_oid == SignatureAlgorithmOID.ED25519
+        or isinstance(c.public_key(), ed25519.Ed25519PublicKey)
+        for c in certs
+    )
+
+
+def _walk(
+    leaf: x509.Certificate,
+    intermediates: Sequence[x509.Certificate],
+    *,
+    trusted: Sequence[x509.Certificate],
+    now: datetime,
+    usage: x509.ObjectIdentifier,
+    dns_name: str | None = None,
+) -> list[x509.Certificate]:
+    """Ed25519 only: follow issuers from the leaf to a trusted certificate, checking each link."""
+    _check_leaf(leaf, usage=usage, dns_name=dns_name, now=now)
+    chain = [leaf]
+    while len(chain) <= MAX_CHAIN_DEPTH:
+        current = chain[-1]
+        anchor = _issuer_among(current, trusted, now)
+        if anchor is not None:
+            return [*chain, anchor]
+        parent = _issuer_among(current, intermediates, now)
+        if parent is None or parent in chain:
+            break
+        chain.append(parent)
+    raise UntrustedChain("no chain from the certificate to a trusted CA")
+
+
+def _issuer_among(
+    cert: x509.Certificate, candidates: Sequence[x509.Certificate], now: datetime
+) -> x509.Certificate | None:
+    for candidate in candidates:
+        if candidate.subject != cert.issuer or not _valid_at(candidate, now) or not _is_ca(candidate):
+            continue
+        try:
+            cert.verify_directly_issued_by(candidate)
+        except (InvalidSignature, ValueError, TypeError):
+            continue
+        return candidate
+    return None
+
+
+def _check_leaf(leaf: x509.Certificate, *, usage: x509.ObjectIdentifier, dns_name: str | None, now: datetime) -> None:
+    if not _valid_at(leaf, now):
+        raise UntrustedChain("the certificate is not valid at this time")
+    if _is_ca(leaf):
+        raise UntrustedChain("a CA certificate cannot be used as a leaf")
+    try:
+        usages = leaf.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        usages = None
+    if usages is not None and usage not in usages:
+        raise UntrustedChain(f"the certificate lacks extended key usage {usage.dotted_string}")
+    if dns_name is not None and dns_name not in dns_sans(leaf):
+        raise UntrustedChain(f"the certificate is not valid for {dns_name}")
+
+
+def _valid_at(cert: x509.Certificate, now: datetime) -> bool:
+    return cert.not_valid_before_utc <= now <= cert.not_valid_after_utc
+
+
+def _is_ca(cert: x509.Certificate) -> bool:
+    try:
+        return bool(cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
+    except x509.ExtensionNotFound:
+        return False
+
+
+def dns_sans(cert: x509.Certificate) -> list[str]:
+    try:
+        return cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+            x509.DNSName
+        )
+    except x509.ExtensionNotFound:
+        return []
