@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -71,8 +72,16 @@ def _run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     except RulesFileError as error:  # a bad rules file stops the start, before any request is served
         print(f"tls-injector: {error}", file=sys.stderr)
         return 2
-    build_server(settings, mutate=mutate, validate=validate).run()
+    server = build_server(settings, mutate=mutate, validate=validate)
+    # uvicorn drains on SIGTERM, then re-raises the signal to the handler it found; exiting 0 there tells
+    # the kubelet (and anyone reading the exit code) that the shutdown was the orderly one.
+    signal.signal(signal.SIGTERM, _exit_cleanly)
+    server.run()
     return 0
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 def build_handlers(settings: ServeSettings) -> tuple[Handler, Handler]:

@@ -75,7 +75,9 @@ def test_given_files_are_served_and_reported_in_the_expiry_metric(tmp_path: Path
         with server.client() as client:
             metrics = client.get("/metrics").text
     expiry = files.leaf.cert.not_valid_after_utc.timestamp()
-    assert f"tls_injector_serving_cert_expiry_timestamp_seconds {expiry:.9e}" in metrics
+    gauge = next(line for line in metrics.splitlines()
+                 if line.startswith("tls_injector_serving_cert_expiry_timestamp_seconds "))
+    assert float(gauge.split()[1]) == expiry
 
 
 def test_a_swapped_secret_volume_is_served_to_new_connections_with_no_failed_request(tmp_path: Path) -> None:
