@@ -8,9 +8,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import yaml
+
 from app.admission import AdmissionRequest, AdmissionResponse, Handler, allowed
 from app.logs import configure_logging
-from app.rules import make_validate_handler
+from app.rules import export_documents, make_validate_handler
 from app.rulesfile import RulesFileError, load_rule_set
 from app.settings import ServeSettings
 
@@ -29,6 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tls-injector", description=__doc__)
     sub = parser.add_subparsers(title="commands")
     _add_serve(sub)
+    _add_check(sub)
+    _add_export_policy(sub)
     return parser
 
 
@@ -95,3 +99,53 @@ def build_handlers(settings: ServeSettings) -> tuple[Handler, Handler]:
         return allowed(request.uid)
 
     return allow, make_validate_handler(load_rule_set(settings.rules_file))
+
+
+def _add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    check = sub.add_parser(
+        "check", help="offline: the /validate verdict for an update (exit 0 allowed, 1 rejected, 2 bad input)",
+        description="Pair the objects of OLD and NEW by apiVersion, kind, namespace and name and judge each "
+                    "pair as an UPDATE with the same handler as /validate. OLD and NEW are YAML/JSON files "
+                    "(multi-document), directories of them, or - for stdin.")
+    check.add_argument("--old", required=True, help="the manifests before the change")
+    check.add_argument("--new", required=True, help="the manifests after the change")
+    check.add_argument("--rules", type=Path, help="YAML rules file (added to the built-in rules)")
+    check.set_defaults(run=_run_check)
+
+
+def _run_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from app.check import InputError, check, load_manifests, render  # noqa: PLC0415 - keeps `serve` lean
+
+    if args.old == "-" and args.new == "-":
+        parser.error("only one of --old and --new can be read from stdin")
+    try:
+        _, validate = build_handlers(ServeSettings(rules_file=args.rules))
+        report = check(load_manifests(args.old), load_manifests(args.new), validate)
+    except (RulesFileError, InputError) as error:
+        print(f"tls-injector check: {error}", file=sys.stderr)
+        return 2
+    print(render(report))
+    return 1 if report.rejected else 0
+
+
+def _add_export_policy(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    export = sub.add_parser(
+        "export-policy", help="print the rule set as native Kubernetes validation (VAP or CRD snippets)",
+        description="Render the transition rules as ValidatingAdmissionPolicy + ValidatingAdmissionPolicyBinding "
+                    "objects (admissionregistration.k8s.io/v1, Kubernetes >= 1.30), or as the "
+                    "x-kubernetes-validations entries to put on a CRD's schema node.")
+    export.add_argument("--rules", type=Path, help="YAML rules file (added to the built-in rules)")
+    export.add_argument("--format", choices=["vap", "crd"], default="vap",
+                        help="vap: policies and bindings to kubectl apply; crd: snippets for CRD schemas")
+    export.set_defaults(run=_run_export_policy)
+
+
+def _run_export_policy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    try:
+        rule_set = load_rule_set(args.rules)
+    except RulesFileError as error:
+        print(f"tls-injector export-policy: {error}", file=sys.stderr)
+        return 2
+    documents = export_documents(rule_set, fmt=args.format)
+    print(yaml.safe_dump_all(documents, sort_keys=False, width=120), end="")
+    return 0
