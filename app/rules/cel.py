@@ -42,14 +42,18 @@ class Environment:
 
     def compile_bool(self, source: str) -> Program:
         """Compile once; a syntax error, an unknown name or a non-bool result raises CelCompileError."""
-        try:
-            expression = self._env.compile(source)
-        except RuntimeError as error:
-            raise CelCompileError(_strip_status(str(error))) from None
-        result_type = expression.return_type()
+        program = self.compile_any(source)
+        result_type = program.result_type
         if result_type not in (cel.Type.BOOL, cel.Type.DYN):
             raise CelCompileError(f"the expression must evaluate to a bool, not {result_type.name().lower()}")
-        return Program(source, expression)
+        return program
+
+    def compile_any(self, source: str) -> Program:
+        """Compile an expression of any type (e.g. a ValidatingAdmissionPolicy variable)."""
+        try:
+            return Program(source, self._env.compile(source))
+        except RuntimeError as error:
+            raise CelCompileError(_strip_status(str(error))) from None
 
 
 class Program:
@@ -59,6 +63,17 @@ class Program:
 
     def __init__(self, source: str, expression: cel.Expression) -> None:
         self.source, self._expression = source, expression
+
+    @property
+    def result_type(self) -> cel.Type:
+        return self._expression.return_type()
+
+    def value(self, variables: Mapping[str, Any]) -> object:
+        """The result as plain Python data, or an EvalError."""
+        result = self._expression.eval(data=variables)
+        if result.type() == cel.Type.ERROR:
+            return EvalError(_strip_status(str(result.value())))
+        return result.plain_value()
 
     def evaluate(self, variables: Mapping[str, Any]) -> bool | EvalError:
         result = self._expression.eval(data=variables)
