@@ -1,0 +1,120 @@
+"""`tls-injector check`: exit 0 allowed, 1 rejected, 2 bad input; whole sets of manifests paired by key."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from app.cli import main
+from tests.rules_matrix import EXAMPLE_RULES, FIX, OFF, ON_X, ON_Y, ROLL, ROOT, sei_node, workload
+
+
+def write(path: Path, *objects: dict[str, Any]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump_all(objects))
+    return path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["check", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("unchanged", ON_X, ON_X, 0, "allowed: apps/v1 Deployment shop/web"),
+        ("enable", OFF, ON_X, 0, ROLL),
+        ("swap", ON_X, ON_Y, 1, "REJECTED: apps/v1 Deployment shop/web"),
+        ("disable", ON_X, OFF, 1, FIX),
+    ],
+    ids=lambda case: case[0],
+)
+def test_the_exit_status_is_the_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: tuple[str, Any, Any, int, str]
+) -> None:
+    _, old, new, code, says = case
+    before = write(tmp_path / "old.yaml", workload("Deployment", old))
+    after = write(tmp_path / "new.yaml", workload("Deployment", new))
+    status, out, _ = run(capsys, "--old", str(before), "--new", str(after))
+    assert status == code
+    assert says in out
+
+
+def test_a_whole_diff_of_manifests_is_paired_by_kind_namespace_and_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old = [workload("Deployment", ON_X, name="a"), workload("StatefulSet", ON_X, name="a"),
+           workload("DaemonSet", ON_X, name="removed"), sei_node({"secretName": "x"})]
+    new = [workload("StatefulSet", ON_X, name="a"), workload("Deployment", ON_Y, name="a"),
+           workload("Deployment", OFF, name="added"), sei_node(None)]
+    write(tmp_path / "before" / "apps.yaml", *old[:2])
+    (tmp_path / "before" / "more").mkdir()
+    (tmp_path / "before" / "more" / "list.json").write_text(json.dumps({"kind": "List", "items": old[2:]}))
+    write(tmp_path / "after" / "all.yml", *new)
+    status, out, _ = run(capsys, "--old", str(tmp_path / "before"), "--new", str(tmp_path / "after"),
+                         "--rules", str(EXAMPLE_RULES))
+    assert status == 1
+    assert "allowed: apps/v1 StatefulSet shop/a" in out
+    assert "REJECTED: apps/v1 Deployment shop/a" in out
+    assert "REJECTED: example.com/v1 SeiNode chain/node-0" in out
+    assert "3 updated, 2 rejected; 1 created and 1 deleted (always allowed)" in out
+
+
+def test_old_can_come_from_stdin_as_from_git_show(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(yaml.safe_dump(workload("Deployment", ON_X))))
+    after = write(tmp_path / "new.yaml", workload("Deployment", OFF))
+    assert run(capsys, "--old", "-", "--new", str(after))[0] == 1
+
+
+@pytest.mark.parametrize(
+    ("case", "old_text", "says"),
+    [
+        ("bad YAML", "kind: [", "not valid YAML or JSON"),
+        ("not an object", "- a\n- b\n", "expected a Kubernetes object, got list"),
+        ("no name", "apiVersion: v1\nkind: ConfigMap\nmetadata: {}\n",
+         "needs string apiVersion, kind and metadata.name"),
+        ("duplicate", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n---\n"
+                      "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n", "appears twice"),
+    ],
+)
+def test_unusable_input_exits_2_with_the_file_and_document(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str, old_text: str, says: str
+) -> None:
+    (tmp_path / "old.yaml").write_text(old_text)
+    after = write(tmp_path / "new.yaml", workload("Deployment", ON_X))
+    status, out, err = run(capsys, "--old", str(tmp_path / "old.yaml"), "--new", str(after))
+    assert status == 2
+    assert says in err
+    assert "old.yaml" in err
+    assert out == ""
+
+
+def test_a_missing_file_or_a_bad_rules_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = write(tmp_path / "m.yaml", workload("Deployment", ON_X))
+    assert run(capsys, "--old", str(tmp_path / "nope.yaml"), "--new", str(manifest))[0] == 2
+    bad_rules = tmp_path / "rules.yaml"
+    bad_rules.write_text("rules: [{name: x}]\n")
+    status, _, err = run(capsys, "--old", str(manifest), "--new", str(manifest), "--rules", str(bad_rules))
+    assert status == 2
+    assert "missing required field 'match'" in err
+
+
+def test_the_installed_entry_point_exits_with_the_verdict(tmp_path: Path) -> None:
+    before = write(tmp_path / "old.yaml", workload("Deployment", ON_X))
+    after = write(tmp_path / "new.yaml", workload("Deployment", ON_Y))
+    command = [sys.executable, "-m", "app", "check", "--old", str(before), "--new", str(after)]
+    rejected = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
+    usage = subprocess.run(command[:-2], capture_output=True, text=True, cwd=ROOT, check=False)
+    assert (rejected.returncode, usage.returncode) == (1, 2)
+    assert '"x-tls" -> "y-tls"' in rejected.stdout

@@ -1,0 +1,150 @@
+"""The exported ValidatingAdmissionPolicies and CRD rules agree with the webhook, and are valid objects.
+
+Agreement is proven by evaluating the exported CEL with the same CEL library the way the apiserver
+does: policy variables over `object`/`oldObject`, then each validation with `variables`; a false or
+an error fails it (failurePolicy Fail); the binding's action decides Deny or Warn.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from app.admission import AdmissionRequest, GroupVersionKind
+from app.cli import main
+from app.rules import export_documents, make_validate_handler
+from app.rules.cel import Environment, EvalError, to_cel
+from app.rulesfile import load_rule_set
+from tests.rules_matrix import (
+    EXAMPLE_CRD,
+    EXAMPLE_RULES,
+    SIDECAR_MATRIX,
+    WORKLOAD_KINDS,
+    WORKLOAD_TRANSITIONS,
+    X,
+    sei_node,
+    workload,
+)
+
+RULES = load_rule_set(EXAMPLE_RULES)
+VALIDATE = make_validate_handler(RULES)
+POLICIES = export_documents(RULES, fmt="vap")
+VAP_ENV = Environment(["object", "oldObject", "variables"])
+CRD_ENV = Environment(["self", "oldSelf"])
+RESOURCES = {"Deployment": "deployments", "StatefulSet": "statefulsets", "DaemonSet": "daemonsets",
+             "SeiNode": "seinodes"}
+
+
+def webhook(old: dict[str, Any], new: dict[str, Any]) -> tuple[bool, bool]:
+    """(allowed, warned) from the /validate handler."""
+    group, _, version = new["apiVersion"].rpartition("/")
+    request = AdmissionRequest(
+        uid=str(uuid.uuid4()), kind=GroupVersionKind(group=group, version=version, kind=new["kind"]),
+        operation="UPDATE", namespace="ns", name="n", object=new, old_object=old, dry_run=False, raw={})
+    response = VALIDATE(request)
+    return response["allowed"], bool(response.get("warnings"))
+
+
+def policy_applies(policy: dict[str, Any], obj: dict[str, Any]) -> bool:
+    group, _, version = obj["apiVersion"].rpartition("/")
+    return any(group in r["apiGroups"] and (version in r["apiVersions"] or "*" in r["apiVersions"])
+               and RESOURCES[obj["kind"]] in r["resources"] and "UPDATE" in r["operations"]
+               for r in policy["spec"]["matchConstraints"]["resourceRules"])
+
+
+def validation_fails(policy: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> bool:
+    data: dict[str, Any] = {"object": to_cel(new), "oldObject": to_cel(old)}
+    data["variables"] = {v["name"]: VAP_ENV.compile_any(v["expression"]).value(data)
+                         for v in policy["spec"]["variables"]}
+    assert not any(isinstance(v, EvalError) for v in data["variables"].values()), data["variables"]
+    results = [VAP_ENV.compile_bool(v["expression"]).evaluate(data) for v in policy["spec"]["validations"]]
+    return any(result is not True for result in results)  # false or an error: failurePolicy is Fail
+
+
+def exported(old: dict[str, Any], new: dict[str, Any]) -> tuple[bool, bool]:
+    """(allowed, warned) from the exported policies, as the apiserver would evaluate them."""
+    actions = {d["spec"]["policyName"]: d["spec"]["validationActions"]
+               for d in POLICIES if d["kind"] == "ValidatingAdmissionPolicyBinding"}
+    denied = warned = False
+    for policy in (d for d in POLICIES if d["kind"] == "ValidatingAdmissionPolicy"):
+        if policy_applies(policy, new) and validation_fails(policy, old, new):
+            denied |= "Deny" in actions[policy["metadata"]["name"]]
+            warned |= "Warn" in actions[policy["metadata"]["name"]]
+    return not denied, warned and not denied  # the webhook keeps warnings only for allowed updates
+
+
+def sei_spec_only(tls: Any) -> dict[str, Any]:
+    return {**sei_node(None), "spec": {"sidecar": {"tls": tls}}}
+
+
+CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    *[(f"{kind}: {t.name}", workload(kind, t.old), workload(kind, t.new))
+      for kind in WORKLOAD_KINDS for t in WORKLOAD_TRANSITIONS],
+    *[(f"SeiNode: {name}", sei_node(old), sei_node(new)) for name, old, new, _ in SIDECAR_MATRIX],
+    ("SeiNode: tls null -> X", sei_spec_only(None), sei_spec_only(X)),
+    ("SeiNode: X -> tls null", sei_spec_only(X), sei_spec_only(None)),
+    ("SeiNode: no spec -> X", {**sei_node(None), "spec": None}, sei_node(X)),
+    ("SeiNode: sidecar block removed", sei_node(X), sei_node(None, sidecar=False)),
+    ("SeiNode: a type error denies in both", {**sei_node(None), "spec": {"sidecar": "s"}},
+     {**sei_node(None), "spec": {"sidecar": "s"}}),
+    ("Deployment: no template metadata", {**workload("Deployment", (None, None)), "spec": {"template": {}}},
+     workload("Deployment", ("true", "x"))),
+]
+
+
+@pytest.mark.parametrize(("case", "old", "new"), CASES, ids=[c[0] for c in CASES])
+def test_the_exported_policy_and_the_webhook_agree(case: str, old: dict[str, Any], new: dict[str, Any]) -> None:
+    assert exported(old, new) == webhook(old, new)
+
+
+def test_the_agreement_matrix_has_both_verdicts_and_warnings() -> None:
+    """Guards the test above against passing vacuously (e.g. every case allowed)."""
+    verdicts = [webhook(old, new) for _, old, new in CASES]
+    assert {allowed for allowed, _ in verdicts} == {True, False}
+    assert any(warned for _, warned in verdicts)
+
+
+@pytest.mark.parametrize(("name", "old_tls", "new_tls", "allowed"), SIDECAR_MATRIX)
+def test_the_crd_rule_on_the_parent_node_agrees_with_the_webhook(
+    name: str, old_tls: Any, new_tls: Any, allowed: bool
+) -> None:
+    (snippet,) = export_documents(RULES, fmt="crd")
+    (entry,) = snippet["x-kubernetes-validations"]
+    old, new = sei_node(old_tls), sei_node(new_tls)
+    result = CRD_ENV.compile_bool(entry["rule"]).evaluate({"self": new["spec"], "oldSelf": old["spec"]})
+    assert result is allowed
+    assert webhook(old, new)[0] is allowed
+
+
+def test_the_example_crd_carries_exactly_the_exported_rule_on_spec() -> None:
+    (snippet,) = export_documents(RULES, fmt="crd")
+    crd = yaml.safe_load(EXAMPLE_CRD.read_text())
+    spec_schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert snippet["schemaNode"] == "spec"
+    assert spec_schema["x-kubernetes-validations"] == snippet["x-kubernetes-validations"]
+
+
+@pytest.mark.parametrize("version", ["1.30.0", kubernetes_validate.latest_version()])
+def test_the_exported_policies_and_the_example_crd_pass_the_strict_kubernetes_schema(version: str) -> None:
+    crd = yaml.safe_load(EXAMPLE_CRD.read_text())
+    for document in [*POLICIES, crd]:
+        kubernetes_validate.validate(document, version, strict=True)
+
+
+def test_the_strict_schema_check_does_catch_a_wrong_field() -> None:
+    broken = copy.deepcopy(POLICIES[0])
+    broken["spec"]["validations"][0]["severity"] = "high"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, "1.30.0", strict=True)
+
+
+@pytest.mark.parametrize("fmt", ["vap", "crd"])
+def test_export_policy_prints_the_documents_as_yaml(fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["export-policy", "--rules", str(EXAMPLE_RULES), "--format", fmt]) == 0
+    printed = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d is not None]
+    assert printed == export_documents(RULES, fmt=fmt)
