@@ -1,0 +1,117 @@
+"""The webhook Deployment and the bootstrap Job: hardened, highly available, wired to each other."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from app.cli import _parser
+from app.settings import ServeSettings
+from tests.shipping.support import ROOT, Obj, installed, of_kind, only, render
+
+
+def _pod_specs() -> list[tuple[str, Obj]]:
+    objects = installed()
+    return [(f"{o['kind']}/{o['metadata']['name']}", o["spec"]["template"]["spec"])
+            for kind in ("Deployment", "Job") for o in of_kind(objects, kind)]
+
+
+def _deployment() -> Obj:
+    return only(installed(), "Deployment")
+
+
+def _container(pod: Obj) -> Obj:
+    containers: list[Obj] = pod["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
+def _parsed(pod: Obj) -> argparse.Namespace:
+    """The container's args as the real CLI parses them: a typo in a flag fails here, not in the cluster."""
+    return _parser().parse_args(_container(pod)["args"])
+
+
+@pytest.mark.parametrize(("name", "pod"), _pod_specs(), ids=lambda x: x if isinstance(x, str) else "")
+def test_every_pod_runs_non_root_read_only_without_privileges_or_capabilities(name: str, pod: Obj) -> None:
+    context = pod["securityContext"]
+    assert context["runAsNonRoot"] is True
+    assert context["runAsUser"] > 0
+    assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+    container = _container(pod)["securityContext"]
+    assert container["allowPrivilegeEscalation"] is False
+    assert container["readOnlyRootFilesystem"] is True
+    assert container["capabilities"] == {"drop": ["ALL"]}
+    assert container.get("privileged") is not True
+    assert not {"hostNetwork", "hostPID", "hostIPC"} & {k for k, v in pod.items() if v}
+
+
+@pytest.mark.parametrize(("name", "pod"), _pod_specs(), ids=lambda x: x if isinstance(x, str) else "")
+def test_every_pod_has_requests_and_a_memory_limit_and_a_writable_tmp(name: str, pod: Obj) -> None:
+    resources = _container(pod)["resources"]
+    assert {"cpu", "memory"} <= set(resources["requests"])
+    assert "memory" in resources["limits"]
+    mounts = {m["mountPath"]: m["name"] for m in _container(pod)["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]]
+
+
+@pytest.mark.parametrize(("name", "pod"), _pod_specs(), ids=lambda x: x if isinstance(x, str) else "")
+def test_every_container_command_line_is_accepted_by_the_real_cli(name: str, pod: Obj) -> None:
+    assert hasattr(_parsed(pod), "run")
+
+
+@pytest.mark.parametrize("directory", ["manifests/base", "manifests/overlays/example"])
+def test_the_webhook_runs_at_least_two_replicas_and_a_drain_never_takes_the_last(directory: str) -> None:
+    objects = render(ROOT / directory)
+    deployment = only(objects, "Deployment")
+    replicas = deployment["spec"]["replicas"]
+    budget = only(objects, "PodDisruptionBudget")["spec"]
+    assert replicas >= 2
+    assert 1 <= budget["minAvailable"] < replicas, "minAvailable == replicas would block every node drain"
+    assert budget["selector"] == deployment["spec"]["selector"]
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+
+
+def test_replicas_prefer_different_nodes() -> None:
+    template = _deployment()["spec"]["template"]
+    terms = template["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    term = terms[0]["podAffinityTerm"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+
+
+def test_probes_use_readyz_for_readiness_and_healthz_for_liveness_over_https() -> None:
+    container = _container(_deployment()["spec"]["template"]["spec"])
+    port = container["ports"][0]
+    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+        get = container[probe]["httpGet"]
+        assert get == {"path": path, "port": port["name"], "scheme": "HTTPS"}
+    assert port["containerPort"] == _parsed(_deployment()["spec"]["template"]["spec"]).port
+
+
+def test_the_tls_flags_point_into_the_serving_secret_mounted_whole_without_subpath() -> None:
+    pod = _deployment()["spec"]["template"]["spec"]
+    args = _parsed(pod)
+    mounts = {m["mountPath"]: m for m in _container(pod)["volumeMounts"]}
+    assert not any("subPath" in m or "subPathExpr" in m for m in mounts.values())
+    assert args.tls_cert_file.parent == args.tls_private_key_file.parent
+    mount = mounts[str(args.tls_cert_file.parent)]
+    assert mount["readOnly"] is True
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    assert "items" not in volume["secret"], "the kubernetes.io/tls keys are used as they are"
+    assert (args.tls_cert_file.name, args.tls_private_key_file.name) == ("tls.crt", "tls.key")
+    assert volume["secret"]["defaultMode"] & 0o007 == 0, "the key must not be world-readable"
+
+
+def test_the_grace_period_outlasts_the_pre_stop_pause_plus_the_server_drain() -> None:
+    pod = _deployment()["spec"]["template"]["spec"]
+    drain = _parsed(pod).drain_seconds
+    assert drain == ServeSettings().drain_seconds  # the flag says out loud what the default is
+    pause = _container(pod)["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert pod["terminationGracePeriodSeconds"] > pause + drain
+
+
+def test_the_injector_namespace_enforces_the_restricted_pod_security_standard() -> None:
+    labels = only(installed(), "Namespace")["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"

@@ -1,0 +1,179 @@
+"""The webhook configurations are safe: scoped, excluded where they must be, never called twice."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from cel_expr_python import cel
+
+from app.injection.names import INJECT_LABEL, NAMESPACE_OPT_IN, POD_OPT_IN, POD_OPT_OUT
+from tests.shipping.support import Obj, installed, of_kind, only
+
+SYSTEM_NAMESPACES = {"kube-system", "kube-node-lease", "kube-public"}
+NAME_LABEL = "kubernetes.io/metadata.name"
+
+
+def _webhooks() -> list[tuple[str, Obj]]:
+    objects = installed()
+    kinds = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+    return [(c["kind"], hook) for kind in kinds for c in of_kind(objects, kind) for hook in c["webhooks"]]
+
+
+def _injector_namespace() -> str:
+    name: str = only(installed(), "Namespace")["metadata"]["name"]
+    return name
+
+
+def matches(selector: Obj | None, labels: dict[str, str]) -> bool:
+    """metav1.LabelSelector semantics; an absent selector matches everything."""
+    selector = selector or {}
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    return all(_expression(e, labels) for e in selector.get("matchExpressions") or [])
+
+
+def _expression(expr: Obj, labels: dict[str, str]) -> bool:
+    key, op, values = expr["key"], expr["operator"], expr.get("values") or []
+    tests = {
+        "In": lambda: key in labels and labels[key] in values,
+        "NotIn": lambda: key not in labels or labels[key] not in values,
+        "Exists": lambda: key in labels,
+        "DoesNotExist": lambda: key not in labels,
+    }
+    return bool(tests[op]())
+
+
+def test_there_are_exactly_three_webhook_entries_in_two_configurations() -> None:
+    kinds = [kind for kind, _ in _webhooks()]
+    assert kinds.count("MutatingWebhookConfiguration") == 2
+    assert kinds.count("ValidatingWebhookConfiguration") == 1
+
+
+@pytest.mark.parametrize(("kind", "hook"), _webhooks(), ids=lambda x: x if isinstance(x, str) else x["name"])
+def test_every_webhook_entry_is_safe_for_dry_run_and_fully_explicit(kind: str, hook: Obj) -> None:
+    assert hook["sideEffects"] == "None"
+    assert hook["admissionReviewVersions"] == ["v1"]
+    assert hook["matchPolicy"] == "Equivalent"
+    assert hook["failurePolicy"] in ("Fail", "Ignore")
+    # Below the 10 s default and the 30 s maximum: a hung replica must not stall the apiserver.
+    assert 1 <= hook["timeoutSeconds"] <= 10
+    assert "caBundle" not in hook["clientConfig"], "caBundle is the bootstrap's job; a static one goes stale"
+    assert "url" not in hook["clientConfig"]
+
+
+@pytest.mark.parametrize(("kind", "hook"), _webhooks(), ids=lambda x: x if isinstance(x, str) else x["name"])
+def test_every_webhook_entry_excludes_the_control_plane_and_the_injector_by_unforgeable_name(kind: str,
+                                                                                             hook: Obj) -> None:
+    excluded = SYSTEM_NAMESPACES | {_injector_namespace()}
+    selector = hook["namespaceSelector"]
+    name_rules = [e for e in selector.get("matchExpressions") or [] if e["key"] == NAME_LABEL]
+    assert [(e["operator"], set(e["values"])) for e in name_rules] == [("NotIn", excluded)]
+    for namespace, ns_label in itertools.product(excluded, [None, NAMESPACE_OPT_IN]):
+        ns_labels = {NAME_LABEL: namespace} | ({INJECT_LABEL: ns_label} if ns_label else {})
+        assert not matches(selector, ns_labels), f"{namespace} ({ns_label}) reaches {hook['name']}"
+
+
+@pytest.mark.parametrize(("kind", "hook"), _webhooks(), ids=lambda x: x if isinstance(x, str) else x["name"])
+def test_every_webhook_entry_calls_the_shipped_service_on_443_which_reaches_the_container(kind: str,
+                                                                                          hook: Obj) -> None:
+    objects = installed()
+    ref = hook["clientConfig"]["service"]
+    service = only(objects, "Service", ref["name"])
+    assert service["metadata"]["namespace"] == ref["namespace"] == _injector_namespace()
+    paths = {"MutatingWebhookConfiguration": "/mutate", "ValidatingWebhookConfiguration": "/validate"}
+    assert ref["path"] == paths[kind]
+    port = next(p for p in service["spec"]["ports"] if p["port"] == ref.get("port", 443))
+    pod = only(objects, "Deployment")["spec"]["template"]
+    assert matches({"matchLabels": service["spec"]["selector"]}, pod["metadata"]["labels"])
+    container_ports = {p["name"]: p["containerPort"] for c in pod["spec"]["containers"] for p in c["ports"]}
+    assert container_ports[port["targetPort"]] == 8443
+
+
+def _mutating() -> list[Obj]:
+    return [hook for kind, hook in _webhooks() if kind == "MutatingWebhookConfiguration"]
+
+
+def test_the_mutating_entries_take_pod_create_only_and_allow_reinvocation() -> None:
+    for hook in _mutating():
+        assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                                  "resources": ["pods"], "scope": "Namespaced"}]
+        assert hook["reinvocationPolicy"] == "IfNeeded"
+
+
+NS_LABELS = [None, NAMESPACE_OPT_IN, "disabled", "true"]
+POD_LABELS = [None, POD_OPT_IN, POD_OPT_OUT, "yes"]
+
+
+@pytest.mark.parametrize(("ns_label", "pod_label"), list(itertools.product(NS_LABELS, POD_LABELS)))
+def test_a_pod_is_sent_to_the_mutating_webhook_once_exactly_when_it_opted_in(ns_label: str | None,
+                                                                             pod_label: str | None) -> None:
+    ns_labels = {NAME_LABEL: "shop"} | ({INJECT_LABEL: ns_label} if ns_label else {})
+    pod_labels = {"app": "web"} | ({INJECT_LABEL: pod_label} if pod_label else {})
+    calls = sum(matches(h["namespaceSelector"], ns_labels) and matches(h.get("objectSelector"), pod_labels)
+                for h in _mutating())
+    wanted = pod_label != POD_OPT_OUT if ns_label == NAMESPACE_OPT_IN else pod_label == POD_OPT_IN
+    assert calls == int(wanted)
+
+
+def _validating() -> Obj:
+    hooks = [hook for kind, hook in _webhooks() if kind == "ValidatingWebhookConfiguration"]
+    return hooks[0]
+
+
+def test_the_validating_entry_takes_updates_of_the_three_workload_kinds_only() -> None:
+    assert _validating()["rules"] == [{"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["UPDATE"],
+                                       "resources": ["deployments", "statefulsets", "daemonsets"],
+                                       "scope": "Namespaced"}]
+    assert "objectSelector" not in _validating(), "the opt-in label sits on the pod template, not the object"
+
+
+def _workload(template_labels: dict[str, str] | None, *, deleting: bool = False) -> Obj:
+    metadata: Obj = {"name": "web", "namespace": "shop"}
+    if deleting:
+        metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    template: Obj = {"metadata": {} if template_labels is None else {"labels": template_labels}, "spec": {}}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata, "spec": {"template": template}}
+
+
+def reaches_webhook(old: Obj, new: Obj) -> bool:
+    """All matchConditions true, evaluated with a real CEL implementation, as the apiserver does."""
+    env = cel.NewEnv(variables={"object": cel.Type.DYN, "oldObject": cel.Type.DYN})
+    for condition in _validating()["matchConditions"]:
+        result = env.compile(condition["expression"]).eval(data={"object": new, "oldObject": old})
+        assert result.type() == cel.Type.BOOL, f"{condition['name']}: {result.value()}"
+        if not result.value():
+            return False
+    return True
+
+
+OPTED = {"app": "web", INJECT_LABEL: POD_OPT_IN}
+PLAIN = {"app": "web"}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "sent"),
+    [
+        (_workload(PLAIN), _workload(PLAIN), False),
+        (_workload(None), _workload(None), False),
+        (_workload(PLAIN), _workload(OPTED), True),
+        (_workload(OPTED), _workload(PLAIN), True),
+        (_workload(OPTED), _workload(OPTED), True),
+        (_workload(OPTED), _workload({**OPTED, INJECT_LABEL: POD_OPT_OUT}), True),
+        (_workload(None), _workload(OPTED), True),
+        (_workload(OPTED), _workload(OPTED, deleting=True), False),
+    ],
+    ids=["plain", "no-labels", "enable", "disable", "unchanged", "to-false", "labels-added", "terminating"],
+)
+def test_only_updates_whose_old_or_new_template_carries_the_opt_in_label_reach_the_validating_webhook(
+    old: Obj, new: Obj, sent: bool
+) -> None:
+    assert reaches_webhook(old, new) is sent
+
+
+def test_match_conditions_fit_the_apiserver_limit_and_have_unique_names() -> None:
+    conditions: list[Any] = _validating()["matchConditions"]
+    names = [c["name"] for c in conditions]
+    assert len(names) == len(set(names))
+    assert len(conditions) <= 64
