@@ -32,21 +32,34 @@ def load_docs(path: Path) -> list[Obj]:
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
 
 
+def _kustomizations() -> list[tuple[Path, Obj]]:
+    return [(d, load_docs(d / KUSTOMIZATION)[0]) for d in kustomization_dirs()]
+
+
 def patch_files() -> set[Path]:
-    """Files a kustomization uses as patches: partial objects, valid only once rendered."""
+    """Files a kustomization uses as patches: partial objects or JSON patch ops, valid only once rendered."""
+    return {(d / patch["path"]).resolve()
+            for d, spec in _kustomizations() for patch in spec.get("patches") or [] if "path" in patch}
+
+
+def generator_files() -> set[Path]:
+    """Files a configMapGenerator/secretGenerator packs (`files: [key=]path`): data, not objects."""
     found: set[Path] = set()
-    for directory in kustomization_dirs():
-        spec = load_docs(directory / KUSTOMIZATION)[0]
-        for patch in spec.get("patches") or []:
-            if "path" in patch:
-                found.add((directory / patch["path"]).resolve())
+    for directory, spec in _kustomizations():
+        for generator in (spec.get("configMapGenerator") or []) + (spec.get("secretGenerator") or []):
+            found |= {(directory / f.split("=", 1)[-1]).resolve() for f in generator.get("files") or []}
     return found
 
 
+def is_manifest(path: Path) -> bool:
+    docs = load_docs(path)
+    return bool(docs) and all(isinstance(d, dict) and "apiVersion" in d and "kind" in d for d in docs)
+
+
 def resource_files() -> list[Path]:
-    """Whole Kubernetes objects: every YAML file except kustomizations and patches."""
-    patches = patch_files()
-    return [p for p in yaml_files() if p.name != KUSTOMIZATION and p.resolve() not in patches]
+    """Whole Kubernetes objects: every YAML file except kustomizations, patches and generator inputs."""
+    skip = patch_files() | generator_files()
+    return [p for p in yaml_files() if p.name != KUSTOMIZATION and p.resolve() not in skip]
 
 
 def kubectl() -> str:
@@ -68,6 +81,9 @@ def _render(directory: Path) -> list[Obj]:
 def render(directory: Path) -> list[Obj]:
     """`kubectl kustomize DIR` (the kustomize built into kubectl); a fresh copy each call."""
     return copy.deepcopy(_render(directory.resolve()))
+
+
+RENDERINGS = ("manifests/base", "manifests/overlays/example")
 
 
 def installed() -> list[Obj]:

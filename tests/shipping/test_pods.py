@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
 from app.cli import _parser
+from app.rulesfile import load_rule_set
 from app.settings import ServeSettings
 from tests.shipping.support import ROOT, Obj, installed, of_kind, only, render
 
@@ -115,3 +117,17 @@ def test_the_grace_period_outlasts_the_pre_stop_pause_plus_the_server_drain() ->
 def test_the_injector_namespace_enforces_the_restricted_pod_security_standard() -> None:
     labels = only(installed(), "Namespace")["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def test_the_example_overlay_mounts_a_rules_file_that_the_server_loads(tmp_path: Path) -> None:
+    objects = render(ROOT / "manifests/overlays/example")
+    pod = only(objects, "Deployment")["spec"]["template"]["spec"]
+    rules = _parsed(pod).rules
+    mount = next(m for m in _container(pod)["volumeMounts"] if m["mountPath"] == str(rules.parent))
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    config_map = only(objects, "ConfigMap", volume["configMap"]["name"])
+    assert config_map["metadata"]["namespace"] == only(objects, "Deployment")["metadata"]["namespace"]
+    copy = tmp_path / rules.name
+    copy.write_text(config_map["data"][rules.name])
+    rule_set = load_rule_set(copy)
+    assert any(match.kind == "SeiNode" for rule in rule_set for match in rule.match)

@@ -15,6 +15,8 @@ from tests.shipping.support import (
     KUSTOMIZATION,
     ROOT,
     Obj,
+    generator_files,
+    is_manifest,
     kustomization_dirs,
     load_docs,
     patch_files,
@@ -91,23 +93,27 @@ def test_a_rendering_holds_no_two_objects_with_the_same_identity(directory: Path
     assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
 
 
-def test_every_manifest_file_is_used_by_a_kustomization_so_none_is_forgotten_at_apply_time() -> None:
-    used: set[Path] = set(patch_files())
+def test_every_yaml_file_is_used_by_a_kustomization_so_none_is_forgotten_at_apply_time() -> None:
+    used: set[Path] = patch_files() | generator_files()
     for directory in kustomization_dirs():
         spec = load_docs(directory / KUSTOMIZATION)[0]
-        for entry in spec.get("resources") or []:
+        for entry in (spec.get("resources") or []) + (spec.get("components") or []):
             target = (directory / entry).resolve()
             assert target.exists(), f"{_rel(directory)} lists missing {entry}"
             used.add(target)
     orphans = [_rel(p) for p in yaml_files()
                if p.name != KUSTOMIZATION and p.resolve() not in used and p.parent.resolve() not in used]
-    assert not orphans
+    assert not orphans, "list these in a kustomization.yaml (resources, patches or a generator's files)"
+
+
+def test_every_resource_file_holds_only_kubernetes_objects() -> None:
+    assert [_rel(p) for p in resource_files() if not is_manifest(p)] == []
 
 
 def test_the_shipped_tree_has_the_expected_kustomizations() -> None:
     # Guards the parametrized tests above against silently finding nothing to check.
     found = {_rel(d) for d in kustomization_dirs()}
-    assert {"manifests/base", "manifests/overlays/example"} <= found
+    assert {"manifests/base", "manifests/overlays/example", "manifests/components/sidecar-tls-example"} <= found
 
 
 @pytest.mark.parametrize(

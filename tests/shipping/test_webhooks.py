@@ -9,16 +9,25 @@ import pytest
 from cel_expr_python import cel
 
 from app.injection.names import INJECT_LABEL, NAMESPACE_OPT_IN, POD_OPT_IN, POD_OPT_OUT
-from tests.shipping.support import Obj, installed, of_kind, only
+from tests.shipping.support import RENDERINGS, ROOT, Obj, installed, of_kind, only, render
 
 SYSTEM_NAMESPACES = {"kube-system", "kube-node-lease", "kube-public"}
 NAME_LABEL = "kubernetes.io/metadata.name"
 
 
-def _webhooks() -> list[tuple[str, Obj]]:
-    objects = installed()
+def _webhooks(rendering: str = "manifests/base") -> list[tuple[str, Obj]]:
+    objects = render(ROOT / rendering)
     kinds = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
     return [(c["kind"], hook) for kind in kinds for c in of_kind(objects, kind) for hook in c["webhooks"]]
+
+
+def _every_entry() -> list[tuple[str, Obj]]:
+    """Every entry of every rendering, each once (the base's reappear in the overlay)."""
+    seen: dict[str, tuple[str, Obj]] = {}
+    for rendering in RENDERINGS:
+        for kind, hook in _webhooks(rendering):
+            seen.setdefault(f"{kind}/{hook['name']}", (kind, hook))
+    return list(seen.values())
 
 
 def _injector_namespace() -> str:
@@ -45,13 +54,14 @@ def _expression(expr: Obj, labels: dict[str, str]) -> bool:
     return bool(tests[op]())
 
 
-def test_there_are_exactly_three_webhook_entries_in_two_configurations() -> None:
-    kinds = [kind for kind, _ in _webhooks()]
+@pytest.mark.parametrize(("rendering", "validating"), [("manifests/base", 1), ("manifests/overlays/example", 2)])
+def test_each_rendering_has_two_mutating_entries_and_its_validating_ones(rendering: str, validating: int) -> None:
+    kinds = [kind for kind, _ in _webhooks(rendering)]
     assert kinds.count("MutatingWebhookConfiguration") == 2
-    assert kinds.count("ValidatingWebhookConfiguration") == 1
+    assert kinds.count("ValidatingWebhookConfiguration") == validating
 
 
-@pytest.mark.parametrize(("kind", "hook"), _webhooks(), ids=lambda x: x if isinstance(x, str) else x["name"])
+@pytest.mark.parametrize(("kind", "hook"), _every_entry(), ids=lambda x: x if isinstance(x, str) else x["name"])
 def test_every_webhook_entry_is_safe_for_dry_run_and_fully_explicit(kind: str, hook: Obj) -> None:
     assert hook["sideEffects"] == "None"
     assert hook["admissionReviewVersions"] == ["v1"]
@@ -63,7 +73,7 @@ def test_every_webhook_entry_is_safe_for_dry_run_and_fully_explicit(kind: str, h
     assert "url" not in hook["clientConfig"]
 
 
-@pytest.mark.parametrize(("kind", "hook"), _webhooks(), ids=lambda x: x if isinstance(x, str) else x["name"])
+@pytest.mark.parametrize(("kind", "hook"), _every_entry(), ids=lambda x: x if isinstance(x, str) else x["name"])
 def test_every_webhook_entry_excludes_the_control_plane_and_the_injector_by_unforgeable_name(kind: str,
                                                                                              hook: Obj) -> None:
     excluded = SYSTEM_NAMESPACES | {_injector_namespace()}
@@ -75,7 +85,7 @@ def test_every_webhook_entry_excludes_the_control_plane_and_the_injector_by_unfo
         assert not matches(selector, ns_labels), f"{namespace} ({ns_label}) reaches {hook['name']}"
 
 
-@pytest.mark.parametrize(("kind", "hook"), _webhooks(), ids=lambda x: x if isinstance(x, str) else x["name"])
+@pytest.mark.parametrize(("kind", "hook"), _every_entry(), ids=lambda x: x if isinstance(x, str) else x["name"])
 def test_every_webhook_entry_calls_the_shipped_service_on_443_which_reaches_the_container(kind: str,
                                                                                           hook: Obj) -> None:
     objects = installed()
@@ -117,9 +127,8 @@ def test_a_pod_is_sent_to_the_mutating_webhook_once_exactly_when_it_opted_in(ns_
     assert calls == int(wanted)
 
 
-def _validating() -> Obj:
-    hooks = [hook for kind, hook in _webhooks() if kind == "ValidatingWebhookConfiguration"]
-    return hooks[0]
+def _validating(name: str = "tls-transitions.workloads.tls-injector.io") -> Obj:
+    return next(hook for _, hook in _every_entry() if hook["name"] == name)
 
 
 def test_the_validating_entry_takes_updates_of_the_three_workload_kinds_only() -> None:
@@ -137,10 +146,10 @@ def _workload(template_labels: dict[str, str] | None, *, deleting: bool = False)
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata, "spec": {"template": template}}
 
 
-def reaches_webhook(old: Obj, new: Obj) -> bool:
+def reaches_webhook(old: Obj, new: Obj, hook: Obj | None = None) -> bool:
     """All matchConditions true, evaluated with a real CEL implementation, as the apiserver does."""
     env = cel.NewEnv(variables={"object": cel.Type.DYN, "oldObject": cel.Type.DYN})
-    for condition in _validating()["matchConditions"]:
+    for condition in (hook or _validating())["matchConditions"]:
         result = env.compile(condition["expression"]).eval(data={"object": new, "oldObject": old})
         assert result.type() == cel.Type.BOOL, f"{condition['name']}: {result.value()}"
         if not result.value():
@@ -172,8 +181,34 @@ def test_only_updates_whose_old_or_new_template_carries_the_opt_in_label_reach_t
     assert reaches_webhook(old, new) is sent
 
 
-def test_match_conditions_fit_the_apiserver_limit_and_have_unique_names() -> None:
-    conditions: list[Any] = _validating()["matchConditions"]
+def _seinode(sidecar: Obj | None, *, deleting: bool = False) -> Obj:
+    node = _workload(None, deleting=deleting) | {"apiVersion": "example.com/v1", "kind": "SeiNode"}
+    node["spec"] = {"image": "sei"} | ({"sidecar": sidecar} if sidecar is not None else {})
+    return node
+
+
+TLS = {"tls": {"secretName": "node-tls"}}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "sent"),
+    [
+        (_seinode(None), _seinode(TLS), False),
+        (_seinode({"image": "s"}), _seinode(TLS), False),
+        (_seinode(TLS), _seinode(None), True),
+        (_seinode(TLS), _seinode(TLS), True),
+        (_seinode(TLS), _seinode(TLS, deleting=True), False),
+    ],
+    ids=["enable", "enable-with-sidecar", "disable", "unchanged", "terminating"],
+)
+def test_only_seinode_updates_that_could_break_the_rule_reach_the_example_entry(old: Obj, new: Obj,
+                                                                               sent: bool) -> None:
+    assert reaches_webhook(old, new, _validating("tls-transitions.seinodes.tls-injector.io")) is sent
+
+
+@pytest.mark.parametrize(("kind", "hook"), _every_entry(), ids=lambda x: x if isinstance(x, str) else x["name"])
+def test_match_conditions_fit_the_apiserver_limit_and_have_unique_names(kind: str, hook: Obj) -> None:
+    conditions: list[Any] = hook.get("matchConditions") or []
     names = [c["name"] for c in conditions]
     assert len(names) == len(set(names))
     assert len(conditions) <= 64
