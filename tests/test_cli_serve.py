@@ -42,7 +42,7 @@ def serve_process(tmp_path: Path, *extra: str) -> Iterator[tuple[subprocess.Pope
     finally:
         if process.poll() is None:
             process.kill()
-        process.wait(timeout=10)
+        process.communicate(timeout=10)  # also closes the pipes
 
 
 def wait_ready(url: str, ca_file: Path, timeout: float = 20) -> float:
@@ -52,7 +52,7 @@ def wait_ready(url: str, ca_file: Path, timeout: float = 20) -> float:
             if ca_file.exists() and httpx.get(url + "/readyz", verify=ssl.create_default_context(
                     cafile=str(ca_file))).status_code == 200:
                 return time.monotonic() - started
-        except httpx.HTTPError:
+        except (httpx.HTTPError, ssl.SSLError, OSError):  # not listening yet, or the CA file half-written
             pass
         time.sleep(0.05)
     raise TimeoutError("server not ready")
