@@ -11,6 +11,8 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
+from app.rules import export_documents
+from app.rulesfile import load_rule_set
 from tests.shipping.support import (
     KUSTOMIZATION,
     ROOT,
@@ -113,7 +115,8 @@ def test_every_resource_file_holds_only_kubernetes_objects() -> None:
 def test_the_shipped_tree_has_the_expected_kustomizations() -> None:
     # Guards the parametrized tests above against silently finding nothing to check.
     found = {_rel(d) for d in kustomization_dirs()}
-    assert {"manifests/base", "manifests/overlays/example", "manifests/components/sidecar-tls-example"} <= found
+    assert {"manifests/base", "manifests/overlays/example", "manifests/components/sidecar-tls-example",
+            "manifests/components/admission-policy"} <= found
 
 
 @pytest.mark.parametrize(
@@ -164,3 +167,10 @@ def test_a_custom_resource_is_checked_strictly_against_its_crd_schema(spec: Obj,
 def test_an_object_of_a_kind_without_schema_or_shipped_crd_fails_validation() -> None:
     with pytest.raises(kubernetes_validate.SchemaNotFoundError):
         validate({"apiVersion": "example.com/v1", "kind": "SeiNode", "metadata": {"name": "n"}}, {})
+
+
+def test_the_shipped_admission_policies_are_exactly_what_export_policy_prints_for_the_built_in_rules() -> None:
+    shipped = load_docs(ROOT / "manifests/components/admission-policy/policies.yaml")
+    assert shipped == export_documents(load_rule_set(None), fmt="vap"), (
+        "stale: regenerate with `tls-injector export-policy` (see the file's header)"
+    )
