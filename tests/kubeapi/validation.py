@@ -1,0 +1,178 @@
+"""The subset of the apiserver's validation that code under test could plausibly get wrong.
+
+Each check returns causes (reason, field, message); the store turns any into one 422 Invalid, as the
+real API reports every problem at once. Covered: object names (DNS subdomain / label rules per kind),
+label keys and values, Secret and ConfigMap keys, ``kubernetes.io/tls`` Secrets needing ``tls.crt`` and
+``tls.key``, immutable Secrets/ConfigMaps and Secret ``type``, workload selectors matching their pod
+template, pods needing containers, webhook configuration entries, and events.k8s.io/v1 required fields.
+Not covered: the rest of the schema (unknown fields are stored as given), defaulting.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from tests.kubeapi.resources import Resource
+from tests.kubeapi.selectors import Requirement
+
+Cause = tuple[str, str, str]
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_QUALIFIED = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+_CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+_SECRET_MAX = 1024 * 1024  # the real limit on a Secret's total data size, 1 MiB
+_IMMUTABLE = "field is immutable when `immutable` is set"
+
+
+def _required(field: str, detail: str = "") -> Cause:
+    return ("FieldValueRequired", field, f"Required value{': ' + detail if detail else ''}")
+
+
+def _invalid(field: str, value: Any, detail: str) -> Cause:
+    return ("FieldValueInvalid", field, f"Invalid value: {value!r}: {detail}")
+
+
+def check_name(res: Resource, name: str) -> list[Cause]:
+    if res.plural == "namespaces":
+        pattern, limit, what = _LABEL, 63, "a lowercase RFC 1123 label"
+    elif res.plural == "services":
+        pattern, limit, what = _DNS1035, 63, "a DNS-1035 label"
+    else:
+        pattern, limit, what = _SUBDOMAIN, 253, "a lowercase RFC 1123 subdomain"
+    if len(name) <= limit and pattern.match(name):
+        return []
+    return [_invalid("metadata.name", name, f"{what} must consist of lower case alphanumeric characters or '-' "
+                     f"(and '.' for subdomains), start and end with an alphanumeric character, "
+                     f"at most {limit} characters")]
+
+
+def check_metadata(meta: dict[str, Any]) -> list[Cause]:
+    causes = []
+    for key, value in (meta.get("labels") or {}).items():
+        if not _QUALIFIED.match(key):
+            causes.append(_invalid("metadata.labels", key, "name part must consist of alphanumeric characters"))
+        if not isinstance(value, str) or not _LABEL_VALUE.match(value):
+            causes.append(_invalid("metadata.labels", value, "a valid label must be an empty string or consist "
+                                   "of alphanumeric characters, '-', '_' or '.', at most 63 characters"))
+    causes += [_invalid("metadata.annotations", key, "name part must consist of alphanumeric characters")
+               for key in meta.get("annotations") or {} if not _QUALIFIED.match(key)]
+    return causes
+
+
+def _keys(obj: dict[str, Any], field: str) -> list[Cause]:
+    return [_invalid(f"{field}[{key}]", key, "a valid config key must consist of alphanumeric characters, "
+                     "'-', '_' or '.'") for key in obj.get(field) or {} if not _CONFIG_KEY.match(key)]
+
+
+def _immutable(obj: dict[str, Any], old: dict[str, Any] | None, fields: tuple[str, ...]) -> list[Cause]:
+    if old is None or not old.get("immutable"):
+        return []
+    causes = [("FieldValueForbidden", f, f"Forbidden: {_IMMUTABLE}") for f in fields if obj.get(f) != old.get(f)]
+    if not obj.get("immutable"):
+        causes.append(("FieldValueForbidden", "immutable", f"Forbidden: {_IMMUTABLE}"))
+    return causes
+
+
+def _secret(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
+    data = obj.get("data") or {}
+    causes = _keys(obj, "data") + _immutable(obj, old, ("data",))
+    if obj.get("type") == "kubernetes.io/tls":
+        causes += [_required(f"data[{key}]") for key in ("tls.crt", "tls.key") if key not in data]
+    if old is not None and old.get("type") != obj.get("type"):
+        causes.append(_invalid("type", obj.get("type"), "field is immutable"))
+    if sum(len(v) * 3 // 4 for v in data.values() if isinstance(v, str)) > _SECRET_MAX:
+        causes.append(("FieldValueTooLong", "data", f"Too long: must have at most {_SECRET_MAX} bytes"))
+    return causes
+
+
+def _configmap(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
+    causes = _keys(obj, "data") + _keys(obj, "binaryData") + _immutable(obj, old, ("data", "binaryData"))
+    both = set(obj.get("data") or {}) & set(obj.get("binaryData") or {})
+    return causes + [("FieldValueDuplicate", f"data[{k}]", "Duplicate value: key also in binaryData") for k in both]
+
+
+def selector_requirements(selector: dict[str, Any]) -> list[Requirement]:
+    """A metav1.LabelSelector (matchLabels + matchExpressions) as selector requirements."""
+    reqs = [Requirement(k, "in", frozenset([v])) for k, v in (selector.get("matchLabels") or {}).items()]
+    ops = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!exists"}
+    for expr in selector.get("matchExpressions") or []:
+        reqs.append(Requirement(expr.get("key", ""), ops.get(expr.get("operator", ""), "in"),
+                                frozenset(expr.get("values") or [])))
+    return reqs
+
+
+def _workload(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
+    spec = obj.get("spec") or {}
+    selector, template = spec.get("selector"), spec.get("template") or {}
+    causes = [] if (template.get("spec") or {}).get("containers") else [_required("spec.template.spec.containers")]
+    if not selector or not (selector.get("matchLabels") or selector.get("matchExpressions")):
+        return [*causes, _required("spec.selector")]
+    labels = (template.get("metadata") or {}).get("labels") or {}
+    if not all(req.matches(labels) for req in selector_requirements(selector)):
+        causes.append(_invalid("spec.template.metadata.labels", labels, "`selector` does not match template `labels`"))
+    if old is not None and (old.get("spec") or {}).get("selector") != selector:
+        causes.append(_invalid("spec.selector", selector, "field is immutable"))
+    return causes
+
+
+def _pod(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
+    return [] if (obj.get("spec") or {}).get("containers") else [_required("spec.containers")]
+
+
+def _webhooks(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
+    causes: list[Cause] = []
+    seen: set[str] = set()
+    for i, hook in enumerate(obj.get("webhooks") or []):
+        at, name = f"webhooks[{i}]", hook.get("name", "")
+        if name.count(".") < 2 or not _SUBDOMAIN.match(name):
+            causes.append(_invalid(f"{at}.name", name, "should be a domain with at least three segments "
+                                   "separated by dots"))
+        if name in seen:
+            causes.append(("FieldValueDuplicate", f"{at}.name", f"Duplicate value: {name!r}"))
+        seen.add(name)
+        config = hook.get("clientConfig") or {}
+        if ("url" in config) == ("service" in config):
+            causes.append(_required(f"{at}.clientConfig", "exactly one of url or service is required"))
+        if hook.get("sideEffects") not in ("None", "NoneOnDryRun"):
+            causes.append(_required(f"{at}.sideEffects", "must be one of None, NoneOnDryRun"))
+        if not hook.get("admissionReviewVersions"):
+            causes.append(_required(f"{at}.admissionReviewVersions", "must specify one of v1, v1beta1"))
+    return causes
+
+
+def _events_v1(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
+    causes = [_required(f) for f in ("eventTime", "reportingController", "reportingInstance", "action", "reason")
+              if not obj.get(f)]
+    if obj.get("type") not in ("Normal", "Warning"):
+        causes.append(_invalid("type", obj.get("type", ""), "has invalid value"))
+    return causes
+
+
+def _core_event(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
+    involved = (obj.get("involvedObject") or {}).get("namespace")
+    namespace = (obj.get("metadata") or {}).get("namespace")
+    if involved and involved != namespace:
+        return [_invalid("involvedObject.namespace", involved, "does not match event.namespace")]
+    return []
+
+
+Check = Callable[[dict[str, Any], dict[str, Any] | None], list[Cause]]
+_CHECKS: dict[tuple[str, str], Check] = {
+    ("", "secrets"): _secret, ("", "configmaps"): _configmap, ("", "pods"): _pod, ("", "events"): _core_event,
+    ("apps", "deployments"): _workload, ("apps", "statefulsets"): _workload, ("apps", "daemonsets"): _workload,
+    ("apps", "replicasets"): _workload, ("events.k8s.io", "events"): _events_v1,
+    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): _webhooks,
+    ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): _webhooks,
+}
+
+
+def validate(res: Resource, obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
+    """Every problem with ``obj`` (``old`` is the stored object on update, None on create)."""
+    meta = obj.get("metadata") or {}
+    causes = check_name(res, meta.get("name", "")) + check_metadata(meta)
+    check = _CHECKS.get((res.group, res.plural))
+    return causes + (check(obj, old) if check else [])
