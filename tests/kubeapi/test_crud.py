@@ -41,11 +41,13 @@ def secret(name: str, **extra: Any) -> dict[str, Any]:
 def test_create_sets_server_fields_and_get_returns_the_same_object(core: k8s.CoreV1Api) -> None:
     created = core.create_namespaced_secret("demo", secret("a"))
     fetched = core.read_namespaced_secret("a", "demo")
-    assert created.metadata.uid and created.metadata.creation_timestamp is not None
+    assert created.metadata.uid
+    assert created.metadata.creation_timestamp is not None
     assert created.metadata.namespace == "demo"
     assert fetched.metadata.resource_version == created.metadata.resource_version
     assert fetched.metadata.uid == created.metadata.uid
-    assert fetched.data == {"k": "dg=="} and fetched.type == "Opaque"
+    assert fetched.data == {"k": "dg=="}
+    assert fetched.type == "Opaque"
 
 
 def test_every_write_gets_a_higher_resource_version_from_one_global_counter(core: k8s.CoreV1Api) -> None:
@@ -53,7 +55,8 @@ def test_every_write_gets_a_higher_resource_version_from_one_global_counter(core
     b = core.create_namespaced_config_map("demo", {"metadata": {"name": "b"}})
     a2 = core.patch_namespaced_secret("a", "demo", {"metadata": {"labels": {"x": "y"}}})
     versions = [int(o.metadata.resource_version) for o in (a, b, a2)]
-    assert versions == sorted(versions) and len(set(versions)) == 3
+    assert versions == sorted(versions)
+    assert len(set(versions)) == 3
 
 
 def test_creating_an_existing_name_is_409_already_exists(core: k8s.CoreV1Api) -> None:
@@ -104,7 +107,8 @@ def test_replace_without_resource_version_is_unconditional(core: k8s.CoreV1Api) 
     core.create_namespaced_secret("demo", secret("a"))
     core.patch_namespaced_secret("a", "demo", {"metadata": {"labels": {"x": "y"}}})
     replaced = core.replace_namespaced_secret("a", "demo", {"metadata": {"name": "a"}, "data": {"z": "eg=="}})
-    assert replaced.data == {"z": "eg=="} and not replaced.metadata.labels
+    assert replaced.data == {"z": "eg=="}
+    assert not replaced.metadata.labels
 
 
 def test_an_update_that_changes_nothing_keeps_the_resource_version(core: k8s.CoreV1Api, kubeapi: Emulator) -> None:
@@ -163,7 +167,9 @@ def test_namespaces_are_cluster_scoped_and_carry_the_name_label(core: k8s.CoreV1
     assert ns.metadata.labels == {"kubernetes.io/metadata.name": "demo"}
     assert ns.status.phase == "Active"
     names = [n.metadata.name for n in core.list_namespace().items]
-    assert names == sorted(names) and "default" in names and "demo" in names
+    assert names == sorted(names)
+    assert "default" in names
+    assert "demo" in names
 
 
 def test_list_across_namespaces_and_in_one_namespace(core: k8s.CoreV1Api) -> None:
@@ -172,7 +178,8 @@ def test_list_across_namespaces_and_in_one_namespace(core: k8s.CoreV1Api) -> Non
     everywhere = core.list_secret_for_all_namespaces()
     assert [(s.metadata.namespace, s.metadata.name) for s in everywhere.items] == [("default", "b"), ("demo", "a")]
     assert [s.metadata.name for s in core.list_namespaced_secret("demo").items] == ["a"]
-    assert int(everywhere.metadata.resource_version) >= int(core.read_namespaced_secret("a", "demo").metadata.resource_version)
+    newest = core.read_namespaced_secret("a", "demo").metadata.resource_version
+    assert int(everywhere.metadata.resource_version) >= int(newest)
 
 
 def test_list_pages_with_limit_and_continue(core: k8s.CoreV1Api) -> None:
@@ -183,7 +190,8 @@ def test_list_pages_with_limit_and_continue(core: k8s.CoreV1Api) -> None:
     third = core.list_namespaced_config_map("demo", limit=2, _continue=second.metadata._continue)
     names = [c.metadata.name for page in (first, second, third) for c in page.items]
     assert names == [f"cm-{i}" for i in range(5)]
-    assert first.metadata.remaining_item_count == 3 and third.metadata._continue is None
+    assert first.metadata.remaining_item_count == 3
+    assert third.metadata._continue is None
 
 
 def test_merge_patch_resource_version_is_a_precondition(core: k8s.CoreV1Api) -> None:
@@ -217,7 +225,8 @@ def deployment(name: str, *, containers: list[dict[str, Any]] | None = None) -> 
         "metadata": {"name": name},
         "spec": {"selector": {"matchLabels": labels}, "template": {
             "metadata": {"labels": labels},
-            "spec": {"containers": containers or [{"name": "main", "image": "nginx", "env": [{"name": "A", "value": "1"}]}]},
+            "spec": {"containers": containers or [
+                {"name": "main", "image": "nginx", "env": [{"name": "A", "value": "1"}]}]},
         }},
     }
 
@@ -249,13 +258,16 @@ def test_workload_generation_bumps_on_spec_change_and_status_is_not_writable(kub
                                                                              core: k8s.CoreV1Api) -> None:
     apps = k8s.AppsV1Api(kube_client)
     made = apps.create_namespaced_deployment("demo", {**deployment("web"), "status": {"replicas": 9}})
-    assert made.metadata.generation == 1 and made.status.replicas is None
+    assert made.metadata.generation == 1
+    assert made.status.replicas is None
     labelled = apps.patch_namespaced_deployment("web", "demo", {"metadata": {"labels": {"x": "y"}}})
     scaled = apps.patch_namespaced_deployment("web", "demo", {"spec": {"replicas": 3}, "status": {"replicas": 3}})
-    assert labelled.metadata.generation == 1 and scaled.metadata.generation == 2
+    assert labelled.metadata.generation == 1
+    assert scaled.metadata.generation == 2
     assert scaled.status.replicas is None
     status = apps.patch_namespaced_deployment_status("web", "demo", {"status": {"replicas": 3}})
-    assert status.status.replicas == 3 and status.spec.replicas == 3
+    assert status.status.replicas == 3
+    assert status.spec.replicas == 3
 
 
 @pytest.mark.parametrize(("body", "field"), [
@@ -308,9 +320,9 @@ def test_webhook_configurations_are_cluster_scoped_and_patchable_by_webhook_name
     patch = {"webhooks": [{"name": "mutate.tls-injector.io", "clientConfig": {"caBundle": new_ca}}]}
     patched = admission.patch_mutating_webhook_configuration("tls-injector", patch)
     hook = patched.webhooks[0]
-    assert base64.b64decode(hook.client_config.ca_bundle) == b"new" if isinstance(hook.client_config.ca_bundle, str) \
-        else hook.client_config.ca_bundle == b"new"
-    assert hook.rules[0].resources == ["pods"] and hook.client_config.service.path == "/mutate"
+    assert hook.client_config.ca_bundle == new_ca  # bytes travel base64-encoded; the client leaves them so
+    assert hook.rules[0].resources == ["pods"]
+    assert hook.client_config.service.path == "/mutate"
     assert patched.metadata.namespace is None
 
 
@@ -356,13 +368,15 @@ def test_events_in_both_apis(kube_client: k8s.ApiClient, core: k8s.CoreV1Api) ->
 def test_dry_run_validates_without_storing(core: k8s.CoreV1Api, kubeapi: Emulator) -> None:
     before = kubeapi.resource_version
     made = core.create_namespaced_secret("demo", secret("a"), dry_run="All")
-    assert made.metadata.name == "a" and kubeapi.get("secrets", "a", "demo") is None
+    assert made.metadata.name == "a"
+    assert kubeapi.get("secrets", "a", "demo") is None
     assert kubeapi.resource_version == before
 
 
 def test_services_pods_and_service_accounts_round_trip(core: k8s.CoreV1Api) -> None:
     core.create_namespaced_service("demo", {"metadata": {"name": "web"}, "spec": {"ports": [{"port": 443}]}})
-    core.create_namespaced_pod("demo", {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}})
+    pod_spec = {"containers": [{"name": "c", "image": "i"}]}
+    core.create_namespaced_pod("demo", {"metadata": {"name": "p"}, "spec": pod_spec})
     core.create_namespaced_service_account("demo", {"metadata": {"name": "sa"}})
     assert core.read_namespaced_service("web", "demo").spec.ports[0].port == 443
     assert core.read_namespaced_pod("p", "demo").status.phase == "Pending"

@@ -46,12 +46,13 @@ def test_a_throttled_request_carries_retry_after_which_the_client_honours(core: 
     kubeapi.fail_next("list", "*", code=429, count=10)
     with pytest.raises(ApiException) as exc:
         core.list_namespaced_secret("demo")
-    assert exc.value.status == 429 and exc.value.headers["Retry-After"] == "0"
+    assert exc.value.status == 429
+    assert exc.value.headers["Retry-After"] == "0"
 
 
 def test_a_503_outage_fails_everything_until_it_ends(core: k8s.CoreV1Api, kubeapi: Emulator) -> None:
     kubeapi.outage()
-    for call in (lambda: core.list_namespace(), lambda: core.read_namespaced_secret("a", "demo")):
+    for call in (core.list_namespace, lambda: core.read_namespaced_secret("a", "demo")):
         with pytest.raises(ApiException) as exc:
             call()
         assert exc.value.status == 503
@@ -95,7 +96,8 @@ def test_conflict_with_touch_is_a_real_concurrent_write(core: k8s.CoreV1Api, kub
     assert current.metadata.annotations == {kubeapi.touch_annotation: "1"}
     current.data = {"k": "bmV3"}
     kept = core.replace_namespaced_secret("a", "demo", current)
-    assert kept.data == {"k": "bmV3"} and kept.metadata.annotations == {kubeapi.touch_annotation: "1"}
+    assert kept.data == {"k": "bmV3"}
+    assert kept.metadata.annotations == {kubeapi.touch_annotation: "1"}
 
 
 def test_the_request_log_counts_calls_per_verb_and_resource(core: k8s.CoreV1Api, kubeapi: Emulator,
@@ -105,13 +107,15 @@ def test_the_request_log_counts_calls_per_verb_and_resource(core: k8s.CoreV1Api,
     core.list_namespaced_secret("demo")
     k8s.AppsV1Api(kube_client).list_deployment_for_all_namespaces()
     assert kubeapi.calls() == 3
-    assert kubeapi.calls("get", "secrets") == 1 and kubeapi.calls("list") == 2
+    assert kubeapi.calls("get", "secrets") == 1
+    assert kubeapi.calls("list") == 2
     assert kubeapi.calls("list", "deployments") == kubeapi.calls("list", "deployments.apps") == 1
     assert kubeapi.writes() == []
     core.create_namespaced_config_map("demo", {"metadata": {"generateName": "x-"}})
     [write] = kubeapi.writes()
     assert (write.verb, write.resource, write.namespace, write.code) == ("create", "configmaps", "demo", 201)
-    assert write.name is not None and write.name.startswith("x-")
+    assert write.name is not None
+    assert write.name.startswith("x-")
 
 
 def test_failed_requests_are_logged_with_their_code(core: k8s.CoreV1Api, kubeapi: Emulator) -> None:
@@ -125,4 +129,5 @@ def test_core_and_events_api_events_are_counted_apart(kube_client: k8s.ApiClient
     k8s.CoreV1Api(kube_client).list_event_for_all_namespaces()
     k8s.EventsV1Api(kube_client).list_event_for_all_namespaces()
     k8s.EventsV1Api(kube_client).list_event_for_all_namespaces()
-    assert kubeapi.calls("list", "events") == 1 and kubeapi.calls("list", "events.events.k8s.io") == 2
+    assert kubeapi.calls("list", "events") == 1
+    assert kubeapi.calls("list", "events.events.k8s.io") == 2

@@ -44,7 +44,8 @@ def test_field_selectors_compare_fields(selector: str, expected: bool) -> None:
 def test_unsupported_field_labels_are_rejected_like_the_real_api() -> None:
     with pytest.raises(ApiError) as exc:
         matcher(None, "spec.whatever=x", allowed=())
-    assert exc.value.code == 400 and "field label not supported" in exc.value.message
+    assert exc.value.code == 400
+    assert "field label not supported" in exc.value.message
 
 
 @pytest.fixture
