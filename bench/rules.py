@@ -1,0 +1,110 @@
+"""CEL transition rules: time per request of the whole /validate handler, in-process.
+
+    python -m bench.rules [--number N] [--repeat R]
+
+Prints the median over R repeats of N calls each, in microseconds of this process's CPU time per call
+(CPU time, not wall time, so other processes on a shared machine inflate the numbers less), for a Deployment UPDATE
+(a realistic 3-container pod template) with the built-in rules:
+- `handler`: make_validate_handler(rules)(request) — what /validate runs per request after parsing;
+- `parse+handler`: orjson.loads + parse_review + handler, i.e. the whole request minus HTTP/TLS;
+- `cel only`: one evaluation of the built-in rule's compiled expression on prepared `self`/`oldSelf`;
+and the one-off cost of loading and compiling the built-in rules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import orjson
+
+from app.admission import AdmissionResponse, Handler, parse_review
+from app.rules import make_validate_handler, self_value
+from app.rulesfile import default_rule_set
+
+INJECT, SECRET = "tls-injector.io/inject", "tls-injector.io/secret-name"
+
+
+def deployment(labels: dict[str, str], annotations: dict[str, str], image: str) -> dict[str, Any]:
+    containers = [
+        {"name": f"c{i}", "image": f"{image}-{i}", "ports": [{"containerPort": 8080 + i}],
+         "env": [{"name": f"VAR_{j}", "value": f"value-{j}"} for j in range(10)],
+         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
+         "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080 + i}}}
+        for i in range(3)
+    ]
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "shop", "labels": {"app": "web"},
+                     "annotations": {"deployment.kubernetes.io/revision": "3"}},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web", **labels}, "annotations": annotations},
+                              "spec": {"containers": containers}}},
+    }
+
+
+def review_bytes(old: dict[str, Any], new: dict[str, Any]) -> bytes:
+    request = {"uid": str(uuid.uuid4()), "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+               "operation": "UPDATE", "namespace": "shop", "name": "web", "object": new, "oldObject": old,
+               "dryRun": False}
+    return orjson.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+
+
+def parse_and_handle(handler: Handler, body: bytes) -> AdmissionResponse:
+    return handler(parse_review(orjson.loads(body)))
+
+
+def per_call_us(call: Callable[[], object], *, number: int, repeat: int) -> float:
+    runs = []
+    for _ in range(repeat):
+        started = time.process_time_ns()
+        for _ in range(number):
+            call()
+        runs.append((time.process_time_ns() - started) / number / 1000)
+    return statistics.median(runs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--number", type=int, default=5000)
+    parser.add_argument("--repeat", type=int, default=7)
+    args = parser.parse_args()
+
+    started = time.perf_counter()
+    rules = default_rule_set()
+    load_ms = (time.perf_counter() - started) * 1000
+    handler = make_validate_handler(rules)
+    (rule,) = rules.rules
+    on_x = ({INJECT: "true"}, {SECRET: "x-tls"})
+    cases = {
+        "unchanged TLS, new image (allowed)": (on_x, on_x),
+        "enable TLS (allowed + warning)": (({}, {}), on_x),
+        "swap secret (denied + message)": (on_x, ({INJECT: "true"}, {SECRET: "y-tls"})),
+    }
+    print(f"load + compile built-in rules: {load_ms:.1f} ms (once, at startup)")
+    print(f"{'Deployment UPDATE':40} {'handler':>10} {'parse+handler':>14} {'cel only':>10}   (us per call)")
+    size = 0
+    for name, (old_state, new_state) in cases.items():
+        old, new = deployment(*old_state, "app:1"), deployment(*new_state, "app:2")
+        body = review_bytes(copy.deepcopy(old), copy.deepcopy(new))
+        request = parse_review(orjson.loads(body))
+        variables = {"self": self_value(new, rule.self_path), "oldSelf": self_value(old, rule.self_path)}
+        calls: list[Callable[[], object]] = [
+            partial(handler, request),
+            partial(parse_and_handle, handler, body),
+            partial(rule.expression.evaluate, variables),
+        ]
+        timings = [per_call_us(call, number=args.number, repeat=args.repeat) for call in calls]
+        print(f"{name:40} {timings[0]:10.1f} {timings[1]:14.1f} {timings[2]:10.1f}")
+        size = len(body)
+    print(f"review size: {size} bytes; median of {args.repeat} x {args.number} calls")
+
+
+if __name__ == "__main__":
+    main()
