@@ -1,1 +1,66 @@
-"""kube."""
+"""The only package that talks to the Kubernetes API (through the official client)."""
+
+from app.kube.api import (
+    CONFIG_MAPS,
+    DAEMON_SETS,
+    DEPLOYMENTS,
+    EVENTS,
+    LEASES,
+    MUTATING_WEBHOOKS,
+    NAMESPACES,
+    PODS,
+    SECRETS,
+    STATEFUL_SETS,
+    VALIDATING_WEBHOOKS,
+    KubeApi,
+    Obj,
+    ObjectList,
+    Resource,
+    WatchEvent,
+)
+from app.kube.config import ClusterConfig, api_client, find_cluster, own_namespace
+from app.kube.errors import (
+    AlreadyExists,
+    Conflict,
+    Forbidden,
+    Gone,
+    Invalid,
+    KubeError,
+    NotFound,
+    Unauthorized,
+    Unavailable,
+)
+from app.kube.lease import LeaderElector
+
+__all__ = [
+    "CONFIG_MAPS",
+    "DAEMON_SETS",
+    "DEPLOYMENTS",
+    "EVENTS",
+    "LEASES",
+    "MUTATING_WEBHOOKS",
+    "NAMESPACES",
+    "PODS",
+    "SECRETS",
+    "STATEFUL_SETS",
+    "VALIDATING_WEBHOOKS",
+    "AlreadyExists",
+    "ClusterConfig",
+    "Conflict",
+    "Forbidden",
+    "Gone",
+    "Invalid",
+    "KubeApi",
+    "KubeError",
+    "LeaderElector",
+    "NotFound",
+    "Obj",
+    "ObjectList",
+    "Resource",
+    "Unauthorized",
+    "Unavailable",
+    "WatchEvent",
+    "api_client",
+    "find_cluster",
+    "own_namespace",
+]

@@ -1,0 +1,194 @@
+"""A thin adapter over the official client: plain dicts in and out, typed errors, calls counted by verb.
+
+It goes through the client's ApiClient (configuration, auth, TLS, connection pool) but not through the
+generated typed methods: those validate every argument with pydantic and turn every object into a model,
+which costs more than the request itself for the thousands of small objects a pass reads. Bodies are
+sent as plain JSON dicts and answers parsed with orjson.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from app.kube.errors import KubeError, Unavailable, error_for
+
+Obj = dict[str, Any]
+# One call must not hang a pass: the API answers reads in milliseconds; 30 s covers a slow apiserver.
+DEFAULT_TIMEOUT = 30.0
+# Lists come in pages so one answer never holds the whole cluster in memory at once.
+PAGE_SIZE = 500
+
+
+@dataclass(frozen=True)
+class Resource:
+    kind: str
+    prefix: str
+    plural: str
+    namespaced: bool = True
+
+    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+        scope = f"/namespaces/{namespace}" if self.namespaced and namespace else ""
+        return f"{self.prefix}{scope}/{self.plural}" + (f"/{name}" if name else "")
+
+
+SECRETS = Resource("Secret", "/api/v1", "secrets")
+CONFIG_MAPS = Resource("ConfigMap", "/api/v1", "configmaps")
+PODS = Resource("Pod", "/api/v1", "pods")
+EVENTS = Resource("Event", "/api/v1", "events")
+NAMESPACES = Resource("Namespace", "/api/v1", "namespaces", namespaced=False)
+DEPLOYMENTS = Resource("Deployment", "/apis/apps/v1", "deployments")
+STATEFUL_SETS = Resource("StatefulSet", "/apis/apps/v1", "statefulsets")
+DAEMON_SETS = Resource("DaemonSet", "/apis/apps/v1", "daemonsets")
+LEASES = Resource("Lease", "/apis/coordination.k8s.io/v1", "leases")
+MUTATING_WEBHOOKS = Resource(
+    "MutatingWebhookConfiguration", "/apis/admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations", False
+)
+VALIDATING_WEBHOOKS = Resource(
+    "ValidatingWebhookConfiguration", "/apis/admissionregistration.k8s.io/v1", "validatingwebhookconfigurations", False
+)
+
+
+@dataclass(frozen=True)
+class ObjectList:
+    items: list[Obj]
+    resource_version: str
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    type: str  # ADDED, MODIFIED, DELETED, BOOKMARK
+    object: Obj
+
+
+@dataclass
+class KubeApi:
+    """Every call the program makes to the API server. Thread-safe: the client pools connections."""
+
+    api_client: client.ApiClient
+    timeout: float = DEFAULT_TIMEOUT
+    calls: Counter[str] = field(default_factory=Counter)
+    errors: Counter[str] = field(default_factory=Counter)
+    on_call: Callable[[str, str], None] | None = None  # (verb, "ok" or error class name), for metrics
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def get(self, resource: Resource, name: str, *, namespace: str | None = None) -> Obj:
+        return self._json("get", "GET", resource.path(namespace, name))
+
+    def list_objects(
+        self, resource: Resource, *, namespace: str | None = None, label_selector: str | None = None
+    ) -> ObjectList:
+        items: list[Obj] = []
+        query: list[tuple[str, str]] = [("limit", str(PAGE_SIZE))]
+        query += [("labelSelector", label_selector)] if label_selector else []
+        token = ""
+        while True:
+            paging = [("continue", token)] if token else []
+            page = self._json("list", "GET", resource.path(namespace), query=query + paging)
+            items.extend(page.get("items") or [])
+            meta = page.get("metadata") or {}
+            token = meta.get("continue") or ""
+            if not token:
+                return ObjectList(items, str(meta.get("resourceVersion") or ""))
+
+    def create(self, resource: Resource, body: Obj, *, namespace: str | None = None) -> Obj:
+        return self._json("create", "POST", resource.path(namespace), body=body)
+
+    def replace(self, resource: Resource, body: Obj) -> Obj:
+        """PUT with the body's metadata.resourceVersion as the precondition: a stale version is a Conflict."""
+        meta = body["metadata"]
+        if not meta.get("resourceVersion"):
+            raise ValueError("replace needs metadata.resourceVersion: an unconditional update could overwrite")
+        return self._json("update", "PUT", resource.path(meta.get("namespace"), meta["name"]), body=body)
+
+    def delete(
+        self, resource: Resource, name: str, *, namespace: str | None = None, resource_version: str = ""
+    ) -> None:
+        """Delete, only if still at `resource_version` when given (a Conflict otherwise)."""
+        body: Obj = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if resource_version:
+            body["preconditions"] = {"resourceVersion": resource_version}
+        self._call("delete", "DELETE", resource.path(namespace, name), body=body).read()
+
+    def watch(
+        self,
+        resource: Resource,
+        *,
+        resource_version: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        timeout_seconds: int = 300,
+    ) -> Iterator[WatchEvent]:
+        """Events after `resource_version` until the server ends the watch; Gone when it is too old."""
+        query = [("watch", "true"), ("resourceVersion", resource_version), ("allowWatchBookmarks", "true"),
+                 ("timeoutSeconds", str(timeout_seconds))]
+        query += [("labelSelector", label_selector)] if label_selector else []
+        # The read timeout outlives the server-side timeout so a healthy watch is never cut by us.
+        response = self._call("watch", "GET", resource.path(namespace), query=query, timeout=(10, timeout_seconds + 30))
+        return _events(response.response)
+
+    def _json(self, verb: str, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
+              body: Obj | None = None) -> Obj:
+        response = self._call(verb, method, path, query=query, body=body)
+        data: Obj = orjson.loads(response.read())  # RESTResponse.read is untyped in the client
+        return data
+
+    def _call(self, verb: str, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
+              body: Obj | None = None, timeout: float | tuple[float, float] | None = None) -> Any:
+        headers = {"Accept": "application/json", "Content-Type": "application/json"}
+        request = self.api_client.param_serialize(method, path, query_params=query or [], header_params=headers,
+                                                  body=body, auth_settings=["BearerToken"])
+        try:
+            response = self.api_client.call_api(*request, _request_timeout=timeout or self.timeout)
+        except ApiException as e:
+            raise self._failed(verb, error_for(e.status or 0, e.body, fallback=str(e.reason))) from e
+        except urllib3.exceptions.HTTPError as e:
+            raise self._failed(verb, Unavailable(f"{method} {path}: {e}")) from e
+        if not 200 <= response.status <= 299:
+            raise self._failed(verb, error_for(response.status, response.read(), fallback=f"{method} {path}"))  # type: ignore[no-untyped-call]
+        self._count(verb, "ok")
+        return response
+
+    def _failed(self, verb: str, error: KubeError) -> KubeError:
+        self._count(verb, type(error).__name__)
+        return error
+
+    def _count(self, verb: str, outcome: str) -> None:
+        with self._lock:
+            self.calls[verb] += 1
+            if outcome != "ok":
+                self.errors[outcome] += 1
+        if self.on_call:
+            self.on_call(verb, outcome)
+
+
+def _events(raw: urllib3.BaseHTTPResponse) -> Iterator[WatchEvent]:
+    try:
+        for line in _lines(raw):
+            event = orjson.loads(line)
+            if event.get("type") == "ERROR":
+                status = event.get("object") or {}
+                raise error_for(int(status.get("code") or 0), orjson.dumps(status))
+            yield WatchEvent(str(event.get("type")), event.get("object") or {})
+    except (urllib3.exceptions.HTTPError, OSError) as e:
+        raise Unavailable(f"watch interrupted: {e}") from e
+    finally:
+        raw.release_conn()
+
+
+def _lines(raw: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
+    pending = b""
+    for chunk in raw.stream(amt=None, decode_content=True):
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        yield from (line for line in complete if line.strip())
+    if pending.strip():
+        yield pending

@@ -1,0 +1,62 @@
+"""Where the cluster is: in-cluster service account, a kubeconfig file, or an explicit URL (tests)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubernetes import client, config
+
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+DEFAULT_NAMESPACE = "tls-injector"
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """How to reach the API: exactly one of the three sources, `describe` says which (for logs)."""
+
+    server: str | None = None
+    kubeconfig: Path | None = None
+    in_cluster: bool = False
+
+    @property
+    def describe(self) -> str:
+        if self.server:
+            return f"server {self.server}"
+        return f"kubeconfig {self.kubeconfig}" if self.kubeconfig else "in-cluster service account"
+
+
+def find_cluster(*, kubeconfig: Path | None = None, server: str | None = None) -> ClusterConfig | None:
+    """The first source that exists, or None when no cluster is configured (then nothing reconciles)."""
+    if server:
+        return ClusterConfig(server=server)
+    if kubeconfig:
+        return ClusterConfig(kubeconfig=kubeconfig)
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and (SERVICE_ACCOUNT_DIR / "token").exists():
+        return ClusterConfig(in_cluster=True)
+    default = Path(os.environ.get("KUBECONFIG", "~/.kube/config").split(os.pathsep)[0]).expanduser()
+    return ClusterConfig(kubeconfig=default) if default.is_file() else None
+
+
+def api_client(cluster: ClusterConfig) -> client.ApiClient:
+    configuration = client.Configuration()
+    if cluster.server:
+        configuration.host = cluster.server.rstrip("/")
+    elif cluster.kubeconfig:
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=str(cluster.kubeconfig), client_configuration=configuration
+        )
+    else:
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    # Our own loop retries a failed pass; urllib3's silent connection retries would only hide an outage.
+    configuration.retries = False
+    return client.ApiClient(configuration)
+
+
+def own_namespace(explicit: str | None) -> str:
+    """--namespace, else the pod's service-account namespace, else the manifests' default."""
+    if explicit:
+        return explicit
+    path = SERVICE_ACCOUNT_DIR / "namespace"
+    return path.read_text().strip() if path.is_file() else DEFAULT_NAMESPACE
