@@ -1,0 +1,34 @@
+"""Prometheus metrics of the reconciler, registered in the registry it is given (the server's, in `serve`)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# A pass over a few thousand objects takes seconds; a stuck one (API timeouts) takes minutes.
+DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+class ReconcileMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.cert_expiry = Gauge("tls_injector_certificate_expiry_timestamp_seconds",
+                                 "Expiry (Unix time) of each workload certificate Secret.",
+                                 ["namespace", "secret"], registry=r)
+        self.ca_expiry = Gauge("tls_injector_ca_expiry_timestamp_seconds",
+                               "Expiry (Unix time) of each CA in the trust set, by trust state.",
+                               ["fingerprint", "state"], registry=r)
+        self.rotations = Counter("tls_injector_rotations", "Certificates issued or renewed, and CA steps, by reason.",
+                                 ["kind", "reason"], registry=r)
+        self.failures = Counter("tls_injector_rotation_failures", "Objects that could not be converged, by reason.",
+                                ["reason"], registry=r)
+        self.duration = Histogram("tls_injector_reconcile_duration_seconds", "Wall time of a reconcile pass.",
+                                  buckets=DURATION_BUCKETS, registry=r)
+        self.api = Counter("tls_injector_kube_api_requests", "Kubernetes API requests by verb and outcome.",
+                           ["verb", "outcome"], registry=r)
+        self.conflicts = Gauge("tls_injector_ownership_conflicts",
+                               "Objects in the way that tls-injector does not own (last pass).", registry=r)
+        self.leader = Gauge("tls_injector_leader", "1 while this replica holds the leader lease.", registry=r)
+
+    def api_call(self, verb: str, outcome: str) -> None:
+        self.api.labels(verb, outcome).inc()

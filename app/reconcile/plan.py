@@ -1,0 +1,226 @@
+"""The desired state, computed purely: for every object the reconciler cares about, a `decide` function
+from what is stored now (or None) to the write that would converge it (or None when it is converged).
+
+Keeping the decision per object lets the applier re-read and re-decide one object after a 409 instead
+of overwriting it blindly, and makes a converged cluster cost zero writes.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from app.injection.names import BUNDLE_KEY, TRUST_BUNDLE_CONFIGMAP
+from app.kube import CONFIG_MAPS, SECRETS, Resource
+from app.pki import CaSet, CertKey, fingerprint, issue_leaf, leaf_renewal, trust_bundle
+from app.reconcile import ownership as own
+from app.reconcile.discover import Target, WorkloadRef
+
+Obj = dict[str, Any]
+Action = Literal["create", "update", "delete"]
+# Keys of the bundle ConfigMap that are ours: the whole bundle and one per CA (16 hex digits of SHA-256).
+_BUNDLE_KEYS = re.compile(r"^ca-(bundle|[0-9a-f]{16})\.crt$")
+
+
+@dataclass(frozen=True)
+class Write:
+    action: Action
+    resource: Resource
+    namespace: str
+    name: str
+    body: Obj | None = None
+    resource_version: str = ""  # the precondition of an update or delete
+    reason: str = ""  # why, for logs, events and metrics: "issued:missing", "renewed:expiring", "bundle", ...
+
+
+@dataclass(frozen=True)
+class Refused:
+    """An object in our way that we do not own: reported, never touched."""
+
+    message: str
+
+
+Outcome = Write | Refused | None
+
+
+@dataclass(frozen=True)
+class Item:
+    """One object to converge; `decide` is pure and may be called again on a fresher copy after a 409."""
+
+    resource: Resource
+    namespace: str
+    name: str
+    decide: Callable[[Obj | None], Outcome]
+    workloads: tuple[WorkloadRef, ...] = ()
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return self.resource.kind, self.namespace, self.name
+
+
+@dataclass(frozen=True)
+class Signing:
+    """The CA set of this pass with its signer; `bundle` is the trust bundle's ConfigMap data."""
+
+    cas: CaSet
+    signer: CertKey
+    bundle: dict[str, str]
+    now: datetime
+
+    @staticmethod
+    def of(cas: CaSet, *, now: datetime) -> Signing:
+        signer = cas.signer()
+        if signer is None:
+            raise ValueError("no CA signs in this CA set")
+        return Signing(cas, signer, trust_bundle(cas.bundle(), now=now), now)
+
+    @property
+    def bundle_pem(self) -> str:
+        return self.bundle[BUNDLE_KEY]
+
+
+@dataclass
+class Observed:
+    """What a pass read: opted-in candidates and the objects we own, keyed by namespace (and name)."""
+
+    workloads: list[tuple[str, Obj]] = field(default_factory=list)
+    pods: list[Obj] = field(default_factory=list)
+    enabled: set[str] = field(default_factory=set)
+    leaves: dict[tuple[str, str], Obj] = field(default_factory=dict)
+    bundles: dict[str, Obj] = field(default_factory=dict)
+
+    def lookup(self, item: Item) -> Obj | None:
+        if item.resource is SECRETS:
+            return self.leaves.get((item.namespace, item.name))
+        return self.bundles.get(item.namespace) if item.name == TRUST_BUNDLE_CONFIGMAP else None
+
+
+def plan(targets: Iterable[Target], observed: Observed, signing: Signing) -> list[Item]:
+    """Every leaf Secret and bundle ConfigMap to converge, and every one of ours no longer needed."""
+    targets = list(targets)
+    items = [_leaf_item(t, signing) for t in targets]
+    wanted = {(t.namespace, t.secret_name) for t in targets}
+    items += [_orphan(SECRETS, ns, name, "leaf") for (ns, name) in sorted(observed.leaves) if (ns, name) not in wanted]
+    namespaces = bundle_namespaces(targets, observed.enabled)
+    items += [_bundle_item(ns, signing) for ns in sorted(namespaces)]
+    items += [_orphan(CONFIG_MAPS, ns, TRUST_BUNDLE_CONFIGMAP, "bundle")
+              for ns in sorted(observed.bundles) if ns not in namespaces]
+    return items
+
+
+def bundle_namespaces(targets: Iterable[Target], enabled: set[str]) -> set[str]:
+    """Namespaces with opted-in workloads, plus those labelled enabled (pods may arrive there any time)."""
+    return {t.namespace for t in targets} | enabled
+
+
+def _leaf_item(target: Target, signing: Signing) -> Item:
+    return Item(SECRETS, target.namespace, target.secret_name,
+                lambda existing: decide_leaf(target, existing, signing), target.workloads)
+
+
+def _bundle_item(namespace: str, signing: Signing) -> Item:
+    return Item(CONFIG_MAPS, namespace, TRUST_BUNDLE_CONFIGMAP,
+                lambda existing: decide_bundle(namespace, existing, signing))
+
+
+def _orphan(resource: Resource, namespace: str, name: str, role: own.Role) -> Item:
+    def decide(existing: Obj | None) -> Outcome:
+        if existing is None or not own.is_owned(existing, role):
+            return None  # already gone, or someone took it over: not ours to delete any more
+        rv = existing["metadata"].get("resourceVersion", "")
+        return Write("delete", resource, namespace, name, resource_version=rv, reason="no longer needed")
+
+    return Item(resource, namespace, name, decide)
+
+
+def decide_leaf(target: Target, existing: Obj | None, signing: Signing) -> Outcome:
+    """Issue when missing or when the PKI says renew (expiring, SANs, tampered, CA rotated); else keep the
+    certificate and only refresh `ca.crt` and our labels if they drifted."""
+    if existing is not None and not own.is_owned(existing, "leaf"):
+        return Refused(f"Secret {target.namespace}/{target.secret_name} exists and is not managed by tls-injector")
+    data = secret_data(existing)
+    decision = leaf_renewal(cert_pem=data.get("tls.crt"), key_pem=data.get("tls.key"), desired_dns=target.dns_names,
+                            trusted=signing.cas.bundle(), now=signing.now, issuer=signing.signer.cert)
+    forced = own.FORCE_RENEW_ANNOTATION in _annotations(existing)
+    ours = {"ca.crt": signing.bundle_pem.encode()}
+    issuer = _annotations(existing).get(own.ISSUER_ANNOTATION, "")
+    reason = ""
+    if decision.renew or forced or existing is None:
+        leaf = issue_leaf(issuer=signing.signer, dns_names=list(target.dns_names), now=signing.now)
+        ours.update({"tls.crt": leaf.chain_pem, "tls.key": leaf.key_pem})
+        issuer = fingerprint(signing.signer.cert)
+        reason = f"{'renewed' if existing else 'issued'}:{decision.reason or 'force-renew'}"
+    body = _leaf_body(target, existing, ours, issuer)
+    return _write_if_changed(SECRETS, existing, body, reason=reason or "refreshed")
+
+
+def decide_bundle(namespace: str, existing: Obj | None, signing: Signing) -> Outcome:
+    """Our keys replaced wholesale (a removed CA's key disappears), anyone else's keys kept."""
+    if existing is not None and not own.is_owned(existing, "bundle"):
+        return Refused(f"ConfigMap {namespace}/{TRUST_BUNDLE_CONFIGMAP} exists and is not managed by tls-injector")
+    body = _base_body(existing, CONFIG_MAPS, namespace, TRUST_BUNDLE_CONFIGMAP, role="bundle")
+    kept = {k: v for k, v in ((existing or {}).get("data") or {}).items() if not _BUNDLE_KEYS.match(k)}
+    body["data"] = {**kept, **signing.bundle}
+    return _write_if_changed(CONFIG_MAPS, existing, body, reason="bundle")
+
+
+def secret_data(secret: Obj | None) -> dict[str, bytes]:
+    """A Secret's data decoded (the API carries it base64-encoded); undecodable values are left out."""
+    decoded: dict[str, bytes] = {}
+    for key, value in ((secret or {}).get("data") or {}).items():
+        try:
+            decoded[key] = base64.b64decode(value, validate=True)
+        except (ValueError, TypeError):
+            continue  # tampered: treated as missing, so the certificate is re-issued
+    return decoded
+
+
+def encode_data(data: dict[str, bytes]) -> dict[str, str]:
+    return {k: base64.b64encode(v).decode() for k, v in data.items()}
+
+
+def _leaf_body(target: Target, existing: Obj | None, ours: dict[str, bytes], issuer: str) -> Obj:
+    body = _base_body(existing, SECRETS, target.namespace, target.secret_name, role="leaf")
+    body["type"] = (existing or {}).get("type") or "kubernetes.io/tls"
+    body["data"] = {**((existing or {}).get("data") or {}), **encode_data(ours)}
+    annotations = body["metadata"]["annotations"]
+    annotations.pop(own.FORCE_RENEW_ANNOTATION, None)
+    annotations[own.WORKLOADS_ANNOTATION] = ",".join(str(w) for w in target.workloads)
+    annotations[own.ISSUER_ANNOTATION] = issuer
+    return body
+
+
+def _base_body(existing: Obj | None, resource: Resource, namespace: str, name: str, *, role: own.Role) -> Obj:
+    """A copy of the stored object's top level and metadata (so other writers' fields survive) with our labels."""
+    body = {**(existing or {}), "apiVersion": "v1", "kind": resource.kind}  # list items carry neither
+    meta = dict(body.get("metadata") or {"name": name, "namespace": namespace})
+    meta["labels"] = {**(meta.get("labels") or {}), **own.owner_labels(role)}
+    meta["annotations"] = dict(meta.get("annotations") or {})
+    body["metadata"] = meta
+    return body
+
+
+def _write_if_changed(resource: Resource, existing: Obj | None, body: Obj, *, reason: str) -> Write | None:
+    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    if existing is None:
+        return Write("create", resource, namespace, name, body, reason=reason)
+    if _same(existing, body):
+        return None
+    return Write("update", resource, namespace, name, body, existing["metadata"]["resourceVersion"], reason)
+
+
+def _same(existing: Obj, body: Obj) -> bool:
+    old, new = existing.get("metadata") or {}, body["metadata"]
+    return (
+        existing.get("data") == body.get("data")
+        and (old.get("labels") or {}) == new["labels"]
+        and (old.get("annotations") or {}) == new["annotations"]
+    )
+
+
+def _annotations(obj: Obj | None) -> dict[str, str]:
+    return ((obj or {}).get("metadata") or {}).get("annotations") or {}

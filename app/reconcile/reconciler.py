@@ -1,0 +1,251 @@
+"""One reconcile pass: read the cluster, step the CA set, plan every object purely, apply with preconditions.
+
+Reads first and writes only what the plan says; a 409 re-reads that one object and decides again. An
+object that fails is reported and the pass goes on; an unreachable API (or a lost lease) stops the pass,
+because nothing that follows could be trusted or written.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from app.injection import names
+from app.kube import (
+    CONFIG_MAPS,
+    DAEMON_SETS,
+    DEPLOYMENTS,
+    NAMESPACES,
+    PODS,
+    SECRETS,
+    STATEFUL_SETS,
+    Conflict,
+    KubeApi,
+    KubeError,
+    NotFound,
+    Resource,
+    Unavailable,
+)
+from app.pki import CaSet, CertKey, bundle_certificates, load_certificates, load_user_ca, not_after
+from app.reconcile import events
+from app.reconcile import ownership as own
+from app.reconcile.ca import CaPolicy, CaStep, CaUnusable, decide_ca
+from app.reconcile.discover import Target, discover, enabled_namespaces
+from app.reconcile.metrics import ReconcileMetrics
+from app.reconcile.plan import Item, Obj, Observed, Refused, Signing, Write, bundle_namespaces, plan, secret_data
+
+log = logging.getLogger("tls_injector.reconcile")
+# Three tries per object: a 409 means someone wrote in between; three in a row means a hot object,
+# better left to the next pass than fought over.
+MAX_ATTEMPTS = 3
+WORKLOAD_KINDS = (("Deployment", DEPLOYMENTS), ("StatefulSet", STATEFUL_SETS), ("DaemonSet", DAEMON_SETS))
+
+
+class NotLeader(Exception):
+    """The lease was lost mid-pass: stop writing at once."""
+
+
+@dataclass(frozen=True)
+class ReconcileSettings:
+    namespace: str
+    cluster_domain: str = names.DEFAULT_CLUSTER_DOMAIN
+    ca: CaPolicy = field(default_factory=CaPolicy)
+    user_ca_secret: str | None = None  # a kubernetes.io/tls Secret in `namespace` holding the user's CA
+
+
+@dataclass
+class PassReport:
+    writes: Counter[str] = field(default_factory=Counter)  # by action: create, update, delete
+    reasons: Counter[str] = field(default_factory=Counter)
+    refused: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    aborted: str = ""
+
+    @property
+    def write_count(self) -> int:
+        return sum(self.writes.values())
+
+    @property
+    def converged(self) -> bool:
+        return not (self.refused or self.failed or self.aborted)
+
+
+class Reconciler:
+    def __init__(self, api: KubeApi, settings: ReconcileSettings, *, metrics: ReconcileMetrics | None = None,
+                 may_write: Callable[[], bool] = lambda: True,
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self.api = api
+        self.settings = settings
+        self.metrics = metrics or ReconcileMetrics()
+        self.may_write = may_write
+        self.clock = clock
+
+    def run_pass(self) -> PassReport:
+        report, started, now = PassReport(), time.monotonic(), self.clock()
+        try:
+            self._pass(report, now)
+        except (KubeError, CaUnusable, NotLeader, ValueError) as e:
+            report.aborted = f"{type(e).__name__}: {e}"
+            self.metrics.failures.labels("pass-aborted").inc()
+            log.error("reconcile pass stopped", extra={"error": report.aborted})
+        self.metrics.duration.observe(time.monotonic() - started)
+        self.metrics.conflicts.set(len(report.refused))
+        log.info("reconcile pass done", extra={"writes": dict(report.writes), "refused": len(report.refused),
+                                               "failed": len(report.failed), "converged": report.converged})
+        return report
+
+    def _pass(self, report: PassReport, now: datetime) -> None:
+        observed = read_cluster(self.api)
+        targets = discover(observed.workloads, observed.pods, enabled=observed.enabled,
+                           cluster_domain=self.settings.cluster_domain)
+        cas = self._ensure_ca(observed, targets, now, report)
+        self._ca_metrics(cas)
+        if cas.signer() is None:
+            raise CaUnusable("no CA may sign yet (the user-provided CA is not trusted everywhere yet)")
+        stored: dict[tuple[str, str, str], Obj | None] = {}
+        for item in plan(targets, observed, Signing.of(cas, now=now)):
+            stored[item.key] = self._converge(item, observed.lookup(item), report, now)
+        self._cert_metrics(stored)
+
+    def _ensure_ca(self, observed: Observed, targets: list[Target], now: datetime, report: PassReport) -> CaSet:
+        """Step the CA set and persist it before anything is signed with it; a 409 re-reads and re-decides."""
+        user_ca = self._user_ca(now)
+        namespaces = bundle_namespaces(targets, observed.enabled)
+        bundles = [bundle_certificates((observed.bundles.get(ns) or {}).get("data") or {}) for ns in namespaces]
+        in_use = {(t.namespace, t.secret_name) for t in targets}
+        leaves = [load_certificates(secret_data(obj).get("tls.crt", b"")) for key, obj in observed.leaves.items()
+                  if key in in_use]
+        for _ in range(MAX_ATTEMPTS):
+            existing = self._read_optional(SECRETS, self.settings.ca.secret_name)
+            step: CaStep = decide_ca(existing, namespace=self.settings.namespace, bundles=bundles, leaves=leaves,
+                                     now=now, policy=self.settings.ca, user_ca=user_ca)
+            if step.write is None:
+                return step.cas
+            try:
+                self._write(step.write, report)
+            except Conflict:
+                continue  # another reconciler stepped first: use what it stored
+            self.metrics.rotations.labels("ca", step.write.reason.partition(":")[0]).inc()
+            log.info("CA set stored", extra={"reason": step.write.reason, "states": step.cas.states()})
+            return step.cas
+        raise Conflict("the CA Secret kept changing under us; next pass")
+
+    def _user_ca(self, now: datetime) -> CertKey | None:
+        name = self.settings.user_ca_secret
+        if not name:
+            return None
+        data = secret_data(self.api.get(SECRETS, name, namespace=self.settings.namespace))
+        try:
+            return load_user_ca(data.get("tls.crt", b""), data.get("tls.key", b""), now=now)
+        except ValueError as e:
+            raise CaUnusable(f"user-provided CA Secret {self.settings.namespace}/{name}: {e}") from e
+
+    def _converge(self, item: Item, existing: Obj | None, report: PassReport, now: datetime) -> Obj | None:
+        """Decide and write one object, re-reading after a 409; returns what is stored at the end."""
+        for _ in range(MAX_ATTEMPTS):
+            outcome = item.decide(existing)
+            if outcome is None:
+                return existing
+            if isinstance(outcome, Refused):
+                self._refused(item, outcome, report, now)
+                return existing
+            try:
+                return self._write(outcome, report, item=item, now=now)
+            except Conflict:
+                existing = self._read_optional(item.resource, item.name, item.namespace)
+            except NotFound:
+                if outcome.action != "update":
+                    return None  # deleted already, or the namespace itself is gone
+                existing = None
+            except Unavailable:
+                raise
+            except KubeError as e:
+                self._failed(item, f"{outcome.action}: {e}", report, now)
+                return existing
+        self._failed(item, "kept conflicting", report, now)
+        return existing
+
+    def _write(self, write: Write, report: PassReport, *, item: Item | None = None,
+               now: datetime | None = None) -> Obj | None:
+        if not self.may_write():
+            raise NotLeader("lost the leader lease")
+        stored: Obj | None = None
+        if write.action == "create":
+            stored = self.api.create(write.resource, write.body or {}, namespace=write.namespace)
+        elif write.action == "update":
+            stored = self.api.replace(write.resource, write.body or {})
+        else:
+            self.api.delete(write.resource, write.name, namespace=write.namespace,
+                            resource_version=write.resource_version)
+        report.writes[write.action] += 1
+        report.reasons[write.reason] += 1
+        log.info("object written", extra={"action": write.action, "kind": write.resource.kind,
+                                          "namespace": write.namespace, "name": write.name, "reason": write.reason})
+        if item is not None and now is not None:
+            self._written(item, write, now)
+        return stored
+
+    def _written(self, item: Item, write: Write, now: datetime) -> None:
+        verb, _, why = write.reason.partition(":")
+        if verb in ("issued", "renewed"):
+            self.metrics.rotations.labels("leaf", why).inc()
+            events.emit(self.api, item.workloads, reason=f"Certificate{verb.capitalize()}", kind="Normal", now=now,
+                        message=f"Secret {item.name}: certificate {verb} ({why})")
+
+    def _refused(self, item: Item, refused: Refused, report: PassReport, now: datetime) -> None:
+        report.refused.append(refused.message)
+        log.warning("object not owned; left untouched", extra={"namespace": item.namespace, "name": item.name})
+        events.emit(self.api, item.workloads, reason="SecretConflict", kind="Warning", message=refused.message, now=now)
+
+    def _failed(self, item: Item, why: str, report: PassReport, now: datetime) -> None:
+        report.failed.append(f"{item.resource.kind} {item.namespace}/{item.name}: {why}")
+        self.metrics.failures.labels(item.resource.kind.lower()).inc()
+        log.warning("object not converged", extra={"namespace": item.namespace, "name": item.name, "error": why})
+        events.emit(self.api, item.workloads, reason="CertificateFailed", kind="Warning", message=why, now=now)
+
+    def _read_optional(self, resource: Resource, name: str, namespace: str | None = None) -> Obj | None:
+        """The object, or None only when the API confirmed it does not exist (any other error propagates)."""
+        try:
+            return self.api.get(resource, name, namespace=namespace or self.settings.namespace)
+        except NotFound:
+            return None
+
+    def _ca_metrics(self, cas: CaSet) -> None:
+        self.metrics.ca_expiry.clear()
+        for record in cas.records:
+            expiry = record.cert.not_valid_after_utc.timestamp()
+            self.metrics.ca_expiry.labels(record.fingerprint[:16], str(record.state)).set(expiry)
+
+    def _cert_metrics(self, stored: dict[tuple[str, str, str], Obj | None]) -> None:
+        self.metrics.cert_expiry.clear()
+        for (kind, namespace, name), obj in stored.items():
+            cert = secret_data(obj).get("tls.crt") if kind == "Secret" else None
+            if cert:
+                try:
+                    self.metrics.cert_expiry.labels(namespace, name).set(not_after(cert).timestamp())
+                except ValueError:
+                    continue
+
+
+def read_cluster(api: KubeApi) -> Observed:
+    """Everything a pass decides on. Workloads are listed whole (their pod template labels cannot be
+    selected server-side); Secrets and ConfigMaps only by our ownership label."""
+    observed = Observed()
+    for kind, resource in WORKLOAD_KINDS:
+        observed.workloads += [(kind, obj) for obj in api.list_objects(resource).items]
+    selector = f"{names.INJECT_LABEL}={names.NAMESPACE_OPT_IN}"
+    observed.enabled = enabled_namespaces(api.list_objects(NAMESPACES, label_selector=selector).items)
+    observed.pods = api.list_objects(PODS, label_selector=f"{names.INJECT_LABEL}={names.POD_OPT_IN}").items
+    not_listed_yet = f"{names.INJECT_LABEL}!={names.POD_OPT_IN}"  # those were in the cluster-wide list
+    for ns in sorted(observed.enabled):
+        observed.pods += api.list_objects(PODS, namespace=ns, label_selector=not_listed_yet).items
+    for obj in api.list_objects(SECRETS, label_selector=own.owned_selector("leaf")).items:
+        observed.leaves[obj["metadata"]["namespace"], obj["metadata"]["name"]] = obj
+    for obj in api.list_objects(CONFIG_MAPS, label_selector=own.owned_selector("bundle")).items:
+        if obj["metadata"]["name"] == names.TRUST_BUNDLE_CONFIGMAP:
+            observed.bundles[obj["metadata"]["namespace"]] = obj
+    return observed
