@@ -1,0 +1,119 @@
+"""The long-running loop: lead, watch, reconcile on change and at least every 10 minutes.
+
+Watches only what can change the plan: workloads (their pod templates cannot be selected server-side),
+opted-in Pods and Namespaces, and our own Secrets and ConfigMaps selected by the ownership label, so the
+process never holds every Secret of the cluster. Events only wake the loop; every pass re-reads, so a
+missed or reordered event costs nothing but latency, and the resync catches anything a watch dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from app.injection import names
+from app.kube import (
+    CONFIG_MAPS,
+    DAEMON_SETS,
+    DEPLOYMENTS,
+    NAMESPACES,
+    PODS,
+    SECRETS,
+    STATEFUL_SETS,
+    Gone,
+    KubeApi,
+    KubeError,
+    LeaderElector,
+    Resource,
+)
+from app.kube.lease import RETRY_PERIOD
+from app.reconcile.ownership import MANAGED_BY_LABEL, MANAGER
+from app.reconcile.reconciler import Reconciler
+
+log = logging.getLogger("tls_injector.controller")
+# The issue's resync period: long enough to cost little on a big cluster, short enough that a dropped
+# watch or a certificate crossing its renewal window is handled within minutes.
+RESYNC_SECONDS = 600.0
+# Changes come in bursts (a rollout touches many objects): wait this long after one before a pass.
+DEBOUNCE_SECONDS = 1.0
+# After a failed pass, retry soon but not in a tight loop against a struggling API server.
+RETRY_SECONDS = 10.0
+
+WATCHED: tuple[tuple[Resource, str | None], ...] = (
+    (DEPLOYMENTS, None),
+    (STATEFUL_SETS, None),
+    (DAEMON_SETS, None),
+    (NAMESPACES, f"{names.INJECT_LABEL}={names.NAMESPACE_OPT_IN}"),
+    (PODS, names.INJECT_LABEL),
+    (SECRETS, f"{MANAGED_BY_LABEL}={MANAGER}"),
+    (CONFIG_MAPS, f"{MANAGED_BY_LABEL}={MANAGER}"),
+)
+
+
+@dataclass
+class Controller:
+    api: KubeApi
+    reconciler: Reconciler
+    elector: LeaderElector | None = None
+    resync_seconds: float = RESYNC_SECONDS
+    debounce_seconds: float = DEBOUNCE_SECONDS
+    watch_timeout_seconds: int = 300
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+
+    def run(self, stop: threading.Event) -> None:
+        """Until `stop` is set: renew the lease every 2 s, reconcile when woken or when the resync is due."""
+        wake = threading.Event()
+        for resource, selector in WATCHED:
+            threading.Thread(target=self._watch, args=(resource, selector, wake, stop), daemon=True,
+                             name=f"watch-{resource.plural}").start()
+        if self.elector:
+            # Renewal runs beside the passes: a long pass must not let the lease lapse.
+            threading.Thread(target=self._lead, args=(self.elector, stop), daemon=True, name="lease").start()
+        due = 0.0  # monotonic time of the next pass; 0 = at once
+        clock = time.monotonic
+        while not stop.is_set():
+            if self._leading():
+                if wake.is_set():
+                    stop.wait(self.debounce_seconds)
+                    wake.clear()
+                    due = 0.0
+                if clock() >= due:
+                    report = self.reconciler.run_pass()
+                    due = clock() + (self.resync_seconds if not report.aborted else RETRY_SECONDS)
+            else:
+                due = 0.0  # whoever leads next starts with a full pass
+            stop.wait(min(RETRY_PERIOD.total_seconds(), max(0.05, due - clock())) if due else 0.05)
+
+    def _leading(self) -> bool:
+        return self.elector is None or self.elector.is_leader(self.clock())
+
+    def _lead(self, elector: LeaderElector, stop: threading.Event) -> None:
+        while not stop.is_set():
+            self.reconciler.metrics.leader.set(int(elector.try_lead(self.clock())))
+            stop.wait(RETRY_PERIOD.total_seconds())
+
+    def _watch(self, resource: Resource, selector: str | None, wake: threading.Event, stop: threading.Event) -> None:
+        version = ""
+        while not stop.is_set():
+            try:
+                if not version:
+                    version = self.api.list_objects(resource, label_selector=selector).resource_version
+                for event in self.api.watch(resource, resource_version=version, label_selector=selector,
+                                            timeout_seconds=self.watch_timeout_seconds):
+                    version = event.object.get("metadata", {}).get("resourceVersion") or version
+                    if event.type != "BOOKMARK":
+                        wake.set()
+                    if stop.is_set():
+                        return
+            except Gone:
+                version = ""  # too old: list again (and reconcile, something may have been missed)
+                wake.set()
+            except KubeError as e:
+                log.warning("watch failed; retrying", extra={"resource": resource.plural, "error": str(e)})
+                stop.wait(RETRY_SECONDS)
+
+
