@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -15,6 +17,10 @@ from app.logs import configure_logging
 from app.rules import export_documents, make_validate_handler
 from app.rulesfile import RulesFileError, load_rule_set
 from app.settings import ServeSettings
+
+if TYPE_CHECKING:
+    from app.web.app import BackgroundTask
+    from app.web.metrics import ServerMetrics
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -33,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_serve(sub)
     _add_check(sub)
     _add_export_policy(sub)
+    _add_reconcile(sub)
     return parser
 
 
@@ -51,7 +58,47 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     serve.add_argument("--drain-seconds", type=int, default=defaults.drain_seconds,
                        help="how long in-flight requests may finish after SIGTERM")
     serve.add_argument("--log-level", default=defaults.log_level, choices=["debug", "info", "warning", "error"])
+    _cluster_flags(serve)
     serve.set_defaults(run=_run_serve)
+
+
+def _cluster_flags(command: argparse.ArgumentParser) -> None:
+    """Where the cluster is and what the reconciler owns; shared by `serve` and `reconcile`."""
+    command.add_argument("--kubeconfig", type=Path,
+                         help="kubeconfig file (default: in-cluster service account, then $KUBECONFIG/~/.kube/config)")
+    command.add_argument("--server", help="API server URL without credentials (for tests against an emulator)")
+    command.add_argument("--namespace", help="the injector's own namespace, where its CAs live "
+                                             "(default: the pod's service-account namespace)")
+    command.add_argument("--cluster-domain", default="cluster.local", help="DNS domain of the cluster, for SANs")
+    command.add_argument("--ca-secret", help="a kubernetes.io/tls Secret in --namespace holding a CA you provide "
+                                             "(default: tls-injector creates and rotates its own)")
+
+
+def _add_reconcile(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    reconcile = sub.add_parser("reconcile", help="issue, renew and rotate certificates; mirror trust bundles")
+    reconcile.add_argument("--once", action="store_true",
+                           help="one full pass, then exit: 0 when everything converged, 1 otherwise")
+    _cluster_flags(reconcile)
+    reconcile.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    reconcile.set_defaults(run=_run_reconcile)
+
+
+def _run_reconcile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from app.reconcile import runner  # noqa: PLC0415 - only the reconciling commands load the client
+
+    configure_logging(args.log_level)
+    cluster = runner.find_cluster(kubeconfig=args.kubeconfig, server=args.server)
+    if cluster is None:
+        print("tls-injector: no cluster configured (no in-cluster account, no kubeconfig)", file=sys.stderr)
+        return 2
+    settings = runner.settings_for(namespace=args.namespace, cluster_domain=args.cluster_domain,
+                                   ca_secret=args.ca_secret)
+    if args.once:
+        report = runner.run_once(cluster, settings)
+        print(runner.summary(report), flush=True)
+        return 0 if report.converged else 1
+    runner.run_until_signalled(cluster, settings)
+    return 0
 
 
 def _run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -69,14 +116,17 @@ def _run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         log_level=args.log_level,
     )
     configure_logging(settings.log_level)
-    from app.web.server import build_server  # noqa: PLC0415 - only the serving command loads the web stack
+    from app.web.metrics import ServerMetrics  # noqa: PLC0415 - only the serving command loads the web stack
+    from app.web.server import build_server  # noqa: PLC0415
 
     try:
         mutate, validate = build_handlers(settings)
     except RulesFileError as error:  # a bad rules file stops the start, before any request is served
         print(f"tls-injector: {error}", file=sys.stderr)
         return 2
-    server = build_server(settings, mutate=mutate, validate=validate)
+    metrics = ServerMetrics()
+    background = _reconciler_in_background(args, metrics)
+    server = build_server(settings, mutate=mutate, validate=validate, metrics=metrics, background=background)
     # uvicorn drains on SIGTERM, then re-raises the signal to the handler it found; exiting 0 there tells
     # the kubelet (and anyone reading the exit code) that the shutdown was the orderly one.
     signal.signal(signal.SIGTERM, _exit_cleanly)
@@ -86,6 +136,18 @@ def _run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 
 def _exit_cleanly(signum: int, frame: object) -> None:
     raise SystemExit(0)
+
+
+def _reconciler_in_background(args: argparse.Namespace, metrics: ServerMetrics) -> list[BackgroundTask]:
+    """The reconciler runs inside `serve` only when a cluster is configured; otherwise serve runs alone."""
+    from app.reconcile import runner  # noqa: PLC0415 - the client is loaded only when a cluster may be there
+
+    cluster = runner.find_cluster(kubeconfig=args.kubeconfig, server=args.server)
+    if cluster is None:
+        return []
+    settings = runner.settings_for(namespace=args.namespace, cluster_domain=args.cluster_domain,
+                                   ca_secret=args.ca_secret)
+    return [functools.partial(runner.run_reconciler, cluster, settings, registry=metrics.registry)]
 
 
 def build_handlers(settings: ServeSettings) -> tuple[Handler, Handler]:

@@ -184,7 +184,7 @@ class Reconciler:
         report.writes[write.action] += 1
         report.reasons[write.reason] += 1
         log.info("object written", extra={"action": write.action, "kind": write.resource.kind,
-                                          "namespace": write.namespace, "name": write.name, "reason": write.reason})
+                                          "namespace": write.namespace, "object": write.name, "reason": write.reason})
         if item is not None and now is not None:
             self._written(item, write, now)
         return stored
@@ -198,13 +198,13 @@ class Reconciler:
 
     def _refused(self, item: Item, refused: Refused, report: PassReport, now: datetime) -> None:
         report.refused.append(refused.message)
-        log.warning("object not owned; left untouched", extra={"namespace": item.namespace, "name": item.name})
+        log.warning("object not owned; left untouched", extra={"namespace": item.namespace, "object": item.name})
         events.emit(self.api, item.workloads, reason="SecretConflict", kind="Warning", message=refused.message, now=now)
 
     def _failed(self, item: Item, why: str, report: PassReport, now: datetime) -> None:
         report.failed.append(f"{item.resource.kind} {item.namespace}/{item.name}: {why}")
         self.metrics.failures.labels(item.resource.kind.lower()).inc()
-        log.warning("object not converged", extra={"namespace": item.namespace, "name": item.name, "error": why})
+        log.warning("object not converged", extra={"namespace": item.namespace, "object": item.name, "error": why})
         events.emit(self.api, item.workloads, reason="CertificateFailed", kind="Warning", message=why, now=now)
 
     def _read_optional(self, resource: Resource, name: str, namespace: str | None = None) -> Obj | None:

@@ -4,16 +4,34 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
 import threading
 from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry
 
-from app.kube import ClusterConfig, KubeApi, LeaderElector, api_client
+from app.kube import ClusterConfig, KubeApi, LeaderElector, api_client, find_cluster, own_namespace
 from app.reconcile.controller import Controller
 from app.reconcile.metrics import ReconcileMetrics
 from app.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
+
+__all__ = ["find_cluster", "run_once", "run_reconciler", "run_until_signalled", "settings_for", "summary"]
+
+
+def settings_for(*, namespace: str | None, cluster_domain: str, ca_secret: str | None) -> ReconcileSettings:
+    return ReconcileSettings(namespace=own_namespace(namespace), cluster_domain=cluster_domain,
+                             user_ca_secret=ca_secret or None)
+
+
+def summary(report: PassReport) -> str:
+    """One line for a person (the JSON logs say the rest)."""
+    state = "converged" if report.converged else "NOT converged"
+    parts = [f"{state}: {report.write_count} writes {dict(report.writes)}"]
+    parts += [f"{len(report.refused)} objects not ours"] if report.refused else []
+    parts += [f"{len(report.failed)} failed"] if report.failed else []
+    parts += [f"stopped: {report.aborted}"] if report.aborted else []
+    return "; ".join(parts)
 
 
 def connect(cluster: ClusterConfig, metrics: ReconcileMetrics) -> KubeApi:
@@ -39,6 +57,14 @@ def controller(cluster: ClusterConfig, settings: ReconcileSettings, *, metrics: 
 def run_forever(cluster: ClusterConfig, settings: ReconcileSettings, stop: threading.Event, *,
                 metrics: ReconcileMetrics | None = None) -> None:
     controller(cluster, settings, metrics=metrics or ReconcileMetrics()).run(stop)
+
+
+def run_until_signalled(cluster: ClusterConfig, settings: ReconcileSettings) -> None:
+    """`tls-injector reconcile` without --once: until SIGTERM or SIGINT."""
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    run_forever(cluster, settings, stop)
 
 
 async def run_reconciler(cluster: ClusterConfig, settings: ReconcileSettings, *,
