@@ -1,0 +1,115 @@
+"""The reconciler against the API emulator, through the official client over HTTP."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from app.kube import DEPLOYMENTS, SECRETS, KubeApi
+from app.pki import load_certificates
+from app.pki.verify import dns_sans
+from tests.kubeapi import Emulator
+from tests.reconcile.cluster import (
+    Clock,
+    assert_every_leaf_trusted_by_every_bundle,
+    ca_fingerprints,
+    data,
+    reconciler,
+    small_cluster,
+)
+
+
+@pytest.fixture
+def kube(kubeapi: Emulator) -> KubeApi:
+    """The test's own client, for changes made "by someone else"."""
+    return KubeApi(kubeapi.api_client())
+
+
+def test_a_first_pass_issues_everything_and_a_second_pass_writes_nothing(kubeapi: Emulator) -> None:
+    secrets = small_cluster(kubeapi, namespaces=3, per_namespace=2)
+    clock = Clock()
+    first = reconciler(kubeapi, clock).run_pass()
+    assert first.converged
+    assert first.writes["create"] == 1 + len(secrets) + 3  # the CA, a leaf per workload, a bundle per namespace
+    for ns, name in secrets:
+        assert set(data(kubeapi.get("secrets", name, ns))) == {"tls.crt", "tls.key", "ca.crt"}
+    assert assert_every_leaf_trusted_by_every_bundle(kubeapi, clock.now) == len(secrets)
+
+    kubeapi.reset_log()
+    second = reconciler(kubeapi, clock).run_pass()  # a fresh process: nothing remembered
+    assert (second.converged, second.write_count) == (True, 0)
+    assert kubeapi.writes() == []
+
+
+def test_a_deleted_secret_is_recreated(kubeapi: Emulator, kube: KubeApi) -> None:
+    small_cluster(kubeapi, namespaces=1, per_namespace=2)
+    rec = reconciler(kubeapi, Clock())
+    rec.run_pass()
+    kube.delete(SECRETS, "app0-tls", namespace="ns0")
+    report = rec.run_pass()
+    assert (dict(report.writes), dict(report.reasons)) == ({"create": 1}, {"issued:missing": 1})
+    assert kubeapi.get("secrets", "app0-tls", "ns0") is not None
+
+
+def test_changed_service_names_reissue_the_certificate_with_the_new_sans(kubeapi: Emulator, kube: KubeApi) -> None:
+    small_cluster(kubeapi, namespaces=1, per_namespace=1)
+    rec = reconciler(kubeapi, Clock())
+    rec.run_pass()
+    before = data(kubeapi.get("secrets", "app0-tls", "ns0"))
+    workload = kube.get(DEPLOYMENTS, "app0", namespace="ns0")
+    workload["spec"]["template"]["metadata"]["annotations"] = {"tls-injector.io/service-names": "api,app0"}
+    kube.replace(DEPLOYMENTS, workload)
+    report = rec.run_pass()
+    assert dict(report.reasons) == {"renewed:sans-changed": 1}
+    after = data(kubeapi.get("secrets", "app0-tls", "ns0"))
+    assert after["tls.crt"] != before["tls.crt"]
+    assert "api.ns0.svc.cluster.local" in dns_sans(load_certificates(after["tls.crt"])[0])
+
+
+def test_a_409_on_every_first_write_still_converges_and_loses_no_one_elses_keys(
+    kubeapi: Emulator, kube: KubeApi
+) -> None:
+    secrets = small_cluster(kubeapi, namespaces=2, per_namespace=2)
+    clock = Clock()
+    # Creates carry no name in the URL, so the emulator's per-object fault cannot target them: instead the
+    # CA's create is refused twice and the first leaf and bundle creates once, with 409, as if someone
+    # had created the object and deleted it again in between.
+    kubeapi.fail_next("create", "secrets", namespace="tls-injector", count=2, code=409)
+    kubeapi.fail_next("create", "secrets", namespace="ns0", code=409)
+    kubeapi.fail_next("create", "configmaps", code=409)
+    first = reconciler(kubeapi, clock).run_pass()
+    assert first.converged
+    assert all(kubeapi.get("secrets", name, ns) for ns, name in secrets)
+    assert sum(w.code == 409 for w in kubeapi.writes()) == 4
+    assert len(ca_fingerprints(kubeapi)) == 1
+
+    # Every first update and delete of each object now gets a plain 409: re-read, decide again, write.
+    clock.advance(timedelta(days=60))  # every leaf is inside its 35-day renewal window now
+    kubeapi.conflict_on_first_write(verbs=("update", "delete"))
+    kubeapi.reset_log()
+    renewal = reconciler(kubeapi, clock).run_pass()
+    assert renewal.converged
+    assert renewal.reasons["renewed:expiring"] == len(secrets)
+    assert sum(w.code == 409 for w in kubeapi.writes()) == len(secrets)
+
+    # Now every update meets a concurrent writer that changes the object first (a real 409 on our stale
+    # resourceVersion); what that writer added must still be there after we converge.
+    kubeapi.clear_faults()
+    for ns, _ in secrets[::2]:
+        workload = kube.get(DEPLOYMENTS, "app0", namespace=ns)
+        workload["spec"]["template"]["metadata"]["annotations"] = {"tls-injector.io/service-names": "renamed"}
+        kube.replace(DEPLOYMENTS, workload)
+    kubeapi.conflict_on_first_write(verbs=("update",), touch=True)
+    kubeapi.reset_log()
+    second = reconciler(kubeapi, clock).run_pass()
+    assert second.converged
+    assert second.reasons["renewed:sans-changed"] == 2
+    assert sum(w.code == 409 for w in kubeapi.writes()) == 2
+    for ns, _ in secrets[::2]:
+        stored = kubeapi.get("secrets", "app0-tls", ns)
+        assert stored is not None
+        assert Emulator.touch_annotation in stored["metadata"]["annotations"]  # the other writer's change
+        assert "renamed" in dns_sans(load_certificates(data(stored)["tls.crt"])[0])
+    kubeapi.clear_faults()
+    assert reconciler(kubeapi, clock).run_pass().write_count == 0
