@@ -134,6 +134,15 @@ def key_matches(cert: x509.Certificate, key: PrivateKey) -> bool:
     return bool(cert.public_key() == key.public_key())
 
 
+def issued_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
+    """`ca` signed `cert` (names and signature checked; nothing else)."""
+    try:
+        cert.verify_directly_issued_by(ca)
+    except Exception:  # InvalidSignature, ValueError (name mismatch), TypeError (key type): all mean "no"
+        return False
+    return True
+
+
 def is_self_signed(cert: x509.Certificate) -> bool:
     return cert.issuer == cert.subject
 

@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 
 from cryptography import x509
 
-from app.pki.certs import CertKey, fingerprint, key_matches, load_certificates, to_pem
+from app.pki.certs import CertKey, fingerprint, issued_by, key_matches, load_certificates, to_pem
 from app.pki.keys import PrivateKey, key_from_pem, key_to_pem
 from app.pki.renewal import CA_LOOKAHEAD
 
@@ -181,15 +181,7 @@ def _ordered(records: Iterable[CaRecord]) -> CaSet:
 
 
 def _chains_to(chain: Sequence[x509.Certificate], ca: x509.Certificate) -> bool:
-    for cert in chain:
-        if cert == ca:
-            return True
-        try:
-            cert.verify_directly_issued_by(ca)
-        except Exception:  # noqa: S112 - InvalidSignature/ValueError/TypeError all mean "not issued by it"
-            continue
-        return True
-    return False
+    return any(cert == ca or issued_by(cert, ca) for cert in chain)
 
 
 # --- persisted form ---------------------------------------------------------------------------------

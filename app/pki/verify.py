@@ -92,7 +92,7 @@ def _walk(
         current = chain[-1]
         anchor = _issuer_among(current, trusted, now)
         if anchor is not None:
-            return [*chain, anchor]
+            return _check_path_lengths([*chain, anchor])
         parent = _issuer_among(current, intermediates, now)
         if parent is None or parent in chain:
             break
@@ -100,11 +100,20 @@ def _walk(
     raise UntrustedChain("no chain from the certificate to a trusted CA")
 
 
+def _check_path_lengths(chain: list[x509.Certificate]) -> list[x509.Certificate]:
+    """RFC 5280 4.2.1.9: a CA at position k (leaf = 0) has k - 1 CAs below it; its pathLen caps that."""
+    for position, ca in enumerate(chain[1:], start=1):
+        limit = ca.extensions.get_extension_for_class(x509.BasicConstraints).value.path_length
+        if limit is not None and position - 1 > limit:
+            raise UntrustedChain(f"path length of {ca.subject.rfc4514_string()} exceeded")
+    return chain
+
+
 def _issuer_among(
     cert: x509.Certificate, candidates: Sequence[x509.Certificate], now: datetime
 ) -> x509.Certificate | None:
     for candidate in candidates:
-        if candidate.subject != cert.issuer or not _valid_at(candidate, now) or not _is_ca(candidate):
+        if candidate.subject != cert.issuer or not _valid_at(candidate, now) or not _can_sign(candidate):
             continue
         try:
             cert.verify_directly_issued_by(candidate)
@@ -131,6 +140,14 @@ def _check_leaf(leaf: x509.Certificate, *, usage: x509.ObjectIdentifier, dns_nam
 
 def _valid_at(cert: x509.Certificate, now: datetime) -> bool:
     return cert.not_valid_before_utc <= now <= cert.not_valid_after_utc
+
+
+def _can_sign(cert: x509.Certificate) -> bool:
+    try:
+        usage = cert.extensions.get_extension_for_class(x509.KeyUsage).value
+    except x509.ExtensionNotFound:
+        return _is_ca(cert)  # no key usage extension: any usage allowed (RFC 5280 4.2.1.3)
+    return _is_ca(cert) and usage.key_cert_sign
 
 
 def _is_ca(cert: x509.Certificate) -> bool:
