@@ -20,6 +20,7 @@ import orjson
 
 from tests.kubeapi import errors, resources
 from tests.kubeapi.errors import ApiError
+from tests.kubeapi.faults import VERBS
 from tests.kubeapi.resources import Resource
 from tests.kubeapi.selectors import matcher
 from tests.kubeapi.store import Stored, Watcher
@@ -118,30 +119,25 @@ class Handler(BaseHTTPRequestHandler):
         if r is None:
             self._discovery(method, url.path)
             return
-        verb = verb_of(method, r, query)
-        code, name = 500, r.name
+        verb = verb_of(method, r, query) or method.lower()
         try:
-            if not verb or (r.res.namespaced and r.namespace is None and verb not in ("list", "watch")):
-                verb = verb or method.lower()
+            if verb not in VERBS or (r.res.namespaced and r.namespace is None and verb not in ("list", "watch")):
                 raise errors.method_not_allowed()
             emulator.faults.check(verb, r.res, r.namespace, r.name,
                                   lambda: emulator.store.touch(r.res, r.namespace, r.name or "",
                                                                annotation=emulator.touch_annotation))
-            if verb == "watch":  # logged as it starts: a test may look while it runs
-                emulator.faults.record(verb, r.res, r.namespace, name, 200)
-                verb = ""
+            if verb == "watch":
                 self._watch(r, query)
                 return
             code, payload = self._serve(verb, r, query, body)
-            if verb == "create" and isinstance(body, dict):  # log the created name, generated ones included
-                name = orjson.loads(payload)["metadata"]["name"]
-            self._send(code, payload)
         except ApiError as exc:
-            code = exc.code
-            self._send(code, orjson.dumps(exc.status()), retry_after=code == 429)
-        finally:
-            if verb:
-                emulator.faults.record(verb, r.res, r.namespace, name, code)
+            code, payload = exc.code, orjson.dumps(exc.status())
+        except Exception as exc:  # an emulator bug must still answer, as the apiserver's panic handler does
+            code, payload = 500, orjson.dumps(errors.injected(500, f"emulator error: {exc!r}").status())
+        name = orjson.loads(payload)["metadata"]["name"] if verb == "create" and code < 300 else r.name
+        # Logged before the answer goes out: a client that has its answer finds the request in the log.
+        emulator.faults.record(verb, r.res, r.namespace, name, code)
+        self._send(code, payload, retry_after=code == 429)
 
     def _body(self) -> Any:
         length = int(self.headers.get("Content-Length") or 0)
@@ -225,6 +221,7 @@ class Handler(BaseHTTPRequestHandler):
         timeout = float(query.get("timeoutSeconds") or _DEFAULT_WATCH_TIMEOUT)
         bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
         watcher = emulator.store.watch(r.res, r.namespace, match, query.get("resourceVersion"))
+        emulator.faults.record("watch", r.res, r.namespace, r.name, 200)  # as it starts: tests look while it runs
         self.send_response(200)
         self.send_header("Content-Type", _JSON)
         self.send_header("Transfer-Encoding", "chunked")
