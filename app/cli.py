@@ -72,6 +72,12 @@ def _cluster_flags(command: argparse.ArgumentParser) -> None:
     command.add_argument("--cluster-domain", default="cluster.local", help="DNS domain of the cluster, for SANs")
     command.add_argument("--ca-secret", help="a kubernetes.io/tls Secret in --namespace holding a CA you provide "
                                              "(default: tls-injector creates and rotates its own)")
+    command.add_argument("--webhook-configurations", default="tls-injector",
+                         help="comma list of webhook configuration names whose caBundle is kept current "
+                              "(both kinds; empty = no webhook self-care)")
+    command.add_argument("--webhook-service", default="tls-injector", help="the webhook's Service (its cert's SANs)")
+    command.add_argument("--webhook-secret", default="tls-injector-webhook-tls",
+                         help="the webhook's serving certificate Secret in --namespace")
 
 
 def _add_reconcile(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -91,8 +97,7 @@ def _run_reconcile(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
     if cluster is None:
         print("tls-injector: no cluster configured (no in-cluster account, no kubeconfig)", file=sys.stderr)
         return 2
-    settings = runner.settings_for(namespace=args.namespace, cluster_domain=args.cluster_domain,
-                                   ca_secret=args.ca_secret)
+    settings = runner.settings_for(args)
     if args.once:
         report = runner.run_once(cluster, settings)
         print(runner.summary(report), flush=True)
@@ -145,8 +150,7 @@ def _reconciler_in_background(args: argparse.Namespace, metrics: ServerMetrics) 
     cluster = runner.find_cluster(kubeconfig=args.kubeconfig, server=args.server)
     if cluster is None:
         return []
-    settings = runner.settings_for(namespace=args.namespace, cluster_domain=args.cluster_domain,
-                                   ca_secret=args.ca_secret)
+    settings = runner.settings_for(args)
     return [functools.partial(runner.run_reconciler, cluster, settings, registry=metrics.registry)]
 
 

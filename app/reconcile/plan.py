@@ -137,10 +137,10 @@ def _orphan(resource: Resource, namespace: str, name: str, role: own.Role) -> It
     return Item(resource, namespace, name, decide)
 
 
-def decide_leaf(target: Target, existing: Obj | None, signing: Signing) -> Outcome:
+def decide_leaf(target: Target, existing: Obj | None, signing: Signing, *, role: own.Role = "leaf") -> Outcome:
     """Issue when missing or when the PKI says renew (expiring, SANs, tampered, CA rotated); else keep the
     certificate and only refresh `ca.crt` and our labels if they drifted."""
-    if existing is not None and not own.is_owned(existing, "leaf"):
+    if existing is not None and not own.is_owned(existing, role):
         return Refused(f"Secret {target.namespace}/{target.secret_name} exists and is not managed by tls-injector")
     data = secret_data(existing)
     decision = leaf_renewal(cert_pem=data.get("tls.crt"), key_pem=data.get("tls.key"), desired_dns=target.dns_names,
@@ -154,7 +154,7 @@ def decide_leaf(target: Target, existing: Obj | None, signing: Signing) -> Outco
         ours.update({"tls.crt": leaf.chain_pem, "tls.key": leaf.key_pem})
         issuer = fingerprint(signing.signer.cert)
         reason = f"{'renewed' if existing else 'issued'}:{decision.reason or 'force-renew'}"
-    body = _leaf_body(target, existing, ours, issuer)
+    body = _leaf_body(target, existing, ours, issuer, role=role)
     return _write_if_changed(SECRETS, existing, body, reason=reason or "refreshed")
 
 
@@ -183,8 +183,8 @@ def encode_data(data: dict[str, bytes]) -> dict[str, str]:
     return {k: base64.b64encode(v).decode() for k, v in data.items()}
 
 
-def _leaf_body(target: Target, existing: Obj | None, ours: dict[str, bytes], issuer: str) -> Obj:
-    body = _base_body(existing, SECRETS, target.namespace, target.secret_name, role="leaf")
+def _leaf_body(target: Target, existing: Obj | None, ours: dict[str, bytes], issuer: str, *, role: own.Role) -> Obj:
+    body = _base_body(existing, SECRETS, target.namespace, target.secret_name, role=role)
     body["type"] = (existing or {}).get("type") or "kubernetes.io/tls"
     body["data"] = {**((existing or {}).get("data") or {}), **encode_data(ours)}
     annotations = body["metadata"]["annotations"]

@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from app.injection import names
 from app.kube import (
@@ -37,6 +38,7 @@ from app.reconcile.ca import CaPolicy, CaStep, CaUnusable, decide_ca
 from app.reconcile.discover import Target, discover, enabled_namespaces
 from app.reconcile.metrics import ReconcileMetrics
 from app.reconcile.plan import Item, Obj, Observed, Refused, Signing, Write, bundle_namespaces, plan, secret_data
+from app.reconcile.webhook_plan import WEBHOOK_KINDS, WebhookSettings, bundles_in_use, leaves_in_use, webhook_items
 
 log = logging.getLogger("tls_injector.reconcile")
 # Three tries per object: a 409 means someone wrote in between; three in a row means a hot object,
@@ -55,6 +57,7 @@ class ReconcileSettings:
     cluster_domain: str = names.DEFAULT_CLUSTER_DOMAIN
     ca: CaPolicy = field(default_factory=CaPolicy)
     user_ca_secret: str | None = None  # a kubernetes.io/tls Secret in `namespace` holding the user's CA
+    webhook: WebhookSettings | None = None  # keep the webhook's own certificate and caBundle current
 
 
 @dataclass
@@ -85,9 +88,17 @@ class Reconciler:
         self.clock = clock
 
     def run_pass(self) -> PassReport:
+        """Workloads, their CA and bundles, then the webhook's own certificate when configured."""
+        return self._guarded(self._pass)
+
+    def run_webhook_pass(self, ws: WebhookSettings) -> PassReport:
+        """Only the webhook's serving certificate and caBundle (what `tls-injector bootstrap` does)."""
+        return self._guarded(lambda report, now: self.converge_webhook(ws, report, now))
+
+    def _guarded(self, work: Callable[[PassReport, datetime], None]) -> PassReport:
         report, started, now = PassReport(), time.monotonic(), self.clock()
         try:
-            self._pass(report, now)
+            work(report, now)
         except (KubeError, CaUnusable, NotLeader, ValueError) as e:
             report.aborted = f"{type(e).__name__}: {e}"
             self.metrics.failures.labels("pass-aborted").inc()
@@ -110,19 +121,26 @@ class Reconciler:
         for item in plan(targets, observed, Signing.of(cas, now=now)):
             stored[item.key] = self._converge(item, observed.lookup(item), report, now)
         self._cert_metrics(stored)
+        if self.settings.webhook is not None:
+            self.converge_webhook(self.settings.webhook, report, now)
 
     def _ensure_ca(self, observed: Observed, targets: list[Target], now: datetime, report: PassReport) -> CaSet:
-        """Step the CA set and persist it before anything is signed with it; a 409 re-reads and re-decides."""
-        user_ca = self._user_ca(now)
+        """The workloads' CA set, stepped on what this pass observed of bundles and leaves in use."""
         namespaces = bundle_namespaces(targets, observed.enabled)
         bundles = [bundle_certificates((observed.bundles.get(ns) or {}).get("data") or {}) for ns in namespaces]
         in_use = {(t.namespace, t.secret_name) for t in targets}
         leaves = [load_certificates(secret_data(obj).get("tls.crt", b"")) for key, obj in observed.leaves.items()
                   if key in in_use]
+        return self._step_ca(self.settings.ca, bundles=bundles, leaves=leaves, user_ca=self._user_ca(now), now=now,
+                             report=report)
+
+    def _step_ca(self, policy: CaPolicy, *, bundles: Sequence[Sequence[Any]], leaves: Sequence[Sequence[Any]],
+                 user_ca: CertKey | None, now: datetime, report: PassReport) -> CaSet:
+        """Step a CA set and persist it before anything is signed with it; a 409 re-reads and re-decides."""
         for _ in range(MAX_ATTEMPTS):
-            existing = self._read_optional(SECRETS, self.settings.ca.secret_name)
+            existing = self._read_optional(SECRETS, policy.secret_name)
             step: CaStep = decide_ca(existing, namespace=self.settings.namespace, bundles=bundles, leaves=leaves,
-                                     now=now, policy=self.settings.ca, user_ca=user_ca)
+                                     now=now, policy=policy, user_ca=user_ca)
             if step.write is None:
                 return step.cas
             try:
@@ -130,9 +148,28 @@ class Reconciler:
             except Conflict:
                 continue  # another reconciler stepped first: use what it stored
             self.metrics.rotations.labels("ca", step.write.reason.partition(":")[0]).inc()
-            log.info("CA set stored", extra={"reason": step.write.reason, "states": step.cas.states()})
+            log.info("CA set stored", extra={"secret": policy.secret_name, "reason": step.write.reason,
+                                             "states": step.cas.states()})
             return step.cas
-        raise Conflict("the CA Secret kept changing under us; next pass")
+        raise Conflict(f"the CA Secret {policy.secret_name} kept changing under us; next pass")
+
+    def converge_webhook(self, ws: WebhookSettings, report: PassReport, now: datetime) -> None:
+        """The webhook's serving Secret and the caBundle of both configurations (see webhook_plan)."""
+        configs: dict[tuple[str, str], Obj] = {}
+        for resource in WEBHOOK_KINDS:
+            for name in ws.configurations:
+                found = self._read_optional(resource, name)
+                if found is not None:
+                    configs[resource.kind, name] = found
+        if not configs:
+            log.warning("no webhook configuration found; only the serving certificate is kept",
+                        extra={"configurations": list(ws.configurations)})
+        serving = self._read_optional(SECRETS, ws.secret_name)
+        cas = self._step_ca(ws.ca, bundles=bundles_in_use(configs.values()), leaves=leaves_in_use(serving),
+                            user_ca=None, now=now, report=report)
+        for item in webhook_items(ws, self.settings.namespace, configs, Signing.of(cas, now=now)):
+            existing = serving if item.resource is SECRETS else configs.get((item.resource.kind, item.name))
+            self._converge(item, existing, report, now)
 
     def _user_ca(self, now: datetime) -> CertKey | None:
         name = self.settings.user_ca_secret

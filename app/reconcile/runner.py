@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import signal
@@ -15,13 +16,18 @@ from app.kube import ClusterConfig, KubeApi, LeaderElector, api_client, find_clu
 from app.reconcile.controller import Controller
 from app.reconcile.metrics import ReconcileMetrics
 from app.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
+from app.reconcile.webhook_plan import WebhookSettings
 
 __all__ = ["find_cluster", "run_once", "run_reconciler", "run_until_signalled", "settings_for", "summary"]
 
 
-def settings_for(*, namespace: str | None, cluster_domain: str, ca_secret: str | None) -> ReconcileSettings:
-    return ReconcileSettings(namespace=own_namespace(namespace), cluster_domain=cluster_domain,
-                             user_ca_secret=ca_secret or None)
+def settings_for(args: argparse.Namespace) -> ReconcileSettings:
+    """Settings from the flags `_cluster_flags` in app/cli.py defines."""
+    configurations = tuple(n.strip() for n in (args.webhook_configurations or "").split(",") if n.strip())
+    webhook = WebhookSettings(service=args.webhook_service, secret_name=args.webhook_secret,
+                              configurations=configurations, cluster_domain=args.cluster_domain)
+    return ReconcileSettings(namespace=own_namespace(args.namespace), cluster_domain=args.cluster_domain,
+                             user_ca_secret=args.ca_secret or None, webhook=webhook if configurations else None)
 
 
 def summary(report: PassReport) -> str:

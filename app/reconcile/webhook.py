@@ -1,0 +1,36 @@
+"""Webhook self-care for callers outside the reconcile loop (`tls-injector bootstrap`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from app.kube import KubeApi
+from app.reconcile.metrics import ReconcileMetrics
+from app.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
+from app.reconcile.webhook_plan import WebhookSettings
+
+__all__ = ["PassReport", "WebhookSettings", "ensure_webhook_certificate"]
+
+
+def ensure_webhook_certificate(
+    api: KubeApi,
+    *,
+    namespace: str,
+    now: datetime,
+    service: str = "tls-injector",
+    secret_name: str = "tls-injector-webhook-tls",  # noqa: S107 - a Secret name (manifests/base)
+    webhook_names: Sequence[str] = ("tls-injector",),
+    cluster_domain: str = "cluster.local",
+    metrics: ReconcileMetrics | None = None,
+) -> PassReport:
+    """Create or renew the serving certificate Secret (`kubernetes.io/tls` in `namespace`, for Service
+    `service`) under the webhook CA (Secret tls-injector-webhook-ca, created on first use), and put the CA
+    bundle in `clientConfig.caBundle` of every entry of the Mutating/ValidatingWebhookConfigurations named
+    `webhook_names`. Idempotent: a second call writes nothing. `report.converged` says whether it all
+    worked; `report.aborted` / `report.failed` say why not."""
+    ws = WebhookSettings(service=service, secret_name=secret_name, configurations=tuple(webhook_names),
+                         cluster_domain=cluster_domain)
+    reconciler = Reconciler(api, ReconcileSettings(namespace=namespace, cluster_domain=cluster_domain, webhook=ws),
+                            metrics=metrics, clock=lambda: now)
+    return reconciler.run_webhook_pass(ws)

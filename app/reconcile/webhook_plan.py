@@ -1,0 +1,81 @@
+"""Webhook self-care, the pure part: the serving certificate Secret and `caBundle` in every webhook entry.
+
+The webhook has a CA of its own (its own trust domain: only the API server trusts it, through caBundle),
+rotated by the same trust state machine: here the "bundles in use" are the caBundle of every entry of
+both webhook configurations, and the "leaf in use" is the serving Secret. So the API server trusts the
+old and the new CA together while the serving certificate moves from one to the other.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.kube import MUTATING_WEBHOOKS, SECRETS, VALIDATING_WEBHOOKS, Resource
+from app.pki import dns_names_for_services, load_certificates
+from app.reconcile.ca import CaPolicy
+from app.reconcile.discover import Target
+from app.reconcile.plan import Item, Obj, Outcome, Signing, Write, decide_leaf, secret_data
+
+WEBHOOK_KINDS: tuple[Resource, ...] = (MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS)
+
+
+def _webhook_ca_policy() -> CaPolicy:
+    return CaPolicy(secret_name="tls-injector-webhook-ca", common_name="tls-injector webhook CA")  # noqa: S106
+
+
+@dataclass(frozen=True)
+class WebhookSettings:
+    service: str = "tls-injector"
+    secret_name: str = "tls-injector-webhook-tls"  # noqa: S105 - a Secret's name (manifests/base)
+    configurations: tuple[str, ...] = ("tls-injector",)  # names looked up among both webhook kinds
+    ca: CaPolicy = field(default_factory=_webhook_ca_policy)
+    cluster_domain: str = "cluster.local"
+
+
+def serving_target(ws: WebhookSettings, namespace: str) -> Target:
+    dns = dns_names_for_services([ws.service], namespace, cluster_domain=ws.cluster_domain)
+    return Target(namespace, ws.secret_name, tuple(dns), ())
+
+
+def webhook_items(ws: WebhookSettings, namespace: str, configs: dict[tuple[str, str], Obj],
+                  signing: Signing) -> list[Item]:
+    """The serving Secret, then every webhook configuration found (keyed by (kind, name))."""
+    target = serving_target(ws, namespace)
+    items = [Item(SECRETS, namespace, ws.secret_name, lambda e: decide_leaf(target, e, signing, role="webhook"))]
+    bundle = signing.bundle_pem.encode()
+    for resource in WEBHOOK_KINDS:
+        for name in ws.configurations:
+            if (resource.kind, name) in configs:
+                items.append(Item(resource, "", name, functools.partial(decide_ca_bundle, resource, bundle_pem=bundle)))
+    return items
+
+
+def decide_ca_bundle(resource: Resource, existing: Obj | None, *, bundle_pem: bytes) -> Outcome:
+    """Every entry's clientConfig.caBundle = all CAs of the set; nothing else of the object changes."""
+    if existing is None:
+        return None  # not installed (yet): nothing to keep current
+    encoded = base64.b64encode(bundle_pem).decode()
+    entries = existing.get("webhooks") or []
+    if all((w.get("clientConfig") or {}).get("caBundle") == encoded for w in entries):
+        return None
+    body = {**existing, "apiVersion": "admissionregistration.k8s.io/v1", "kind": resource.kind,
+            "webhooks": [{**w, "clientConfig": {**(w.get("clientConfig") or {}), "caBundle": encoded}}
+                         for w in entries]}
+    meta = existing["metadata"]
+    return Write("update", resource, "", meta["name"], body, meta["resourceVersion"], reason="ca-bundle")
+
+
+def bundles_in_use(configs: Iterable[Obj]) -> list[Sequence[Any]]:
+    """The CAs the API server trusts, one list per webhook entry (an entry without caBundle trusts none)."""
+    return [load_certificates(base64.b64decode((w.get("clientConfig") or {}).get("caBundle") or ""))
+            for config in configs for w in config.get("webhooks") or []]
+
+
+def leaves_in_use(serving: Obj | None) -> list[Sequence[Any]]:
+    chain = secret_data(serving).get("tls.crt", b"")
+    return [load_certificates(chain)] if chain else []
+

@@ -1,0 +1,35 @@
+"""`tls-injector reconcile --once` end to end against the emulator."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.cli import main
+from tests.kubeapi import Emulator
+from tests.reconcile.cluster import OWN_NS, small_cluster
+
+
+def test_reconcile_once_converges_then_writes_nothing_and_exits_zero(
+    kubeapi: Emulator, capsys: pytest.CaptureFixture[str]
+) -> None:
+    secrets = small_cluster(kubeapi, namespaces=2, per_namespace=2)
+    argv = ["reconcile", "--once", "--server", kubeapi.url, "--namespace", OWN_NS, "--log-level", "error"]
+    assert main(argv) == 0
+    assert all(kubeapi.get("secrets", name, ns) for ns, name in secrets)
+    assert kubeapi.get("secrets", "tls-injector-webhook-tls", OWN_NS) is not None  # self-care is on by default
+    kubeapi.reset_log()
+    assert main(argv) == 0
+    assert kubeapi.writes() == []
+    assert "converged: 0 writes" in capsys.readouterr().out.splitlines()[-1]
+
+
+def test_reconcile_once_exits_one_when_a_secret_is_in_the_way(kubeapi: Emulator) -> None:
+    small_cluster(kubeapi, namespaces=1, per_namespace=1)
+    kubeapi.add({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "app0-tls", "namespace": "ns0"}})
+    assert main(["reconcile", "--once", "--server", kubeapi.url, "--namespace", OWN_NS, "--log-level", "error"]) == 1
+
+
+def test_reconcile_exits_two_without_any_cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
+    assert main(["reconcile", "--once", "--log-level", "error"]) == 2
