@@ -92,4 +92,6 @@ def cel_value_or_empty(root: str, path: Path) -> str:
             literal = json.dumps(segment)
             guards.append(f"{literal} in {access}")
             access = f"{access}[{literal}]"
-    return f"({' && '.join(guards)} ? {access} : {{}})"
+    # dyn() on both branches: against a typed schema (ObjectMeta vs map) the two would not unify in a
+    # type checker such as the apiserver's policy type checking; as dyn they always do.
+    return f"({' && '.join(guards)} ? dyn({access}) : dyn({{}}))"
