@@ -130,3 +130,9 @@ def test_rules_match_by_group_kind_and_optional_version() -> None:
 def test_the_fix_is_part_of_every_shipped_rules_message() -> None:
     assert all(FIX in r.message for r in RULES)
     assert isinstance(RULES, RuleSet)
+
+
+def test_a_failure_outside_the_named_fields_lists_what_did_change() -> None:
+    rules = build_rule_set({"rules": [rule("image-frozen", "self.image == oldSelf.image", fields=["sidecar.tls"])]})
+    (failure,) = judge(rules, SEI, old=sei_node(None), new=spec(image="sei:2")).failures
+    assert 'spec.image: "sei:1" -> "sei:2"' in failure.describe()

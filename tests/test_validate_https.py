@@ -121,3 +121,20 @@ def test_a_kind_without_rules_is_allowed_whatever_changes(client: httpx.Client) 
     new = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}
     answer = post(client, review(operation="UPDATE", obj=new, old=old, kind=("", "v1", "ConfigMap")))
     assert answer["allowed"] is True
+
+
+def test_a_rule_that_cannot_be_evaluated_denies_with_the_error_not_a_500(client: httpx.Client) -> None:
+    broken = {**sei_node(None), "spec": {"sidecar": "not an object"}}
+    answer = post(client, review(operation="UPDATE", obj=broken, old=broken, kind=SEI))
+    assert answer["allowed"] is False
+    assert answer["status"]["code"] == 422
+    assert 'rule "sidecar-tls-transition" could not be evaluated' in answer["status"]["message"]
+
+
+def test_a_dry_run_gets_the_very_same_answer_as_the_real_request(client: httpx.Client) -> None:
+    old, new = workload("StatefulSet", ON_X), workload("StatefulSet", (None, "x-tls"))
+    real = review(operation="UPDATE", obj=new, old=old, kind=(*APPS, "StatefulSet"), namespace="shop")
+    dry = review(operation="UPDATE", obj=new, old=old, kind=(*APPS, "StatefulSet"), namespace="shop", dry_run=True)
+    real_answer, dry_answer = post(client, real), post(client, dry)
+    assert real_answer["allowed"] is False
+    assert {**dry_answer, "uid": real_answer["uid"]} == real_answer

@@ -104,11 +104,10 @@ def _failure(rule: Rule, old_self: object, new_self: object, result: bool | Eval
 
 
 def _changes(rule: Rule, old_self: object, new_self: object) -> list[Change]:
-    """The rule's `fields` that changed, else every changed leaf under `self`."""
-    if not rule.fields:
-        return [Change((*rule.self_path, *c.path), c.old, c.new) for c in diff(old_self, new_self)]
+    """The rule's `fields` that changed; when it names none (or none changed), every changed leaf of `self`."""
     pairs = [(f, get_path(old_self, f), get_path(new_self, f)) for f in rule.fields]
-    return [Change((*rule.self_path, *f), old, new) for f, old, new in pairs if old != new]
+    named = [Change((*rule.self_path, *f), old, new) for f, old, new in pairs if old != new]
+    return named or [Change((*rule.self_path, *c.path), c.old, c.new) for c in diff(old_self, new_self)]
 
 
 def diff(old: object, new: object, path: Path = ()) -> list[Change]:
