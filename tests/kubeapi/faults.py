@@ -74,6 +74,8 @@ class Faults:
         bumps an annotation on the object, as another client would, then serves the request normally, so a
         request carrying the old resourceVersion gets the real 409 and an unconditional one overwrites.
         """
+        if not set(verbs) <= {"update", "patch", "delete"}:
+            raise ValueError("the first-write conflict applies to update, patch and delete")
         with self._lock:
             self._first_write = (frozenset(verbs), touch)
             self._written.clear()
@@ -96,7 +98,7 @@ class Faults:
                 rule.remaining -= 1
                 if rule.remaining <= 0:
                     self._rules.remove(rule)
-                raise errors.injected(rule.code, f"injected fault for {verb} {res.qualified}")
+                raise _injected(rule.code, verb, res, name)
             do_touch = self._first_write_fault(verb, res, namespace, name)
         if do_touch:
             touch()
@@ -138,3 +140,12 @@ class Faults:
             self.log.clear()
             self.counts.clear()
 
+
+def _injected(code: int, verb: str, res: Resource, name: str | None) -> errors.ApiError:
+    """The answer the real API would give with that code, where there is one: a 409 on create is
+    AlreadyExists, on other writes a stale-version Conflict; a 404 names the object."""
+    if code == 409 and name:
+        return errors.already_exists(res, name) if verb == "create" else errors.conflict(res, name, errors.STALE)
+    if code == 404 and name:
+        return errors.not_found(res, name)
+    return errors.injected(code, f"injected fault for {verb} {res.qualified}")

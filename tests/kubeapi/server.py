@@ -123,7 +123,8 @@ class Handler(BaseHTTPRequestHandler):
         try:
             if verb not in VERBS or (r.res.namespaced and r.namespace is None and verb not in ("list", "watch")):
                 raise errors.method_not_allowed()
-            emulator.faults.check(verb, r.res, r.namespace, r.name,
+            target = _body_name(body) if verb == "create" else r.name
+            emulator.faults.check(verb, r.res, r.namespace, target,
                                   lambda: emulator.store.touch(r.res, r.namespace, r.name or "",
                                                                annotation=emulator.touch_annotation))
             if verb == "watch":
@@ -286,6 +287,13 @@ class Handler(BaseHTTPRequestHandler):
 _MALFORMED = object()
 
 
+def _body_name(body: Any) -> str | None:
+    """The name a create asks for, so faults can target it (None with generateName)."""
+    meta = body.get("metadata") if isinstance(body, dict) else None
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) and name else None
+
+
 def _dry_run(query: dict[str, str]) -> bool:
     value = query.get("dryRun")
     if value not in (None, "All"):
@@ -323,7 +331,9 @@ def discovery(path: str, *, host: str) -> dict[str, Any] | None:
     if path == "/apis":
         return resources.api_group_list()
     if path == "/version":
-        return {"major": "1", "minor": "33", "gitVersion": "v1.33.0-kubeapi-emulator", "platform": "linux/amd64"}
+        return {"major": "1", "minor": "33", "gitVersion": "v1.33.0-kubeapi-emulator", "gitCommit": "",
+                "gitTreeState": "clean", "buildDate": "2025-04-23T00:00:00Z", "goVersion": "none",
+                "compiler": "none", "platform": "linux/amd64"}
     parts = path.strip("/").split("/")
     if parts[0] == "api" and len(parts) == 2:
         return resources.resource_list("", parts[1])

@@ -384,3 +384,20 @@ def test_services_pods_and_service_accounts_round_trip(core: k8s.CoreV1Api) -> N
     with pytest.raises(ApiException) as exc:
         core.create_namespaced_pod("demo", {"metadata": {"name": "empty"}, "spec": {"containers": []}})
     assert status_of(exc) == (422, "Invalid")
+
+
+def test_delete_collection_removes_only_the_selected_objects(core: k8s.CoreV1Api, kubeapi: Emulator) -> None:
+    for name, labels in {"a": {"owned": "yes"}, "b": {"owned": "yes"}, "c": {}}.items():
+        core.create_namespaced_config_map("demo", {"metadata": {"name": name, "labels": labels}})
+    core.delete_collection_namespaced_config_map("demo", label_selector="owned=yes")
+    assert [c["metadata"]["name"] for c in kubeapi.objects("configmaps", "demo")] == ["c"]
+
+
+def test_discovery_documents_list_the_served_groups_and_resources(kube_client: k8s.ApiClient) -> None:
+    assert k8s.CoreApi(kube_client).get_api_versions().versions == ["v1"]
+    groups = {g.name for g in k8s.ApisApi(kube_client).get_api_versions().groups}
+    assert groups == {"apps", "coordination.k8s.io", "admissionregistration.k8s.io", "events.k8s.io"}
+    core = {r.name: r.namespaced for r in k8s.CoreV1Api(kube_client).get_api_resources().resources}
+    assert core["namespaces"] is False
+    assert core["secrets"] is True
+    assert k8s.VersionApi(kube_client).get_code().major == "1"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import kubernetes.client as k8s
 import pytest
 import urllib3
@@ -34,6 +36,30 @@ def test_fail_next_only_hits_matching_requests_and_counts_down(core: k8s.CoreV1A
         with pytest.raises(ApiException):
             core.create_namespaced_secret("demo", {"metadata": {"name": "b"}})
     assert core.create_namespaced_secret("demo", {"metadata": {"name": "b"}}).metadata.name == "b"
+
+
+@pytest.mark.parametrize(("verb", "code", "reason"), [
+    ("create", 409, "AlreadyExists"), ("update", 409, "Conflict"), ("get", 404, "NotFound"),
+    ("get", 500, "InternalError"), ("list", 503, "ServiceUnavailable"), ("get", 403, "Forbidden"),
+])
+def test_injected_codes_carry_the_reason_the_real_api_gives(core: k8s.CoreV1Api, kubeapi: Emulator, verb: str,
+                                                            code: int, reason: str) -> None:
+    kubeapi.fail_next(verb, "secrets", code=code)
+    calls = {"create": lambda: core.create_namespaced_secret("demo", {"metadata": {"name": "new"}}),
+             "update": lambda: core.replace_namespaced_secret("a", "demo", {"metadata": {"name": "a"}}),
+             "get": lambda: core.read_namespaced_secret("a", "demo"),
+             "list": lambda: core.list_namespaced_secret("demo")}
+    with pytest.raises(ApiException) as exc:
+        calls[verb]()
+    assert (exc.value.status, json.loads(exc.value.body)["reason"]) == (code, reason)
+
+
+def test_a_create_fault_can_target_the_name_in_the_body(core: k8s.CoreV1Api, kubeapi: Emulator) -> None:
+    kubeapi.fail_next("create", "secrets", "ca", code=503)
+    core.create_namespaced_secret("demo", {"metadata": {"name": "other"}})
+    with pytest.raises(ApiException) as exc:
+        core.create_namespaced_secret("demo", {"metadata": {"name": "ca"}})
+    assert exc.value.status == 503
 
 
 def test_a_throttled_request_carries_retry_after_which_the_client_honours(core: k8s.CoreV1Api,
