@@ -23,6 +23,19 @@ Key = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
+class _KubernetesYamlLoader(yaml.SafeLoader):
+    """YAML read as Kubernetes reads it: converted to JSON, so an unquoted 2030-01-01 stays a string.
+
+    PyYAML's safe loader would make it a datetime.date, which is no JSON (nor CEL) value at all.
+    """
+
+
+_KubernetesYamlLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
 class InputError(ValueError):
     """Unusable input (missing file, bad YAML, an object without kind or name); exit status 2."""
 
@@ -97,7 +110,7 @@ def _texts(location: str) -> Iterator[tuple[str, str]]:
 
 def _documents(text: str, source: str) -> Iterator[tuple[str, dict[str, Any]]]:
     try:
-        documents = list(yaml.safe_load_all(text))
+        documents = list(yaml.load_all(text, Loader=_KubernetesYamlLoader))
     except yaml.YAMLError as error:
         raise InputError(f"{source}: not valid YAML or JSON: {error}") from None
     for number, document in enumerate(documents, start=1):

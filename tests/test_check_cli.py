@@ -118,3 +118,15 @@ def test_the_installed_entry_point_exits_with_the_verdict(tmp_path: Path) -> Non
     usage = subprocess.run(command[:-2], capture_output=True, text=True, cwd=ROOT, check=False)
     assert (rejected.returncode, usage.returncode) == (1, 2)
     assert '"x-tls" -> "y-tls"' in rejected.stdout
+
+
+def test_unquoted_dates_stay_strings_as_kubernetes_reads_yaml(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = ("apiVersion: example.com/v1\nkind: SeiNode\nmetadata: {name: n}\n"
+            "spec:\n  sidecar:\n    tls: {secretName: x, notAfter: 2030-01-01}\n")
+    before, after = tmp_path / "old.yaml", tmp_path / "new.yaml"
+    before.write_text(text)
+    after.write_text(text)
+    status, out, _ = run(capsys, "--old", str(before), "--new", str(after), "--rules", str(EXAMPLE_RULES))
+    assert (status, out.splitlines()[0]) == (0, "allowed: example.com/v1 SeiNode n")
