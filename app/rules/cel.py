@@ -76,7 +76,10 @@ class Program:
         return result.plain_value()
 
     def evaluate(self, variables: Mapping[str, Any]) -> bool | EvalError:
-        result = self._expression.eval(data=variables)
+        try:
+            result = self._expression.eval(data=variables)
+        except (RuntimeError, TypeError, ValueError) as error:  # the binding reports errors as values, but
+            return EvalError(str(error))                         # a conversion bug must not become a 500
         if result.type() == cel.Type.BOOL:
             return bool(result.value())
         if result.type() == cel.Type.ERROR:
