@@ -7,7 +7,7 @@ from datetime import datetime
 
 from cryptography import x509
 
-from app.pki.certs import fingerprint, to_pem
+from app.pki.certs import fingerprint, load_certificates, to_pem
 
 BUNDLE_KEY = "ca-bundle.crt"
 # 16 hex digits = 64 bits of SHA-256: a collision among a handful of CAs has odds around 2^-60, and the
@@ -30,6 +30,9 @@ def trust_bundle(cas: Iterable[x509.Certificate], *, now: datetime, prefix: str 
 
 
 def bundle_certificates(data: dict[str, str], *, prefix: str = "ca") -> list[x509.Certificate]:
-    """The CAs of a bundle as it is stored (the reconciler's view of a bundle in use); [] when empty."""
-    pem = data.get(f"{prefix}-bundle.crt", "").encode()
-    return x509.load_pem_x509_certificates(pem) if pem.strip() else []
+    """The CAs of a bundle as it is stored (the reconciler's view of a bundle in use).
+
+    [] when it is missing, empty or mangled: such a bundle trusts no CA, so no CA counts as propagated
+    until the bundle is rewritten — the safe reading for the trust state machine.
+    """
+    return load_certificates(str(data.get(f"{prefix}-bundle.crt") or "").encode())

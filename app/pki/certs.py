@@ -123,7 +123,7 @@ def load_cert_key(cert_pem: bytes, key_pem: bytes) -> CertKey:
     """A PEM chain (certificate first) with its key; ValueError when they do not belong together."""
     certs = load_certificates(cert_pem)
     if not certs:
-        raise ValueError("no certificate in the PEM data")
+        raise ValueError("no certificate could be read from the PEM data")
     key = key_from_pem(key_pem)
     if not key_matches(certs[0], key):
         raise ValueError("the private key does not match the certificate")
@@ -157,7 +157,18 @@ def to_pem(certs: Iterable[x509.Certificate]) -> bytes:
 
 
 def load_certificates(pem: bytes) -> list[x509.Certificate]:
-    return x509.load_pem_x509_certificates(pem) if pem.strip() else []
+    """The certificates of a PEM chain or bundle; [] when there are none or the data does not parse.
+
+    Never raises: the reconciler reads Secrets and ConfigMaps anyone may have edited, and one mangled
+    object must not stop a pass. Unreadable data trusts nothing and chains to nothing, which is what a
+    client would make of it; callers that need a reason (load_cert_key, load_user_ca) give one.
+    """
+    if not pem.strip():
+        return []
+    try:
+        return x509.load_pem_x509_certificates(pem)
+    except ValueError:
+        return []
 
 
 def not_after(cert_pem: bytes) -> datetime:

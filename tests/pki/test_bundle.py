@@ -29,3 +29,10 @@ def test_an_expired_ca_is_dropped_at_its_end_not_before(ca: CertKey) -> None:
 def test_a_client_ca_bundle_uses_its_own_key_prefix(ca: CertKey) -> None:
     data = trust_bundle([ca.cert], now=NOW, prefix="client-ca")
     assert set(data) == {"client-ca-bundle.crt", f"client-ca-{fingerprint(ca.cert)[:16]}.crt"}
+
+
+def test_a_mangled_bundle_reads_as_trusting_nothing_instead_of_failing(ca: CertKey) -> None:
+    pem = ca.cert_pem.decode()
+    for mangled in ["junk", pem[:40], pem.replace("MII", "xyz", 1), pem + pem.replace("MII", "#", 1)]:
+        assert bundle_certificates({"ca-bundle.crt": mangled}) == [], mangled
+    assert bundle_certificates({}) == []

@@ -6,6 +6,7 @@ import random
 from datetime import timedelta
 
 import pytest
+from cryptography.hazmat.primitives import serialization
 
 from app.pki import (
     SETTLE,
@@ -23,6 +24,8 @@ from app.pki import (
 )
 from tests.pki.conftest import NOW
 from tests.pki.sim import Cluster
+
+_PEM = serialization.Encoding.PEM
 
 S = CaState
 SECOND = timedelta(seconds=1)
@@ -142,3 +145,18 @@ def test_every_leaf_in_use_verifies_against_every_bundle_in_use_at_every_step_of
     assert cluster.cas_made == 2  # the rotation happened, so the check above saw it
     assert cluster.reasons.get("ca-rotated", 0) >= 2
     assert len(decode(cluster.ca_secret).records) == 1  # and it finished: the old CA is gone
+
+
+def test_mangled_bundles_and_leaves_in_the_cluster_hold_a_rotation_back_without_failing(
+    ca: CertKey, other_ca: CertKey
+) -> None:
+    from app.pki import bundle_certificates, issue_leaf, load_certificates, observe
+
+    cas = add_ca(add_ca(CaSet(), ca, now=NOW), other_ca, now=NOW)
+    good = bundle_certificates({"ca-bundle.crt": b"".join(c.public_bytes(_PEM) for c in cas.bundle()).decode()})
+    mangled = bundle_certificates({"ca-bundle.crt": "-----BEGIN CERTIFICATE-----\nnot a cert\n"})
+    leaf = load_certificates(issue_leaf(issuer=ca, dns_names=["web"], now=NOW).chain_pem)
+    facts = observe(cas, bundles=[good, mangled], leaves=[leaf, load_certificates(b"\x00garbage")])
+    assert facts == TrustFacts(in_every_bundle=frozenset(), leaf_issuers=frozenset({fingerprint(ca.cert)}))
+    both = {fingerprint(ca.cert), fingerprint(other_ca.cert)}
+    assert observe(cas, bundles=[good], leaves=[leaf]).in_every_bundle == both
