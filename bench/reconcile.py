@@ -1,0 +1,77 @@
+"""The reconciler at scale: `tls-injector reconcile --once` against the API emulator, twice.
+
+    python -m bench.reconcile --workloads 1000 --namespaces 100
+
+The emulator runs in this process; each pass is the real command in a child process (so its peak RSS
+is the reconciler's alone, from getrusage(RUSAGE_CHILDREN)). API calls are counted by the emulator,
+server side, by verb. The second pass must write nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import subprocess
+import sys
+import time
+from collections import Counter
+
+from tests.kubeapi import Emulator, running_emulator
+
+OWN_NS = "tls-injector"
+KINDS = ("Deployment", "StatefulSet", "DaemonSet")
+
+
+def populate(emu: Emulator, *, workloads: int, namespaces: int) -> None:
+    """Namespaces ns0..; workloads spread evenly, kinds in turn; one namespace in ten opted in by label."""
+    emu.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OWN_NS}})
+    for n in range(namespaces):
+        labels = {"tls-injector.io/inject": "enabled"} if n % 10 == 0 else {}
+        emu.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"ns{n}", "labels": labels}})
+    for w in range(workloads):
+        ns, name = f"ns{w % namespaces}", f"app{w}"
+        pod_labels = {"app": name} if w % namespaces % 10 == 0 else {"app": name, "tls-injector.io/inject": "true"}
+        emu.add({"apiVersion": "apps/v1", "kind": KINDS[w % 3], "metadata": {"name": name, "namespace": ns},
+                 "spec": {"selector": {"matchLabels": {"app": name}}, "serviceName": name,
+                          "template": {"metadata": {"labels": pod_labels},
+                                       "spec": {"containers": [{"name": "app", "image": "example/app:1"}]}}}})
+
+
+def one_pass(emu: Emulator) -> tuple[float, float, int, Counter[str], int]:
+    """Wall seconds, the child's CPU seconds, exit code, API calls by verb (server side), non-2xx answers."""
+    emu.reset_log()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    command = [sys.executable, "-m", "app", "reconcile", "--once", "--server", emu.url, "--namespace", OWN_NS,
+               "--log-level", "warning"]
+    started = time.perf_counter()
+    code = subprocess.run(command, check=False).returncode
+    seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    log = emu.log
+    return seconds, cpu, code, Counter(r.verb for r in log), sum(r.code >= 400 for r in log)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workloads", type=int, default=1000)
+    parser.add_argument("--namespaces", type=int, default=100)
+    args = parser.parse_args()
+    with running_emulator(seed=0, bookmark_interval=60.0) as emu:
+        populate(emu, workloads=args.workloads, namespaces=args.namespaces)
+        print(f"cluster: {args.workloads} workloads in {args.namespaces} namespaces")
+        for label in ("first pass", "second pass"):
+            seconds, cpu, code, calls, non_2xx = one_pass(emu)
+            writes = sum(n for verb, n in calls.items() if verb in ("create", "update", "patch", "delete"))
+            rss_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+            print(f"{label}: {seconds:.2f} s wall, {cpu:.2f} s CPU, exit {code}, {sum(calls.values())} API calls "
+                  f"{dict(sorted(calls.items()))}, {writes} writes (Events included), {non_2xx} non-2xx answers "
+                  f"(404s confirming absence), peak RSS so far {rss_mib:.0f} MiB")
+        secrets = sum(1 for s in emu.objects("secrets")
+                      if (s["metadata"].get("labels") or {}).get("tls-injector.io/role") == "leaf")
+        bundles = sum(1 for c in emu.objects("configmaps") if c["metadata"]["name"] == "tls-injector-trust-bundle")
+        print(f"stored: {secrets} workload certificate Secrets, {bundles} trust bundle ConfigMaps")
+
+
+if __name__ == "__main__":
+    main()
