@@ -1,0 +1,89 @@
+"""Leader election through a Lease, and the loop that watches and reconciles."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+
+from app.kube import DEPLOYMENTS, KubeApi, LeaderElector
+from app.kube.lease import lease_step
+from app.reconcile.controller import Controller
+from tests.kubeapi import Emulator
+from tests.reconcile.cluster import OWN_NS, START, Clock, namespace, reconciler, small_cluster
+
+
+@pytest.mark.parametrize(
+    ("holder", "unchanged_for", "step"),
+    [
+        ("me", 0, "renew"),
+        ("me", 60, "renew"),
+        ("", 0, "take"),
+        ("other", 14, "wait"),
+        ("other", 15, "take"),
+    ],
+)
+def test_a_lease_is_renewed_when_ours_taken_when_free_or_stale_else_waited_for(
+    holder: str, unchanged_for: int, step: str
+) -> None:
+    spec = {"holderIdentity": holder} if holder else {}
+    assert lease_step(spec, identity="me", unchanged_for=timedelta(seconds=unchanged_for),
+                      duration=timedelta(seconds=15)) == step
+
+
+def test_one_replica_leads_and_another_takes_over_only_after_the_leader_stops_renewing(kubeapi: Emulator) -> None:
+    namespace(kubeapi, OWN_NS)
+    a = LeaderElector(KubeApi(kubeapi.api_client()), OWN_NS, "a")
+    b = LeaderElector(KubeApi(kubeapi.api_client()), OWN_NS, "b")
+    assert a.try_lead(START)
+    assert not b.try_lead(START)
+    for seconds in (2, 4, 6):  # a renews, b keeps seeing a fresh record
+        assert a.try_lead(START + timedelta(seconds=seconds))
+        assert not b.try_lead(START + timedelta(seconds=seconds))
+    assert not b.try_lead(START + timedelta(seconds=20))  # a went silent at 6 s; b last saw a change at 6 s
+    assert not a.is_leader(START + timedelta(seconds=17))  # a stops writing 10 s after its last renewal
+    assert b.try_lead(START + timedelta(seconds=21))  # 15 s without a change: b takes over
+    assert not a.try_lead(START + timedelta(seconds=22))
+    lease = kubeapi.get("leases", "tls-injector-leader", OWN_NS)
+    assert lease is not None
+    assert (lease["spec"]["holderIdentity"], lease["spec"]["leaseTransitions"]) == ("b", 1)
+
+
+def test_a_replica_that_is_not_leader_writes_nothing(kubeapi: Emulator) -> None:
+    small_cluster(kubeapi, namespaces=1, per_namespace=1)
+    clock = Clock()
+    elector = LeaderElector(KubeApi(kubeapi.api_client()), OWN_NS, "follower")
+    report = reconciler(kubeapi, clock, may_write=lambda: elector.is_leader(clock())).run_pass()
+    assert "NotLeader" in report.aborted
+    assert kubeapi.writes() == []
+
+
+def test_the_loop_reacts_to_a_new_workload_through_its_watch(kubeapi: Emulator) -> None:
+    small_cluster(kubeapi, namespaces=1, per_namespace=1)
+    clock = Clock()
+    rec = reconciler(kubeapi, clock)
+    loop = Controller(rec.api, rec, None, resync_seconds=3600, debounce_seconds=0.05, watch_timeout_seconds=5)
+    stop = threading.Event()
+    thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        _wait_for(lambda: kubeapi.get("secrets", "app0-tls", "ns0") is not None)
+        workload = KubeApi(kubeapi.api_client()).get(DEPLOYMENTS, "app0", namespace="ns0")
+        workload["metadata"] = {"name": "late", "namespace": "ns0"}
+        KubeApi(kubeapi.api_client()).create(DEPLOYMENTS, workload, namespace="ns0")
+        _wait_for(lambda: kubeapi.get("secrets", "late-tls", "ns0") is not None)
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+
+
+def _wait_for(condition: object, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if callable(condition) and condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
