@@ -1,0 +1,129 @@
+"""The RBAC that ships is exactly what the code uses: derived by running the real code against the API
+emulator and reading the emulator's request log, never from a hand-kept list.
+
+Both directions are checked: every call the code made is allowed by the shipped roles (else the pod
+would get 403s in a cluster), and every verb the roles grant was used (else it is privilege to spare).
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from app.kube import KubeApi, LeaderElector
+from app.pki import issue_leaf, make_ca
+from app.reconcile.controller import Controller
+from app.reconcile.reconciler import Reconciler, ReconcileSettings
+from tests.kubeapi import Emulator
+from tests.kubeapi.resources import lookup_qualified
+from tests.shipping.rbac import Call, Grant, authorized, grants_for
+from tests.shipping.support import ROOT, Obj, only, render
+
+INJECT = "tls-injector.io/inject"
+BUNDLE = "tls-injector-trust-bundle"
+
+
+def _shipped() -> list[Obj]:
+    return render(ROOT / "manifests" / "base")
+
+
+def _account() -> tuple[str, str]:
+    deployment = only(_shipped(), "Deployment")
+    return deployment["metadata"]["namespace"], deployment["spec"]["template"]["spec"]["serviceAccountName"]
+
+
+def _wait(condition: Callable[[], bool], *, what: str, seconds: float = 20.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _cluster(emu: Emulator) -> None:
+    """A namespace opted in as a whole (with a bare pod) and a Deployment opted in elsewhere."""
+    namespace, _ = _account()
+    emu.add(only(_shipped(), "Namespace"))
+    emu.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop", "labels": {INJECT: "enabled"}}})
+    emu.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "plain"}})
+    emu.add({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "cart", "namespace": "shop"},
+             "spec": {"containers": [{"name": "c", "image": "example/cart:1"}]}})
+    emu.add({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "plain"},
+             "spec": {"selector": {"matchLabels": {"app": "web"}},
+                      "template": {"metadata": {"labels": {"app": "web", INJECT: "true"}},
+                                   "spec": {"containers": [{"name": "c", "image": "example/web:1"}]}}}})
+    del namespace
+
+
+def _edit(emu: Emulator, qualified: str, namespace: str | None, name: str, change: Callable[[Obj], None]) -> None:
+    """Change an object behind the code's back (straight in the store: not in the request log)."""
+    resource = lookup_qualified(qualified)
+    obj: Any = emu.get(qualified, name, namespace)
+    change(obj)
+    emu.store.update(resource, namespace, name, obj)
+
+
+def _foreign_cert() -> str:
+    """A well-formed certificate from a CA the reconciler does not know: it must be re-issued."""
+    now = datetime.now(UTC)
+    leaf = issue_leaf(issuer=make_ca(common_name="someone else", now=now), dns_names=["web"], now=now)
+    return base64.b64encode(leaf.cert_pem).decode()
+
+
+def _wrote(emu: Emulator, verb: str, qualified: str) -> Callable[[], bool]:
+    return lambda: any(r.verb == verb and r.resource == qualified and r.code < 300 for r in emu.log)
+
+
+def _run_the_controller(emu: Emulator) -> None:
+    """The reconciler as `serve` runs it (lease, watches, passes), through a life cycle that makes it use
+    every kind of call: issue, mirror, renew the lease, then clean up after opt-outs."""
+    namespace, _ = _account()
+    api = KubeApi(emu.api_client())
+    elector = LeaderElector(api, namespace, "rbac-test")
+    reconciler = Reconciler(api, ReconcileSettings(namespace=namespace),
+                            may_write=lambda: elector.is_leader(datetime.now(UTC)))
+    controller = Controller(api, reconciler, elector, debounce_seconds=0.05, watch_timeout_seconds=1)
+    stop = threading.Event()
+    thread = threading.Thread(target=controller.run, args=(stop,), name="controller-under-test")
+    thread.start()
+    try:
+        _wait(_wrote(emu, "create", "configmaps"), what="the trust bundle")
+        _wait(_wrote(emu, "update", "leases.coordination.k8s.io"), what="a lease renewal")
+        # Someone breaks both objects, and every repair first meets a concurrent writer (409, re-read).
+        emu.conflict_on_first_write(verbs=("update",), touch=True)
+        _edit(emu, "configmaps", "shop", BUNDLE, lambda o: o.__setitem__("data", {}))
+        _edit(emu, "secrets", "plain", "web-tls", lambda o: o["data"].__setitem__("tls.crt", _foreign_cert()))
+        _wait(_wrote(emu, "update", "configmaps"), what="the bundle repair")
+        _wait(_wrote(emu, "update", "secrets"), what="the certificate repair")
+        _edit(emu, "namespaces", None, "shop", lambda o: o["metadata"]["labels"].pop(INJECT))
+        _edit(emu, "deployments.apps", "plain", "web",
+              lambda o: o["spec"]["template"]["metadata"]["labels"].pop(INJECT))
+        _wait(_wrote(emu, "delete", "secrets"), what="the orphaned certificate Secret to go")
+        _wait(_wrote(emu, "delete", "configmaps"), what="the orphaned bundle to go")
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    # The watch threads end with their 1 s server-side timeout; let them, so none outlives the emulator.
+    _wait(lambda: not [t for t in threading.enumerate() if t.name.startswith("watch-")], what="watches to end")
+
+
+def _grants() -> list[Grant]:
+    namespace, account = _account()
+    return grants_for(_shipped(), namespace=namespace, account=account)
+
+
+def test_the_webhook_pods_service_account_allows_every_call_the_reconciler_makes_and_nothing_more(
+    kubeapi: Emulator,
+) -> None:
+    _cluster(kubeapi)
+    _run_the_controller(kubeapi)
+    calls = {Call.of(r.verb, r.resource, r.namespace, r.name) for r in kubeapi.log}
+    denied = sorted({(c.group, c.resource, c.verb, c.namespace) for c in calls if not authorized(_grants(), c)},
+                    key=str)
+    assert not denied, f"the shipped RBAC would refuse these calls: {denied}"
+    used = {(c.group, c.resource, c.verb) for c in calls}
+    spare = sorted({(g.group, g.resource, g.verb) for g in _grants()} - used)
+    assert not spare, f"granted but never used, remove from manifests/base/rbac.yaml: {spare}"
