@@ -129,6 +129,32 @@ def add_ca(cas: CaSet, ca: CertKey, *, now: datetime) -> CaSet:
     return _ordered((*kept, CaRecord(ca.cert, ca.key, state, now, ca.chain)))
 
 
+def adopt_orphans(
+    cas: CaSet, *, bundles: Iterable[Sequence[x509.Certificate]], leaves: Iterable[Sequence[x509.Certificate]],
+    now: datetime,
+) -> CaSet:
+    """Keep trusting the CAs that signed what is still served, when the set itself has forgotten them.
+
+    That happens when the CA Secret is lost (deleted by hand, restored from an old backup): a new CA
+    must be made, but the pods keep serving their current leaves until they pick up re-issued ones.
+    Any CA certificate found in a bundle in use that a served chain chains to, and that the set does
+    not hold, joins as a ZOMBIE (no key: it never signs again), so it stays in the bundles for SETTLE
+    and then leaves them like any replaced CA. Expired CAs verify nothing and are not adopted.
+    """
+    known = {r.fingerprint for r in cas.records}
+    chains = list(leaves)
+    found: dict[str, x509.Certificate] = {}
+    for bundle in bundles:
+        for ca in bundle:
+            fp = fingerprint(ca)
+            if fp in known or now >= ca.not_valid_after_utc or not any(_chains_to(c, ca) for c in chains):
+                continue
+            found[fp] = ca
+    if not found:
+        return cas
+    return _ordered((*cas.records, *(CaRecord(ca, None, CaState.ZOMBIE, now) for ca in found.values())))
+
+
 def rotation_due(cas: CaSet, *, now: datetime, lookahead: timedelta = CA_LOOKAHEAD) -> bool:
     """A new CA is needed: none signs, or the signer ends within `lookahead`, and none is on its way."""
     if any(r.state in _PENDING for r in cas.records):

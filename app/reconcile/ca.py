@@ -23,6 +23,7 @@ from app.pki import (
     CaState,
     CertKey,
     add_ca,
+    adopt_orphans,
     advance,
     decode,
     encode,
@@ -77,7 +78,10 @@ def decide_ca(
     """
     stored = load_ca_set(existing, user_ca=user_ca)
     forced = own.FORCE_REPLACE_ANNOTATION in _annotations(existing)
+    bundles, leaves = [list(b) for b in bundles], [list(c) for c in leaves]
     cas, reason = _with_new_ca(stored, now=now, policy=policy, user_ca=user_ca, forced=forced)
+    if not stored.records:  # the set was lost (or never existed): keep trusting what is still served
+        cas = adopt_orphans(cas, bundles=bundles, leaves=leaves, now=now)
     cas = advance(cas, observe(cas, bundles=bundles, leaves=leaves), now=now, settle=policy.settle)
     if cas.states() != stored.states() and not reason:
         reason = "ca-state:" + ",".join(f"{fp[:12]}={state}" for fp, state in cas.states().items())

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from app.injection.names import BUNDLE_KEY, TRUST_BUNDLE_CONFIGMAP
 from app.kube import CONFIG_MAPS, SECRETS, Resource
-from app.pki import CaSet, CertKey, fingerprint, issue_leaf, leaf_renewal, trust_bundle
+from app.pki import CaSet, CertKey, fingerprint, issue_leaf, leaf_renewal, load_certificates, trust_bundle
 from app.reconcile import ownership as own
 from app.reconcile.discover import Target, WorkloadRef
 
@@ -177,6 +177,18 @@ def secret_data(secret: Obj | None) -> dict[str, bytes]:
         except (ValueError, TypeError):
             continue  # tampered: treated as missing, so the certificate is re-issued
     return decoded
+
+
+def parsed_chain(pem: bytes) -> list[Any]:
+    """The certificates of a stored PEM value; none when it does not parse (tampered or half-written).
+
+    A broken value is a fact about one object, to be repaired like a missing one, not a reason to stop
+    the whole pass (which would leave every other object unrepaired too).
+    """
+    try:
+        return load_certificates(pem)
+    except ValueError:
+        return []
 
 
 def encode_data(data: dict[str, bytes]) -> dict[str, str]:

@@ -31,13 +31,24 @@ from app.kube import (
     Resource,
     Unavailable,
 )
-from app.pki import CaSet, CertKey, bundle_certificates, load_certificates, load_user_ca, not_after
+from app.pki import CaSet, CertKey, bundle_certificates, load_user_ca, not_after
 from app.reconcile import events
 from app.reconcile import ownership as own
 from app.reconcile.ca import CaPolicy, CaStep, CaUnusable, decide_ca
 from app.reconcile.discover import Target, discover, enabled_namespaces
 from app.reconcile.metrics import ReconcileMetrics
-from app.reconcile.plan import Item, Obj, Observed, Refused, Signing, Write, bundle_namespaces, plan, secret_data
+from app.reconcile.plan import (
+    Item,
+    Obj,
+    Observed,
+    Refused,
+    Signing,
+    Write,
+    bundle_namespaces,
+    parsed_chain,
+    plan,
+    secret_data,
+)
 from app.reconcile.webhook_plan import WEBHOOK_KINDS, WebhookSettings, bundles_in_use, leaves_in_use, webhook_items
 
 log = logging.getLogger("tls_injector.reconcile")
@@ -129,7 +140,7 @@ class Reconciler:
         namespaces = bundle_namespaces(targets, observed.enabled)
         bundles = [bundle_certificates((observed.bundles.get(ns) or {}).get("data") or {}) for ns in namespaces]
         in_use = {(t.namespace, t.secret_name) for t in targets}
-        leaves = [load_certificates(secret_data(obj).get("tls.crt", b"")) for key, obj in observed.leaves.items()
+        leaves = [parsed_chain(secret_data(obj).get("tls.crt", b"")) for key, obj in observed.leaves.items()
                   if key in in_use]
         return self._step_ca(self.settings.ca, bundles=bundles, leaves=leaves, user_ca=self._user_ca(now), now=now,
                              report=report)

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.kube import MUTATING_WEBHOOKS, SECRETS, VALIDATING_WEBHOOKS, Resource
-from app.pki import dns_names_for_services, load_certificates
+from app.pki import dns_names_for_services
 from app.reconcile.ca import CaPolicy
 from app.reconcile.discover import Target
-from app.reconcile.plan import Item, Obj, Outcome, Signing, Write, decide_leaf, secret_data
+from app.reconcile.plan import Item, Obj, Outcome, Signing, Write, decide_leaf, parsed_chain, secret_data
 
 WEBHOOK_KINDS: tuple[Resource, ...] = (MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS)
 
@@ -71,11 +71,19 @@ def decide_ca_bundle(resource: Resource, existing: Obj | None, *, bundle_pem: by
 
 def bundles_in_use(configs: Iterable[Obj]) -> list[Sequence[Any]]:
     """The CAs the API server trusts, one list per webhook entry (an entry without caBundle trusts none)."""
-    return [load_certificates(base64.b64decode((w.get("clientConfig") or {}).get("caBundle") or ""))
+    return [parsed_chain(decode_ca_bundle((w.get("clientConfig") or {}).get("caBundle") or ""))
             for config in configs for w in config.get("webhooks") or []]
 
 
 def leaves_in_use(serving: Obj | None) -> list[Sequence[Any]]:
     chain = secret_data(serving).get("tls.crt", b"")
-    return [load_certificates(chain)] if chain else []
+    return [parsed_chain(chain)] if chain else []
+
+
+def decode_ca_bundle(value: str) -> bytes:
+    """A caBundle as stored; an undecodable one trusts nothing (and is rewritten)."""
+    try:
+        return base64.b64decode(value, validate=True)
+    except (ValueError, TypeError):
+        return b""
 
