@@ -7,6 +7,7 @@ import functools
 import signal
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,6 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_check(sub)
     _add_export_policy(sub)
     _add_reconcile(sub)
+    _add_bootstrap(sub)
     return parser
 
 
@@ -64,14 +66,23 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def _cluster_flags(command: argparse.ArgumentParser) -> None:
     """Where the cluster is and what the reconciler owns; shared by `serve` and `reconcile`."""
+    _connection_flags(command)
+    command.add_argument("--ca-secret", help="a kubernetes.io/tls Secret in --namespace holding a CA you provide "
+                                             "(default: tls-injector creates and rotates its own)")
+    _webhook_flags(command)
+
+
+def _connection_flags(command: argparse.ArgumentParser) -> None:
     command.add_argument("--kubeconfig", type=Path,
                          help="kubeconfig file (default: in-cluster service account, then $KUBECONFIG/~/.kube/config)")
     command.add_argument("--server", help="API server URL without credentials (for tests against an emulator)")
     command.add_argument("--namespace", help="the injector's own namespace, where its CAs live "
                                              "(default: the pod's service-account namespace)")
     command.add_argument("--cluster-domain", default="cluster.local", help="DNS domain of the cluster, for SANs")
-    command.add_argument("--ca-secret", help="a kubernetes.io/tls Secret in --namespace holding a CA you provide "
-                                             "(default: tls-injector creates and rotates its own)")
+
+
+def _webhook_flags(command: argparse.ArgumentParser) -> None:
+    """The webhook's own TLS: shared by `serve`/`reconcile` (which keep it current) and `bootstrap`."""
     command.add_argument("--webhook-configurations", default="tls-injector",
                          help="comma list of webhook configuration names whose caBundle is kept current "
                               "(both kinds; empty = no webhook self-care)")
@@ -104,6 +115,39 @@ def _run_reconcile(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
         return 0 if report.converged else 1
     runner.run_until_signalled(cluster, settings)
     return 0
+
+
+def _add_bootstrap(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    boot = sub.add_parser(
+        "bootstrap", help="create or renew the webhook's serving certificate and put its CA in every caBundle",
+        description="Create the webhook CA and serving certificate Secrets when missing or invalid, put the CA "
+                    "bundle into clientConfig.caBundle of every entry of the webhook configurations, then check "
+                    "that each entry trusts the serving certificate. Safe to re-run: with nothing to do it "
+                    "writes nothing. Exit status 0 when the API server will trust the webhook, 1 otherwise.")
+    _connection_flags(boot)
+    _webhook_flags(boot)
+    boot.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    # A user-provided CA (--ca-secret) is for the workloads' certificates, never the webhook's own.
+    boot.set_defaults(run=_run_bootstrap, ca_secret=None)
+
+
+def _run_bootstrap(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from app.reconcile import runner  # noqa: PLC0415 - only the commands that talk to a cluster load the client
+    from app.reconcile.bootstrap import bootstrap, bootstrap_settings, connect  # noqa: PLC0415
+
+    configure_logging(args.log_level)
+    settings = bootstrap_settings(runner.settings_for(args))
+    if settings is None:
+        parser.error("--webhook-configurations must name at least one webhook configuration")
+    cluster = runner.find_cluster(kubeconfig=args.kubeconfig, server=args.server)
+    if cluster is None:
+        print("tls-injector: no cluster configured (no in-cluster account, no kubeconfig)", file=sys.stderr)
+        return 2
+    result = bootstrap(connect(cluster), settings, now=datetime.now(UTC))
+    print(runner.summary(result.report), flush=True)
+    for problem in result.problems:
+        print(f"tls-injector bootstrap: {problem}", file=sys.stderr)
+    return 0 if result.ok else 1
 
 
 def _run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

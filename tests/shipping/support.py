@@ -87,8 +87,8 @@ RENDERINGS = ("manifests/base", "manifests/overlays/example")
 
 
 def installed() -> list[Obj]:
-    """What `kubectl apply -k manifests/base` creates."""
-    return render(ROOT / "manifests" / "base")
+    """What `kubectl apply -k manifests/base` followed by `kubectl apply -k certs-bootstrap` creates."""
+    return render(ROOT / "manifests" / "base") + render(ROOT / "certs-bootstrap")
 
 
 def only(objects: list[Obj], kind: str, name: str | None = None) -> Obj:

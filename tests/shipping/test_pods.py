@@ -104,6 +104,9 @@ def test_the_tls_flags_point_into_the_serving_secret_mounted_whole_without_subpa
     assert "items" not in volume["secret"], "the kubernetes.io/tls keys are used as they are"
     assert (args.tls_cert_file.name, args.tls_private_key_file.name) == ("tls.crt", "tls.key")
     assert volume["secret"]["defaultMode"] & 0o007 == 0, "the key must not be world-readable"
+    # The Secret mounted is the one the reconciler keeps current and the bootstrap Job creates.
+    job_flags = _parsed(only(installed(), "Job")["spec"]["template"]["spec"])
+    assert volume["secret"]["secretName"] == args.webhook_secret == job_flags.webhook_secret
 
 
 def test_the_grace_period_outlasts_the_pre_stop_pause_plus_the_server_drain() -> None:
@@ -112,6 +115,22 @@ def test_the_grace_period_outlasts_the_pre_stop_pause_plus_the_server_drain() ->
     assert drain == ServeSettings().drain_seconds  # the flag says out loud what the default is
     pause = _container(pod)["lifecycle"]["preStop"]["sleep"]["seconds"]
     assert pod["terminationGracePeriodSeconds"] > pause + drain
+
+
+def test_the_bootstrap_job_and_the_reconciler_name_the_objects_that_ship() -> None:
+    objects = installed()
+    job = only(objects, "Job")
+    namespace = only(objects, "Namespace")["metadata"]["name"]
+    for pod in (job["spec"]["template"]["spec"], _deployment()["spec"]["template"]["spec"]):
+        flags = _parsed(pod)
+        assert flags.namespace in (None, namespace)  # None: the pod's service-account namespace
+        assert only(objects, "Service", flags.webhook_service)["metadata"]["namespace"] == namespace
+        assert flags.cluster_domain == "cluster.local"
+        for name in flags.webhook_configurations.split(","):
+            assert only(objects, "MutatingWebhookConfiguration", name)
+            assert only(objects, "ValidatingWebhookConfiguration", name)
+    assert job["metadata"]["namespace"] == namespace
+    assert _parsed(job["spec"]["template"]["spec"]).namespace == namespace
 
 
 def test_the_injector_namespace_enforces_the_restricted_pod_security_standard() -> None:

@@ -6,6 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from app.cli import _parser
+from app.reconcile.webhook_plan import WebhookSettings
 from tests.shipping.support import Obj, installed, of_kind, only
 
 ROLE_KINDS = ("Role", "ClusterRole")
@@ -71,3 +73,14 @@ def test_leases_are_only_in_the_injector_namespace_and_only_created_without_a_na
             assert role["kind"] == "Role"
             assert role["metadata"]["namespace"] == namespace
             assert rule.get("resourceNames") or set(rule["verbs"]) == {"create"}
+
+
+def test_the_bootstrap_job_reads_and_updates_only_the_webhook_ca_and_serving_secrets() -> None:
+    objects = installed()
+    pod = only(objects, "Job")["spec"]["template"]["spec"]
+    args = _parser().parse_args(pod["containers"][0]["args"])
+    role = only(objects, "Role", pod["serviceAccountName"])
+    secret_rules = [r for r in rules_of(role) if "secrets" in r["resources"]]
+    named = [set(r["resourceNames"]) for r in secret_rules if r.get("resourceNames")]
+    assert named == [{args.webhook_secret, WebhookSettings().ca.secret_name}]
+    assert [set(r["verbs"]) for r in secret_rules if not r.get("resourceNames")] == [{"create"}]

@@ -8,16 +8,19 @@ would get 403s in a cluster), and every verb the roles grant was used (else it i
 from __future__ import annotations
 
 import base64
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from app.cli import _parser, main
 from app.kube import KubeApi, LeaderElector
 from app.pki import issue_leaf, make_ca
 from app.reconcile.controller import Controller
 from app.reconcile.reconciler import Reconciler, ReconcileSettings
+from app.reconcile.runner import settings_for
 from tests.kubeapi import Emulator
 from tests.kubeapi.resources import lookup_qualified
 from tests.shipping.rbac import Call, Grant, authorized, grants_for
@@ -46,7 +49,8 @@ def _wait(condition: Callable[[], bool], *, what: str, seconds: float = 20.0) ->
 def _cluster(emu: Emulator) -> None:
     """A namespace opted in as a whole (with a bare pod) and a Deployment opted in elsewhere."""
     namespace, _ = _account()
-    emu.add(only(_shipped(), "Namespace"))
+    for kind in ("Namespace", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        emu.add(only(_shipped(), kind))
     emu.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop", "labels": {INJECT: "enabled"}}})
     emu.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "plain"}})
     emu.add({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "cart", "namespace": "shop"},
@@ -77,14 +81,22 @@ def _wrote(emu: Emulator, verb: str, qualified: str) -> Callable[[], bool]:
     return lambda: any(r.verb == verb and r.resource == qualified and r.code < 300 for r in emu.log)
 
 
+def _settings_of_the_deployment() -> ReconcileSettings:
+    """The reconciler's settings exactly as `serve` builds them from the Deployment's flags."""
+    pod = only(_shipped(), "Deployment")["spec"]["template"]["spec"]
+    namespace, _ = _account()
+    settings = settings_for(_parser().parse_args(pod["containers"][0]["args"]))
+    assert settings.webhook is not None, "the Deployment keeps its own certificate current"
+    return dataclasses.replace(settings, namespace=namespace)  # in a pod: the service account's namespace
+
+
 def _run_the_controller(emu: Emulator) -> None:
     """The reconciler as `serve` runs it (lease, watches, passes), through a life cycle that makes it use
     every kind of call: issue, mirror, renew the lease, then clean up after opt-outs."""
     namespace, _ = _account()
     api = KubeApi(emu.api_client())
     elector = LeaderElector(api, namespace, "rbac-test")
-    reconciler = Reconciler(api, ReconcileSettings(namespace=namespace),
-                            may_write=lambda: elector.is_leader(datetime.now(UTC)))
+    reconciler = Reconciler(api, _settings_of_the_deployment(), may_write=lambda: elector.is_leader(datetime.now(UTC)))
     controller = Controller(api, reconciler, elector, debounce_seconds=0.05, watch_timeout_seconds=1)
     stop = threading.Event()
     thread = threading.Thread(target=controller.run, args=(stop,), name="controller-under-test")
@@ -127,3 +139,30 @@ def test_the_webhook_pods_service_account_allows_every_call_the_reconciler_makes
     used = {(c.group, c.resource, c.verb) for c in calls}
     spare = sorted({(g.group, g.resource, g.verb) for g in _grants()} - used)
     assert not spare, f"granted but never used, remove from manifests/base/rbac.yaml: {spare}"
+
+
+def _bootstrap_objects() -> list[Obj]:
+    return render(ROOT / "certs-bootstrap")
+
+
+def test_the_bootstrap_jobs_service_account_allows_every_call_bootstrap_makes_and_nothing_more(
+    kubeapi: Emulator,
+) -> None:
+    for kind in ("Namespace", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        kubeapi.add(only(_shipped(), kind))
+    pod = only(_bootstrap_objects(), "Job")["spec"]["template"]["spec"]
+    args = [*pod["containers"][0]["args"], f"--server={kubeapi.url}"]
+    assert main(args) == 0  # first run: creates both Secrets, fills every caBundle
+    kubeapi.conflict_on_first_write(verbs=("update",), touch=True)
+    _edit(kubeapi, "secrets", "tls-injector", "tls-injector-webhook-tls",
+          lambda o: o["data"].__setitem__("tls.crt", _foreign_cert()))
+    _edit(kubeapi, "mutatingwebhookconfigurations.admissionregistration.k8s.io", None, "tls-injector",
+          lambda o: o["webhooks"][0]["clientConfig"].pop("caBundle"))
+    assert main(args) == 0  # repairs: updates of a Secret and a configuration, each after a 409
+    namespace = only(_bootstrap_objects(), "Job")["metadata"]["namespace"]
+    grants = grants_for(_bootstrap_objects(), namespace=namespace, account=pod["serviceAccountName"])
+    calls = {Call.of(r.verb, r.resource, r.namespace, r.name) for r in kubeapi.log}
+    denied = sorted({(c.group, c.resource, c.verb, c.name) for c in calls if not authorized(grants, c)}, key=str)
+    assert not denied, f"the bootstrap Job's RBAC would refuse these calls: {denied}"
+    spare = sorted({(g.group, g.resource, g.verb) for g in grants} - {(c.group, c.resource, c.verb) for c in calls})
+    assert not spare, f"granted but never used, remove from certs-bootstrap/rbac.yaml: {spare}"

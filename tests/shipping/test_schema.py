@@ -115,8 +115,8 @@ def test_every_resource_file_holds_only_kubernetes_objects() -> None:
 def test_the_shipped_tree_has_the_expected_kustomizations() -> None:
     # Guards the parametrized tests above against silently finding nothing to check.
     found = {_rel(d) for d in kustomization_dirs()}
-    assert {"manifests/base", "manifests/overlays/example", "manifests/components/sidecar-tls-example",
-            "manifests/components/admission-policy"} <= found
+    assert {"manifests/base", "manifests/overlays/example", "certs-bootstrap",
+            "manifests/components/sidecar-tls-example", "manifests/components/admission-policy"} <= found
 
 
 @pytest.mark.parametrize(
