@@ -19,6 +19,7 @@ from app.admission import AdmissionRequest, GroupVersionKind
 from app.cli import main
 from app.rules import export_documents, make_validate_handler
 from app.rules.cel import Environment, EvalError, to_cel
+from app.rules.export import guess_resource
 from app.rulesfile import load_rule_set
 from tests.rules_matrix import (
     EXAMPLE_CRD,
@@ -148,3 +149,9 @@ def test_export_policy_prints_the_documents_as_yaml(fmt: str, capsys: pytest.Cap
     assert main(["export-policy", "--rules", str(EXAMPLE_RULES), "--format", fmt]) == 0
     printed = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d is not None]
     assert printed == export_documents(RULES, fmt=fmt)
+
+
+@pytest.mark.parametrize(("kind", "plural"), [("SeiNode", "seinodes"), ("Ingress", "ingresses"),
+                                              ("NetworkPolicy", "networkpolicies")])
+def test_a_missing_resource_name_is_guessed_as_kubernetes_guesses_it(kind: str, plural: str) -> None:
+    assert guess_resource(kind) == plural
