@@ -75,7 +75,9 @@ def parse_review(body: object) -> AdmissionRequest:
 
 def _request_problems(request: dict[str, Any]) -> list[str]:
     problems: list[str] = []
-    if request.get("operation") not in OPERATIONS:
+    operation = request.get("operation")
+    # The type check first: a JSON array or object is unhashable, and `in` on a set would raise on it.
+    if not isinstance(operation, str) or operation not in OPERATIONS:
         problems.append(f"request.operation must be one of {sorted(OPERATIONS)}")
     kind = request.get("kind")
     if not isinstance(kind, dict) or not all(isinstance(kind.get(k), str) for k in ("group", "version", "kind")):

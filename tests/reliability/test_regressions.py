@@ -1,0 +1,28 @@
+"""Inputs the fuzzing found that once crashed the server, kept as plain cases."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.admission import BadReview, parse_review
+from tests.support.reviews import review
+from tests.support.server import running_server
+
+
+@pytest.mark.parametrize("operation", [[], ["CREATE"], {"op": "CREATE"}])
+def test_an_operation_that_is_an_array_or_object_is_a_bad_review_not_a_type_error(operation: object) -> None:
+    sent = review()
+    sent["request"]["operation"] = operation
+    with pytest.raises(BadReview, match=r"request\.operation must be one of"):
+        parse_review(sent)
+
+
+def test_an_unhashable_operation_over_https_is_a_400_with_a_reason(tmp_path: Path) -> None:
+    sent = review()
+    sent["request"]["operation"] = ["CREATE"]
+    with running_server(tmp_path) as server, server.client() as client:
+        response = client.post("/mutate", json=sent)
+    assert response.status_code == 400
+    assert "request.operation must be one of" in response.json()["error"]
