@@ -1,0 +1,357 @@
+"""Admission over real HTTPS on loopback: tls-injector against a standard-library reference webhook.
+
+Each server is a separate process pinned to core 0 (`taskset -c 0`), so "per core" is honest; the load
+generators run on core 1. The servers get the same certificate, the same ~4.4 KB Pod CREATE review on
+/mutate and ~8.4 KB Deployment UPDATE on /validate, over kept-alive HTTP/1.1 like the apiserver's.
+
+Measured for each server and endpoint:
+- saturation req/s: wrk (Debian's, installed with apt-get when missing), 16 connections, closed loop;
+- server CPU per request: utime+stime of the server process from /proc/<pid>/stat across the run,
+  divided by the requests answered;
+- p50/p99 latency at fixed 200 and 1000 req/s: bench.loadgen, timed from each request's due time.
+tls-injector runs twice, at the default --log-level info (one JSON line per admission call, written to
+a file as a container runtime would collect it) and at warning, so the cost of the log line is visible.
+
+    python -m bench admission [--seconds 10] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import json
+import os
+import re
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench import loadgen
+from bench.payloads import deployment_update_review, encoded, pod_create_review
+
+SERVER_CORE, CLIENT_CORE = "0", "1"
+ENDPOINTS = {"mutate": pod_create_review, "validate": deployment_update_review}
+RATES = (200, 1000)
+# Targets from issue 8: 1.5x a Go net/http webhook (~4,700 req/s on one core of this machine kind).
+TARGET_MUTATE_RPS = 1.5 * 4700
+TARGET_CPU_US = 150
+TARGET_P99_MS_AT_1000 = 5.0
+
+
+@dataclass(frozen=True)
+class Pki:
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    label: str
+    argv: list[str]
+
+
+def make_pki(directory: Path) -> Pki:
+    from app.pki import issue_leaf, make_ca
+
+    now = datetime.now(UTC)
+    ca = make_ca(common_name="bench CA", now=now)
+    leaf = issue_leaf(issuer=ca, dns_names=["localhost"], ip_addresses=["127.0.0.1"], now=now)
+    pki = Pki(directory / "ca.crt", directory / "tls.crt", directory / "tls.key")
+    pki.ca_file.write_bytes(ca.cert_pem)
+    pki.cert_file.write_bytes(leaf.cert_pem)
+    pki.key_file.write_bytes(leaf.key_pem)
+    return pki
+
+
+def server_specs(pki: Pki, port: int) -> list[ServerSpec]:
+    common = ["--host", "127.0.0.1", "--port", str(port)]
+    ours = [sys.executable, "-m", "app", "serve", *common, "--tls-cert-file", str(pki.cert_file),
+            "--tls-private-key-file", str(pki.key_file)]
+    reference = [sys.executable, "-m", "bench.reference_webhook", *common, "--cert", str(pki.cert_file),
+                 "--key", str(pki.key_file)]
+    return [ServerSpec("tls-injector (log info)", [*ours, "--log-level", "info"]),
+            ServerSpec("tls-injector (log warning)", [*ours, "--log-level", "warning"]),
+            ServerSpec("stdlib reference", reference)]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def pinned(argv: list[str], core: str) -> list[str]:
+    return ["taskset", "-c", core, *argv] if shutil.which("taskset") else argv
+
+
+@contextlib.contextmanager
+def serving(spec: ServerSpec, *, port: int, context: ssl.SSLContext, log: Path) -> Iterator[int]:
+    """Start the server pinned to its core, wait until it answers over TLS, yield its pid, stop it."""
+    with log.open("wb") as stderr:
+        process = subprocess.Popen(pinned(spec.argv, SERVER_CORE), stdout=subprocess.DEVNULL, stderr=stderr,
+                                   cwd=Path(__file__).resolve().parents[1])
+        try:
+            _wait_ready(port, context, process)
+            yield process.pid
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _wait_ready(port: int, context: ssl.SSLContext, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode} before answering")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1) as raw, \
+                    context.wrap_socket(raw, server_hostname="localhost") as tls:
+            tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            if tls.recv(64).startswith(b"HTTP/1.1 200"):
+                return
+        time.sleep(0.1)
+    raise RuntimeError("server did not become ready in 30 s")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of the whole process (all threads), from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def sample_verdict(port: int, context: ssl.SSLContext, path: str, body: bytes) -> str:
+    """What the server answered one request with, so a table row says which work it measured."""
+    async def ask() -> tuple[int, bytes]:
+        connection = await loadgen.Connection.open("127.0.0.1", port, context)
+        try:
+            return await connection.post(loadgen.http_request(path, body))
+        finally:
+            connection.close()
+
+    status, raw = loadgen.run(ask())  # type: ignore[misc]
+    if status != 200:
+        return f"HTTP {status}"
+    response: dict[str, Any] = json.loads(raw)["response"]
+    if "patch" in response:
+        return f"patched ({len(json.loads(base64.b64decode(response['patch'])))} ops)"
+    return "allowed" if response["allowed"] else "denied"
+
+
+def ensure_wrk() -> str | None:
+    """wrk from Debian; installed with apt-get (as root) when missing. None when it cannot be had."""
+    if shutil.which("wrk"):
+        return shutil.which("wrk")
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        print("bench: wrk missing, installing it with apt-get", file=sys.stderr)
+        for argv in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "wrk"]):
+            subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    return shutil.which("wrk")
+
+
+WRK_SCRIPT = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+local f = io.open(os.getenv("BENCH_BODY"), "rb")
+wrk.body = f:read("*all")
+f:close()
+"""
+
+
+def saturate(*, wrk: str | None, port: int, context: ssl.SSLContext, path: str, body_file: Path,
+             seconds: float) -> tuple[int, int, float, str]:
+    """(answered, non-200 or errors, seconds, tool) at saturation."""
+    if wrk is None:
+        request = loadgen.http_request(path, body_file.read_bytes())
+        ok, failed, wall = loadgen.run(loadgen.closed_loop(  # type: ignore[misc]
+            host="127.0.0.1", port=port, context=context, request=request, duration=seconds))
+        return ok + failed, failed, wall, "python closed loop (wrk missing)"
+    script = body_file.with_suffix(".lua")
+    script.write_text(WRK_SCRIPT)
+    argv = pinned([wrk, "-t1", "-c16", f"-d{seconds:g}s", "-s", str(script), f"https://127.0.0.1:{port}{path}"],
+                  CLIENT_CORE)
+    out = subprocess.run(argv, capture_output=True, text=True, check=True, env={**os.environ,
+                         "BENCH_BODY": str(body_file)}).stdout
+    total = int(re.search(r"(\d+) requests in ([\d.]+)(\w+)", out).group(1))  # type: ignore[union-attr]
+    errors = sum(int(n) for n in re.findall(r"Non-2xx or 3xx responses: (\d+)", out))
+    errors += sum(int(n) for n in re.findall(r"(?:connect|read|write|timeout) (\d+)", out))
+    return total, errors, seconds, "wrk -t1 -c16"
+
+
+def measure_endpoint(*, pid: int, port: int, context: ssl.SSLContext, wrk: str | None, endpoint: str,
+                     workdir: Path, seconds: float) -> dict[str, Any]:
+    body = encoded(ENDPOINTS[endpoint]())
+    path = f"/{endpoint}?timeout=10s"
+    body_file = workdir / f"{endpoint}.json"
+    body_file.write_bytes(body)
+    row: dict[str, Any] = {"endpoint": endpoint, "body_bytes": len(body),
+                           "verdict": sample_verdict(port, context, path, body)}
+    saturate(wrk=wrk, port=port, context=context, path=path, body_file=body_file, seconds=min(2.0, seconds))  # warm
+    cpu_before = cpu_seconds(pid)
+    total, errors, wall, tool = saturate(wrk=wrk, port=port, context=context, path=path, body_file=body_file,
+                                         seconds=seconds)
+    cpu = cpu_seconds(pid) - cpu_before
+    row.update(saturation_rps=total / wall, saturation_errors=errors, cpu_us_per_request=cpu / total * 1e6,
+               tool=tool)
+    for rate in RATES:
+        row[f"at_{rate}"] = fixed_rate_run(pid=pid, port=port, context=context, path=path, body=body, rate=rate,
+                                           seconds=seconds)
+    return row
+
+
+def fixed_rate_run(*, pid: int, port: int, context: ssl.SSLContext, path: str, body: bytes, rate: int,
+                   seconds: float) -> dict[str, float]:
+    cpu_before = cpu_seconds(pid)
+    result = loadgen.run(loadgen.fixed_rate(host="127.0.0.1", port=port, context=context,  # type: ignore[misc]
+                                            request=loadgen.http_request(path, body), rate=rate,
+                                            duration=seconds))
+    summary: dict[str, float] = result.summary()  # type: ignore[attr-defined]
+    summary["cpu_us_per_request"] = (cpu_seconds(pid) - cpu_before) / max(1, summary["ok"]) * 1e6
+    return summary
+
+
+def client_context(pki: Pki) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(pki.ca_file))
+
+
+def run(seconds: float = 10.0) -> dict[str, Any]:
+    """Every server, every endpoint; returns the results as plain data (also printed as they come)."""
+    wrk = ensure_wrk()
+    original = os.sched_getaffinity(0)
+    with contextlib.suppress(OSError, ValueError):
+        os.sched_setaffinity(0, {int(CLIENT_CORE)})  # the Python generator shares the client core with wrk
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-admission-") as tmp:
+            workdir = Path(tmp)
+            pki = make_pki(workdir)
+            context = client_context(pki)
+            servers = [run_server(spec, port=port, pki=pki, context=context, wrk=wrk, workdir=workdir,
+                                  seconds=seconds)
+                       for port in [free_port()] for spec in server_specs(pki, port)]
+    finally:
+        os.sched_setaffinity(0, original)
+    return {"seconds_per_run": seconds, "wrk": wrk or "missing", "servers": servers}
+
+
+def run_server(spec: ServerSpec, *, port: int, pki: Pki, context: ssl.SSLContext, wrk: str | None,
+               workdir: Path, seconds: float) -> dict[str, Any]:
+    slug = re.sub(r"\W+", "-", spec.label)
+    log = workdir / f"{slug}.log"
+    with serving(spec, port=port, context=context, log=log) as pid:
+        rows = []
+        for endpoint in ENDPOINTS:
+            row = measure_endpoint(pid=pid, port=port, context=context, wrk=wrk, endpoint=endpoint,
+                                   workdir=workdir, seconds=seconds)
+            print(f"  {spec.label:28} {endpoint:8} {row['saturation_rps']:8.0f} req/s "
+                  f"{row['cpu_us_per_request']:6.0f} us/req  p99@1000 {row['at_1000']['p99_ms']:.2f} ms",
+                  file=sys.stderr, flush=True)
+            rows.append(row)
+    tracebacks = log.read_text(errors="replace").count("Traceback")
+    return {"server": spec.label, "endpoints": rows, "log_bytes": log.stat().st_size, "tracebacks": tracebacks}
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's targets against the default configuration (log level info), and at warning."""
+    checks = []
+    for server in results["servers"]:
+        if not server["server"].startswith("tls-injector"):
+            continue
+        mutate = next(r for r in server["endpoints"] if r["endpoint"] == "mutate")
+        for name, measured, target, ok in (
+            ("mutate throughput, req/s on one core", mutate["saturation_rps"], f">= {TARGET_MUTATE_RPS:.0f}",
+             mutate["saturation_rps"] >= TARGET_MUTATE_RPS),
+            ("server CPU per mutate, us", mutate["cpu_us_per_request"], f"<= {TARGET_CPU_US}",
+             mutate["cpu_us_per_request"] <= TARGET_CPU_US),
+            ("mutate p99 at 1000 req/s, ms", mutate["at_1000"]["p99_ms"], f"<= {TARGET_P99_MS_AT_1000}",
+             mutate["at_1000"]["p99_ms"] <= TARGET_P99_MS_AT_1000 and mutate["at_1000"]["failed"] == 0),
+        ):
+            checks.append({"server": server["server"], "target": name, "measured": measured, "wanted": target,
+                           "met": ok})
+    return checks
+
+
+def ratios(results: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """tls-injector / reference, per server configuration and endpoint (throughput and CPU)."""
+    by_label = {s["server"]: {r["endpoint"]: r for r in s["endpoints"]} for s in results["servers"]}
+    reference = by_label.get("stdlib reference", {})
+    out: dict[str, dict[str, float]] = {}
+    for label, rows in by_label.items():
+        if label == "stdlib reference":
+            continue
+        for endpoint, row in rows.items():
+            ref = reference.get(endpoint)
+            if ref:
+                out[f"{label} {endpoint}"] = {
+                    "throughput_x": row["saturation_rps"] / ref["saturation_rps"],
+                    "cpu_x": row["cpu_us_per_request"] / ref["cpu_us_per_request"],
+                }
+    return out
+
+
+def logging_cost(results: dict[str, Any]) -> list[str]:
+    """What the one JSON log line per admission call costs: info minus warning, per endpoint."""
+    by_label = {s["server"]: {r["endpoint"]: r for r in s["endpoints"]} for s in results["servers"]}
+    info, warning = by_label.get("tls-injector (log info)"), by_label.get("tls-injector (log warning)")
+    if not info or not warning:
+        return []
+    lines = []
+    for endpoint in ENDPOINTS:
+        cost = info[endpoint]["cpu_us_per_request"] - warning[endpoint]["cpu_us_per_request"]
+        share = cost / info[endpoint]["cpu_us_per_request"] * 100
+        lines.append(f"- Logging at info (one JSON line per call) on {endpoint}: {cost:+.0f} us of server CPU per "
+                     f"request at saturation ({share:+.0f}% of the request); throughput "
+                     f"{info[endpoint]['saturation_rps']:,.0f} vs {warning[endpoint]['saturation_rps']:,.0f} req/s.")
+    return lines
+
+
+def markdown(results: dict[str, Any]) -> str:
+    lines = ["| server | endpoint | body | answer | saturation req/s | CPU us/req (sat.) | "
+             "p50 / p99 ms @200 | p50 / p99 ms @1000 | CPU us/req @1000 | errors |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for server in results["servers"]:
+        for r in server["endpoints"]:
+            low, high = r["at_200"], r["at_1000"]
+            errors = r["saturation_errors"] + low["failed"] + high["failed"]
+            lines.append(
+                f"| {server['server']} | {r['endpoint']} | {r['body_bytes']} B | {r['verdict']} | "
+                f"{r['saturation_rps']:,.0f} | {r['cpu_us_per_request']:.0f} | "
+                f"{low['p50_ms']:.2f} / {low['p99_ms']:.2f} | {high['p50_ms']:.2f} / {high['p99_ms']:.2f} | "
+                f"{high['cpu_us_per_request']:.0f} | {errors} |")
+    lines += ["", "| ours / reference | throughput | CPU per request |", "| --- | --- | --- |"]
+    lines += [f"| {k} | {v['throughput_x']:.2f}x | {v['cpu_x']:.2f}x |" for k, v in ratios(results).items()]
+    lines += ["", *logging_cost(results)]
+    lines += ["", "| target (issue 8) | server | measured | wanted | met |", "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {c['target']} | {c['server']} | {c['measured']:,.1f} | {c['wanted']} | "
+              f"{'yes' if c['met'] else '**no**'} |" for c in targets(results)]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(prog="python -m bench admission", description=__doc__)
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of each measured run")
+    parser.add_argument("--quick", action="store_true", help="2 s runs: a smoke test, no numbers to quote")
+    args = parser.parse_args(argv)
+    results = run(seconds=2.0 if args.quick else args.seconds)
+    results["markdown"] = markdown(results)
+    results["targets"] = targets(results)
+    results["ratios"] = ratios(results)
+    print(results["markdown"])
+    return results
+
+
+if __name__ == "__main__":
+    main()
