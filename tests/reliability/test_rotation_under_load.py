@@ -1,0 +1,136 @@
+"""Serving-certificate rotation while ~200 admission requests a second flow: not one may fail.
+
+The load mixes kept-alive connections (which keep the certificate they were established with) and fresh
+ones (which must get the newest), like an apiserver that reconnects now and then. Each new pair is
+published as the kubelet updates a Secret volume (one atomic symlink swap) and is confirmed served to a
+new connection, verified against the CA as a client would, before the next rotation.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+from cryptography.hazmat.primitives.serialization import Encoding
+
+from app.pki import CertKey, issue_leaf, make_ca
+from tests.support.certs import swap_secret_volume
+from tests.support.reviews import fixture
+from tests.support.server import RunningServer, running_server
+
+ROTATIONS = 10
+RATE = 200  # requests per second, the issue's figure
+FRESH_EVERY = 10  # one request in ten on a new connection (and so a new handshake)
+
+
+class PacedLoad:
+    """One thread sending /mutate reviews at RATE per second; counts answers and failures."""
+
+    def __init__(self, server: RunningServer) -> None:
+        self.server = server
+        self.body = fixture("synthetic/pod-create-from-replicaset.json")
+        self.ok = 0
+        self.failures: list[str] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run)
+        self.started = 0.0
+
+    def __enter__(self) -> PacedLoad:
+        self.started = time.monotonic()
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+        self.elapsed = time.monotonic() - self.started
+
+    def _run(self) -> None:
+        with self.server.client() as kept_alive:
+            sent = 0
+            while not self.stop.is_set():
+                delay = self.started + sent / RATE - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                sent += 1
+                if sent % FRESH_EVERY:
+                    self._send(kept_alive)
+                else:
+                    with self.server.client() as fresh:
+                        self._send(fresh)
+
+    def _send(self, client: httpx.Client) -> None:
+        try:
+            response = client.post("/mutate", json=self.body)
+        except httpx.HTTPError as error:
+            self.failures.append(repr(error))
+            return
+        if response.status_code == 200 and response.json()["response"]["uid"] == self.body["request"]["uid"]:
+            self.ok += 1
+        else:
+            self.failures.append(f"HTTP {response.status_code}: {response.text[:200]}")
+
+
+def publish(volume: Path, staging: Path, cert_pem: bytes, key_pem: bytes) -> None:
+    staging.mkdir(parents=True, exist_ok=True)
+    (staging / "tls.crt").write_bytes(cert_pem)
+    (staging / "tls.key").write_bytes(key_pem)
+    swap_secret_volume(volume, staging)
+
+
+def new_leaf(ca: CertKey) -> CertKey:
+    return issue_leaf(issuer=ca, dns_names=["localhost"], ip_addresses=["127.0.0.1"], now=datetime.now(UTC))
+
+
+def served(server: RunningServer) -> bytes:
+    host, port = server.url.removeprefix("https://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as raw, \
+            server.client_context().wrap_socket(raw, server_hostname=host) as tls:
+        certificate = tls.getpeercert(binary_form=True)
+    assert certificate is not None
+    return certificate
+
+
+def wait_served(server: RunningServer, expected: bytes, *, seconds: float = 5) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if served(server) == expected:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def reload_count(server: RunningServer, result: str) -> float:
+    with server.client() as client:
+        text = client.get("/metrics").text
+    prefix = f'tls_injector_serving_cert_reloads_total{{result="{result}"}} '
+    line = next(x for x in text.splitlines() if x.startswith(prefix))
+    return float(line.split()[-1])
+
+
+def test_ten_rotations_under_load_fail_no_request_and_a_broken_pair_keeps_the_old_one(tmp_path: Path) -> None:
+    ca = make_ca(common_name="rotation CA", now=datetime.now(UTC))
+    (tmp_path / "ca.crt").write_bytes(ca.cert_pem)
+    volume, first = tmp_path / "volume", new_leaf(ca)
+    publish(volume, tmp_path / "leaf-0", first.cert_pem, first.key_pem)
+    with running_server(tmp_path, cert_file=volume / "tls.crt", key_file=volume / "tls.key",
+                        ca_file=tmp_path / "ca.crt", reload_interval=0.05) as server, PacedLoad(server) as load:
+        current = first
+        for rotation in range(1, ROTATIONS + 1):
+            current = new_leaf(ca)
+            publish(volume, tmp_path / f"leaf-{rotation}", current.cert_pem, current.key_pem)
+            assert wait_served(server, current.cert.public_bytes(Encoding.DER)), f"rotation {rotation} not served"
+            time.sleep(0.1)  # let requests flow on the new certificate before the next swap
+        failures_before = reload_count(server, "failure")
+        torn = new_leaf(ca)  # a new certificate whose key has not arrived: the old pair must keep serving
+        publish(volume, tmp_path / "torn", torn.cert_pem, current.key_pem)
+        time.sleep(0.5)  # ten reload intervals
+        assert served(server) == current.cert.public_bytes(Encoding.DER)
+        assert reload_count(server, "failure") > failures_before
+        assert reload_count(server, "success") >= ROTATIONS
+    assert load.failures == []
+    assert load.ok >= 0.5 * RATE * load.elapsed, f"only {load.ok} requests in {load.elapsed:.1f} s: not under load"
