@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
+
 from tests.support.certs import ServingFiles
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,8 +27,15 @@ class ServeProcess:
     ca_file: Path
     stderr_file: Path
 
+    @property
+    def url(self) -> str:
+        return f"https://localhost:{self.port}"
+
     def client_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.ca_file))
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, verify=self.client_context(), timeout=10)
 
     def connect(self, timeout: float = 5) -> ssl.SSLSocket:
         """A verified TLS connection to the server, as the apiserver makes one."""
