@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from app.injection.names import DOMAIN
 
-MANAGED_BY_LABEL = f"{DOMAIN}/managed-by"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"  # the well-known label; RBAC docs rely on it
 MANAGER = "tls-injector"
 ROLE_LABEL = f"{DOMAIN}/role"
 Role = Literal["leaf", "bundle", "ca", "webhook"]

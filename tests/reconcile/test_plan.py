@@ -13,7 +13,7 @@ from app.reconcile.discover import Target, WorkloadRef
 from app.reconcile.plan import Observed, Refused, Signing, Write, decide_bundle, decide_leaf, plan, secret_data
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
-OWNED = {"tls-injector.io/managed-by": "tls-injector", "tls-injector.io/role": "leaf"}
+OWNED = {"app.kubernetes.io/managed-by": "tls-injector", "tls-injector.io/role": "leaf"}
 DNS = ("web", "web.apps", "web.apps.svc", "web.apps.svc.cluster.local")
 TARGET = Target("apps", "web-tls", DNS, (WorkloadRef("Deployment", "apps", "web"),))
 
