@@ -16,7 +16,8 @@ DNS = "tls-injector.tls-injector.svc"
 
 
 def install_webhooks(emu: Emulator) -> None:
-    namespace(emu, OWN_NS)
+    if emu.get("namespaces", OWN_NS) is None:
+        namespace(emu, OWN_NS)
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         entries = [{"name": f"{n}.tls-injector.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
                     "clientConfig": {"service": {"name": "tls-injector", "namespace": OWN_NS, "path": f"/{n}"}}}
