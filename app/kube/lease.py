@@ -38,7 +38,7 @@ class LeaderElector:
     api: KubeApi
     namespace: str
     identity: str
-    name: str = "tls-injector"  # pinned by resourceNames in manifests/base/rbac.yaml
+    name: str = "tls-injector-leader"  # pinned by resourceNames in manifests/base/rbac.yaml
     duration: timedelta = LEASE_DURATION
     renew_deadline: timedelta = RENEW_DEADLINE
     _renewed_at: datetime | None = None

@@ -31,7 +31,7 @@ def test_the_background_task_leads_converges_exports_metrics_and_stops_on_cancel
 
     asyncio.run(serve_for_a_while())
     assert all(kubeapi.get("secrets", n, ns) for ns, n in secrets)
-    lease = kubeapi.get("leases", "tls-injector", OWN_NS)
+    lease = kubeapi.get("leases", "tls-injector-leader", OWN_NS)
     assert lease is not None
     text = generate_latest(registry).decode()
     assert 'tls_injector_certificate_expiry_timestamp_seconds{namespace="ns0",secret="app0-tls"}' in text

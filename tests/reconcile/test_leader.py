@@ -46,7 +46,7 @@ def test_one_replica_leads_and_another_takes_over_only_after_the_leader_stops_re
     assert not a.is_leader(START + timedelta(seconds=17))  # a stops writing 10 s after its last renewal
     assert b.try_lead(START + timedelta(seconds=21))  # 15 s without a change: b takes over
     assert not a.try_lead(START + timedelta(seconds=22))
-    lease = kubeapi.get("leases", "tls-injector", OWN_NS)
+    lease = kubeapi.get("leases", "tls-injector-leader", OWN_NS)
     assert lease is not None
     assert (lease["spec"]["holderIdentity"], lease["spec"]["leaseTransitions"]) == ("b", 1)
 
