@@ -13,9 +13,9 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import kubernetes.client
 import orjson
 
 from tests.kubeapi import resources
@@ -24,6 +24,9 @@ from tests.kubeapi.faults import Faults, Request
 from tests.kubeapi.resources import Resource
 from tests.kubeapi.server import EmulatorHTTPServer, serve_in_thread
 from tests.kubeapi.store import DEFAULT_NAMESPACES, Store
+
+if TYPE_CHECKING:  # imported when a client is asked for: a standalone emulator process starts without it
+    import kubernetes.client
 
 __all__ = ["ApiError", "Emulator", "Request", "running_emulator"]
 
@@ -75,8 +78,22 @@ class Emulator:
     def url(self) -> str:
         return f"http://{self._address[0]}:{self._address[1]}"
 
+    def kubeconfig(self) -> dict[str, Any]:
+        """A kubeconfig for this server (no credentials: the emulator does not authenticate)."""
+        name = "kubeapi-emulator"
+        return {"apiVersion": "v1", "kind": "Config", "current-context": name,
+                "clusters": [{"name": name, "cluster": {"server": self.url}}],
+                "users": [{"name": name, "user": {}}],
+                "contexts": [{"name": name, "context": {"cluster": name, "user": name, "namespace": "default"}}]}
+
+    def write_kubeconfig(self, path: Path) -> Path:
+        """Write ``kubeconfig()`` (JSON, which kubeconfig loaders read as YAML) to ``path``."""
+        path.write_bytes(orjson.dumps(self.kubeconfig(), option=orjson.OPT_INDENT_2))
+        return path
+
     def api_client(self) -> kubernetes.client.ApiClient:
         """A new official-client ApiClient for this server (closed when the emulator stops)."""
+        import kubernetes.client
         config = kubernetes.client.Configuration(host=self.url)
         client = kubernetes.client.ApiClient(config)
         self._clients.append(client)

@@ -12,13 +12,14 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
-from tests.kubeapi import errors, resources
+from tests.kubeapi import control, errors, resources
 from tests.kubeapi.errors import ApiError
 from tests.kubeapi.faults import VERBS
 from tests.kubeapi.resources import Resource
@@ -117,7 +118,7 @@ class Handler(BaseHTTPRequestHandler):
         body = self._body()
         r = route(url.path)
         if r is None:
-            self._discovery(method, url.path)
+            self._unrouted(method, url.path, body)
             return
         verb = verb_of(method, r, query) or method.lower()
         try:
@@ -266,7 +267,14 @@ class Handler(BaseHTTPRequestHandler):
 
     # ---- small answers ---------------------------------------------------------------------------
 
-    def _discovery(self, method: str, path: str) -> None:
+    def _unrouted(self, method: str, path: str, body: Any) -> None:
+        """Discovery documents, and the emulator's own controls."""
+        if path.startswith(control.PREFIX):
+            try:
+                self._send(200, orjson.dumps(control.handle(self.server.emulator, method, path, body)))
+            except ApiError as exc:
+                self._send(exc.code, orjson.dumps(exc.status()))
+            return
         doc = discovery(path.rstrip("/") or "/", host=self.server.emulator.url.removeprefix("http://"))
         if doc is None or method != "GET":
             status = ApiError(404, "NotFound", "the server could not find the requested resource").status()
@@ -275,13 +283,12 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, orjson.dumps(doc))
 
     def _send(self, code: int, payload: bytes, *, retry_after: bool = False) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", _JSON)
-        self.send_header("Content-Length", str(len(payload)))
-        if retry_after:
-            self.send_header("Retry-After", str(self.server.emulator.retry_after))
-        self.end_headers()
-        self.wfile.write(payload)
+        """Status line, headers and body in one write: with the client in the same process, each socket
+        write is a GIL hand-over, and two of them measured ~2x the wall time of one."""
+        extra = f"Retry-After: {self.server.emulator.retry_after}\r\n" if retry_after else ""
+        head = (f"HTTP/1.1 {code} {HTTPStatus(code).phrase}\r\nContent-Type: {_JSON}\r\n"
+                f"Content-Length: {len(payload)}\r\n{extra}\r\n")
+        self.wfile.write(head.encode() + payload)
 
 
 _MALFORMED = object()
