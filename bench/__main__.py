@@ -30,6 +30,8 @@ NAMES = ("admission", *OTHERS)
 # A benchmark that runs longer than this is stuck, not slow: reconcile of 10,000 workloads is the
 # longest expected, at a few minutes.
 SUBPROCESS_TIMEOUT_SECONDS = 1800
+# Runs beyond a module's defaults: issue 8 asks for reconcile at 1,000 and at 10,000 workloads.
+EXTRA_RUNS: dict[str, list[list[str]]] = {"reconcile": [["--workloads", "10000", "--namespaces", "1000"]]}
 
 
 def machine() -> dict[str, Any]:
@@ -68,17 +70,26 @@ def run_admission(quick: bool, seconds: float) -> dict[str, Any]:
             "targets": admission.targets(results), "ratios": admission.ratios(results)}
 
 
-def run_other(name: str) -> dict[str, Any]:
+def run_other(name: str, *, quick: bool) -> dict[str, Any]:
     if importlib.util.find_spec(f"bench.{name}") is None:
         return {"status": "missing", "output": f"bench/{name}.py is not present in this checkout"}
+    runs = [[]] + ([] if quick else EXTRA_RUNS.get(name, []))
+    results = [_subprocess(name, args) for args in runs]
+    failed = [r["status"] for r in results if r["status"] != "ok"]
+    return {"status": failed[0] if failed else "ok", "output": "\n\n".join(r["output"] for r in results)}
+
+
+def _subprocess(name: str, args: list[str]) -> dict[str, Any]:
+    command = [sys.executable, "-m", f"bench.{name}", *args]
+    shown = " ".join(["python", *command[1:]])
     try:
-        done = subprocess.run([sys.executable, "-m", f"bench.{name}"], cwd=ROOT, capture_output=True, text=True,
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True,
                               timeout=SUBPROCESS_TIMEOUT_SECONDS, check=False)
     except subprocess.TimeoutExpired:
-        return {"status": "failed", "output": f"timed out after {SUBPROCESS_TIMEOUT_SECONDS} s"}
+        return {"status": "failed", "output": f"`{shown}` timed out after {SUBPROCESS_TIMEOUT_SECONDS} s"}
     status = "ok" if done.returncode == 0 else f"failed (exit {done.returncode})"
     output = done.stdout if done.returncode == 0 else done.stdout + "\n" + done.stderr[-4000:]
-    return {"status": status, "output": output.strip()}
+    return {"status": status, "output": f"`{shown}`\n\n{output.strip()}"}
 
 
 def run_all(names: list[str], *, quick: bool, seconds: float) -> dict[str, Any]:
@@ -86,7 +97,7 @@ def run_all(names: list[str], *, quick: bool, seconds: float) -> dict[str, Any]:
     for name in names:
         print(f"bench: running {name}", file=sys.stderr, flush=True)
         started = time.monotonic()
-        result = run_admission(quick, seconds) if name == "admission" else run_other(name)
+        result = run_admission(quick, seconds) if name == "admission" else run_other(name, quick=quick)
         result["seconds"] = round(time.monotonic() - started, 1)
         report["benchmarks"][name] = result
     report["machine"]["load_average_after"] = os.getloadavg()
