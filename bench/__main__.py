@@ -65,7 +65,10 @@ def _git(*args: str) -> str:
 def run_admission(quick: bool, seconds: float) -> dict[str, Any]:
     from bench import admission
 
-    results = admission.run(seconds=2.0 if quick else seconds)
+    try:
+        results = admission.run(seconds=2.0 if quick else seconds)
+    except (OSError, RuntimeError, subprocess.SubprocessError) as error:  # report it; the others still run
+        return {"status": f"failed ({error})", "output": repr(error)}
     return {"status": "ok", "markdown": admission.markdown(results), "data": results,
             "targets": admission.targets(results), "ratios": admission.ratios(results)}
 
@@ -73,7 +76,7 @@ def run_admission(quick: bool, seconds: float) -> dict[str, Any]:
 def run_other(name: str, *, quick: bool) -> dict[str, Any]:
     if importlib.util.find_spec(f"bench.{name}") is None:
         return {"status": "missing", "output": f"bench/{name}.py is not present in this checkout"}
-    runs = [[]] + ([] if quick else EXTRA_RUNS.get(name, []))
+    runs: list[list[str]] = [[], *([] if quick else EXTRA_RUNS.get(name, []))]
     results = [_subprocess(name, args) for args in runs]
     failed = [r["status"] for r in results if r["status"] != "ok"]
     return {"status": failed[0] if failed else "ok", "output": "\n\n".join(r["output"] for r in results)}

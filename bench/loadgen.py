@@ -5,7 +5,8 @@ hides queueing: when the server stalls, the generator stalls too and the slow re
 ("coordinated omission"). Here request i is due at start + i / rate whatever happened before; its
 latency runs from that due time to the last byte of the answer, so a stall shows up in every request
 that should have been sent during it. Any lag of the generator itself is therefore counted against the
-server, never in its favour; `send_lag` reports how much of it there was, so a reader can tell.
+server, never in its favour; `send_lag` (due time to the moment a connection was free and the request
+went out) reports how much of it there was, generator lag and queueing together.
 
 Raw HTTP/1.1 over asyncio TLS streams (keep-alive, a pool of connections like the apiserver's client):
 an HTTP client library would add its own per-request cost to the generator's core.
@@ -17,7 +18,11 @@ import asyncio
 import ssl
 import statistics
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -138,10 +143,11 @@ async def closed_loop(
     return counts[0], counts[1], time.monotonic() - started
 
 
-def run(coroutine: object) -> object:
+def run(coroutine: Coroutine[Any, Any, T]) -> T:
     """asyncio.run on uvloop when present: the generator's own per-request cost is then smaller."""
     try:
         import uvloop
     except ImportError:
-        return asyncio.run(coroutine)  # type: ignore[arg-type]
-    return uvloop.run(coroutine)  # type: ignore[arg-type]
+        return asyncio.run(coroutine)
+    result: T = uvloop.run(coroutine)
+    return result

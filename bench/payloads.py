@@ -91,7 +91,7 @@ def pod_create_review() -> dict[str, Any]:
 
 def deployment_update_review() -> dict[str, Any]:
     labels, annotations = _tls_metadata()
-    old = {
+    old: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": "web", "namespace": "team-a", "uid": "7a1b2c3d-0000-4000-8000-000000000002",

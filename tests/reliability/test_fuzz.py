@@ -42,8 +42,9 @@ def base_reviews() -> list[dict[str, Any]]:
     template = {"metadata": {"labels": {"app": "web", "tls-injector.io/inject": "true"},
                              "annotations": {"tls-injector.io/secret-name": "web-tls"}},
                 "spec": copy.deepcopy(pod["request"]["object"]["spec"])}
-    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "default"},
-                  "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}, "template": template}}
+    deployment: dict[str, Any] = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}, "template": template}}
     changed = copy.deepcopy(deployment)
     changed["spec"]["template"]["metadata"]["annotations"]["tls-injector.io/secret-name"] = "other-tls"
     return [pod, fixture("synthetic/pod-delete.json"), fixture("synthetic/pod-create-dryrun.json"),
