@@ -150,3 +150,22 @@ def test_the_example_overlay_mounts_a_rules_file_that_the_server_loads(tmp_path:
     copy.write_text(config_map["data"][rules.name])
     rule_set = load_rule_set(copy)
     assert any(match.kind == "SeiNode" for rule in rule_set for match in rule.match)
+
+
+@pytest.mark.parametrize("directory", ["manifests/base", "manifests/overlays/example", "certs-bootstrap",
+                                       "manifests/overlays/example/bootstrap"])
+def test_every_image_is_pinned_to_a_version_tag_and_never_latest(directory: str) -> None:
+    for controller in [o for o in render(ROOT / directory) if o["kind"] in ("Deployment", "Job")]:
+        for container in controller["spec"]["template"]["spec"]["containers"]:
+            name, _, tag = container["image"].rpartition(":")
+            assert name, f"{container['image']}: no tag"
+            assert tag not in ("", "latest")
+            assert container["imagePullPolicy"] == "IfNotPresent"
+
+
+@pytest.mark.parametrize(("webhook", "job"), [("manifests/base", "certs-bootstrap"),
+                                             ("manifests/overlays/example", "manifests/overlays/example/bootstrap")])
+def test_the_bootstrap_job_runs_the_same_image_as_the_webhook(webhook: str, job: str) -> None:
+    images = {c["image"] for directory, kind in ((webhook, "Deployment"), (job, "Job"))
+              for c in only(render(ROOT / directory), kind)["spec"]["template"]["spec"]["containers"]}
+    assert len(images) == 1
