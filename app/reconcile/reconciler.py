@@ -55,6 +55,8 @@ log = logging.getLogger("tls_injector.reconcile")
 # Three tries per object: a 409 means someone wrote in between; three in a row means a hot object,
 # better left to the next pass than fought over.
 MAX_ATTEMPTS = 3
+# Consecutive objects answered 5xx/unreachable before the pass gives up and waits for the retry.
+UNAVAILABLE_STREAK = 3
 WORKLOAD_KINDS = (("Deployment", DEPLOYMENTS), ("StatefulSet", STATEFUL_SETS), ("DaemonSet", DAEMON_SETS))
 
 
@@ -78,6 +80,7 @@ class PassReport:
     refused: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     aborted: str = ""
+    unavailable_streak: int = 0
 
     @property
     def write_count(self) -> int:
@@ -202,20 +205,31 @@ class Reconciler:
                 self._refused(item, outcome, report, now)
                 return existing
             try:
-                return self._write(outcome, report, item=item, now=now)
+                stored = self._write(outcome, report, item=item, now=now)
             except Conflict:
                 existing = self._read_optional(item.resource, item.name, item.namespace)
+                continue
             except NotFound:
                 if outcome.action != "update":
                     return None  # deleted already, or the namespace itself is gone
                 existing = None
-            except Unavailable:
-                raise
+                continue
             except KubeError as e:
-                self._failed(item, f"{outcome.action}: {e}", report, now)
+                self._write_failed(item, outcome, e, report, now)
                 return existing
+            report.unavailable_streak = 0
+            return stored
         self._failed(item, "kept conflicting", report, now)
         return existing
+
+    def _write_failed(self, item: Item, write: Write, error: KubeError, report: PassReport, now: datetime) -> None:
+        if isinstance(error, Unavailable):
+            # One 5xx may be about this object (a broken webhook on Secrets, say); several in a row
+            # mean the API server is in trouble, and hammering it with the rest would not help.
+            report.unavailable_streak += 1
+            if report.unavailable_streak >= UNAVAILABLE_STREAK:
+                raise error
+        self._failed(item, f"{write.action}: {error}", report, now)
 
     def _write(self, write: Write, report: PassReport, *, item: Item | None = None,
                now: datetime | None = None) -> Obj | None:

@@ -113,3 +113,29 @@ def test_a_409_on_every_first_write_still_converges_and_loses_no_one_elses_keys(
         assert "renamed" in dns_sans(load_certificates(data(stored)["tls.crt"])[0])
     kubeapi.clear_faults()
     assert reconciler(kubeapi, clock).run_pass().write_count == 0
+
+
+@pytest.mark.parametrize("code", [403, 422, 500])
+def test_one_object_failing_does_not_stop_the_others_and_the_next_pass_repairs_it(kubeapi: Emulator,
+                                                                                   code: int) -> None:
+    secrets = small_cluster(kubeapi, namespaces=2, per_namespace=2)
+    kubeapi.fail_next("create", "secrets", namespace="ns0", code=code)
+    rec = reconciler(kubeapi, Clock())
+    first = rec.run_pass()
+    assert not first.converged
+    assert len(first.failed) == 1
+    assert first.failed[0].startswith("Secret ns0/app0-tls: create")
+    assert sum(kubeapi.get("secrets", name, ns) is not None for ns, name in secrets) == len(secrets) - 1
+    failed_events = [e for e in kubeapi.objects("events", "ns0") if e["reason"] == "CertificateFailed"]
+    assert [e["involvedObject"]["name"] for e in failed_events] == ["app0"]
+    second = rec.run_pass()
+    assert second.converged
+    assert dict(second.reasons) == {"issued:missing": 1}
+
+
+def test_each_workload_gets_an_event_saying_its_certificate_was_issued(kubeapi: Emulator) -> None:
+    small_cluster(kubeapi, namespaces=1, per_namespace=2)
+    reconciler(kubeapi, Clock()).run_pass()
+    issued = sorted((e["involvedObject"]["kind"], e["involvedObject"]["name"], e["type"])
+                    for e in kubeapi.objects("events", "ns0") if e["reason"] == "CertificateIssued")
+    assert issued == [("Deployment", "app0", "Normal"), ("Deployment", "app1", "Normal")]

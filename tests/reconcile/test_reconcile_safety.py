@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 
 import pytest
 
@@ -133,3 +134,19 @@ def assert_no_ca_key_outside_its_secret(emu: Emulator, keys: set[bytes], *, home
             values = data(obj).values() if kind == "secrets" else [v.encode() for v in (obj.get("data") or {}).values()]
             for value in values:
                 assert not any(key.strip() in value for key in keys), f"a CA key in {kind} {obj['metadata']['name']}"
+
+
+def test_an_api_failing_mid_pass_stops_the_pass_after_three_objects_instead_of_trying_them_all(
+    kubeapi: Emulator,
+) -> None:
+    small_cluster(kubeapi, namespaces=2, per_namespace=5)
+    clock = Clock()
+    rec = reconciler(kubeapi, clock)
+    rec.run_pass()
+    clock.advance(timedelta(days=60))  # every leaf is due for renewal
+    kubeapi.fail_next("update", "*", count=1000, code=503)
+    kubeapi.reset_log()
+    report = rec.run_pass()
+    assert report.aborted.startswith("Unavailable")
+    assert len(report.failed) == 2
+    assert kubeapi.calls("update") == 3
