@@ -128,6 +128,11 @@ class Emulator:
         """End every open watch cleanly (or cut its connection, ``abort``); returns how many were open."""
         return self.store.drop_watches(abort=abort)
 
+    def open_watches(self, resource: str | None = None) -> int:
+        """Watches being served now (of one resource, by plural or qualified name): a test can wait for the
+        code under test to be watching before it changes something."""
+        return self.store.open_watches(_by_name(resource) if resource else None)
+
     def compact(self) -> None:
         """Forget the event history: a watch from any earlier resourceVersion gets 410 Expired."""
         self.store.compact()

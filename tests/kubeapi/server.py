@@ -109,9 +109,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self, method: str) -> None:
         emulator = self.server.emulator
-        if emulator.refusing:
-            self.close_connection = True  # a reused keep-alive connection finds the server gone
-            self.connection.shutdown(socket.SHUT_RDWR)
+        if emulator.refusing:  # a reused keep-alive connection finds the server gone
+            self._cut()
             return
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
@@ -234,10 +233,18 @@ class Handler(BaseHTTPRequestHandler):
             ended = False
         finally:
             emulator.store.unwatch(watcher)
-        if ended:
+        if not ended:
+            self._cut()
+            return
+        try:
             self.wfile.write(b"0\r\n\r\n")
-        else:
+        except OSError:  # the client left just as the watch ended
             self.close_connection = True
+
+    def _cut(self) -> None:
+        """Reset the connection without an answer, as a dying server does; the peer may be gone already."""
+        self.close_connection = True
+        with contextlib.suppress(OSError):
             self.connection.shutdown(socket.SHUT_RDWR)
 
     def _stream(self, watcher: Watcher, *, deadline: float, bookmarks: bool) -> bool:

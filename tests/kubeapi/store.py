@@ -229,6 +229,10 @@ class Store:
         with self._lock:
             self._watchers[watcher.res].discard(watcher)
 
+    def open_watches(self, res: Resource | None = None) -> int:
+        with self._lock:
+            return sum(len(ws) for r, ws in self._watchers.items() if res in (None, r))
+
     def drop_watches(self, *, abort: bool = False) -> int:
         """End every open watch (``abort``: cut the connections instead); returns how many."""
         with self._lock:

@@ -401,3 +401,14 @@ def test_discovery_documents_list_the_served_groups_and_resources(kube_client: k
     assert core["namespaces"] is False
     assert core["secrets"] is True
     assert k8s.VersionApi(kube_client).get_code().major == "1"
+
+
+def test_lease_micro_times_round_trip_through_the_client_models(kube_client: k8s.ApiClient) -> None:
+    from datetime import UTC, datetime
+
+    leases = k8s.CoordinationV1Api(kube_client)
+    renewed = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+    body = k8s.V1Lease(metadata=k8s.V1ObjectMeta(name="leader"),
+                       spec=k8s.V1LeaseSpec(holder_identity="a", lease_duration_seconds=15, renew_time=renewed))
+    leases.create_namespaced_lease("default", body)
+    assert leases.read_namespaced_lease("leader", "default").spec.renew_time == renewed

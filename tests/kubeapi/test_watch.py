@@ -6,7 +6,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import kubernetes.client as k8s
@@ -79,14 +79,23 @@ def test_watch_without_a_version_starts_with_every_object_added(core: k8s.CoreV1
     assert take(stream, 2) == [("ADDED", "x"), ("ADDED", "y")]
 
 
-def test_a_live_watch_sees_writes_as_they_happen(core: k8s.CoreV1Api) -> None:
-    version = core.list_config_map_for_all_namespaces().metadata.resource_version
-    bg = Background(core.list_config_map_for_all_namespaces, resource_version=version)
+def wait_until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 5
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met within 5 s"
+        time.sleep(0.01)
+
+
+def test_a_live_watch_sees_writes_as_they_happen(core: k8s.CoreV1Api, kubeapi: Emulator) -> None:
+    bg = Background(core.list_config_map_for_all_namespaces)  # no version: only what happens next
+    wait_until(lambda: kubeapi.open_watches("configmaps") == 1)
+    assert kubeapi.open_watches("secrets") == 0
     core.create_namespaced_config_map("demo", cm("live"))
     assert bg.next() == ("ADDED", "live")
     core.create_namespaced_config_map("default", cm("other-ns"))
     assert bg.next() == ("ADDED", "other-ns")
     bg.stop()
+    wait_until(lambda: kubeapi.open_watches() == 0)  # the client's stop ends the server side too
 
 
 def test_a_label_selector_watch_sees_objects_enter_and_leave_the_selection(core: k8s.CoreV1Api) -> None:
