@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from app.injection.names import DOMAIN
 from app.kube import SECRETS
 from app.pki import (
     CA_LOOKAHEAD,
@@ -22,6 +23,7 @@ from app.pki import (
     CaSet,
     CaState,
     CertKey,
+    TrustFacts,
     add_ca,
     adopt_orphans,
     advance,
@@ -34,6 +36,9 @@ from app.pki import (
 )
 from app.reconcile import ownership as own
 from app.reconcile.plan import Obj, Write, encode_data, secret_data
+
+# Annotation prefix (+ 16 hex digits of the CA's SHA-256) recording when a pass first saw it in every bundle.
+_EVERYWHERE = f"{DOMAIN}/in-every-bundle-since-"
 
 
 class CaUnusable(Exception):
@@ -82,10 +87,43 @@ def decide_ca(
     cas, reason = _with_new_ca(stored, now=now, policy=policy, user_ca=user_ca, forced=forced)
     if not stored.records:  # the set was lost (or never existed): keep trusting what is still served
         cas = adopt_orphans(cas, bundles=bundles, leaves=leaves, now=now)
-    cas = advance(cas, observe(cas, bundles=bundles, leaves=leaves), now=now, settle=policy.settle)
+    facts, annotations = gate_propagation(cas, observe(cas, bundles=bundles, leaves=leaves),
+                                          _annotations(existing), now=now, settle=policy.settle)
+    cas = advance(cas, facts, now=now, settle=policy.settle)
     if cas.states() != stored.states() and not reason:
         reason = "ca-state:" + ",".join(f"{fp[:12]}={state}" for fp, state in cas.states().items())
-    return CaStep(cas, _write(existing, namespace, policy, cas, user_ca, reason=reason or "ca"))
+    return CaStep(cas, _write(existing, namespace, policy, cas, user_ca, annotations=annotations,
+                              reason=reason or "ca"))
+
+
+def gate_propagation(
+    cas: CaSet, facts: TrustFacts, annotations: dict[str, str], *, now: datetime, settle: timedelta
+) -> tuple[TrustFacts, dict[str, str]]:
+    """Count a new CA as "in every bundle" only once it has been *observed* there for `settle`.
+
+    The state machine's settle runs from when the CA was added; if the bundles were written late (a crash
+    between the CA write and the bundle writes, a namespace that failed), kubelet would not have had
+    its propagation time. The first time a pass sees the CA everywhere is recorded in an annotation of
+    the CA Secret (written with the same precondition as the set), and the step waits `settle` from there.
+    """
+    kept = {k: v for k, v in annotations.items() if not k.startswith(_EVERYWHERE) and k != own.FORCE_REPLACE_ANNOTATION}
+    everywhere = set(facts.in_every_bundle)
+    for record in cas.in_state(CaState.UNTRUSTED):
+        if record.fingerprint not in everywhere:
+            continue
+        key = _EVERYWHERE + record.fingerprint[:16]
+        first_seen = _parse_time(annotations.get(key)) or now
+        kept[key] = first_seen.isoformat()
+        if now - first_seen < settle:
+            everywhere.discard(record.fingerprint)
+    return TrustFacts(frozenset(everywhere), facts.leaf_issuers), kept
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value) if value else None
+    except ValueError:
+        return None  # edited by hand: start the wait again, the safe direction
 
 
 def load_ca_set(existing: Obj | None, *, user_ca: CertKey | None = None) -> CaSet:
@@ -119,14 +157,13 @@ def _with_new_ca(
 
 
 def _write(
-    existing: Obj | None, namespace: str, policy: CaPolicy, cas: CaSet, user_ca: CertKey | None, *, reason: str
+    existing: Obj | None, namespace: str, policy: CaPolicy, cas: CaSet, user_ca: CertKey | None, *,
+    annotations: dict[str, str], reason: str
 ) -> Write | None:
     stored = encode(_without_user_key(cas, user_ca))
     old = secret_data(existing)
     kept = {k: v for k, v in old.items() if not _is_state_key(k)}
     data = {**kept, **stored}
-    annotations = dict(_annotations(existing))
-    annotations.pop(own.FORCE_REPLACE_ANNOTATION, None)
     if existing is not None and data == old and annotations == _annotations(existing):
         return None
     meta = dict((existing or {}).get("metadata") or {"name": policy.secret_name, "namespace": namespace})

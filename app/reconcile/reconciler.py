@@ -145,6 +145,9 @@ class Reconciler:
         in_use = {(t.namespace, t.secret_name) for t in targets}
         leaves = [parsed_chain(secret_data(obj).get("tls.crt", b"")) for key, obj in observed.leaves.items()
                   if key in in_use]
+        # A leaf Secret's ca.crt is a bundle too: a client may trust its peers through its own mount.
+        bundles += [parsed_chain(secret_data(obj).get("ca.crt", b"")) for key, obj in observed.leaves.items()
+                    if key in in_use]
         return self._step_ca(self.settings.ca, bundles=bundles, leaves=leaves, user_ca=self._user_ca(now), now=now,
                              report=report)
 

@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 
 from app.kube import SECRETS, KubeApi
+from app.pki import bundle_certificates, fingerprint, load_certificates
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import (
     OWN_NS,
@@ -100,3 +101,47 @@ def test_an_expiring_ca_is_rotated_without_being_asked(kubeapi: Emulator) -> Non
     history, _ = rotate(kubeapi, clock)
     assert old not in ca_states(kubeapi)
     assert len(history) >= 5
+
+
+def test_a_new_ca_signs_only_after_every_bundle_has_carried_it_for_the_settle_time_even_after_a_crash(
+    kubeapi: Emulator,
+) -> None:
+    small_cluster(kubeapi, namespaces=2, per_namespace=2)
+    clock = Clock()
+    assert reconciler(kubeapi, clock).run_pass().converged
+    (old,) = ca_states(kubeapi)
+    force_replace(kubeapi)
+    budget = itertools.count()
+    reconciler(kubeapi, clock, may_write=lambda: next(budget) < 1).run_pass()  # dies right after the CA write
+    clock.advance(timedelta(minutes=5))  # down for longer than the settle time: no bundle has the new CA
+    everywhere_at = signing_at = None
+    for _ in range(30):
+        clock.advance(timedelta(minutes=1))
+        assert reconciler(kubeapi, clock).run_pass().converged
+        new = next(fp for fp in ca_states(kubeapi) if fp != old) if len(ca_states(kubeapi)) > 1 else None
+        if everywhere_at is None and new and all(new in held for held in _held_everywhere(kubeapi)):
+            everywhere_at = clock.now
+        if signing_at is None and any(_issuer(s).startswith(new or "-") for s in _leaves(kubeapi)):
+            signing_at = clock.now
+    assert everywhere_at is not None
+    assert signing_at is not None
+    assert signing_at - everywhere_at >= timedelta(minutes=5)
+
+
+def _leaves(emu: Emulator) -> list[dict[str, object]]:
+    return [s for s in emu.objects("secrets")
+            if (s["metadata"].get("labels") or {}).get("tls-injector.io/role") == "leaf"]
+
+
+def _issuer(secret: dict[str, object]) -> str:
+    meta = secret["metadata"]
+    assert isinstance(meta, dict)
+    return str(meta["annotations"]["tls-injector.io/issuer"])[:8]
+
+
+def _held_everywhere(emu: Emulator) -> list[set[str]]:
+    """For every bundle in use (each ConfigMap and each leaf's ca.crt): the 8-hex prefixes of its CAs."""
+    bundles = [bundle_certificates(cm.get("data") or {}) for cm in emu.objects("configmaps")
+               if cm["metadata"]["name"] == "tls-injector-trust-bundle"]
+    bundles += [load_certificates(data(s)["ca.crt"]) for s in _leaves(emu)]
+    return [{fingerprint(c)[:8] for c in b} for b in bundles]
