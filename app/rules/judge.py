@@ -121,5 +121,8 @@ def diff(old: object, new: object, path: Path = ()) -> list[Change]:
 def _show(value: object) -> str:
     if value is MISSING:
         return "(absent)"
-    text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    try:
+        text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    except orjson.JSONEncodeError:  # nested deeper than orjson writes (254 levels), though it reads 1024
+        return "(a value too deeply nested to show)"
     return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 3] + "..."

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
 
 from app.admission import BadReview, parse_review
+from app.cli import build_handlers
+from app.settings import ServeSettings
 from tests.support.reviews import review
 from tests.support.server import running_server
 
@@ -26,3 +29,22 @@ def test_an_unhashable_operation_over_https_is_a_400_with_a_reason(tmp_path: Pat
         response = client.post("/mutate", json=sent)
     assert response.status_code == 400
     assert "request.operation must be one of" in response.json()["error"]
+
+
+def nested(depth: int) -> object:
+    value: object = "web-tls"
+    for _ in range(depth):
+        value = {"a": [value]}
+    return value
+
+
+def test_a_denied_change_to_a_value_nested_too_deep_to_print_is_still_a_denial_with_a_message() -> None:
+    old = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+           "spec": {"template": {"metadata": {"labels": {"tls-injector.io/inject": "true"},
+                                              "annotations": {"tls-injector.io/secret-name": nested(200)}}}}}
+    new = copy.deepcopy(old)
+    new["spec"]["template"]["metadata"]["annotations"]["tls-injector.io/secret-name"] = "other-tls"
+    _, validate = build_handlers(ServeSettings())
+    response = validate(parse_review(review(operation="UPDATE", kind=("apps", "v1", "Deployment"), obj=new, old=old)))
+    assert response["allowed"] is False
+    assert "too deeply nested to show" in response["status"]["message"]
