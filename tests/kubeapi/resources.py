@@ -23,6 +23,9 @@ class Resource:
     uses_generation: bool = False  # metadata.generation bumps on spec changes
     field_labels: tuple[str, ...] = ()
     short_names: tuple[str, ...] = ()
+    # DELETE answers the object (the registry's ReturnDeletedObject, or graceful deletion) rather than a
+    # Status; the official client's models expect exactly that (delete_namespaced_pod -> V1Pod).
+    delete_returns_object: bool = False
 
     @property
     def api_version(self) -> str:
@@ -56,14 +59,16 @@ def _workload(plural: str, kind: str, short: str) -> Resource:
 
 RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "namespaces", "Namespace", namespaced=False, status_subresource=True,
-             field_labels=("status.phase",), short_names=("ns",)),
+             field_labels=("status.phase",), short_names=("ns",), delete_returns_object=True),
     Resource("", "v1", "secrets", "Secret", namespaced=True, field_labels=("type",)),
     Resource("", "v1", "configmaps", "ConfigMap", namespaced=True, short_names=("cm",)),
-    Resource("", "v1", "services", "Service", namespaced=True, status_subresource=True, short_names=("svc",)),
+    Resource("", "v1", "services", "Service", namespaced=True, status_subresource=True, short_names=("svc",),
+             delete_returns_object=True),
     Resource("", "v1", "pods", "Pod", namespaced=True, status_subresource=True, field_labels=_POD_FIELDS,
-             short_names=("po",)),
+             short_names=("po",), delete_returns_object=True),
     Resource("", "v1", "events", "Event", namespaced=True, field_labels=_EVENT_FIELDS, short_names=("ev",)),
-    Resource("", "v1", "serviceaccounts", "ServiceAccount", namespaced=True, short_names=("sa",)),
+    Resource("", "v1", "serviceaccounts", "ServiceAccount", namespaced=True, short_names=("sa",),
+             delete_returns_object=True),
     _workload("deployments", "Deployment", "deploy"),
     _workload("statefulsets", "StatefulSet", "sts"),
     _workload("daemonsets", "DaemonSet", "ds"),

@@ -186,8 +186,7 @@ class Handler(BaseHTTPRequestHandler):
         pre = body.get("preconditions") if isinstance(body, dict) else None
         deleted = self.server.emulator.store.delete(r.res, r.namespace, r.name or "", preconditions=pre,
                                                     dry_run=_dry_run(query))
-        # Namespaces answer with the (now Terminating) object; kinds deleted at once answer a Status.
-        return 200, deleted.full() if r.res is resources.NAMESPACES else _success(deleted)
+        return 200, deleted.full() if r.res.delete_returns_object else _success(deleted)
 
     def _list(self, r: Route, query: dict[str, str], body: Any) -> tuple[int, bytes]:
         match = matcher(query.get("labelSelector"), query.get("fieldSelector"), allowed=r.res.field_labels)

@@ -412,3 +412,16 @@ def test_lease_micro_times_round_trip_through_the_client_models(kube_client: k8s
                        spec=k8s.V1LeaseSpec(holder_identity="a", lease_duration_seconds=15, renew_time=renewed))
     leases.create_namespaced_lease("default", body)
     assert leases.read_namespaced_lease("leader", "default").spec.renew_time == renewed
+
+
+def test_delete_answers_the_object_or_a_status_as_the_client_models_expect(core: k8s.CoreV1Api) -> None:
+    pod_spec = {"containers": [{"name": "c", "image": "i"}]}
+    core.create_namespaced_pod("demo", {"metadata": {"name": "p"}, "spec": pod_spec})
+    core.create_namespaced_service("demo", {"metadata": {"name": "s"}})
+    core.create_namespaced_service_account("demo", {"metadata": {"name": "sa"}})
+    core.create_namespaced_secret("demo", secret("x"))
+    assert core.delete_namespaced_pod("p", "demo").metadata.name == "p"
+    assert core.delete_namespaced_service("s", "demo").metadata.name == "s"
+    assert core.delete_namespaced_service_account("sa", "demo").metadata.name == "sa"
+    assert core.delete_namespaced_secret("x", "demo")["status"] == "Success"
+    assert core.delete_namespace("demo")["status"] == {"phase": "Terminating"}
