@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from app.admission import AdmissionRequest, AdmissionResponse, BadReview, Handler, parse_review, review_envelope
+from app.logs import AccessLog
 from app.web.metrics import ServerMetrics
 
 Scope = MutableMapping[str, Any]
@@ -49,6 +50,7 @@ class AdmissionEndpoint:
         self, *, name: str, handler: Handler, metrics: ServerMetrics, max_body: int = MAX_BODY_BYTES
     ) -> None:
         self.name, self.handler, self.metrics, self.max_body = name, handler, metrics, max_body
+        self.access_log = AccessLog(log.name)  # the level is read once, after logging is configured
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
@@ -89,8 +91,8 @@ class AdmissionEndpoint:
         elapsed = time.perf_counter() - started
         outcome = ("patched" if "patch" in response else "allowed") if response["allowed"] else "denied"
         self.metrics.observe(self.name, outcome, elapsed)
-        log.info("admission", extra={**_fields(self.name, request), "verdict": outcome,
-                                     "latency_ms": round(elapsed * 1000, 3)})
+        fields = {**_fields(self.name, request), "verdict": outcome, "latency_ms": round(elapsed * 1000, 3)}
+        self.access_log.info("admission", fields)
 
 
 def _parse(body: bytes) -> AdmissionRequest:
