@@ -109,11 +109,15 @@ def _run_reconcile(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
         print("tls-injector: no cluster configured (no in-cluster account, no kubeconfig)", file=sys.stderr)
         return 2
     settings = runner.settings_for(args)
-    if args.once:
-        report = runner.run_once(cluster, settings)
-        print(runner.summary(report), flush=True)
-        return 0 if report.converged else 1
-    runner.run_until_signalled(cluster, settings)
+    try:
+        if args.once:
+            report = runner.run_once(cluster, settings)
+            print(runner.summary(report), flush=True)
+            return 0 if report.converged else 1
+        runner.run_until_signalled(cluster, settings)
+    except runner.KubeError as error:  # configuration that cannot be loaded: a message, not a traceback
+        print(f"tls-injector: {error}", file=sys.stderr)
+        return 2
     return 0
 
 

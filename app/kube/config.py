@@ -8,6 +8,8 @@ from pathlib import Path
 
 from kubernetes import client, config
 
+from app.kube.errors import KubeError
+
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 DEFAULT_NAMESPACE = "tls-injector"
 
@@ -40,15 +42,19 @@ def find_cluster(*, kubeconfig: Path | None = None, server: str | None = None) -
 
 
 def api_client(cluster: ClusterConfig) -> client.ApiClient:
+    """A configured client; KubeError with a readable message when the configuration cannot be loaded."""
     configuration = client.Configuration()
-    if cluster.server:
-        configuration.host = cluster.server.rstrip("/")
-    elif cluster.kubeconfig:
-        config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=str(cluster.kubeconfig), client_configuration=configuration
-        )
-    else:
-        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    try:
+        if cluster.server:
+            configuration.host = cluster.server.rstrip("/")
+        elif cluster.kubeconfig:
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=str(cluster.kubeconfig), client_configuration=configuration
+            )
+        else:
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    except (config.ConfigException, OSError, ValueError, TypeError, KeyError) as e:
+        raise KubeError(f"cannot load the cluster configuration ({cluster.describe}): {e}") from e
     # Our own loop retries a failed pass; urllib3's silent connection retries would only hide an outage.
     configuration.retries = False
     return client.ApiClient(configuration)

@@ -82,11 +82,19 @@ class Controller:
                     wake.clear()
                     due = 0.0
                 if clock() >= due:
-                    report = self.reconciler.run_pass()
-                    due = clock() + (self.resync_seconds if not report.aborted else RETRY_SECONDS)
+                    due = clock() + self._pass_and_next_delay()
             else:
                 due = 0.0  # whoever leads next starts with a full pass
             stop.wait(min(RETRY_PERIOD.total_seconds(), max(0.05, due - clock())) if due else 0.05)
+
+    def _pass_and_next_delay(self) -> float:
+        """A pass; the loop must outlive anything one pass runs into, so a bug is logged and retried."""
+        try:
+            report = self.reconciler.run_pass()
+        except Exception:
+            log.exception("reconcile pass crashed; retrying")
+            return RETRY_SECONDS
+        return self.resync_seconds if not report.aborted else RETRY_SECONDS
 
     def _leading(self) -> bool:
         return self.elector is None or self.elector.is_leader(self.clock())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import signal
 import socket
@@ -12,13 +13,14 @@ from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry
 
-from app.kube import ClusterConfig, KubeApi, LeaderElector, api_client, find_cluster, own_namespace
+from app.kube import ClusterConfig, KubeApi, KubeError, LeaderElector, api_client, find_cluster, own_namespace
 from app.reconcile.controller import Controller
 from app.reconcile.metrics import ReconcileMetrics
 from app.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
 from app.reconcile.webhook_plan import WebhookSettings
 
-__all__ = ["find_cluster", "run_once", "run_reconciler", "run_until_signalled", "settings_for", "summary"]
+log = logging.getLogger("tls_injector.reconcile")
+__all__ = ["KubeError", "find_cluster", "run_once", "run_reconciler", "run_until_signalled", "settings_for", "summary"]
 
 
 def settings_for(args: argparse.Namespace) -> ReconcileSettings:
@@ -80,6 +82,8 @@ async def run_reconciler(cluster: ClusterConfig, settings: ReconcileSettings, *,
     stop = threading.Event()
     try:
         await asyncio.to_thread(run_forever, cluster, settings, stop, metrics=ReconcileMetrics(registry))
+    except KubeError as e:  # the webhook keeps serving; certificates are not kept current, and the log says why
+        log.error("reconciler not running", extra={"cluster": cluster.describe, "error": str(e)})
     finally:
         stop.set()
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from app.cli import main
@@ -33,3 +35,14 @@ def test_reconcile_exits_two_without_any_cluster(monkeypatch: pytest.MonkeyPatch
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
     assert main(["reconcile", "--once", "--log-level", "error"]) == 2
+
+
+def test_a_kubeconfig_that_cannot_be_loaded_is_a_message_and_exit_two(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = tmp_path / "kubeconfig"
+    broken.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\n")
+    assert main(["reconcile", "--once", "--kubeconfig", str(broken), "--log-level", "error"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tls-injector: cannot load the cluster configuration (kubeconfig ")
+    assert "Traceback" not in err
