@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
 
 from app.cli import main
+from app.reconcile.runner import run_reconciler
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, small_cluster
 
@@ -46,3 +48,22 @@ def test_a_kubeconfig_that_cannot_be_loaded_is_a_message_and_exit_two(
     err = capsys.readouterr().err
     assert err.startswith("tls-injector: cannot load the cluster configuration (kubeconfig ")
     assert "Traceback" not in err
+
+
+def test_serve_runs_the_reconciler_in_the_background_only_when_a_cluster_is_configured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from app.cli import _parser, _reconciler_in_background
+    from app.web.metrics import ServerMetrics
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
+    alone = _parser().parse_args(["serve"])
+    assert _reconciler_in_background(alone, ServerMetrics()) == []
+    with_cluster = _parser().parse_args(["serve", "--server", "http://127.0.0.1:1", "--namespace", "x"])
+    metrics = ServerMetrics()
+    [task] = _reconciler_in_background(with_cluster, metrics)
+    assert isinstance(task, functools.partial)
+    assert task.func is run_reconciler
+    assert task.args[0].server == "http://127.0.0.1:1"
+    assert (task.args[1].namespace, task.keywords["registry"]) == ("x", metrics.registry)
