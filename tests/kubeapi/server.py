@@ -78,6 +78,29 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # small JSON answers must not wait for delayed ACKs (~40 ms each)
     server: EmulatorHTTPServer
+    request_headers: dict[str, str]
+    raw_requestline: bytes  # set by the base class; missing from its type stubs
+
+    def parse_request(self) -> bool:
+        """The request line and headers into a plain dict (lower-case names). The base class's parser goes
+        through the email package: measured ~50-190 us per request, most of the emulator's own CPU."""
+        self.requestline = line = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        parts = line.split()
+        if len(parts) != 3 or parts[2] not in ("HTTP/1.1", "HTTP/1.0"):
+            self.request_version, self.close_connection = "HTTP/1.0", True
+            self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request line {line!r}")
+            return False
+        self.command, self.path, self.request_version = parts
+        headers: dict[str, str] = {}
+        for _ in range(100):  # http.client's own cap on header lines
+            raw = self.rfile.readline(65537)
+            if raw in (b"\r\n", b"\n", b""):
+                break
+            name, _, value = raw.decode("iso-8859-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+        self.request_headers = headers
+        self.close_connection = parts[2] == "HTTP/1.0" or headers.get("connection", "").lower() == "close"
+        return True
 
     def setup(self) -> None:
         super().setup()
@@ -141,7 +164,10 @@ class Handler(BaseHTTPRequestHandler):
         self._send(code, payload, retry_after=code == 429)
 
     def _body(self) -> Any:
-        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            length = int(self.request_headers.get("content-length") or 0)
+        except ValueError:
+            length = 0
         raw = self.rfile.read(length) if length else b""
         if not raw:
             return None
@@ -176,7 +202,7 @@ class Handler(BaseHTTPRequestHandler):
         return 200, updated.full()
 
     def _patch(self, r: Route, query: dict[str, str], body: Any) -> tuple[int, bytes]:
-        content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+        content_type = self.request_headers.get("content-type", "").split(";")[0].strip()
         patched = self.server.emulator.store.patch(r.res, r.namespace, r.name or "", content_type=content_type,
                                                    body=body, dry_run=_dry_run(query),
                                                    status_only=r.subresource == "status")
