@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from app.admission import AdmissionRequest, AdmissionResponse, Handler, allowed
+from app.admission import Handler
+from app.injection import InjectionOptions, make_mutate_handler
 from app.logs import configure_logging
 from app.rules import export_documents, make_validate_handler
 from app.rulesfile import RulesFileError, load_rule_set
@@ -205,14 +206,11 @@ def _reconciler_in_background(args: argparse.Namespace, metrics: ServerMetrics) 
 def build_handlers(settings: ServeSettings) -> tuple[Handler, Handler]:
     """The /mutate and /validate handlers; raises RulesFileError for a bad `settings.rules_file`.
 
-    /validate enforces the built-in transition rules plus the rules file's. Until injection lands,
-    /mutate allows everything.
+    /validate enforces the built-in transition rules plus the rules file's. /mutate injects; its record
+    carries no CA fingerprints yet, because no fingerprint source is wired to the webhook.
     """
 
-    def allow(request: AdmissionRequest) -> AdmissionResponse:
-        return allowed(request.uid)
-
-    return allow, make_validate_handler(load_rule_set(settings.rules_file))
+    return make_mutate_handler(InjectionOptions()), make_validate_handler(load_rule_set(settings.rules_file))
 
 
 def _add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -31,3 +31,15 @@ def service_names(workload_name: str, annotations: dict[str, str] | None) -> lis
     raw = (annotations or {}).get(SERVICE_NAMES_ANNOTATION) or ""
     names = sorted({part.strip() for part in raw.split(",") if part.strip()})
     return names or [workload_name]
+
+# Per-pod choices (annotations on the Pod or its template), read by the mutating webhook only.
+CERT_PATH_ANNOTATION = f"{DOMAIN}/cert-mount-path"
+TRUST_PATH_ANNOTATION = f"{DOMAIN}/trust-mount-path"
+CONTAINERS_ANNOTATION = f"{DOMAIN}/containers"  # comma list: inject only into these containers
+ENV_ANNOTATION = f"{DOMAIN}/env"  # "true" for all TLS_ENV_VARS, or a comma list of some of them
+# The variables common TLS stacks read for extra trust: OpenSSL/Go/Python ssl, Python requests, Node.js.
+TLS_ENV_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")
+CERT_VOLUME = "tls-injector-cert"
+TRUST_VOLUME = "tls-injector-trust"
+# Deployment pods carry this label; its value is the suffix of their ReplicaSet's name.
+POD_TEMPLATE_HASH_LABEL = "pod-template-hash"

@@ -1,0 +1,114 @@
+"""What a pod asks for: the operator's defaults overridden by the pod's own annotations.
+
+A malformed annotation is refused with a message naming it rather than ignored: a typo in a path or a
+container name would otherwise give a pod without its certificate and nobody would know why.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from app.injection import names
+
+# DNS-1123 subdomain, what the apiserver requires of a Secret name (RFC 1123 labels, at most 253 chars).
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_MAX_SUBDOMAIN = 253
+
+
+class InjectionRefused(ValueError):
+    """The pod cannot be injected as it stands; the message tells a person what to change."""
+
+
+@dataclass(frozen=True, slots=True)
+class InjectionOptions:
+    """The operator's settings for every pod; per-pod annotations override the paths."""
+
+    cert_mount_path: str = names.CERT_MOUNT_PATH
+    trust_mount_path: str = names.TRUST_MOUNT_PATH
+    trust_bundle_configmap: str = names.TRUST_BUNDLE_CONFIGMAP
+
+
+@dataclass(frozen=True, slots=True)
+class Choices:
+    secret_name: str
+    cert_path: str
+    trust_path: str
+    containers: frozenset[str] | None  # None: every container and init container
+    env: tuple[str, ...]
+
+
+def read_choices(workload: str, annotations: Mapping[str, Any], options: InjectionOptions) -> Choices:
+    cert_path = _mount_path(annotations, names.CERT_PATH_ANNOTATION, options.cert_mount_path)
+    trust_path = _mount_path(annotations, names.TRUST_PATH_ANNOTATION, options.trust_mount_path)
+    if _nested(cert_path, trust_path):
+        raise InjectionRefused(
+            f"the certificate path {cert_path} and the trust bundle path {trust_path} must be distinct and "
+            f"not inside one another (see {names.CERT_PATH_ANNOTATION} and {names.TRUST_PATH_ANNOTATION})"
+        )
+    return Choices(
+        secret_name=_secret_name(workload, annotations),
+        cert_path=cert_path,
+        trust_path=trust_path,
+        containers=_containers(annotations),
+        env=_env(annotations),
+    )
+
+
+def _secret_name(workload: str, annotations: Mapping[str, Any]) -> str:
+    if not workload and not _text(annotations, names.SECRET_NAME_ANNOTATION):
+        raise InjectionRefused(
+            f"cannot tell which workload this pod belongs to (no owner, name or generateName); "
+            f"set the {names.SECRET_NAME_ANNOTATION} annotation"
+        )
+    # The same rule as names.secret_name, which the reconciler uses, on annotations of any value type.
+    secret = _text(annotations, names.SECRET_NAME_ANNOTATION) or names.default_secret_name(workload)
+    if len(secret) > _MAX_SUBDOMAIN or not _SUBDOMAIN.fullmatch(secret):
+        raise InjectionRefused(
+            f"{secret!r} is not a valid Secret name (lower-case DNS subdomain); set {names.SECRET_NAME_ANNOTATION}"
+        )
+    return secret
+
+
+def _mount_path(annotations: Mapping[str, Any], key: str, default: str) -> str:
+    raw = _text(annotations, key) or default
+    if not raw.startswith("/") or ".." in raw.split("/") or ":" in raw or posixpath.normpath(raw) == "/":
+        raise InjectionRefused(f"{key}: {raw!r} must be an absolute directory path other than /, without '..' or ':'")
+    return posixpath.normpath(raw)
+
+
+def _nested(first: str, second: str) -> bool:
+    return first == second or first.startswith(second + "/") or second.startswith(first + "/")
+
+
+def _containers(annotations: Mapping[str, Any]) -> frozenset[str] | None:
+    listed = _comma_list(_text(annotations, names.CONTAINERS_ANNOTATION))
+    return frozenset(listed) if listed else None
+
+
+def _env(annotations: Mapping[str, Any]) -> tuple[str, ...]:
+    raw = _text(annotations, names.ENV_ANNOTATION)
+    if raw.lower() in {"", "false"}:
+        return ()
+    if raw.lower() == "true":
+        return names.TLS_ENV_VARS
+    listed = _comma_list(raw)
+    unknown = sorted(set(listed) - set(names.TLS_ENV_VARS))
+    if unknown:
+        raise InjectionRefused(
+            f"{names.ENV_ANNOTATION}: unknown variable(s) {', '.join(unknown)}; use \"true\" or a comma list of "
+            f"{', '.join(names.TLS_ENV_VARS)}"
+        )
+    return tuple(v for v in names.TLS_ENV_VARS if v in listed)
+
+
+def _comma_list(raw: str) -> list[str]:
+    return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+def _text(annotations: Mapping[str, Any], key: str) -> str:
+    value = annotations.get(key)
+    return value.strip() if isinstance(value, str) else ""

@@ -1,0 +1,57 @@
+"""The /mutate handler: Pod CREATE in, the injection's JSON Patch out.
+
+No side effects and no Kubernetes API calls, so a dry-run gets exactly the patch a real request would.
+The CA fingerprints for the record come from a callable (the reconciler keeps them current); the
+webhook never asks the apiserver for them on the request path.
+
+The namespace does not enter the plan: the Secret and ConfigMap a pod mounts are always in the pod's own
+namespace, so nothing here reads metadata.namespace (empty on controller-created pods).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from app.admission import AdmissionRequest, AdmissionResponse, Handler, allowed, denied, patched
+from app.injection import names
+from app.injection.choices import InjectionOptions, InjectionRefused
+from app.injection.patch import patch_ops
+from app.injection.plan import plan_injection
+
+FingerprintSource = Callable[[], Sequence[str]]
+
+
+def no_fingerprints() -> Sequence[str]:
+    return ()
+
+
+def make_mutate_handler(options: InjectionOptions, *, ca_fingerprints: FingerprintSource = no_fingerprints) -> Handler:
+    """The handler for /mutate; `ca_fingerprints` returns the trust bundle's CA fingerprints right now."""
+
+    def mutate(request: AdmissionRequest) -> AdmissionResponse:
+        pod = request.object
+        if not _is_pod_create(request) or pod is None or _opted_out(pod):
+            return allowed(request.uid)
+        try:
+            plan = plan_injection(pod, options=options, ca_fingerprints=ca_fingerprints())
+        except InjectionRefused as refusal:
+            # 422, as the apiserver answers an invalid object: the pod as written cannot be injected.
+            return denied(request.uid, f"tls-injector: {refusal}", code=422, reason="Invalid")
+        return patched(request.uid, patch_ops(plan), warnings=plan.warnings)
+
+    return mutate
+
+
+def _is_pod_create(request: AdmissionRequest) -> bool:
+    kind = request.kind
+    return (
+        request.operation == "CREATE"
+        and kind["group"] == "" and kind["kind"] == "Pod"
+        and not request.raw.get("subResource")  # pods/binding, pods/eviction: not a pod being created
+    )
+
+
+def _opted_out(pod: dict[str, object]) -> bool:
+    metadata = pod.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, dict) else None
+    return isinstance(labels, dict) and labels.get(names.INJECT_LABEL) == names.POD_OPT_OUT

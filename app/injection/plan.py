@@ -1,0 +1,274 @@
+"""The injection plan: from a pod (plain dicts, as the apiserver sent it) to what must be added to it.
+
+The plan lists only what is missing, so planning an already injected pod gives an empty plan: that is
+what makes reinvocation (`reinvocationPolicy: IfNeeded`) and apiserver retries no-ops. It also records
+which lists and maps exist, so the patch can create a missing one instead of adding under it.
+
+Clashes, decided here:
+- A user's volume already named `tls-injector-cert` (or `-trust`) with other contents: our volume takes
+  the next free name (`tls-injector-cert-2`, ...). Volume names are private to the pod and only our own
+  mounts refer to ours, so the rename is invisible and safe; ours are recognised by contents, not name.
+- A container already mounting something else at our mount path: refused. Moving our mount elsewhere
+  would put the certificate where the application does not look, and the user's mount there says the
+  path is taken on purpose; the message names the annotations that resolve it. Only exact paths clash,
+  as in the apiserver's own check: a user mount of a parent directory (say /etc) is allowed.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from app.injection import names
+from app.injection.choices import Choices, InjectionOptions, InjectionRefused, read_choices
+from app.injection.workload import workload_name
+
+ContainerField = Literal["initContainers", "containers"]
+# Init containers first: that is the order the kubelet starts them in, and the order the record lists.
+CONTAINER_FIELDS: tuple[ContainerField, ...] = ("initContainers", "containers")
+MetadataState = Literal["missing", "no-annotations", "present"]
+RECORD_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerChange:
+    field: ContainerField
+    index: int
+    mounts: tuple[dict[str, Any], ...]
+    mounts_exist: bool
+    env: tuple[dict[str, Any], ...]
+    env_exist: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AnnotationChange:
+    key: str
+    value: str
+    present: bool  # the key exists with another value, so it is replaced rather than added
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    secret_name: str
+    record: str  # the value of the `injected` annotation
+    volumes: tuple[dict[str, Any], ...]
+    volumes_exist: bool
+    containers: tuple[ContainerChange, ...]
+    annotations: tuple[AnnotationChange, ...]
+    metadata: MetadataState
+    warnings: tuple[str, ...]
+
+    @property
+    def changes_nothing(self) -> bool:
+        return not (self.volumes or self.containers or self.annotations)
+
+
+def plan_injection(
+    pod: Mapping[str, Any],
+    *,
+    options: InjectionOptions,
+    ca_fingerprints: Iterable[str] = (),
+    workload: str | None = None,
+    pin_secret_name: bool = False,
+) -> Plan:
+    """Plan the injection into `pod`; raise InjectionRefused when it cannot be done safely.
+
+    `workload` overrides the name derived from the pod (offline templates have no owner yet);
+    `pin_secret_name` records the chosen Secret in the pod's annotations when they do not name one.
+    """
+    metadata = _map(pod, "metadata", "metadata")
+    annotations = _map(metadata, "annotations", "metadata.annotations")
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        raise InjectionRefused("the pod has no spec")
+    choices = read_choices(workload_name(metadata) if workload is None else workload, annotations, options)
+    (cert, trust), new_volumes = _volumes(spec, choices, options)
+    env = tuple({"name": var, "value": f"{choices.trust_path}/{names.BUNDLE_KEY}"} for var in choices.env)
+    targets = _targets(spec, choices.containers)
+    warnings: list[str] = []
+    changes = [_change(t, (_mount(cert, choices.cert_path), _mount(trust, choices.trust_path)), env, warnings)
+               for t in targets]
+    record = _record(choices, options, [t.name for t in targets], ca_fingerprints)
+    wanted_annotations = _wanted_annotations(choices, record, annotations, pin_secret_name)
+    return Plan(
+        secret_name=choices.secret_name,
+        record=record,
+        volumes=new_volumes,
+        volumes_exist=spec.get("volumes") is not None,
+        containers=tuple(c for c in changes if c.mounts or c.env),
+        annotations=_annotation_changes(annotations, wanted_annotations),
+        metadata=_metadata_state(pod, metadata),
+        warnings=tuple(warnings),
+    )
+
+
+def _volumes(
+    spec: Mapping[str, Any], choices: Choices, options: InjectionOptions
+) -> tuple[tuple[dict[str, Any], dict[str, Any]], tuple[dict[str, Any], ...]]:
+    """Our (cert, trust) volumes, and those of them the pod lacks."""
+    volumes = _list(spec, "volumes", "spec.volumes")
+    cert, cert_present = _volume(volumes, names.CERT_VOLUME, "secret", {"secretName": choices.secret_name})
+    trust, trust_present = _volume(volumes, names.TRUST_VOLUME, "configMap", {"name": options.trust_bundle_configmap})
+    return (cert, trust), tuple(v for v, present in ((cert, cert_present), (trust, trust_present)) if not present)
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    field: ContainerField
+    index: int
+    name: str
+    container: dict[str, Any]
+
+
+def _targets(spec: Mapping[str, Any], selected: frozenset[str] | None) -> list[_Target]:
+    found: list[_Target] = []
+    for field in CONTAINER_FIELDS:
+        for index, container in enumerate(_list(spec, field, f"spec.{field}")):
+            name = container.get("name") if isinstance(container, dict) else None
+            if not isinstance(container, dict) or not isinstance(name, str):
+                raise InjectionRefused(f"spec.{field}[{index}] must be a container with a name")
+            found.append(_Target(field, index, name, container))
+    if selected is None:
+        return found
+    missing = sorted(selected - {t.name for t in found})
+    if missing:
+        raise InjectionRefused(
+            f"{names.CONTAINERS_ANNOTATION} names container(s) the pod does not have: {', '.join(missing)}"
+        )
+    return [t for t in found if t.name in selected]
+
+
+def _volume(
+    volumes: Sequence[Any], base: str, source: str, identity: dict[str, str]
+) -> tuple[dict[str, Any], bool]:
+    """Our volume as it exists in the pod (matched by contents), else a new one under the first free name."""
+    taken = {v.get("name"): v for v in volumes if isinstance(v, dict)}
+    # One of these len(taken) + 1 names is free, so the loop always returns.
+    for suffix in range(1, len(taken) + 2):
+        name = base if suffix == 1 else f"{base}-{suffix}"
+        existing = taken.get(name)
+        if existing is None:
+            return {"name": name, source: dict(identity)}, False
+        if _is_ours(existing, source, identity):
+            return existing, True
+    raise AssertionError("unreachable: a free volume name always exists")
+
+
+def _is_ours(volume: Mapping[str, Any], source: str, identity: Mapping[str, str]) -> bool:
+    # The apiserver defaults defaultMode (420) before admission, so a reinvoked webhook sees it set.
+    contents = volume.get(source)
+    return (
+        volume.keys() == {"name", source}
+        and isinstance(contents, dict)
+        and contents.keys() <= {*identity, "defaultMode"}
+        and all(contents.get(k) == v for k, v in identity.items())
+    )
+
+
+def _mount(volume: Mapping[str, Any], path: str) -> dict[str, Any]:
+    return {"name": volume["name"], "mountPath": path, "readOnly": True}
+
+
+def _change(
+    target: _Target, wanted: Sequence[dict[str, Any]], env: Sequence[dict[str, Any]], warnings: list[str]
+) -> ContainerChange:
+    container, where = target.container, f"spec.{target.field}[{target.index}]"
+    mounts = _list(container, "volumeMounts", f"{where}.volumeMounts")
+    return ContainerChange(
+        field=target.field,
+        index=target.index,
+        mounts=_missing_mounts(target.name, mounts, wanted),
+        mounts_exist=container.get("volumeMounts") is not None,
+        env=_missing_env(target, env, warnings),
+        env_exist=container.get("env") is not None,
+    )
+
+
+def _missing_mounts(
+    container: str, mounts: Sequence[Any], wanted: Sequence[dict[str, Any]]
+) -> tuple[dict[str, Any], ...]:
+    by_path = {posixpath.normpath(m["mountPath"]): m for m in mounts
+               if isinstance(m, dict) and isinstance(m.get("mountPath"), str)}
+    missing = []
+    for mount in wanted:
+        existing = by_path.get(mount["mountPath"])
+        if existing is None:
+            missing.append(mount)
+        elif existing.get("name") != mount["name"]:
+            raise InjectionRefused(
+                f"container {container!r} already mounts volume {existing.get('name')!r} at {mount['mountPath']}; "
+                f"choose another path with {names.CERT_PATH_ANNOTATION} or {names.TRUST_PATH_ANNOTATION}, "
+                f"or list the containers to inject in {names.CONTAINERS_ANNOTATION}"
+            )
+    return tuple(missing)
+
+
+def _missing_env(target: _Target, env: Sequence[dict[str, Any]], warnings: list[str]) -> tuple[dict[str, Any], ...]:
+    if not env:
+        return ()
+    container, where = target.container, f"spec.{target.field}[{target.index}]"
+    if container.get("envFrom"):
+        # An `env` entry overrides whatever envFrom provides, and what envFrom provides is in objects the
+        # webhook does not read: adding ours could override a value the user set, so add none.
+        warnings.append(f"container {target.name!r} uses envFrom: TLS environment variables not added")
+        return ()
+    present = {e.get("name") for e in _list(container, "env", f"{where}.env") if isinstance(e, dict)}
+    return tuple(e for e in env if e["name"] not in present)
+
+
+def _record(choices: Choices, options: InjectionOptions, containers: list[str], cas: Iterable[str]) -> str:
+    record = {
+        "v": RECORD_VERSION,
+        "secret": choices.secret_name,
+        "bundle": options.trust_bundle_configmap,
+        "certPath": choices.cert_path,
+        "trustPath": choices.trust_path,
+        "containers": containers,
+        "env": list(choices.env),
+        "cas": sorted(set(cas)),
+    }
+    return orjson.dumps(record, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def _wanted_annotations(choices: Choices, record: str, current: Mapping[str, Any], pin: bool) -> dict[str, str]:
+    wanted = {names.INJECTED_ANNOTATION: record}
+    current_secret = current.get(names.SECRET_NAME_ANNOTATION)
+    if pin and not (isinstance(current_secret, str) and current_secret.strip()):
+        wanted[names.SECRET_NAME_ANNOTATION] = choices.secret_name
+    return wanted
+
+
+def _annotation_changes(current: Mapping[str, Any], wanted: Mapping[str, str]) -> tuple[AnnotationChange, ...]:
+    return tuple(
+        AnnotationChange(key=key, value=value, present=key in current)
+        for key, value in wanted.items()
+        if current.get(key) != value
+    )
+
+
+def _metadata_state(pod: Mapping[str, Any], metadata: Mapping[str, Any]) -> MetadataState:
+    if pod.get("metadata") is None:
+        return "missing"
+    return "present" if metadata.get("annotations") is not None else "no-annotations"
+
+
+def _map(obj: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    value = obj.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InjectionRefused(f"{where} must be a map")
+    return value
+
+
+def _list(obj: Mapping[str, Any], key: str, where: str) -> list[Any]:
+    value = obj.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InjectionRefused(f"{where} must be a list")
+    return value
