@@ -43,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_export_policy(sub)
     _add_reconcile(sub)
     _add_bootstrap(sub)
+    _add_inject(sub)
     return parser
 
 
@@ -201,6 +202,29 @@ def _reconciler_in_background(args: argparse.Namespace, metrics: ServerMetrics) 
         return []
     settings = runner.settings_for(args)
     return [functools.partial(runner.run_reconciler, cluster, settings, registry=metrics.registry)]
+
+
+def _add_inject(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    inject = sub.add_parser("inject", help="print manifests with their pod templates injected as the webhook would")
+    inject.add_argument("-f", "--filename", required=True, help="YAML file of one or more documents; - for stdin")
+    inject.add_argument("--all", action="store_true", dest="include_unlabelled",
+                        help="inject every template not labelled false, as in an opted-in namespace")
+    inject.set_defaults(run=_run_inject)
+
+
+def _run_inject(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from app.manifests import ManifestError, inject_manifests  # noqa: PLC0415 - YAML only for this command
+
+    try:
+        text = sys.stdin.read() if args.filename == "-" else Path(args.filename).read_text(encoding="utf-8")
+        result = inject_manifests(text, options=InjectionOptions(), include_unlabelled=args.include_unlabelled)
+    except (OSError, UnicodeDecodeError, ManifestError) as error:
+        print(f"tls-injector inject: {error}", file=sys.stderr)
+        return 1
+    for warning in result.warnings:
+        print(f"tls-injector inject: warning: {warning}", file=sys.stderr)
+    sys.stdout.write(result.text)
+    return 0
 
 
 def build_handlers(settings: ServeSettings) -> tuple[Handler, Handler]:
