@@ -21,8 +21,9 @@ KUBERNETES_VERSION = "1.37.0"
 @cache
 def validator(kind: str = "Pod", api_version: str = "v1") -> jsonschema.protocols.Validator:
     directory = f"kubernetes-json-schema/v{KUBERNETES_VERSION}-local-strict"
-    group = api_version.split("/")[0].split(".")[0] + "-" if "/" in api_version else ""
-    filename = f"{directory}/{kind.lower()}-{group}{api_version.split('/')[-1]}.json"
+    group, _, version = api_version.rpartition("/")  # apps/v1 -> apps-v1, v1 -> v1, x.k8s.io/v1 -> x-v1
+    prefix = f"{group.partition('.')[0]}-" if group else ""
+    filename = f"{directory}/{kind.lower()}-{prefix}{version}.json"
     schema = utils.schema_contents(filename, KUBERNETES_VERSION)
     definitions = utils.schema_contents(f"{directory}/_definitions.json", KUBERNETES_VERSION)
     registry: Registry[Any] = Resource.from_contents(definitions) @ (Resource.from_contents(schema) @ Registry())
