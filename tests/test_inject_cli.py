@@ -1,0 +1,196 @@
+"""`tls-injector inject`: manifests in, the same manifests out with every opted-in pod template mutated
+by the webhook's own plan and patch; other documents untouched, and a second run changes nothing."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from pathlib import Path
+from typing import Any, Protocol
+
+import jsonpatch
+import pytest
+import yaml
+
+from app.admission import parse_review
+from app.cli import main
+from app.injection import InjectionOptions, make_mutate_handler
+from app.injection.names import INJECTED_ANNOTATION, SECRET_NAME_ANNOTATION
+from tests.support.kube_schema import schema_errors
+from tests.support.reviews import review
+
+LABELS = 'labels: {app: web, tls-injector.io/inject: "true"}'
+SERVICE = """# the Service stays exactly as written, comments included
+apiVersion: v1
+kind: Service
+metadata: {name: web}   # flow style kept
+spec: {ports: [{port: 443}]}
+"""
+
+
+def workload(kind: str, api: str, *, nest: str = "template") -> str:
+    body = f"""apiVersion: {api}
+kind: {kind}
+metadata: {{name: web}}
+spec:
+  selector: {{matchLabels: {{app: web}}}}
+  {nest}:
+    metadata:
+      {LABELS}
+    spec:
+      containers: [{{name: app, image: nginx}}]
+"""
+    return body
+
+
+CRONJOB = f"""apiVersion: batch/v1
+kind: CronJob
+metadata: {{name: nightly}}
+spec:
+  schedule: "@daily"
+  jobTemplate:
+    spec:
+      template:
+        metadata:
+          {LABELS}
+        spec:
+          restartPolicy: OnFailure
+          containers: [{{name: job, image: busybox}}]
+"""
+POD = f"""apiVersion: v1
+kind: Pod
+metadata:
+  name: debug
+  {LABELS}
+spec:
+  containers: [{{name: app, image: nginx}}]
+"""
+UNLABELLED = """apiVersion: apps/v1
+kind: Deployment
+metadata: {name: plain}
+spec:
+  selector: {matchLabels: {app: plain}}
+  template:
+    metadata: {labels: {app: plain}}
+    spec:
+      containers: [{name: app, image: nginx}]
+"""
+KINDS = [("Deployment", "apps/v1"), ("StatefulSet", "apps/v1"), ("DaemonSet", "apps/v1"),
+         ("ReplicaSet", "apps/v1"), ("Job", "batch/v1")]
+MANIFESTS = "---\n".join([SERVICE, *(workload(k, a) for k, a in KINDS), CRONJOB, POD, UNLABELLED])
+
+
+class Cli(Protocol):
+    def __call__(self, *argv: str, stdin: str = "") -> tuple[int, str, str]: ...
+
+
+@pytest.fixture
+def run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Cli:
+    """`tls-injector inject ARGV` in process: (exit code, stdout, stderr)."""
+
+    def invoke(*argv: str, stdin: str = "") -> tuple[int, str, str]:
+        monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+        code = main(["inject", *argv])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return invoke
+
+
+def templates(text: str) -> dict[str, dict[str, Any]]:
+    found = {}
+    for doc in yaml.safe_load_all(text):
+        spec = doc.get("spec", {})
+        found.setdefault(doc["kind"], doc if doc["kind"] == "Pod" else (
+            spec["jobTemplate"]["spec"]["template"] if doc["kind"] == "CronJob" else spec.get("template")))
+    return found
+
+
+@pytest.fixture
+def manifests(tmp_path: Path) -> Path:
+    path = tmp_path / "app.yaml"
+    path.write_text(MANIFESTS)
+    return path
+
+
+def test_every_kind_of_pod_template_is_injected_and_other_documents_are_untouched(
+    run: Cli, manifests: Path
+) -> None:
+    code, out, err = run("-f", str(manifests))
+    assert (code, err) == (0, "")
+    assert out.startswith("---\n" + SERVICE)
+    injected = templates(out)
+    for kind in ["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Pod"]:
+        template = injected[kind]
+        assert [m["mountPath"] for m in template["spec"]["containers"][0]["volumeMounts"]] == [
+            "/etc/tls-injector/certs", "/etc/tls-injector/trust"], kind
+        record = json.loads(template["metadata"]["annotations"][INJECTED_ANNOTATION])
+        assert record["secret"] == {"CronJob": "nightly-tls", "Pod": "debug-tls"}.get(kind, "web-tls"), kind
+    assert injected["CronJob"]["metadata"]["annotations"][SECRET_NAME_ANNOTATION] == "nightly-tls"
+    assert UNLABELLED.strip() in out
+    for doc in yaml.safe_load_all(out):
+        assert schema_errors(doc) == [], doc["kind"]
+
+
+def test_a_second_run_changes_nothing(run: Cli, manifests: Path) -> None:
+    _, first, _ = run("-f", str(manifests))
+    code, second, _ = run("-f", "-", stdin=first)
+    assert code == 0
+    assert second == first
+
+
+def test_the_pod_is_mutated_exactly_as_the_webhook_mutates_it(
+    run: Cli, manifests: Path
+) -> None:
+    _, out, _ = run("-f", str(manifests))
+    pod = yaml.safe_load(POD)
+    response = make_mutate_handler(InjectionOptions())(parse_review(review(obj=pod)))
+    webhook = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(response["patch"])))
+    assert templates(out)["Pod"] == webhook
+
+
+def test_all_injects_unlabelled_templates_as_an_opted_in_namespace_would(
+    run: Cli, tmp_path: Path
+) -> None:
+    opted_out = UNLABELLED.replace("{app: plain}}", '{app: plain, tls-injector.io/inject: "false"}}')
+    path = tmp_path / "m.yaml"
+    path.write_text(UNLABELLED + "---\n" + opted_out.replace("name: plain", "name: out"))
+    _, out, _ = run("--all", "-f", str(path))
+    plain, out_doc = yaml.safe_load_all(out)
+    assert "volumes" in plain["spec"]["template"]["spec"]
+    assert "volumes" not in out_doc["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        ("kind: [unclosed", "not valid YAML"),
+        (POD.replace("name: app", "name: app, volumeMounts: [{name: x, mountPath: /etc/tls-injector/certs}]"),
+         "Pod 'debug': container 'app' already mounts volume 'x'"),
+    ],
+)
+def test_bad_input_is_an_error_message_and_no_output(
+    run: Cli, tmp_path: Path, content: str, says: str
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(content)
+    code, out, err = run("-f", str(path))
+    assert (code, out) == (1, "")
+    assert says in err
+    assert "Traceback" not in err
+
+
+def test_a_missing_file_is_an_error_message(run: Cli, tmp_path: Path) -> None:
+    code, out, err = run("-f", str(tmp_path / "absent.yaml"))
+    assert (code, out) == (1, "")
+    assert "absent.yaml" in err
+
+
+def test_warnings_go_to_stderr_and_the_output_stays_clean(run: Cli) -> None:
+    pod = POD.replace("name: app, image: nginx", "name: app, image: nginx, envFrom: [{configMapRef: {name: c}}]")
+    pod = pod.replace("  name: debug\n", "  name: debug\n  annotations: {tls-injector.io/env: 'true'}\n")
+    code, out, err = run("-f", "-", stdin=pod)
+    assert code == 0
+    assert "warning: Pod 'debug': container 'app' uses envFrom" in err
+    assert yaml.safe_load(out)["spec"]["containers"][0].get("env") is None
