@@ -228,8 +228,8 @@ def test_pinning_writes_the_secret_name_only_when_the_pod_does_not_name_one() ->
         ({TRUST_PATH_ANNOTATION: "/"}, "other than /"),
         ({CERT_PATH_ANNOTATION: "/tls", TRUST_PATH_ANNOTATION: "/tls/ca"}, "not inside one another"),
         ({CERT_PATH_ANNOTATION: "/tls", TRUST_PATH_ANNOTATION: "/tls/"}, "must be distinct"),
-        ({ENV_ANNOTATION: "SSL_CERT_FILE,JAVA_HOME"}, "unknown variable(s) JAVA_HOME"),
-        ({CONTAINERS_ANNOTATION: "app,sidecar"}, "does not have: sidecar"),
+        ({ENV_ANNOTATION: "SSL_CERT_FILE,JAVA_HOME"}, "unknown variable(s) 'JAVA_HOME'"),
+        ({CONTAINERS_ANNOTATION: "app,sidecar"}, "does not have: 'sidecar'"),
         ({SECRET_NAME_ANNOTATION: "Web_TLS"}, "'Web_TLS' is not a valid Secret name"),
     ],
 )

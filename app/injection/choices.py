@@ -17,10 +17,18 @@ from app.injection import names
 # DNS-1123 subdomain, what the apiserver requires of a Secret name (RFC 1123 labels, at most 253 chars).
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _MAX_SUBDOMAIN = 253
+# Enough for any real name or path (Secret names stop at 253) while a hostile value cannot flood a message.
+_SHOWN = 80
 
 
 class InjectionRefused(ValueError):
     """The pod cannot be injected as it stands; the message tells a person what to change."""
+
+
+def shown(value: object) -> str:
+    """A value from the pod, quoted for a message and cut short: kubectl prints the whole message."""
+    text = repr(value) if isinstance(value, str) else repr(str(value))
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 4] + "...'"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +76,7 @@ def _secret_name(workload: str, annotations: Mapping[str, Any]) -> str:
     secret = _text(annotations, names.SECRET_NAME_ANNOTATION) or names.default_secret_name(workload)
     if len(secret) > _MAX_SUBDOMAIN or not _SUBDOMAIN.fullmatch(secret):
         raise InjectionRefused(
-            f"{secret!r} is not a valid Secret name (lower-case DNS subdomain); set {names.SECRET_NAME_ANNOTATION}"
+            f"{shown(secret)} is not a valid Secret name (lower-case DNS subdomain); set {names.SECRET_NAME_ANNOTATION}"
         )
     return secret
 
@@ -76,7 +84,9 @@ def _secret_name(workload: str, annotations: Mapping[str, Any]) -> str:
 def _mount_path(annotations: Mapping[str, Any], key: str, default: str) -> str:
     raw = _text(annotations, key) or default
     if not raw.startswith("/") or ".." in raw.split("/") or ":" in raw or posixpath.normpath(raw) == "/":
-        raise InjectionRefused(f"{key}: {raw!r} must be an absolute directory path other than /, without '..' or ':'")
+        raise InjectionRefused(
+            f"{key}: {shown(raw)} must be an absolute directory path other than /, without '..' or ':'"
+        )
     return posixpath.normpath(raw)
 
 
@@ -99,7 +109,7 @@ def _env(annotations: Mapping[str, Any]) -> tuple[str, ...]:
     unknown = sorted(set(listed) - set(names.TLS_ENV_VARS))
     if unknown:
         raise InjectionRefused(
-            f"{names.ENV_ANNOTATION}: unknown variable(s) {', '.join(unknown)}; use \"true\" or a comma list of "
+            f"{names.ENV_ANNOTATION}: unknown variable(s) {shown(', '.join(unknown))}; use \"true\" or a comma list of "
             f"{', '.join(names.TLS_ENV_VARS)}"
         )
     return tuple(v for v in names.TLS_ENV_VARS if v in listed)

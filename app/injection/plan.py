@@ -24,7 +24,7 @@ from typing import Any, Literal
 import orjson
 
 from app.injection import names
-from app.injection.choices import Choices, InjectionOptions, InjectionRefused, read_choices
+from app.injection.choices import Choices, InjectionOptions, InjectionRefused, read_choices, shown
 from app.injection.workload import workload_name
 
 ContainerField = Literal["initContainers", "containers"]
@@ -137,7 +137,7 @@ def _targets(spec: Mapping[str, Any], selected: frozenset[str] | None) -> list[_
     missing = sorted(selected - {t.name for t in found})
     if missing:
         raise InjectionRefused(
-            f"{names.CONTAINERS_ANNOTATION} names container(s) the pod does not have: {', '.join(missing)}"
+            f"{names.CONTAINERS_ANNOTATION} names container(s) the pod does not have: {shown(', '.join(missing))}"
         )
     return [t for t in found if t.name in selected]
 
@@ -146,7 +146,7 @@ def _volume(
     volumes: Sequence[Any], base: str, source: str, identity: dict[str, str]
 ) -> tuple[dict[str, Any], bool]:
     """Our volume as it exists in the pod (matched by contents), else a new one under the first free name."""
-    taken = {v.get("name"): v for v in volumes if isinstance(v, dict)}
+    taken = {v["name"]: v for v in volumes if isinstance(v, dict) and isinstance(v.get("name"), str)}
     # One of these len(taken) + 1 names is free, so the loop always returns.
     for suffix in range(1, len(taken) + 2):
         name = base if suffix == 1 else f"{base}-{suffix}"
@@ -200,7 +200,8 @@ def _missing_mounts(
             missing.append(mount)
         elif existing.get("name") != mount["name"]:
             raise InjectionRefused(
-                f"container {container!r} already mounts volume {existing.get('name')!r} at {mount['mountPath']}; "
+                f"container {shown(container)} already mounts volume {shown(existing.get('name'))} at "
+                f"{mount['mountPath']}; "
                 f"choose another path with {names.CERT_PATH_ANNOTATION} or {names.TRUST_PATH_ANNOTATION}, "
                 f"or list the containers to inject in {names.CONTAINERS_ANNOTATION}"
             )
@@ -214,9 +215,10 @@ def _missing_env(target: _Target, env: Sequence[dict[str, Any]], warnings: list[
     if container.get("envFrom"):
         # An `env` entry overrides whatever envFrom provides, and what envFrom provides is in objects the
         # webhook does not read: adding ours could override a value the user set, so add none.
-        warnings.append(f"container {target.name!r} uses envFrom: TLS environment variables not added")
+        warnings.append(f"container {shown(target.name)} uses envFrom: TLS environment variables not added")
         return ()
-    present = {e.get("name") for e in _list(container, "env", f"{where}.env") if isinstance(e, dict)}
+    present = {e["name"] for e in _list(container, "env", f"{where}.env")
+               if isinstance(e, dict) and isinstance(e.get("name"), str)}
     return tuple(e for e in env if e["name"] not in present)
 
 
