@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from app.admission import Handler
-from app.injection import InjectionOptions, make_mutate_handler
+from app.injection import FingerprintSource, InjectionOptions, make_mutate_handler, no_fingerprints
 from app.logs import configure_logging
 from app.rules import export_documents, make_validate_handler
 from app.rulesfile import RulesFileError, load_rule_set
@@ -57,6 +57,9 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     serve.add_argument("--self-signed-dir", type=Path,
                        help="where to write the self-signed CA when no certificate is given (default: a temp dir)")
     serve.add_argument("--rules", type=Path, help="YAML rules file for /validate")
+    serve.add_argument("--trust-bundle-file", type=Path,
+                       help="the mirrored trust bundle (ca-bundle.crt), mounted; its CA fingerprints are recorded "
+                            "on injected pods; re-read when it changes")
     serve.add_argument("--reload-interval", type=float, default=defaults.reload_interval_seconds,
                        help="seconds between checks of the certificate files")
     serve.add_argument("--drain-seconds", type=int, default=defaults.drain_seconds,
@@ -166,21 +169,26 @@ def _run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         tls_private_key_file=args.tls_private_key_file,
         self_signed_dir=args.self_signed_dir,
         rules_file=args.rules,
+        trust_bundle_file=args.trust_bundle_file,
         reload_interval_seconds=args.reload_interval,
         drain_seconds=args.drain_seconds,
         log_level=args.log_level,
     )
     configure_logging(settings.log_level)
-    from app.web.metrics import ServerMetrics  # noqa: PLC0415 - only the serving command loads the web stack
+    from app.web.fingerprints import BundleFingerprints  # noqa: PLC0415 - only serving loads the web stack
+    from app.web.metrics import ServerMetrics  # noqa: PLC0415
     from app.web.server import build_server  # noqa: PLC0415
 
+    bundle = BundleFingerprints(settings.trust_bundle_file) if settings.trust_bundle_file else None
     try:
-        mutate, validate = build_handlers(settings)
+        mutate, validate = build_handlers(settings, ca_fingerprints=bundle or no_fingerprints)
     except RulesFileError as error:  # a bad rules file stops the start, before any request is served
         print(f"tls-injector: {error}", file=sys.stderr)
         return 2
     metrics = ServerMetrics()
     background = _reconciler_in_background(args, metrics)
+    if bundle is not None:
+        background.append(functools.partial(bundle.poll_forever, settings.reload_interval_seconds))
     server = build_server(settings, mutate=mutate, validate=validate, metrics=metrics, background=background)
     # uvicorn drains on SIGTERM, then re-raises the signal to the handler it found; exiting 0 there tells
     # the kubelet (and anyone reading the exit code) that the shutdown was the orderly one.
@@ -227,14 +235,16 @@ def _run_inject(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     return 0
 
 
-def build_handlers(settings: ServeSettings) -> tuple[Handler, Handler]:
+def build_handlers(
+    settings: ServeSettings, *, ca_fingerprints: FingerprintSource = no_fingerprints
+) -> tuple[Handler, Handler]:
     """The /mutate and /validate handlers; raises RulesFileError for a bad `settings.rules_file`.
 
     /validate enforces the built-in transition rules plus the rules file's. /mutate injects; its record
-    carries no CA fingerprints yet, because no fingerprint source is wired to the webhook.
+    carries the CA fingerprints `ca_fingerprints` returns (serve feeds it from --trust-bundle-file).
     """
-
-    return make_mutate_handler(InjectionOptions()), make_validate_handler(load_rule_set(settings.rules_file))
+    mutate = make_mutate_handler(InjectionOptions(), ca_fingerprints=ca_fingerprints)
+    return mutate, make_validate_handler(load_rule_set(settings.rules_file))
 
 
 def _add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -14,6 +14,8 @@ class ServeSettings:
     tls_private_key_file: Path | None = None
     self_signed_dir: Path | None = None
     rules_file: Path | None = None
+    # The trust bundle the reconciler mirrors, mounted as a file: its CA fingerprints go in /mutate's record.
+    trust_bundle_file: Path | None = None
     # Mounted Secrets update within about a minute; a 10 s poll picks the change up well inside that.
     reload_interval_seconds: float = 10.0
     # Drain in-flight requests for up to this long after SIGTERM; the pod's grace period must exceed it.
