@@ -287,7 +287,8 @@ def app_path_us(endpoint: str, *, level: str, log_file: Path, n: int = 3000) -> 
 
     configure_logging(level)
     handler = logging.getLogger().handlers[0]
-    with log_file.open("w") as stream:
+    # The access log writes to sys.stderr itself (app.logs.AccessLog); other records go through logging.
+    with log_file.open("w") as stream, contextlib.redirect_stderr(stream):
         handler.stream = stream  # type: ignore[attr-defined]
         mutate, validate = build_handlers(ServeSettings())
         app = create_app(mutate=mutate, validate=validate, metrics=ServerMetrics(),
