@@ -20,8 +20,6 @@ from __future__ import annotations
 import argparse
 import base64
 import copy
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +28,7 @@ import orjson
 
 from app.admission import AdmissionRequest, parse_review, review_envelope
 from app.injection import InjectionOptions, make_mutate_handler, patch_ops, plan_injection
+from bench.timing import per_call_us
 
 FINGERPRINTS = ("9f86d081884c7d65", "2c26b46b68ffc68f")
 
@@ -87,16 +86,6 @@ def review_bytes(obj: dict[str, Any]) -> bytes:
                "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
                "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}}
     return orjson.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
-
-
-def per_call_us(call: Callable[[], object], *, number: int, repeat: int) -> float:
-    runs = []
-    for _ in range(repeat):
-        started = time.process_time_ns()
-        for _ in range(number):
-            call()
-        runs.append((time.process_time_ns() - started) / number / 1000)
-    return statistics.median(runs)
 
 
 def main() -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import statistics
 import time
 import uuid
 from collections.abc import Callable
@@ -27,6 +26,7 @@ import orjson
 from app.admission import AdmissionResponse, Handler, parse_review
 from app.rules import make_validate_handler, self_value
 from app.rulesfile import default_rule_set
+from bench.timing import per_call_us
 
 INJECT, SECRET = "tls-injector.io/inject", "tls-injector.io/secret-name"
 
@@ -58,16 +58,6 @@ def review_bytes(old: dict[str, Any], new: dict[str, Any]) -> bytes:
 
 def parse_and_handle(handler: Handler, body: bytes) -> AdmissionResponse:
     return handler(parse_review(orjson.loads(body)))
-
-
-def per_call_us(call: Callable[[], object], *, number: int, repeat: int) -> float:
-    runs = []
-    for _ in range(repeat):
-        started = time.process_time_ns()
-        for _ in range(number):
-            call()
-        runs.append((time.process_time_ns() - started) / number / 1000)
-    return statistics.median(runs)
 
 
 def main() -> None:
