@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Response
@@ -24,7 +24,6 @@ class Health:
 
     certificate_loaded: bool = False
     shutting_down: bool = False
-    problems: list[str] = field(default_factory=list)
 
     @property
     def ready(self) -> bool:

@@ -49,6 +49,10 @@ def build_server(
         access_log=False,  # one structured line per admission call is logged by the endpoint instead
         timeout_graceful_shutdown=settings.drain_seconds,
         lifespan="on",
+        # The apiserver calls the webhook directly: no proxy headers to trust, and no need to name the
+        # server software in every response.
+        proxy_headers=False,
+        server_header=False,
     )
     return DrainingServer(config)
 
