@@ -80,6 +80,35 @@ def test_the_loop_reacts_to_a_new_workload_through_its_watch(kubeapi: Emulator) 
     assert not thread.is_alive()
 
 
+@pytest.mark.parametrize(("compact", "abort"), [(False, False), (True, True)],
+                         ids=["ended", "connection-cut-and-history-compacted"])
+def test_the_loop_watches_again_after_its_watches_are_dropped(kubeapi: Emulator, compact: bool, abort: bool) -> None:
+    """A dropped watch (and, when history was compacted meanwhile, a 410 Gone) must not blind the loop:
+    with the resync an hour away, only a re-established watch can see the new workload."""
+    small_cluster(kubeapi, namespaces=1, per_namespace=1)
+    rec = reconciler(kubeapi, Clock())
+    loop = Controller(rec.api, rec, None, resync_seconds=3600, debounce_seconds=0.05, watch_timeout_seconds=30)
+    stop = threading.Event()
+    thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        _wait_for(lambda: kubeapi.get("secrets", "app0-tls", "ns0") is not None)
+        _wait_for(lambda: kubeapi.open_watches("deployments") > 0)
+        api = KubeApi(kubeapi.api_client())
+        workload = api.get(DEPLOYMENTS, "app0", namespace="ns0")
+        if compact:
+            api.create(DEPLOYMENTS, {**workload, "metadata": {"name": "filler", "namespace": "ns0"}}, namespace="ns0")
+            kubeapi.compact()
+        assert kubeapi.drop_watches(abort=abort) > 0
+        workload["metadata"] = {"name": "after-drop", "namespace": "ns0"}
+        api.create(DEPLOYMENTS, workload, namespace="ns0")
+        _wait_for(lambda: kubeapi.get("secrets", "after-drop-tls", "ns0") is not None, timeout=20)
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+
+
 def _wait_for(condition: object, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
