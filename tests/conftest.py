@@ -1,5 +1,5 @@
 """Fixtures shared by every test package."""
 
-from tests.kubeapi.fixtures import kube_client, kubeapi
+from tests.kubeapi.fixtures import core, kube_client, kubeapi
 
-__all__ = ["kube_client", "kubeapi"]
+__all__ = ["core", "kube_client", "kubeapi"]

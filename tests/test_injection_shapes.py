@@ -8,7 +8,6 @@ places (a wrong type, an odd or huge string, deep nesting, a deleted field).
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 from typing import Any
 
 import jsonpatch
@@ -17,6 +16,7 @@ from hypothesis import strategies as st
 
 from app.injection import InjectionOptions, InjectionRefused, Plan, patch_ops, plan_injection
 from tests.support.reviews import fixture
+from tests.support.shapes import paths
 
 OPTIONS = InjectionOptions()
 BASES: list[dict[str, Any]] = [
@@ -28,16 +28,6 @@ BASES[2]["metadata"]["annotations"]["tls-injector.io/secret-name"] = "fixture-tl
 BASES[0]["metadata"]["annotations"] |= {"tls-injector.io/env": "true", "tls-injector.io/containers": "app"}
 BASES[0]["spec"]["containers"][0]["env"] = [{"name": "PORT", "value": "8443"}, {"name": "SSL_CERT_FILE", "value": "/x"}]
 DELETE = object()
-
-
-def paths(value: object, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
-    yield prefix
-    if isinstance(value, dict):
-        for key, child in value.items():
-            yield from paths(child, (*prefix, key))
-    elif isinstance(value, list):
-        for index, child in enumerate(value):
-            yield from paths(child, (*prefix, index))
 
 
 # What the planner reads, at most down to a mount's or env entry's fields: damage elsewhere (probes,

@@ -66,9 +66,6 @@ class LeaderElector:
         transitions = int(spec.get("leaseTransitions") or 0) + (step == "take")
         return self._write(now, lease, transitions=transitions)
 
-    def release(self) -> None:
-        self._renewed_at = None
-
     def _unchanged_for(self, lease: Obj, now: datetime) -> timedelta:
         version = str(lease["metadata"].get("resourceVersion"))
         if self._observed is None or self._observed[0] != version:

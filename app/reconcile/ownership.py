@@ -21,7 +21,6 @@ FORCE_RENEW_ANNOTATION = f"{DOMAIN}/force-renew"  # on a leaf Secret: re-issue i
 FORCE_REPLACE_ANNOTATION = f"{DOMAIN}/force-replace"  # on the CA Secret: rotate to a new CA key
 
 CA_SECRET = "tls-injector-ca"  # noqa: S105 - a Secret's name, not a password
-CERT_KEYS = ("tls.crt", "tls.key", "ca.crt")
 
 
 def owned_selector(role: Role) -> str:

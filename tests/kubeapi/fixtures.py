@@ -21,3 +21,11 @@ def kubeapi() -> Iterator[Emulator]:
 def kube_client(kubeapi: Emulator) -> kubernetes.client.ApiClient:
     """An official-client ApiClient pointed at the ``kubeapi`` emulator."""
     return kubeapi.api_client()
+
+
+@pytest.fixture
+def core(kube_client: kubernetes.client.ApiClient) -> kubernetes.client.CoreV1Api:
+    """CoreV1Api on the emulator, with an empty namespace ``demo`` created through it."""
+    api = kubernetes.client.CoreV1Api(kube_client)
+    api.create_namespace({"metadata": {"name": "demo"}})
+    return api

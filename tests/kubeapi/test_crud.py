@@ -27,13 +27,6 @@ def status_of(exc: pytest.ExceptionInfo[ApiException]) -> tuple[int, str]:
     return exc.value.status, status_body(exc)["reason"]
 
 
-@pytest.fixture
-def core(kube_client: k8s.ApiClient) -> k8s.CoreV1Api:
-    api = k8s.CoreV1Api(kube_client)
-    api.create_namespace({"metadata": {"name": "demo"}})
-    return api
-
-
 def secret(name: str, **extra: Any) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, **extra}, "data": {"k": "dg=="}}
 

@@ -18,13 +18,6 @@ from kubernetes.client.exceptions import ApiException
 from tests.kubeapi import Emulator, running_emulator
 
 
-@pytest.fixture
-def core(kube_client: k8s.ApiClient) -> k8s.CoreV1Api:
-    api = k8s.CoreV1Api(kube_client)
-    api.create_namespace({"metadata": {"name": "demo"}})
-    return api
-
-
 def cm(name: str, **labels: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "labels": labels}}
 

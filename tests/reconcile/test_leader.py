@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
@@ -62,22 +64,12 @@ def test_a_replica_that_is_not_leader_writes_nothing(kubeapi: Emulator) -> None:
 
 def test_the_loop_reacts_to_a_new_workload_through_its_watch(kubeapi: Emulator) -> None:
     small_cluster(kubeapi, namespaces=1, per_namespace=1)
-    clock = Clock()
-    rec = reconciler(kubeapi, clock)
-    loop = Controller(rec.api, rec, None, resync_seconds=3600, debounce_seconds=0.05, watch_timeout_seconds=5)
-    stop = threading.Event()
-    thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
+    with running_loop(kubeapi, watch_timeout_seconds=5):
         _wait_for(lambda: kubeapi.get("secrets", "app0-tls", "ns0") is not None)
         workload = KubeApi(kubeapi.api_client()).get(DEPLOYMENTS, "app0", namespace="ns0")
         workload["metadata"] = {"name": "late", "namespace": "ns0"}
         KubeApi(kubeapi.api_client()).create(DEPLOYMENTS, workload, namespace="ns0")
         _wait_for(lambda: kubeapi.get("secrets", "late-tls", "ns0") is not None)
-    finally:
-        stop.set()
-        thread.join(timeout=10)
-    assert not thread.is_alive()
 
 
 @pytest.mark.parametrize(("compact", "abort"), [(False, False), (True, True)],
@@ -86,12 +78,7 @@ def test_the_loop_watches_again_after_its_watches_are_dropped(kubeapi: Emulator,
     """A dropped watch (and, when history was compacted meanwhile, a 410 Gone) must not blind the loop:
     with the resync an hour away, only a re-established watch can see the new workload."""
     small_cluster(kubeapi, namespaces=1, per_namespace=1)
-    rec = reconciler(kubeapi, Clock())
-    loop = Controller(rec.api, rec, None, resync_seconds=3600, debounce_seconds=0.05, watch_timeout_seconds=30)
-    stop = threading.Event()
-    thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
+    with running_loop(kubeapi, watch_timeout_seconds=30):
         _wait_for(lambda: kubeapi.get("secrets", "app0-tls", "ns0") is not None)
         _wait_for(lambda: kubeapi.open_watches("deployments") > 0)
         api = KubeApi(kubeapi.api_client())
@@ -103,6 +90,19 @@ def test_the_loop_watches_again_after_its_watches_are_dropped(kubeapi: Emulator,
         workload["metadata"] = {"name": "after-drop", "namespace": "ns0"}
         api.create(DEPLOYMENTS, workload, namespace="ns0")
         _wait_for(lambda: kubeapi.get("secrets", "after-drop-tls", "ns0") is not None, timeout=20)
+
+
+@contextmanager
+def running_loop(kubeapi: Emulator, *, watch_timeout_seconds: int) -> Iterator[None]:
+    """The controller in a thread, resync an hour away (only its watches can react); it must stop on exit."""
+    rec = reconciler(kubeapi, Clock())
+    loop = Controller(rec.api, rec, None, resync_seconds=3600, debounce_seconds=0.05,
+                      watch_timeout_seconds=watch_timeout_seconds)
+    stop = threading.Event()
+    thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        yield
     finally:
         stop.set()
         thread.join(timeout=10)

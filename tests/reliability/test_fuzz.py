@@ -30,6 +30,7 @@ from app.settings import ServeSettings
 from tests.reliability.conftest import LONG
 from tests.support.reviews import fixture, review
 from tests.support.server import RunningServer, running_server
+from tests.support.shapes import paths
 
 HTTPS_EXAMPLES = 10_000 if LONG else 300
 IN_PROCESS_EXAMPLES = 50_000 if LONG else 600
@@ -53,16 +54,6 @@ def base_reviews() -> list[dict[str, Any]]:
 
 
 BASES = base_reviews()
-
-
-def paths(value: object, prefix: tuple[object, ...] = ()) -> Iterator[tuple[object, ...]]:
-    yield prefix
-    if isinstance(value, dict):
-        for key, child in value.items():
-            yield from paths(child, (*prefix, key))
-    elif isinstance(value, list):
-        for index, child in enumerate(value):
-            yield from paths(child, (*prefix, index))
 
 
 def nested(depth: int, leaf: object) -> object:
