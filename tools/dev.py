@@ -4,7 +4,7 @@ Kept to the standard library so it runs on a fresh clone with nothing but Python
 
     python3.11 tools/dev.py serve [serve flags...]   # the webhook server
     python3.11 tools/dev.py test [pytest args...]    # lint + types + import contracts + tests
-    python3.11 tools/dev.py bench [bench args...]    # benchmarks (see bench/README.md)
+    python3.11 tools/dev.py bench [bench args...]    # benchmarks (see README.md, "Benchmarks")
 
 The environment lives in .venv and is reinstalled only when pyproject.toml changes.
 """

@@ -1,4 +1,4 @@
-"""The names users see (DESIGN.md, "the contract"): keep them stable."""
+"""The names users see (the contract): keep them stable; docs/injection.md lists them for users."""
 
 from __future__ import annotations
 

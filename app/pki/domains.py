@@ -22,7 +22,7 @@ from app.pki.keys import KeyType
 from app.pki.renewal import CA_LOOKAHEAD, Decision, ca_renewal
 
 CaRole = Literal["serving", "client"]
-# ConfigMap key prefix of each role's bundle: `ca-bundle.crt` for the serving CAs (DESIGN.md), and
+# ConfigMap key prefix of each role's bundle: `ca-bundle.crt` for the serving CAs (the contract in names.py), and
 # `client-ca-bundle.crt` for the CAs a server accepts client certificates from.
 BUNDLE_PREFIX: dict[CaRole, str] = {"serving": "ca", "client": "client-ca"}
 

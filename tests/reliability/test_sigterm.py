@@ -2,7 +2,7 @@
 
 What the kube-apiserver needs from a terminating webhook pod: the request it is sending completes, a new
 connection is refused (so its client tries another endpoint) rather than accepted and dropped, and the
-connections it keeps alive are closed, because it reuses them to reach terminating pods (FACTS.md).
+connections it keeps alive are closed, because it reuses them to reach terminating pods.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""AdmissionReviews: the shared fixtures, and small ones built for a case."""
+"""AdmissionReviews: the vendored fixtures, and small ones built for a case."""
 
 from __future__ import annotations
 
@@ -7,16 +7,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-
-def _find_fixtures() -> Path:
-    """shared/fixtures sits beside the checkout (CI clones the project with shared/ next to it)."""
-    for parent in Path(__file__).resolve().parents:
-        if (parent / "shared" / "fixtures").is_dir():
-            return parent / "shared" / "fixtures"
-    raise FileNotFoundError("shared/fixtures not found beside the checkout")
-
-
-FIXTURES = _find_fixtures()
+# Vendored under tests/fixtures (see its README for origin and version): a clone needs nothing beside it.
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 
 def fixture(relative: str) -> dict[str, Any]:
