@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import logging
 import signal
 import sys
 from collections.abc import Sequence
@@ -23,6 +24,8 @@ from app.settings import ServeSettings
 if TYPE_CHECKING:
     from app.web.app import BackgroundTask
     from app.web.metrics import ServerMetrics
+
+log = logging.getLogger("tls_injector")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -65,6 +68,9 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     serve.add_argument("--drain-seconds", type=int, default=defaults.drain_seconds,
                        help="how long in-flight requests may finish after SIGTERM")
     serve.add_argument("--log-level", default=defaults.log_level, choices=["debug", "info", "warning", "error"])
+    serve.add_argument("--no-reconciler", action="store_true",
+                       help="never run the reconciler here, even with a cluster configured: the webhook then makes "
+                            "no API call (the split install runs `tls-injector reconcile` as its own Deployment)")
     _cluster_flags(serve)
     serve.set_defaults(run=_run_serve)
 
@@ -101,6 +107,10 @@ def _add_reconcile(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     reconcile.add_argument("--once", action="store_true",
                            help="one full pass, then exit: 0 when everything converged, 1 otherwise")
     _cluster_flags(reconcile)
+    reconcile.add_argument("--metrics-host", default="0.0.0.0",  # noqa: S104 - Prometheus and the kubelet
+                           help="address of the plain-HTTP port serving /metrics and /healthz")
+    reconcile.add_argument("--metrics-port", type=int, default=8080,
+                           help="port for /metrics and /healthz (0: none); not used with --once")
     reconcile.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     reconcile.set_defaults(run=_run_reconcile)
 
@@ -119,7 +129,12 @@ def _run_reconcile(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
             report = runner.run_once(cluster, settings)
             print(runner.summary(report), flush=True)
             return 0 if report.converged else 1
-        runner.run_until_signalled(cluster, settings)
+        probe = (args.metrics_host, args.metrics_port) if args.metrics_port else None
+        runner.run_until_signalled(cluster, settings, probe_address=probe)
+    except OSError as error:  # the metrics port is taken or not ours to bind
+        print(f"tls-injector reconcile: cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {error}",
+              file=sys.stderr)
+        return 2
     except runner.KubeError as error:  # configuration that cannot be loaded: a message, not a traceback
         print(f"tls-injector: {error}", file=sys.stderr)
         return 2
@@ -186,7 +201,9 @@ def _run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         print(f"tls-injector: {error}", file=sys.stderr)
         return 2
     metrics = ServerMetrics()
-    background = _reconciler_in_background(args, metrics)
+    background, reconciler = _reconciler_in_background(args, metrics)
+    log.info(f"starting: webhook on https://{settings.host}:{settings.port}; reconciler {reconciler}",
+             extra={"webhook": f"{settings.host}:{settings.port}", "reconciler": reconciler})
     if bundle is not None:
         background.append(functools.partial(bundle.poll_forever, settings.reload_interval_seconds))
     server = build_server(settings, mutate=mutate, validate=validate, metrics=metrics, background=background)
@@ -201,15 +218,20 @@ def _exit_cleanly(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
-def _reconciler_in_background(args: argparse.Namespace, metrics: ServerMetrics) -> list[BackgroundTask]:
-    """The reconciler runs inside `serve` only when a cluster is configured; otherwise serve runs alone."""
+def _reconciler_in_background(args: argparse.Namespace,
+                              metrics: ServerMetrics) -> tuple[list[BackgroundTask], str]:
+    """The reconciler runs inside `serve` only when a cluster is configured and --no-reconciler is not
+    given; otherwise serve runs alone. Also returns what the start-up line says about it."""
+    if args.no_reconciler:
+        return [], "off (--no-reconciler)"
     from app.reconcile import runner  # noqa: PLC0415 - the client is loaded only when a cluster may be there
 
     cluster = runner.find_cluster(kubeconfig=args.kubeconfig, server=args.server)
     if cluster is None:
-        return []
+        return [], "off (no cluster configured: no in-cluster service account, no kubeconfig)"
     settings = runner.settings_for(args)
-    return [functools.partial(runner.run_reconciler, cluster, settings, registry=metrics.registry)]
+    task = functools.partial(runner.run_reconciler, cluster, settings, registry=metrics.registry)
+    return [task], f"on ({cluster.describe}, namespace {settings.namespace})"
 
 
 def _add_inject(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -283,6 +305,8 @@ def _add_export_policy(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     export.add_argument("--rules", type=Path, help="YAML rules file (added to the built-in rules)")
     export.add_argument("--format", choices=["vap", "crd"], default="vap",
                         help="vap: policies and bindings to kubectl apply; crd: snippets for CRD schemas")
+    export.add_argument("--namespace", default="tls-injector",
+                        help="the injector's own namespace, left out of the bindings with the system namespaces")
     export.set_defaults(run=_run_export_policy)
 
 
@@ -292,6 +316,6 @@ def _run_export_policy(args: argparse.Namespace, parser: argparse.ArgumentParser
     except RulesFileError as error:
         print(f"tls-injector export-policy: {error}", file=sys.stderr)
         return 2
-    documents = export_documents(rule_set, fmt=args.format)
+    documents = export_documents(rule_set, fmt=args.format, own_namespace=args.namespace)
     print(yaml.safe_dump_all(documents, sort_keys=False, width=120), end="")
     return 0

@@ -10,8 +10,8 @@ from typing import Any
 from app.injection.names import INJECT_LABEL, SECRET_NAME_ANNOTATION
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE_RULES = ROOT / "examples" / "sidecar-tls" / "rules.yaml"
-EXAMPLE_CRD = ROOT / "examples" / "sidecar-tls" / "crd.yaml"
+EXAMPLE_RULES = ROOT / "examples" / "sidecar-tls" / "webhook" / "rules.yaml"
+EXAMPLE_CRD = ROOT / "examples" / "sidecar-tls" / "crd" / "crd.yaml"
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet")
 FIX = "delete and recreate the object; its PVCs are kept"
 ROLL = "pods will roll"

@@ -42,6 +42,10 @@ RESYNC_SECONDS = 600.0
 DEBOUNCE_SECONDS = 1.0
 # After a failed pass, retry soon but not in a tight loop against a struggling API server.
 RETRY_SECONDS = 10.0
+# A lease round is at most two API calls of up to 30 s each (app.kube.api's timeout) plus the 2 s wait:
+# a loop that has not come round in 90 s is stuck, not slow. (An unreachable API server does not count
+# as stuck: the round fails fast or times out and comes round again, and a restart would not help.)
+STUCK_AFTER_SECONDS = 90.0
 
 WATCHED: tuple[tuple[Resource, str | None], ...] = (
     (DEPLOYMENTS, None),
@@ -63,9 +67,17 @@ class Controller:
     debounce_seconds: float = DEBOUNCE_SECONDS
     watch_timeout_seconds: int = 300
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    # Monotonic time the loop last came round (lease round or loop turn); None before run() starts.
+    heartbeat: float | None = None
+
+    def alive(self, now: float | None = None) -> bool:
+        """For a liveness probe: running, and came round within STUCK_AFTER_SECONDS."""
+        beat = self.heartbeat
+        return beat is not None and (time.monotonic() if now is None else now) - beat < STUCK_AFTER_SECONDS
 
     def run(self, stop: threading.Event) -> None:
         """Until `stop` is set: renew the lease every 2 s, reconcile when woken or when the resync is due."""
+        self.heartbeat = time.monotonic()
         wake = threading.Event()
         for resource, selector in WATCHED:
             threading.Thread(target=self._watch, args=(resource, selector, wake, stop), daemon=True,
@@ -76,6 +88,8 @@ class Controller:
         due = 0.0  # monotonic time of the next pass; 0 = at once
         clock = time.monotonic
         while not stop.is_set():
+            if self.elector is None:
+                self.heartbeat = clock()
             if self._leading():
                 if wake.is_set():
                     stop.wait(self.debounce_seconds)
@@ -86,6 +100,7 @@ class Controller:
             else:
                 due = 0.0  # whoever leads next starts with a full pass
             stop.wait(min(RETRY_PERIOD.total_seconds(), max(0.05, due - clock())) if due else 0.05)
+        self.heartbeat = None  # stopped: a probe must see it at once, not 90 s later
 
     def _pass_and_next_delay(self) -> float:
         """A pass; the loop must outlive anything one pass runs into, so a bug is logged and retried."""
@@ -102,6 +117,8 @@ class Controller:
     def _lead(self, elector: LeaderElector, stop: threading.Event) -> None:
         while not stop.is_set():
             self.reconciler.metrics.leader.set(int(elector.try_lead(self.clock())))
+            if not stop.is_set():
+                self.heartbeat = time.monotonic()
             stop.wait(RETRY_PERIOD.total_seconds())
 
     def _watch(self, resource: Resource, selector: str | None, wake: threading.Event, stop: threading.Event) -> None:

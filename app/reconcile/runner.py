@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from app.kube import ClusterConfig, KubeApi, KubeError, LeaderElector, api_client, find_cluster, own_namespace
 from app.reconcile.controller import Controller
 from app.reconcile.metrics import ReconcileMetrics
+from app.reconcile.probes import ProbeServer, probe_app
 from app.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
 from app.reconcile.webhook_plan import WebhookSettings
 
@@ -67,12 +68,27 @@ def run_forever(cluster: ClusterConfig, settings: ReconcileSettings, stop: threa
     controller(cluster, settings, metrics=metrics or ReconcileMetrics()).run(stop)
 
 
-def run_until_signalled(cluster: ClusterConfig, settings: ReconcileSettings) -> None:
-    """`tls-injector reconcile` without --once: until SIGTERM or SIGINT."""
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    run_forever(cluster, settings, stop)
+def run_until_signalled(cluster: ClusterConfig, settings: ReconcileSettings, *,
+                        probe_address: tuple[str, int] | None = None, stop: threading.Event | None = None) -> None:
+    """`tls-injector reconcile` without --once: until SIGTERM or SIGINT (or `stop`, for tests). With
+    `probe_address`, /metrics and /healthz are served there on plain HTTP while the loop runs."""
+    stop = stop or threading.Event()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():  # signal handlers can only be set there
+        previous = {signum: signal.signal(signum, lambda *_: stop.set()) for signum in (signal.SIGTERM, signal.SIGINT)}
+    server = None
+    try:
+        metrics = ReconcileMetrics()
+        loop = controller(cluster, settings, metrics=metrics)
+        if probe_address is not None:
+            host, port = probe_address
+            server = ProbeServer(host, port, probe_app(metrics.registry, healthy=loop.alive))
+        loop.run(stop)
+    finally:
+        if server is not None:
+            server.close()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 async def run_reconciler(cluster: ClusterConfig, settings: ReconcileSettings, *,

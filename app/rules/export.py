@@ -25,26 +25,37 @@ ADMISSIONREGISTRATION = "admissionregistration.k8s.io/v1"
 NAME_PREFIX = "tls-injector."
 SELF_VARIABLE, OLD_SELF_VARIABLE = "selfValue", "oldSelfValue"
 ExportFormat = Literal["vap", "crd"]
+# The bindings skip the namespaces the webhook configurations skip: the control plane's, and the
+# injector's own (the caller names it). Matched by `kubernetes.io/metadata.name`, which the apiserver
+# sets on every Namespace and nobody can change.
+SYSTEM_NAMESPACES = ("kube-system", "kube-node-lease", "kube-public")
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+DEFAULT_OWN_NAMESPACE = "tls-injector"
 
 
-def export_documents(rule_set: RuleSet, *, fmt: ExportFormat) -> list[dict[str, Any]]:
+def export_documents(rule_set: RuleSet, *, fmt: ExportFormat,
+                     own_namespace: str = DEFAULT_OWN_NAMESPACE) -> list[dict[str, Any]]:
     if fmt == "vap":
-        return validating_admission_policies(rule_set)
+        return validating_admission_policies(rule_set, own_namespace=own_namespace)
     return crd_validation_snippets(rule_set)
 
 
-def validating_admission_policies(rule_set: RuleSet) -> list[dict[str, Any]]:
-    """Per rule: a policy + binding with action Deny, and with `warnWhen` a second pair with Warn."""
+def validating_admission_policies(rule_set: RuleSet, *,
+                                  own_namespace: str = DEFAULT_OWN_NAMESPACE) -> list[dict[str, Any]]:
+    """Per rule: a policy + binding with action Deny, and with `warnWhen` a second pair with Warn. The
+    bindings leave out the system namespaces and `own_namespace`, as the webhook configurations do."""
+    excluded = [*SYSTEM_NAMESPACES, own_namespace]
     documents: list[dict[str, Any]] = []
     for rule in rule_set:
         name = NAME_PREFIX + rule.name
         validation = {"expression": vap_expression(rule.expression.source), "reason": DENIED_REASON,
                       "message": _one_line(f'rule "{rule.name}": {rule.message}')}
-        documents += [_policy(rule, name, validation), _binding(name, "Deny")]
+        documents += [_policy(rule, name, validation), _binding(name, "Deny", excluded)]
         if rule.warning is not None:
             warn = {"expression": vap_expression(f"!({rule.warning.when.source})"),
                     "message": _one_line(rule.warning.message)}
-            documents += [_policy(rule, f"{name}.warnings", warn), _binding(f"{name}.warnings", "Warn")]
+            documents += [_policy(rule, f"{name}.warnings", warn),
+                          _binding(f"{name}.warnings", "Warn", excluded)]
     return documents
 
 
@@ -105,12 +116,14 @@ def _policy(rule: Rule, name: str, validation: dict[str, str]) -> dict[str, Any]
     }
 
 
-def _binding(name: str, action: Literal["Deny", "Warn"]) -> dict[str, Any]:
+def _binding(name: str, action: Literal["Deny", "Warn"], excluded: list[str]) -> dict[str, Any]:
+    outside = {"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": excluded}
     return {
         "apiVersion": ADMISSIONREGISTRATION,
         "kind": "ValidatingAdmissionPolicyBinding",
         "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "tls-injector"}},
-        "spec": {"policyName": name, "validationActions": [action]},
+        "spec": {"policyName": name, "validationActions": [action],
+                 "matchResources": {"namespaceSelector": {"matchExpressions": [outside]}}},
     }
 
 

@@ -80,6 +80,23 @@ RESOURCES: tuple[Resource, ...] = (
              "ValidatingWebhookConfiguration", namespaced=False),
     Resource("events.k8s.io", "v1", "events", "Event", namespaced=True,
              field_labels=("regarding.kind", "regarding.namespace", "regarding.name", "reason", "type")),
+    # Served so that `kubectl apply --dry-run=client -k` of the shipped overlays finds every kind it maps;
+    # nothing but plain storage (no RBAC enforcement, no scheduling, no Job controller).
+    Resource("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", "ValidatingAdmissionPolicy",
+             namespaced=False, status_subresource=True),
+    Resource("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings",
+             "ValidatingAdmissionPolicyBinding", namespaced=False),
+    Resource("rbac.authorization.k8s.io", "v1", "roles", "Role", namespaced=True),
+    Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", namespaced=True),
+    Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False),
+    Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False),
+    Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False, short_names=("pc",)),
+    Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", namespaced=True, short_names=("netpol",)),
+    Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True,
+             status_subresource=True, short_names=("pdb",)),
+    Resource("batch", "v1", "jobs", "Job", namespaced=True, status_subresource=True),
+    Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
+             namespaced=False, status_subresource=True, short_names=("crd",)),
 )
 
 _BY_PATH: dict[tuple[str, str, str], Resource] = {(r.group, r.version, r.plural): r for r in RESOURCES}

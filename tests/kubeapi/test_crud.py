@@ -389,7 +389,9 @@ def test_delete_collection_removes_only_the_selected_objects(core: k8s.CoreV1Api
 def test_discovery_documents_list_the_served_groups_and_resources(kube_client: k8s.ApiClient) -> None:
     assert k8s.CoreApi(kube_client).get_api_versions().versions == ["v1"]
     groups = {g.name for g in k8s.ApisApi(kube_client).get_api_versions().groups}
-    assert groups == {"apps", "coordination.k8s.io", "admissionregistration.k8s.io", "events.k8s.io"}
+    assert groups == {"apps", "coordination.k8s.io", "admissionregistration.k8s.io", "events.k8s.io",
+                      "rbac.authorization.k8s.io", "scheduling.k8s.io", "networking.k8s.io", "policy", "batch",
+                      "apiextensions.k8s.io"}
     core = {r.name: r.namespaced for r in k8s.CoreV1Api(kube_client).get_api_resources().resources}
     assert core["namespaces"] is False
     assert core["secrets"] is True

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import functools
+import socket
+import threading
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
-from app.cli import main
-from app.reconcile.runner import run_reconciler
+from app.cli import _parser, main
+from app.kube import find_cluster
+from app.reconcile.controller import STUCK_AFTER_SECONDS, Controller
+from app.reconcile.runner import run_reconciler, run_until_signalled, settings_for
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, small_cluster
+from tests.test_cli_serve import free_port
 
 
 def test_reconcile_once_converges_then_writes_nothing_and_exits_zero(
@@ -53,17 +60,79 @@ def test_a_kubeconfig_that_cannot_be_loaded_is_a_message_and_exit_two(
 def test_serve_runs_the_reconciler_in_the_background_only_when_a_cluster_is_configured(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from app.cli import _parser, _reconciler_in_background
+    from app.cli import _reconciler_in_background
     from app.web.metrics import ServerMetrics
 
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
     alone = _parser().parse_args(["serve"])
-    assert _reconciler_in_background(alone, ServerMetrics()) == []
+    assert _reconciler_in_background(alone, ServerMetrics()) == (
+        [], "off (no cluster configured: no in-cluster service account, no kubeconfig)")
+    refused = _parser().parse_args(["serve", "--server", "http://127.0.0.1:1", "--no-reconciler"])
+    assert _reconciler_in_background(refused, ServerMetrics()) == ([], "off (--no-reconciler)")
     with_cluster = _parser().parse_args(["serve", "--server", "http://127.0.0.1:1", "--namespace", "x"])
     metrics = ServerMetrics()
-    [task] = _reconciler_in_background(with_cluster, metrics)
+    [task], said = _reconciler_in_background(with_cluster, metrics)
+    assert said == "on (server http://127.0.0.1:1, namespace x)"
     assert isinstance(task, functools.partial)
     assert task.func is run_reconciler
     assert task.args[0].server == "http://127.0.0.1:1"
     assert (task.args[1].namespace, task.keywords["registry"]) == ("x", metrics.registry)
+
+
+def test_reconcile_serves_metrics_and_health_on_plain_http_while_its_loop_runs(kubeapi: Emulator) -> None:
+    """The standalone reconciler's probe port: /healthz 200 while the loop comes round, 503 once it stopped;
+    /metrics carries the reconciler's own series (the leader gauge turns 1 once it holds the Lease)."""
+    small_cluster(kubeapi, namespaces=1, per_namespace=1)
+    args = _parser().parse_args(["reconcile", "--server", kubeapi.url, "--namespace", OWN_NS])
+    cluster = find_cluster(server=kubeapi.url)
+    assert cluster is not None
+    stop = threading.Event()
+    port = free_port()
+    loop = threading.Thread(target=run_until_signalled, args=(cluster, settings_for(args)),
+                            kwargs={"probe_address": ("127.0.0.1", port), "stop": stop})
+    loop.start()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while "tls_injector_leader 1.0" not in _get(base + "/metrics"):
+            assert time.monotonic() < deadline, "never became leader"
+            time.sleep(0.1)
+        assert httpx.get(base + "/healthz").status_code == 200
+        assert httpx.get(base + "/nothing-here").status_code == 404
+    finally:
+        stop.set()
+        loop.join(timeout=10)
+    assert not loop.is_alive()
+    with pytest.raises(httpx.ConnectError):  # the port is closed with the loop
+        httpx.get(base + "/healthz")
+
+
+def _get(url: str) -> str:
+    try:
+        return httpx.get(url).text
+    except httpx.ConnectError:  # not listening yet
+        return ""
+
+
+def test_the_health_check_fails_when_the_loop_has_not_come_round_for_90_seconds() -> None:
+    controller = Controller(api=None, reconciler=None)  # type: ignore[arg-type]
+    assert controller.alive() is False  # not started
+    controller.heartbeat = 1000.0
+    assert controller.alive(now=1000.0 + STUCK_AFTER_SECONDS - 1) is True
+    assert controller.alive(now=1000.0 + STUCK_AFTER_SECONDS) is False
+
+
+def test_reconcile_reports_a_metrics_port_it_cannot_bind_as_one_line_and_exit_two(
+    kubeapi: Emulator, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = main(["reconcile", "--server", kubeapi.url, "--namespace", OWN_NS, "--log-level", "error",
+                     "--metrics-host", "127.0.0.1", "--metrics-port", str(port)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"tls-injector reconcile: cannot serve metrics on 127.0.0.1:{port}")
+    assert len(err.splitlines()) == 1

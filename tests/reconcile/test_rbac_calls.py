@@ -37,5 +37,5 @@ def test_a_lifetime_of_reconciling_stays_within_the_shipped_roles(kubeapi: Emula
         assert reconciler(kubeapi, clock, webhook=webhook).run_pass().converged
     calls = {(r.verb, r.resource, r.namespace, r.name) for r in kubeapi.log}
     assert {verb for verb, *_ in calls} == {"get", "list", "create", "update", "delete"}
-    grants = grants_for(installed(), namespace="tls-injector", account="tls-injector")
+    grants = grants_for(installed(), namespace="tls-injector", account="tls-injector-reconciler")
     assert {c for c in calls if not authorized(grants, Call.of(*c))} == set()

@@ -83,7 +83,11 @@ def render(directory: Path) -> list[Obj]:
     return copy.deepcopy(_render(directory.resolve()))
 
 
-RENDERINGS = ("manifests/base", "manifests/overlays/example")
+# Every overlay an operator applies for the injector itself (the bootstrap Job's are separate).
+RENDERINGS = ("manifests/base", "manifests/overlays/example", "examples/sidecar-tls/overlay")
+# The two Deployments of the split install: the webhook (no API access) and the reconciler (the RBAC).
+WEBHOOK = "tls-injector"
+RECONCILER = "tls-injector-reconciler"
 
 
 def installed() -> list[Obj]:
@@ -99,3 +103,13 @@ def only(objects: list[Obj], kind: str, name: str | None = None) -> Obj:
 
 def of_kind(objects: list[Obj], kind: str) -> Iterator[Obj]:
     return (o for o in objects if o["kind"] == kind)
+
+
+def webhook(objects: list[Obj] | None = None) -> Obj:
+    """The webhook Deployment (of `objects`, default: the base install)."""
+    return only(installed() if objects is None else objects, "Deployment", WEBHOOK)
+
+
+def reconciler(objects: list[Obj] | None = None) -> Obj:
+    """The reconciler Deployment (of `objects`, default: the base install)."""
+    return only(installed() if objects is None else objects, "Deployment", RECONCILER)

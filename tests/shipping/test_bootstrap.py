@@ -39,9 +39,9 @@ def job_args() -> list[str]:
     return args
 
 
-def install(emu: Emulator, rendering: str = "manifests/overlays/example") -> None:
+def install(emu: Emulator, rendering: str = "examples/sidecar-tls/overlay") -> None:
     """What `kubectl apply -k` leaves before the Job runs: the namespace and both webhook configurations
-    (the example overlay's validating one has two entries: every entry must get the bundle)."""
+    (the SeiNode example's validating one has two entries: every entry must get the bundle)."""
     objects = render(ROOT / rendering)
     emu.add(only(objects, "Namespace"))
     for kind in PLURALS:

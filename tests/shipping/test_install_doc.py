@@ -8,7 +8,7 @@ import re
 import pytest
 
 from tests.shipping.rbac import Grant, grants_for
-from tests.shipping.support import ROOT, Obj, installed, only
+from tests.shipping.support import ROOT, Obj, installed, only, reconciler
 
 DOC = ROOT / "docs" / "install.md"
 
@@ -39,10 +39,10 @@ def documented(rows: list[dict[str, str]]) -> set[Grant]:
 
 def _accounts() -> list[Obj]:
     objects = installed()
-    return [only(objects, "Deployment"), only(objects, "Job")]
+    return [reconciler(objects), only(objects, "Job")]
 
 
-@pytest.mark.parametrize("index", [0, 1], ids=["webhook pods", "bootstrap Job"])
+@pytest.mark.parametrize("index", [0, 1], ids=["reconciler pods", "bootstrap Job"])
 def test_the_rbac_table_lists_exactly_what_the_service_account_is_granted(index: int) -> None:
     controller = _accounts()[index]
     account = controller["spec"]["template"]["spec"]["serviceAccountName"]

@@ -1,4 +1,5 @@
-"""The webhook Deployment and the bootstrap Job: hardened, highly available, wired to each other."""
+"""The webhook and reconciler Deployments and the bootstrap Job: hardened, highly available, wired to each
+other, and only the reconciler with API credentials."""
 
 from __future__ import annotations
 
@@ -6,11 +7,24 @@ import argparse
 from pathlib import Path
 
 import pytest
+import yaml
 
 from app.cli import _parser
 from app.rulesfile import load_rule_set
 from app.settings import ServeSettings
-from tests.shipping.support import ROOT, Obj, installed, of_kind, only, render
+from tests.shipping.support import (
+    RECONCILER,
+    RENDERINGS,
+    ROOT,
+    WEBHOOK,
+    Obj,
+    installed,
+    of_kind,
+    only,
+    reconciler,
+    render,
+    webhook,
+)
 
 
 def _pod_specs() -> list[tuple[str, Obj]]:
@@ -20,7 +34,7 @@ def _pod_specs() -> list[tuple[str, Obj]]:
 
 
 def _deployment() -> Obj:
-    return only(installed(), "Deployment")
+    return webhook()
 
 
 def _container(pod: Obj) -> Obj:
@@ -63,10 +77,10 @@ def test_every_container_command_line_is_accepted_by_the_real_cli(name: str, pod
     assert hasattr(_parsed(pod), "run")
 
 
-@pytest.mark.parametrize("directory", ["manifests/base", "manifests/overlays/example"])
+@pytest.mark.parametrize("directory", RENDERINGS)
 def test_the_webhook_runs_at_least_two_replicas_and_a_drain_never_takes_the_last(directory: str) -> None:
     objects = render(ROOT / directory)
-    deployment = only(objects, "Deployment")
+    deployment = webhook(objects)
     replicas = deployment["spec"]["replicas"]
     budget = only(objects, "PodDisruptionBudget")["spec"]
     assert replicas >= 2
@@ -121,7 +135,7 @@ def test_the_bootstrap_job_and_the_reconciler_name_the_objects_that_ship() -> No
     objects = installed()
     job = only(objects, "Job")
     namespace = only(objects, "Namespace")["metadata"]["name"]
-    for pod in (job["spec"]["template"]["spec"], _deployment()["spec"]["template"]["spec"]):
+    for pod in (job["spec"]["template"]["spec"], reconciler()["spec"]["template"]["spec"]):
         flags = _parsed(pod)
         assert flags.namespace in (None, namespace)  # None: the pod's service-account namespace
         assert only(objects, "Service", flags.webhook_service)["metadata"]["namespace"] == namespace
@@ -138,22 +152,21 @@ def test_the_injector_namespace_enforces_the_restricted_pod_security_standard() 
     assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
 
 
-def test_the_example_overlay_mounts_a_rules_file_that_the_server_loads(tmp_path: Path) -> None:
-    objects = render(ROOT / "manifests/overlays/example")
-    pod = only(objects, "Deployment")["spec"]["template"]["spec"]
+def test_the_sidecar_tls_example_overlay_mounts_a_rules_file_that_the_server_loads(tmp_path: Path) -> None:
+    objects = render(ROOT / "examples/sidecar-tls/overlay")
+    pod = webhook(objects)["spec"]["template"]["spec"]
     rules = _parsed(pod).rules
     mount = next(m for m in _container(pod)["volumeMounts"] if m["mountPath"] == str(rules.parent))
     volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
     config_map = only(objects, "ConfigMap", volume["configMap"]["name"])
-    assert config_map["metadata"]["namespace"] == only(objects, "Deployment")["metadata"]["namespace"]
+    assert config_map["metadata"]["namespace"] == webhook(objects)["metadata"]["namespace"]
     copy = tmp_path / rules.name
     copy.write_text(config_map["data"][rules.name])
     rule_set = load_rule_set(copy)
     assert any(match.kind == "SeiNode" for rule in rule_set for match in rule.match)
 
 
-@pytest.mark.parametrize("directory", ["manifests/base", "manifests/overlays/example", "certs-bootstrap",
-                                       "manifests/overlays/example/bootstrap"])
+@pytest.mark.parametrize("directory", [*RENDERINGS, "certs-bootstrap", "manifests/overlays/example/bootstrap"])
 def test_every_image_is_pinned_to_a_version_tag_and_never_latest(directory: str) -> None:
     for controller in [o for o in render(ROOT / directory) if o["kind"] in ("Deployment", "Job")]:
         for container in controller["spec"]["template"]["spec"]["containers"]:
@@ -166,6 +179,91 @@ def test_every_image_is_pinned_to_a_version_tag_and_never_latest(directory: str)
 @pytest.mark.parametrize(("webhook", "job"), [("manifests/base", "certs-bootstrap"),
                                              ("manifests/overlays/example", "manifests/overlays/example/bootstrap")])
 def test_the_bootstrap_job_runs_the_same_image_as_the_webhook(webhook: str, job: str) -> None:
-    images = {c["image"] for directory, kind in ((webhook, "Deployment"), (job, "Job"))
-              for c in only(render(ROOT / directory), kind)["spec"]["template"]["spec"]["containers"]}
+    controllers = [*of_kind(render(ROOT / webhook), "Deployment"), only(render(ROOT / job), "Job")]
+    assert len(controllers) == 3
+    images = {c["image"] for o in controllers for c in o["spec"]["template"]["spec"]["containers"]}
     assert len(images) == 1
+
+
+def test_the_image_is_set_once_for_every_overlay() -> None:
+    """One `images:` entry in the whole tree (besides none in base): every overlay inherits it."""
+    entries = [(d, i) for d in (ROOT / "manifests", ROOT / "examples") for k in d.rglob("kustomization.yaml")
+               for i in (yaml.safe_load(k.read_text()).get("images") or [])]
+    assert len(entries) == 1, entries
+    assert entries[0][1]["name"] == "tls-injector"
+
+
+def test_the_webhook_pods_have_no_api_credentials_and_never_start_the_reconciler() -> None:
+    objects = installed()
+    pod = webhook()["spec"]["template"]["spec"]
+    account = only(objects, "ServiceAccount", pod["serviceAccountName"])
+    assert pod["automountServiceAccountToken"] is False
+    assert account["automountServiceAccountToken"] is False
+    bound = [b["metadata"]["name"] for kind in ("RoleBinding", "ClusterRoleBinding") for b in of_kind(objects, kind)
+             if any(s["name"] == account["metadata"]["name"] for s in b["subjects"])]
+    assert bound == [], "the webhook's service account must be bound to nothing"
+    flags = _parsed(pod)
+    assert flags.no_reconciler is True
+    assert (flags.kubeconfig, flags.server) == (None, None)
+    assert not any(m["mountPath"].startswith("/var/run/secrets") for m in _container(pod)["volumeMounts"])
+
+
+def test_the_reconciler_runs_alone_with_its_own_account_two_leader_elected_replicas_and_probes() -> None:
+    deployment = reconciler()
+    pod = deployment["spec"]["template"]["spec"]
+    assert deployment["spec"]["replicas"] == 2
+    assert pod["serviceAccountName"] == RECONCILER != webhook()["spec"]["template"]["spec"]["serviceAccountName"]
+    assert pod["automountServiceAccountToken"] is True
+    flags = _parsed(pod)
+    assert flags.run.__name__ == "_run_reconcile"
+    assert flags.once is False
+    container = _container(pod)
+    (port,) = container["ports"]
+    assert port["containerPort"] == flags.metrics_port
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": port["name"]}
+    # The reconciler's pods are not the webhook's: the Service and the PDB select only the webhook.
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    service = only(installed(), "Service", WEBHOOK)["spec"]["selector"]
+    assert not service.items() <= labels.items()
+    assert labels["tls-injector.io/inject"] == "false"
+
+
+@pytest.mark.parametrize("directory", RENDERINGS)
+def test_every_deployment_uses_the_shipped_priority_class_which_is_not_a_system_one(directory: str) -> None:
+    objects = render(ROOT / directory)
+    (priority,) = of_kind(objects, "PriorityClass")
+    assert 0 < priority["value"] <= 1_000_000_000, "user-defined classes may not exceed one billion"
+    assert priority["globalDefault"] is False
+    assert not priority["metadata"]["name"].startswith("system-")
+    for deployment in of_kind(objects, "Deployment"):
+        assert deployment["spec"]["template"]["spec"]["priorityClassName"] == priority["metadata"]["name"]
+
+
+def _selects(selector: Obj, labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items())
+
+
+@pytest.mark.parametrize("name", [WEBHOOK, RECONCILER])
+def test_a_network_policy_admits_exactly_the_ports_each_deployment_serves(name: str) -> None:
+    objects = installed()
+    template = only(objects, "Deployment", name)["spec"]["template"]
+    (policy,) = [p for p in of_kind(objects, "NetworkPolicy")
+                 if _selects(p["spec"]["podSelector"], template["metadata"]["labels"])]
+    admitted = {(port["protocol"], port["port"]) for rule in policy["spec"]["ingress"] for port in rule["ports"]}
+    served = {(p["protocol"], p["containerPort"]) for c in template["spec"]["containers"] for p in c["ports"]}
+    assert admitted == served
+    assert "Ingress" in policy["spec"]["policyTypes"]
+
+
+def test_the_webhook_pods_may_not_open_any_connection() -> None:
+    objects = installed()
+    labels = webhook()["spec"]["template"]["metadata"]["labels"]
+    (policy,) = [p for p in of_kind(objects, "NetworkPolicy") if _selects(p["spec"]["podSelector"], labels)]
+    assert "Egress" in policy["spec"]["policyTypes"]
+    assert not policy["spec"].get("egress")
+
+
+@pytest.mark.parametrize("directory", [d for d in RENDERINGS if d.startswith("manifests/")])
+def test_no_injector_overlay_installs_a_crd_so_deleting_it_never_deletes_anyones_objects(directory: str) -> None:
+    assert not list(of_kind(render(ROOT / directory), "CustomResourceDefinition"))

@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import signal
+import ssl
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
+
+import httpx
 
 from app.cli import _parser, main
 from app.kube import KubeApi, LeaderElector
@@ -24,7 +29,9 @@ from app.reconcile.runner import settings_for
 from tests.kubeapi import Emulator
 from tests.kubeapi.resources import lookup_qualified
 from tests.shipping.rbac import Call, Grant, authorized, grants_for
-from tests.shipping.support import ROOT, Obj, only, render
+from tests.shipping.support import ROOT, Obj, only, reconciler, render, webhook
+from tests.support.reviews import fixture
+from tests.test_cli_serve import serve_process, wait_ready
 
 INJECT = "tls-injector.io/inject"
 BUNDLE = "tls-injector-trust-bundle"
@@ -35,7 +42,7 @@ def _shipped() -> list[Obj]:
 
 
 def _account() -> tuple[str, str]:
-    deployment = only(_shipped(), "Deployment")
+    deployment = reconciler(_shipped())
     return deployment["metadata"]["namespace"], deployment["spec"]["template"]["spec"]["serviceAccountName"]
 
 
@@ -82,8 +89,8 @@ def _wrote(emu: Emulator, verb: str, qualified: str) -> Callable[[], bool]:
 
 
 def _settings_of_the_deployment() -> ReconcileSettings:
-    """The reconciler's settings exactly as `serve` builds them from the Deployment's flags."""
-    pod = only(_shipped(), "Deployment")["spec"]["template"]["spec"]
+    """The reconciler's settings exactly as `reconcile` builds them from its Deployment's flags."""
+    pod = reconciler(_shipped())["spec"]["template"]["spec"]
     namespace, _ = _account()
     settings = settings_for(_parser().parse_args(pod["containers"][0]["args"]))
     assert settings.webhook is not None, "the Deployment keeps its own certificate current"
@@ -91,7 +98,7 @@ def _settings_of_the_deployment() -> ReconcileSettings:
 
 
 def _run_the_controller(emu: Emulator) -> None:
-    """The reconciler as `serve` runs it (lease, watches, passes), through a life cycle that makes it use
+    """The reconciler as `reconcile` runs it (lease, watches, passes), through a life cycle that makes it use
     every kind of call: issue, mirror, renew the lease, then clean up after opt-outs."""
     namespace, _ = _account()
     api = KubeApi(emu.api_client())
@@ -127,7 +134,7 @@ def _grants() -> list[Grant]:
     return grants_for(_shipped(), namespace=namespace, account=account)
 
 
-def test_the_webhook_pods_service_account_allows_every_call_the_reconciler_makes_and_nothing_more(
+def test_the_reconcilers_service_account_allows_every_call_the_reconciler_makes_and_nothing_more(
     kubeapi: Emulator,
 ) -> None:
     _cluster(kubeapi)
@@ -166,3 +173,26 @@ def test_the_bootstrap_jobs_service_account_allows_every_call_bootstrap_makes_an
     assert not denied, f"the bootstrap Job's RBAC would refuse these calls: {denied}"
     spare = sorted({(g.group, g.resource, g.verb) for g in grants} - {(c.group, c.resource, c.verb) for c in calls})
     assert not spare, f"granted but never used, remove from certs-bootstrap/rbac.yaml: {spare}"
+
+
+def test_the_webhook_pods_make_no_api_call_and_their_service_account_is_granted_nothing(
+    kubeapi: Emulator, tmp_path: Path,
+) -> None:
+    """`serve` with the webhook Deployment's flags, pointed at a cluster it could reach, answers admission
+    calls without a single API request: the RBAC it needs is none, and none is granted."""
+    _cluster(kubeapi)
+    pod = webhook(_shipped())["spec"]["template"]["spec"]
+    flags = [a for a in pod["containers"][0]["args"][1:] if a.split("=")[0] in ("--no-reconciler", "--drain-seconds")]
+    assert "--no-reconciler" in flags
+    with serve_process(tmp_path, *flags, f"--server={kubeapi.url}") as (process, url, ca_file):
+        wait_ready(url, ca_file)
+        context = ssl.create_default_context(cafile=str(ca_file))
+        body = fixture("synthetic/pod-create-from-replicaset.json")
+        assert httpx.post(url + "/mutate", json=body, verify=context).json()["response"]["allowed"] is True
+        time.sleep(0.5)  # a reconciler started by mistake would have listed something by now
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=15)
+    assert "reconciler off (--no-reconciler)" in stderr
+    assert list(kubeapi.log) == []
+    namespace = webhook(_shipped())["metadata"]["namespace"]
+    assert grants_for(_shipped(), namespace=namespace, account=pod["serviceAccountName"]) == []

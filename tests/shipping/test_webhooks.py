@@ -9,7 +9,7 @@ import pytest
 from cel_expr_python import cel
 
 from app.injection.names import INJECT_LABEL, NAMESPACE_OPT_IN, POD_OPT_IN, POD_OPT_OUT
-from tests.shipping.support import RENDERINGS, ROOT, Obj, installed, of_kind, only, render
+from tests.shipping.support import RENDERINGS, ROOT, Obj, installed, of_kind, only, render, webhook
 
 SYSTEM_NAMESPACES = {"kube-system", "kube-node-lease", "kube-public"}
 NAME_LABEL = "kubernetes.io/metadata.name"
@@ -54,7 +54,8 @@ def _expression(expr: Obj, labels: dict[str, str]) -> bool:
     return bool(tests[op]())
 
 
-@pytest.mark.parametrize(("rendering", "validating"), [("manifests/base", 1), ("manifests/overlays/example", 2)])
+@pytest.mark.parametrize(("rendering", "validating"), [("manifests/base", 1), ("manifests/overlays/example", 1),
+                                                      ("examples/sidecar-tls/overlay", 2)])
 def test_each_rendering_has_two_mutating_entries_and_its_validating_ones(rendering: str, validating: int) -> None:
     kinds = [kind for kind, _ in _webhooks(rendering)]
     assert kinds.count("MutatingWebhookConfiguration") == 2
@@ -95,7 +96,7 @@ def test_every_webhook_entry_calls_the_shipped_service_on_443_which_reaches_the_
     paths = {"MutatingWebhookConfiguration": "/mutate", "ValidatingWebhookConfiguration": "/validate"}
     assert ref["path"] == paths[kind]
     port = next(p for p in service["spec"]["ports"] if p["port"] == ref.get("port", 443))
-    pod = only(objects, "Deployment")["spec"]["template"]
+    pod = webhook(objects)["spec"]["template"]
     assert matches({"matchLabels": service["spec"]["selector"]}, pod["metadata"]["labels"])
     container_ports = {p["name"]: p["containerPort"] for c in pod["spec"]["containers"] for p in c["ports"]}
     assert container_ports[port["targetPort"]] == 8443
@@ -212,3 +213,17 @@ def test_match_conditions_fit_the_apiserver_limit_and_have_unique_names(kind: st
     names = [c["name"] for c in conditions]
     assert len(names) == len(set(names))
     assert len(conditions) <= 64
+
+
+def test_the_admission_policy_bindings_skip_the_same_namespaces_as_the_webhooks() -> None:
+    objects = render(ROOT / "manifests/overlays/example")
+    bindings = list(of_kind(objects, "ValidatingAdmissionPolicyBinding"))
+    assert bindings
+    excluded = SYSTEM_NAMESPACES | {_injector_namespace()}
+    for binding in bindings:
+        selector = binding["spec"]["matchResources"]["namespaceSelector"]
+        assert [(e["key"], e["operator"], set(e["values"])) for e in selector["matchExpressions"]] == [
+            (NAME_LABEL, "NotIn", excluded)]
+        for namespace in excluded:
+            assert not matches(selector, {NAME_LABEL: namespace})
+        assert matches(selector, {NAME_LABEL: "shop"})
