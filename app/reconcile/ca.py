@@ -37,6 +37,8 @@ from app.pki import (
 from app.reconcile import ownership as own
 from app.reconcile.plan import Obj, Write, encode_data, secret_data
 
+_PENDING = (CaState.UNTRUSTED, CaState.TRUSTED_UNUSED)
+_LEAVING = (CaState.PHASE_OUT, CaState.ZOMBIE)
 # Annotation prefix (+ 16 hex digits of the CA's SHA-256) recording when a pass first saw it in every bundle.
 _EVERYWHERE = f"{DOMAIN}/in-every-bundle-since-"
 
@@ -59,11 +61,16 @@ class CaPolicy:
 
 @dataclass(frozen=True)
 class CaStep:
-    """The CA set to use in this pass, and the write that must succeed before anything is signed with it."""
+    """The CA set to use in this pass, and the write that must succeed before anything is signed with it.
+
+    `waiting` says why no CA may sign in this pass (empty when one may); `next_step_at` is when the set can
+    next move on time alone (a settle ending), so a loop can pass again then instead of at its resync.
+    """
 
     cas: CaSet
     write: Write | None
-    reason: str = ""
+    waiting: str = ""
+    next_step_at: datetime | None = None
 
 
 def decide_ca(
@@ -92,8 +99,50 @@ def decide_ca(
     cas = advance(cas, facts, now=now, settle=policy.settle)
     if cas.states() != stored.states() and not reason:
         reason = "ca-state:" + ",".join(f"{fp[:12]}={state}" for fp, state in cas.states().items())
-    return CaStep(cas, _write(existing, namespace, policy, cas, user_ca, annotations=annotations,
-                              reason=reason or "ca"))
+    write = _write(existing, namespace, policy, cas, user_ca, annotations=annotations, reason=reason or "ca")
+    return CaStep(cas, write, waiting=signer_wait(cas, annotations, settle=policy.settle),
+                  next_step_at=next_step_at(cas, annotations, settle=policy.settle))
+
+
+def signer_wait(cas: CaSet, annotations: dict[str, str], *, settle: timedelta) -> str:
+    """Why no CA may sign now, for a person (empty when one may): certificates that need one wait.
+
+    That happens during the replacement of a user-provided CA: the old key left the cluster with the
+    user's change, and the new CA signs only once every bundle in use has carried it for `settle`.
+    """
+    if cas.signer() is not None:
+        return ""
+    pending = [r for r in cas.records if r.state in _PENDING]
+    if not pending:
+        return "no CA in the set has its private key (check the CA Secret)"
+    new = pending[-1]
+    name = f"the new CA {new.fingerprint[:16]}"
+    if new.state is CaState.TRUSTED_UNUSED:
+        return f"{name} is trusted by every bundle in use; it signs from the next pass"
+    seen = _parse_time(annotations.get(_EVERYWHERE + new.fingerprint[:16]))
+    if seen is None:
+        return f"{name} is not yet in every trust bundle in use; it is being added to them"
+    ready = max(seen, new.since) + settle
+    return (f"{name} is in every trust bundle in use since {seen.isoformat()}; it signs after {settle} "
+            f"for kubelet to update mounted bundles, from {ready.isoformat()}")
+
+
+def next_step_at(cas: CaSet, annotations: dict[str, str], *, settle: timedelta) -> datetime | None:
+    """The earliest time a CA of the set moves on time alone: a settle ending, or a promotion due now.
+
+    Steps that wait for writes (bundles carrying a new CA, leaves moving off an old one) are not here:
+    those writes wake a watching loop themselves.
+    """
+    due: list[datetime] = []
+    for r in cas.records:
+        seen = _parse_time(annotations.get(_EVERYWHERE + r.fingerprint[:16]))
+        if r.state is CaState.UNTRUSTED and seen is not None:
+            due.append(max(seen, r.since) + settle)
+        elif r.state is CaState.TRUSTED_UNUSED:
+            due.append(r.since)
+        elif r.state is CaState.ZOMBIE:
+            due.append(r.since + settle)
+    return min(due, default=None)
 
 
 def gate_propagation(
@@ -146,14 +195,28 @@ def _with_new_ca(
     cas: CaSet, *, now: datetime, policy: CaPolicy, user_ca: CertKey | None, forced: bool
 ) -> tuple[CaSet, str]:
     if user_ca is not None:
-        added = add_ca(cas, user_ca, now=now)  # a changed user CA rotates in like any other
+        added = _with_user_ca(cas, user_ca, now=now)
         return added, ("user-ca" if added != cas else "")
-    pending = any(r.state in (CaState.UNTRUSTED, CaState.TRUSTED_UNUSED) for r in cas.records)
+    pending = any(r.state in _PENDING for r in cas.records)
     due = rotation_due(cas, now=now, lookahead=policy.lookahead)
     if not due and not (forced and not pending):
         return cas, ""
     new = make_ca(common_name=policy.common_name, now=now, validity=policy.validity)
     return add_ca(cas, new, now=now), "ca-created" if not cas.records else ("ca-forced" if forced else "ca-expiring")
+
+
+def _with_user_ca(cas: CaSet, user_ca: CertKey, *, now: datetime) -> CaSet:
+    """The user's CA is the one that must sign; a changed one rotates in like any other (`add_ca`).
+
+    Switching back to a CA that is being replaced is a replacement too: any other CA still on its way
+    (it has no key here: it could never sign) is superseded, and a user CA found PHASE_OUT or ZOMBIE
+    joins again as new. It is still in every bundle, so nothing is untrusted meanwhile, and it signs
+    again only after the same propagation checks as any new CA.
+    """
+    fp = fingerprint(user_ca.cert)
+    kept = tuple(r.moved(CaState.ZOMBIE, now) if r.state in _PENDING and r.fingerprint != fp else r
+                 for r in cas.records if not (r.fingerprint == fp and r.state in _LEAVING))
+    return add_ca(CaSet(kept), user_ca, now=now)
 
 
 def _write(

@@ -32,7 +32,7 @@ from app.kube import (
 )
 from app.kube.lease import RETRY_PERIOD
 from app.reconcile.ownership import MANAGED_BY_LABEL, MANAGER
-from app.reconcile.reconciler import Reconciler
+from app.reconcile.reconciler import PassReport, Reconciler
 
 log = logging.getLogger("tls_injector.controller")
 # The issue's resync period: long enough to cost little on a big cluster, short enough that a dropped
@@ -109,7 +109,7 @@ class Controller:
         except Exception:
             log.exception("reconcile pass crashed; retrying")
             return RETRY_SECONDS
-        return self.resync_seconds if not report.aborted else RETRY_SECONDS
+        return next_pass_delay(report, now=self.reconciler.clock(), resync_seconds=self.resync_seconds)
 
     def _leading(self) -> bool:
         return self.elector is None or self.elector.is_leader(self.clock())
@@ -142,3 +142,18 @@ class Controller:
                 stop.wait(RETRY_SECONDS)
 
 
+
+
+def next_pass_delay(report: PassReport, *, now: datetime, resync_seconds: float) -> float:
+    """Seconds until the next pass when nothing wakes the loop earlier.
+
+    A CA step that waits only for time (a settle ending) gets a pass at that time instead of at the
+    resync, so a rotation, or certificates waiting for a replaced user CA, do not sit idle for up to 10
+    minutes. Never sooner than RETRY_SECONDS: a step due at once follows a CA write, which wakes the
+    loop through the watch on our Secrets anyway.
+    """
+    if report.aborted:
+        return RETRY_SECONDS
+    if report.next_ca_step is None:
+        return resync_seconds
+    return min(resync_seconds, max(RETRY_SECONDS, (report.next_ca_step - now).total_seconds()))

@@ -28,6 +28,9 @@ class ReconcileMetrics:
                            ["verb", "outcome"], registry=r)
         self.conflicts = Gauge("tls_injector_ownership_conflicts",
                                "Objects in the way that tls-injector does not own (last pass).", registry=r)
+        self.waiting = Gauge("tls_injector_certificates_waiting",
+                             "Certificates to issue or renew that wait for a CA that may sign (last pass).",
+                             registry=r)
         self.leader = Gauge("tls_injector_leader", "1 while this replica holds the leader lease.", registry=r)
 
     def api_call(self, verb: str, outcome: str) -> None:

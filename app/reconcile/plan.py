@@ -44,7 +44,19 @@ class Refused:
     message: str
 
 
-Outcome = Write | Refused | None
+@dataclass(frozen=True)
+class Waiting:
+    """A certificate that must be (re)issued while no CA may sign: reported, and issued in a later pass.
+
+    `refresh` still keeps the stored Secret's `ca.crt` and labels current: its `ca.crt` is a bundle in
+    use, and the new CA may only sign once every bundle in use carries it, so skipping it would wait forever.
+    """
+
+    message: str
+    refresh: Write | None = None
+
+
+Outcome = Write | Refused | Waiting | None
 
 
 @dataclass(frozen=True)
@@ -64,19 +76,23 @@ class Item:
 
 @dataclass(frozen=True)
 class Signing:
-    """The CA set of this pass with its signer; `bundle` is the trust bundle's ConfigMap data."""
+    """The CA set of this pass with its signer; `bundle` is the trust bundle's ConfigMap data.
+
+    `signer` is None while no CA may sign (a replaced user CA whose successor is not trusted everywhere
+    yet); `waiting` then says why, and certificates that need a signature wait (`Waiting`).
+    """
 
     cas: CaSet
-    signer: CertKey
+    signer: CertKey | None
     bundle: dict[str, str]
     now: datetime
+    waiting: str = ""
 
     @staticmethod
-    def of(cas: CaSet, *, now: datetime) -> Signing:
+    def of(cas: CaSet, *, now: datetime, waiting: str = "") -> Signing:
         signer = cas.signer()
-        if signer is None:
-            raise ValueError("no CA signs in this CA set")
-        return Signing(cas, signer, trust_bundle(cas.bundle(), now=now), now)
+        why = "" if signer is not None else waiting or "no CA may sign yet"
+        return Signing(cas, signer, trust_bundle(cas.bundle(), now=now), now, why)
 
     @property
     def bundle_pem(self) -> str:
@@ -143,19 +159,38 @@ def decide_leaf(target: Target, existing: Obj | None, signing: Signing, *, role:
     if existing is not None and not own.is_owned(existing, role):
         return Refused(f"Secret {target.namespace}/{target.secret_name} exists and is not managed by tls-injector")
     data = secret_data(existing)
+    signer = signing.signer
     decision = leaf_renewal(cert_pem=data.get("tls.crt"), key_pem=data.get("tls.key"), desired_dns=target.dns_names,
-                            trusted=signing.cas.bundle(), now=signing.now, issuer=signing.signer.cert)
+                            trusted=signing.cas.bundle(), now=signing.now, issuer=signer.cert if signer else None)
     forced = own.FORCE_RENEW_ANNOTATION in _annotations(existing)
     ours = {"ca.crt": signing.bundle_pem.encode()}
     issuer = _annotations(existing).get(own.ISSUER_ANNOTATION, "")
     reason = ""
     if decision.renew or forced or existing is None:
-        leaf = issue_leaf(issuer=signing.signer, dns_names=list(target.dns_names), now=signing.now)
+        if signer is None:
+            return _waiting(target, existing, ours, issuer, role=role, signing=signing,
+                            why=decision.reason or "force-renew")
+        leaf = issue_leaf(issuer=signer, dns_names=list(target.dns_names), now=signing.now)
         ours.update({"tls.crt": leaf.chain_pem, "tls.key": leaf.key_pem})
-        issuer = fingerprint(signing.signer.cert)
+        issuer = fingerprint(signer.cert)
         reason = f"{'renewed' if existing else 'issued'}:{decision.reason or 'force-renew'}"
     body = _leaf_body(target, existing, ours, issuer, role=role)
     return _write_if_changed(SECRETS, existing, body, reason=reason or "refreshed")
+
+
+def _waiting(target: Target, existing: Obj | None, ours: dict[str, bytes], issuer: str, *, role: own.Role,
+             signing: Signing, why: str) -> Waiting:
+    """The certificate stays as it is (none yet, or the stored one, still trusted) until a CA may sign."""
+    refresh = None
+    if existing is not None:  # the stored certificate is kept, with ca.crt carrying the whole set
+        body = _leaf_body(target, existing, ours, issuer, role=role)
+        forced = _annotations(existing).get(own.FORCE_RENEW_ANNOTATION)
+        if forced is not None:  # still to be done, once a CA may sign
+            body["metadata"]["annotations"][own.FORCE_RENEW_ANNOTATION] = forced
+        refresh = _write_if_changed(SECRETS, existing, body, reason="refreshed")
+    verb = "issue" if existing is None else f"renewal ({why})"
+    return Waiting(f"Secret {target.namespace}/{target.secret_name}: certificate {verb} waits: {signing.waiting}",
+                   refresh)
 
 
 def decide_bundle(namespace: str, existing: Obj | None, signing: Signing) -> Outcome:

@@ -43,6 +43,7 @@ from app.reconcile.plan import (
     Observed,
     Refused,
     Signing,
+    Waiting,
     Write,
     bundle_namespaces,
     parsed_chain,
@@ -79,8 +80,11 @@ class PassReport:
     reasons: Counter[str] = field(default_factory=Counter)
     refused: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    # "<namespace>/<secret>" -> why its certificate waits for a CA that may sign (see plan.Waiting)
+    waiting: dict[str, str] = field(default_factory=dict)
     aborted: str = ""
     unavailable_streak: int = 0
+    next_ca_step: datetime | None = None  # when a CA set can next move on time alone (ca.next_step_at)
 
     @property
     def write_count(self) -> int:
@@ -88,7 +92,7 @@ class PassReport:
 
     @property
     def converged(self) -> bool:
-        return not (self.refused or self.failed or self.aborted)
+        return not (self.refused or self.failed or self.waiting or self.aborted)
 
 
 class Reconciler:
@@ -100,6 +104,7 @@ class Reconciler:
         self.metrics = metrics or ReconcileMetrics()
         self.may_write = may_write
         self.clock = clock
+        self._told_waiting: set[str] = set()  # Secrets whose wait an Event already announced
 
     def run_pass(self) -> PassReport:
         """Workloads, their CA and bundles, then the webhook's own certificate when configured."""
@@ -119,26 +124,30 @@ class Reconciler:
             log.error("reconcile pass stopped", extra={"error": report.aborted})
         self.metrics.duration.observe(time.monotonic() - started)
         self.metrics.conflicts.set(len(report.refused))
+        self.metrics.waiting.set(len(report.waiting))
+        if not report.aborted:
+            self._told_waiting = set(report.waiting)  # a wait that ended and starts again is announced again
         log.info("reconcile pass done", extra={"writes": dict(report.writes), "refused": len(report.refused),
-                                               "failed": len(report.failed), "converged": report.converged})
+                                               "failed": len(report.failed), "waiting": len(report.waiting),
+                                               "converged": report.converged})
         return report
 
     def _pass(self, report: PassReport, now: datetime) -> None:
         observed = read_cluster(self.api)
         targets = discover(observed.workloads, observed.pods, enabled=observed.enabled,
                            cluster_domain=self.settings.cluster_domain)
-        cas = self._ensure_ca(observed, targets, now, report)
-        self._ca_metrics(cas)
-        if cas.signer() is None:
-            raise CaUnusable("no CA may sign yet (the user-provided CA is not trusted everywhere yet)")
+        step = self._ensure_ca(observed, targets, now, report)
+        self._ca_metrics(step.cas)
+        if step.waiting:
+            log.warning("no CA may sign yet: certificates that need one wait", extra={"reason": step.waiting})
         stored: dict[tuple[str, str, str], Obj | None] = {}
-        for item in plan(targets, observed, Signing.of(cas, now=now)):
+        for item in plan(targets, observed, Signing.of(step.cas, now=now, waiting=step.waiting)):
             stored[item.key] = self._converge(item, observed.lookup(item), report, now)
         self._cert_metrics(stored)
         if self.settings.webhook is not None:
             self.converge_webhook(self.settings.webhook, report, now)
 
-    def _ensure_ca(self, observed: Observed, targets: list[Target], now: datetime, report: PassReport) -> CaSet:
+    def _ensure_ca(self, observed: Observed, targets: list[Target], now: datetime, report: PassReport) -> CaStep:
         """The workloads' CA set, stepped on what this pass observed of bundles and leaves in use."""
         namespaces = bundle_namespaces(targets, observed.enabled)
         bundles = [bundle_certificates((observed.bundles.get(ns) or {}).get("data") or {}) for ns in namespaces]
@@ -152,22 +161,23 @@ class Reconciler:
                              report=report)
 
     def _step_ca(self, policy: CaPolicy, *, bundles: Sequence[Sequence[Any]], leaves: Sequence[Sequence[Any]],
-                 user_ca: CertKey | None, now: datetime, report: PassReport) -> CaSet:
+                 user_ca: CertKey | None, now: datetime, report: PassReport) -> CaStep:
         """Step a CA set and persist it before anything is signed with it; a 409 re-reads and re-decides."""
         for _ in range(MAX_ATTEMPTS):
             existing = self._read_optional(SECRETS, policy.secret_name)
             step: CaStep = decide_ca(existing, namespace=self.settings.namespace, bundles=bundles, leaves=leaves,
                                      now=now, policy=policy, user_ca=user_ca)
-            if step.write is None:
-                return step.cas
-            try:
-                self._write(step.write, report)
-            except Conflict:
-                continue  # another reconciler stepped first: use what it stored
-            self.metrics.rotations.labels("ca", step.write.reason.partition(":")[0]).inc()
-            log.info("CA set stored", extra={"secret": policy.secret_name, "reason": step.write.reason,
-                                             "states": step.cas.states()})
-            return step.cas
+            if step.write is not None:
+                try:
+                    self._write(step.write, report)
+                except Conflict:
+                    continue  # another reconciler stepped first: use what it stored
+                self.metrics.rotations.labels("ca", step.write.reason.partition(":")[0]).inc()
+                log.info("CA set stored", extra={"secret": policy.secret_name, "reason": step.write.reason,
+                                                 "states": step.cas.states()})
+            if step.next_step_at is not None:
+                report.next_ca_step = min(step.next_step_at, report.next_ca_step or step.next_step_at)
+            return step
         raise Conflict(f"the CA Secret {policy.secret_name} kept changing under us; next pass")
 
     def converge_webhook(self, ws: WebhookSettings, report: PassReport, now: datetime) -> None:
@@ -182,9 +192,9 @@ class Reconciler:
             log.warning("no webhook configuration found; only the serving certificate is kept",
                         extra={"configurations": list(ws.configurations)})
         serving = self._read_optional(SECRETS, ws.secret_name)
-        cas = self._step_ca(ws.ca, bundles=bundles_in_use(configs.values()), leaves=leaves_in_use(serving),
-                            user_ca=None, now=now, report=report)
-        for item in webhook_items(ws, self.settings.namespace, configs, Signing.of(cas, now=now)):
+        step = self._step_ca(ws.ca, bundles=bundles_in_use(configs.values()), leaves=leaves_in_use(serving),
+                             user_ca=None, now=now, report=report)
+        for item in webhook_items(ws, self.settings.namespace, configs, Signing.of(step.cas, now=now)):
             existing = serving if item.resource is SECRETS else configs.get((item.resource.kind, item.name))
             self._converge(item, existing, report, now)
 
@@ -202,6 +212,9 @@ class Reconciler:
         """Decide and write one object, re-reading after a 409; returns what is stored at the end."""
         for _ in range(MAX_ATTEMPTS):
             outcome = item.decide(existing)
+            if isinstance(outcome, Waiting):
+                self._waiting(item, outcome, report, now)
+                outcome = outcome.refresh
             if outcome is None:
                 return existing
             if isinstance(outcome, Refused):
@@ -265,6 +278,17 @@ class Reconciler:
         report.refused.append(refused.message)
         log.warning("object not owned; left untouched", extra={"namespace": item.namespace, "object": item.name})
         events.emit(self.api, item.workloads, reason="SecretConflict", kind="Warning", message=refused.message, now=now)
+
+    def _waiting(self, item: Item, waiting: Waiting, report: PassReport, now: datetime) -> None:
+        """Reported every pass (log, report, gauge); the Event once per wait, not once per pass."""
+        key = f"{item.namespace}/{item.name}"
+        report.waiting[key] = waiting.message
+        log.warning("certificate waits for a CA that may sign", extra={"namespace": item.namespace,
+                                                                       "object": item.name, "reason": waiting.message})
+        if key not in self._told_waiting:
+            self._told_waiting.add(key)
+            events.emit(self.api, item.workloads, reason="CertificateWaiting", kind="Warning",
+                        message=waiting.message, now=now)
 
     def _failed(self, item: Item, why: str, report: PassReport, now: datetime) -> None:
         report.failed.append(f"{item.resource.kind} {item.namespace}/{item.name}: {why}")

@@ -39,6 +39,8 @@ def summary(report: PassReport) -> str:
     parts = [f"{state}: {report.write_count} writes {dict(report.writes)}"]
     parts += [f"{len(report.refused)} objects not ours"] if report.refused else []
     parts += [f"{len(report.failed)} failed"] if report.failed else []
+    if report.waiting:  # one reason stands for all: they wait for the same CA
+        parts += [f"{len(report.waiting)} certificates wait: {next(iter(report.waiting.values()))}"]
     parts += [f"stopped: {report.aborted}"] if report.aborted else []
     return "; ".join(parts)
 
