@@ -89,7 +89,18 @@ def _connection_flags(command: argparse.ArgumentParser) -> None:
     command.add_argument("--server", help="API server URL without credentials (for tests against an emulator)")
     command.add_argument("--namespace", help="the injector's own namespace, where its CAs live "
                                              "(default: the pod's service-account namespace)")
-    command.add_argument("--cluster-domain", default="cluster.local", help="DNS domain of the cluster, for SANs")
+    command.add_argument("--cluster-domain", type=_cluster_domain,
+                         help="DNS domain of the cluster, for SANs (default: from the search path of the pod's "
+                              "/etc/resolv.conf, else cluster.local)")
+
+
+def _cluster_domain(value: str) -> str:
+    from app.pki.names import check_cluster_domain  # noqa: PLC0415 - loads the PKI only when the flag is given
+
+    try:
+        return check_cluster_domain(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
 
 
 def _webhook_flags(command: argparse.ArgumentParser) -> None:

@@ -30,7 +30,7 @@ from app.pki.domains import (
     make_root,
 )
 from app.pki.keys import KEY_TYPES, KeyType, PrivateKey, generate_key
-from app.pki.names import DEFAULT_CLUSTER_DOMAIN, dns_names_for_services
+from app.pki.names import DEFAULT_CLUSTER_DOMAIN, cluster_domain_from_resolv_conf, dns_names_for_services
 from app.pki.pkcs12 import KDF_ROUNDS, to_pkcs12
 from app.pki.renewal import (
     CA_LOOKAHEAD,
@@ -87,6 +87,7 @@ __all__ = [
     "advance",
     "bundle_certificates",
     "ca_renewal",
+    "cluster_domain_from_resolv_conf",
     "decode",
     "dns_names_for_services",
     "encode",

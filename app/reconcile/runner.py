@@ -10,10 +10,12 @@ import signal
 import socket
 import threading
 from datetime import UTC, datetime
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
 from app.kube import ClusterConfig, KubeApi, KubeError, LeaderElector, api_client, find_cluster, own_namespace
+from app.pki import DEFAULT_CLUSTER_DOMAIN, cluster_domain_from_resolv_conf
 from app.reconcile.controller import Controller
 from app.reconcile.metrics import ReconcileMetrics
 from app.reconcile.probes import ProbeServer, probe_app
@@ -21,16 +23,44 @@ from app.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
 from app.reconcile.webhook_plan import WebhookSettings
 
 log = logging.getLogger("tls_injector.reconcile")
+RESOLV_CONF = Path("/etc/resolv.conf")
+# Kubelet writes a few hundred bytes (at most 32 search domains of 2048 characters in all, plus
+# nameservers and options); 64 KiB bounds the read if something else sits at that path.
+RESOLV_CONF_LIMIT = 64 * 1024
 __all__ = ["KubeError", "find_cluster", "run_once", "run_reconciler", "run_until_signalled", "settings_for", "summary"]
 
 
-def settings_for(args: argparse.Namespace) -> ReconcileSettings:
+def settings_for(args: argparse.Namespace, *, resolv_conf: Path = RESOLV_CONF) -> ReconcileSettings:
     """Settings from the flags `_cluster_flags` in app/cli.py defines."""
+    namespace = own_namespace(args.namespace)
+    domain = cluster_domain(args.cluster_domain, namespace=namespace, resolv_conf=resolv_conf)
     configurations = tuple(n.strip() for n in (args.webhook_configurations or "").split(",") if n.strip())
     webhook = WebhookSettings(service=args.webhook_service, secret_name=args.webhook_secret,
-                              configurations=configurations, cluster_domain=args.cluster_domain)
-    return ReconcileSettings(namespace=own_namespace(args.namespace), cluster_domain=args.cluster_domain,
+                              configurations=configurations, cluster_domain=domain)
+    return ReconcileSettings(namespace=namespace, cluster_domain=domain,
                              user_ca_secret=args.ca_secret or None, webhook=webhook if configurations else None)
+
+
+def cluster_domain(flag: str | None, *, namespace: str, resolv_conf: Path = RESOLV_CONF) -> str:
+    """--cluster-domain when given, else the search path of the pod's resolv.conf, else cluster.local;
+    the log says which and why, since every certificate's SANs end in it."""
+    if flag:
+        domain, source = flag, "--cluster-domain"
+    else:
+        found = cluster_domain_from_resolv_conf(_read_head(resolv_conf), namespace=namespace)
+        domain = found or DEFAULT_CLUSTER_DOMAIN
+        source = f"search path of {resolv_conf}" if found else f"default: no svc.<domain> search entry in {resolv_conf}"
+    log.info("cluster domain", extra={"domain": domain, "source": source})
+    return domain
+
+
+def _read_head(path: Path) -> str:
+    """The file's first RESOLV_CONF_LIMIT bytes as text; empty when it cannot be read (not in a pod)."""
+    try:
+        with path.open("rb") as f:
+            return f.read(RESOLV_CONF_LIMIT).decode("utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 def summary(report: PassReport) -> str:
