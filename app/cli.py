@@ -1,4 +1,9 @@
-"""The `tls-injector` command: parse flags, build settings once, wire the parts together."""
+"""The `tls-injector` command: parse flags, build settings once, wire the parts together.
+
+Exit status, the same for every command: 0 ok; 1 findings or rejections (a rejected update, a pass that
+did not converge, a webhook the API server would not trust); 2 usage or input error (bad flags, an
+unreadable or invalid file, no cluster configured, a start-up failure).
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,9 @@ import signal
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -26,6 +32,17 @@ if TYPE_CHECKING:
     from app.web.metrics import ServerMetrics
 
 log = logging.getLogger("tls_injector")
+LOG_LEVELS = ["debug", "info", "warning", "error"]
+
+
+def _version() -> str:
+    try:
+        return metadata.version("tls-injector")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -33,13 +50,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not hasattr(args, "run"):
         parser.print_help(sys.stderr)
-        return 2
-    code: int = args.run(args, parser)
+        return EXIT_USAGE
+    # Each command gets its own parser, so `parser.error` prints that command's usage, not the top one.
+    code: int = args.run(args, args.command_parser)
     return code
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every flag's default in --help, except where there is none to show (None, a switch's False)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or action.default == argparse.SUPPRESS:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _command(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str,
+             **kwargs: Any) -> argparse.ArgumentParser:
+    command = sub.add_parser(name, formatter_class=_HelpFormatter, **kwargs)
+    command.set_defaults(command_parser=command)
+    return command
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tls-injector", description=__doc__)
+    parser = argparse.ArgumentParser(prog="tls-injector", description=__doc__, formatter_class=_HelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(title="commands")
     _add_serve(sub)
     _add_check(sub)
@@ -51,10 +86,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    serve = sub.add_parser("serve", help="run the HTTPS admission webhook server")
+    serve = _command(sub, "serve", help="run the HTTPS admission webhook server")
     defaults = ServeSettings()
-    serve.add_argument("--host", default=defaults.host)
-    serve.add_argument("--port", type=int, default=defaults.port)
+    serve.add_argument("--host", default=defaults.host, help="address to listen on")
+    serve.add_argument("--port", type=int, default=defaults.port, help="HTTPS port for the webhook")
     serve.add_argument("--tls-cert-file", type=Path, help="PEM certificate chain; reloaded when it changes")
     serve.add_argument("--tls-private-key-file", type=Path, help="PEM private key; reloaded when it changes")
     serve.add_argument("--self-signed-dir", type=Path,
@@ -67,7 +102,7 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                        help="seconds between checks of the certificate files")
     serve.add_argument("--drain-seconds", type=int, default=defaults.drain_seconds,
                        help="how long in-flight requests may finish after SIGTERM")
-    serve.add_argument("--log-level", default=defaults.log_level, choices=["debug", "info", "warning", "error"])
+    serve.add_argument("--log-level", default=defaults.log_level, choices=LOG_LEVELS, help="least severe level logged")
     serve.add_argument("--no-reconciler", action="store_true",
                        help="never run the reconciler here, even with a cluster configured: the webhook then makes "
                             "no API call (the split install runs `tls-injector reconcile` as its own Deployment)")
@@ -114,7 +149,7 @@ def _webhook_flags(command: argparse.ArgumentParser) -> None:
 
 
 def _add_reconcile(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    reconcile = sub.add_parser("reconcile", help="issue, renew and rotate certificates; mirror trust bundles")
+    reconcile = _command(sub, "reconcile", help="issue, renew and rotate certificates; mirror trust bundles")
     reconcile.add_argument("--once", action="store_true",
                            help="one full pass, then exit: 0 when everything converged, 1 otherwise")
     _cluster_flags(reconcile)
@@ -122,7 +157,7 @@ def _add_reconcile(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
                            help="address of the plain-HTTP port serving /metrics and /healthz")
     reconcile.add_argument("--metrics-port", type=int, default=8080,
                            help="port for /metrics and /healthz (0: none); not used with --once")
-    reconcile.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    reconcile.add_argument("--log-level", default="info", choices=LOG_LEVELS, help="least severe level logged")
     reconcile.set_defaults(run=_run_reconcile)
 
 
@@ -153,15 +188,15 @@ def _run_reconcile(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
 
 
 def _add_bootstrap(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    boot = sub.add_parser(
-        "bootstrap", help="create or renew the webhook's serving certificate and put its CA in every caBundle",
+    boot = _command(
+        sub, "bootstrap", help="create or renew the webhook's serving certificate and put its CA in every caBundle",
         description="Create the webhook CA and serving certificate Secrets when missing or invalid, put the CA "
                     "bundle into clientConfig.caBundle of every entry of the webhook configurations, then check "
                     "that each entry trusts the serving certificate. Safe to re-run: with nothing to do it "
                     "writes nothing. Exit status 0 when the API server will trust the webhook, 1 otherwise.")
     _connection_flags(boot)
     _webhook_flags(boot)
-    boot.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    boot.add_argument("--log-level", default="info", choices=LOG_LEVELS, help="least severe level logged")
     # A user-provided CA (--ca-secret) is for the workloads' certificates, never the webhook's own.
     boot.set_defaults(run=_run_bootstrap, ca_secret=None)
 
@@ -246,26 +281,36 @@ def _reconciler_in_background(args: argparse.Namespace,
 
 
 def _add_inject(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    inject = sub.add_parser("inject", help="print manifests with their pod templates injected as the webhook would")
-    inject.add_argument("-f", "--filename", required=True, help="YAML file of one or more documents; - for stdin")
+    inject = _command(sub, "inject", help="print manifests with their pod templates injected as the webhook would")
+    inject.add_argument("-f", "--filename", required=True, action="append",
+                        help="a YAML or JSON file of one or more documents (kind: List included), a directory "
+                             "(its *.yaml, *.yml and *.json, recursively, in sorted order), or - for stdin; "
+                             "repeat for more")
     inject.add_argument("--all", action="store_true", dest="include_unlabelled",
                         help="inject every template not labelled false, as in an opted-in namespace")
     inject.set_defaults(run=_run_inject)
 
 
 def _run_inject(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from app.manifests import ManifestError, inject_manifests  # noqa: PLC0415 - YAML only for this command
+    from app.manifests import ManifestError, inject_manifests, read_texts  # noqa: PLC0415 - YAML only here
 
+    if args.filename.count("-") > 1:
+        parser.error("stdin (-) can be read only once")
+    outputs = []
     try:
-        text = sys.stdin.read() if args.filename == "-" else Path(args.filename).read_text(encoding="utf-8")
-        result = inject_manifests(text, options=InjectionOptions(), include_unlabelled=args.include_unlabelled)
-    except (OSError, UnicodeDecodeError, ManifestError) as error:
+        for name, text in read_texts(args.filename, sys.stdin):
+            try:
+                result = inject_manifests(text, options=InjectionOptions(), include_unlabelled=args.include_unlabelled)
+            except ManifestError as error:
+                raise ManifestError(f"{name}: {error}") from None
+            outputs.append(result.text)
+            for warning in result.warnings:
+                print(f"tls-injector inject: warning: {name}: {warning}", file=sys.stderr)
+    except ManifestError as error:  # nothing is printed unless every file could be injected
         print(f"tls-injector inject: {error}", file=sys.stderr)
-        return 1
-    for warning in result.warnings:
-        print(f"tls-injector inject: warning: {warning}", file=sys.stderr)
-    sys.stdout.write(result.text)
-    return 0
+        return EXIT_USAGE
+    sys.stdout.write("---\n".join(text for text in outputs if text))
+    return EXIT_OK
 
 
 def build_handlers(
@@ -281,8 +326,8 @@ def build_handlers(
 
 
 def _add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    check = sub.add_parser(
-        "check", help="offline: the /validate verdict for an update (exit 0 allowed, 1 rejected, 2 bad input)",
+    check = _command(
+        sub, "check", help="offline: the /validate verdict for an update (exit 0 allowed, 1 rejected, 2 bad input)",
         description="Pair the objects of OLD and NEW by apiVersion, kind, namespace and name and judge each "
                     "pair as an UPDATE with the same handler as /validate. OLD and NEW are YAML/JSON files "
                     "(multi-document), directories of them, or - for stdin.")
@@ -308,8 +353,8 @@ def _run_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 
 
 def _add_export_policy(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    export = sub.add_parser(
-        "export-policy", help="print the rule set as native Kubernetes validation (VAP or CRD snippets)",
+    export = _command(
+        sub, "export-policy", help="print the rule set as native Kubernetes validation (VAP or CRD snippets)",
         description="Render the transition rules as ValidatingAdmissionPolicy + ValidatingAdmissionPolicyBinding "
                     "objects (admissionregistration.k8s.io/v1, Kubernetes >= 1.30), or as the "
                     "x-kubernetes-validations entries to put on a CRD's schema node.")
@@ -328,5 +373,10 @@ def _run_export_policy(args: argparse.Namespace, parser: argparse.ArgumentParser
         print(f"tls-injector export-policy: {error}", file=sys.stderr)
         return 2
     documents = export_documents(rule_set, fmt=args.format, own_namespace=args.namespace)
+    if not documents:
+        # Not a failure: with no rule on a custom resource there is simply nothing a CRD could carry.
+        print(f"tls-injector export-policy: nothing to export: no rule matches a custom resource "
+              f"(--format {args.format} covers rules on CRD kinds only)", file=sys.stderr)
+        return EXIT_OK
     print(yaml.safe_dump_all(documents, sort_keys=False, width=120), end="")
-    return 0
+    return EXIT_OK

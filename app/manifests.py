@@ -1,18 +1,30 @@
 """Offline injection into YAML manifests: the webhook's plan and patch, applied to pod templates.
 
-The edge around the pure injector: YAML in, YAML out. A document that needs no change is written back
-verbatim (comments and formatting kept); a changed one is re-serialised. Every document's patch comes
-from the same plan_injection + patch_ops the /mutate handler uses, applied with jsonpatch.
+The edge around the pure injector: YAML in, YAML out, through a round-trip YAML library (ruamel.yaml) so
+that people can diff and commit the result. A document that needs no change is written back verbatim; a
+changed one keeps its comments, key order, quoting and flow/block styles, and is re-indented the way
+its source was (guessed from the text). The patch comes from the same plan_injection + patch_ops the
+/mutate handler uses, applied with jsonpatch to the loaded document in place. `kind: List` documents
+(`kubectl get -o yaml`) are injected item by item.
 """
 
 from __future__ import annotations
 
+import copy
+import io
+import itertools
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
 from typing import Any
 
 import jsonpatch
-import yaml
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+from ruamel.yaml.events import DocumentEndEvent, DocumentStartEvent
+from ruamel.yaml.scalarbool import ScalarBoolean
 
 from app.injection import (
     TEMPLATE_KINDS,
@@ -28,6 +40,14 @@ from app.injection import (
 _TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {kind: ("spec", "template") for kind in TEMPLATE_KINDS}
 _TEMPLATE_PATHS["CronJob"] = ("spec", "jobTemplate", "spec", "template")
 _TEMPLATE_PATHS["Pod"] = ()
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+# kubectl never nests Lists; a few levels cover hand-made ones, and the bound stops a crafted one.
+MAX_LIST_DEPTH = 4
+# A pod template is a few hundred nodes; YAML aliases can make a small file expand exponentially when
+# read as plain data (the "billion laughs"), so the copy the planner reads stops at this many nodes.
+MAX_TEMPLATE_NODES = 100_000
+# The injected record is one JSON string: a wide line keeps it on one line, readable in a diff.
+LINE_WIDTH = 4096
 
 
 class ManifestError(ValueError):
@@ -40,6 +60,13 @@ class Injected:
     warnings: list[str] = field(default_factory=list)
 
 
+def manifest_files(location: Path) -> list[Path]:
+    """A file as given, or every *.yaml, *.yml and *.json under a directory, recursively, sorted."""
+    if not location.is_dir():
+        return [location]
+    return sorted(p for p in location.rglob("*") if p.suffix in MANIFEST_SUFFIXES and p.is_file())
+
+
 def inject_manifests(
     text: str, *, options: InjectionOptions, ca_fingerprints: Sequence[str] = (), include_unlabelled: bool = False
 ) -> Injected:
@@ -49,67 +76,124 @@ def inject_manifests(
     would pick their pods; `include_unlabelled` acts as if the namespace were opted in (all but "false").
     """
     result = Injected("")
+    run = _Run(options, ca_fingerprints, include_unlabelled, result.warnings)
+    prefix, documents = _documents(text)
     parts = []
-    for segment, document in _documents(text):
-        changed = _inject_document(document, options, ca_fingerprints, include_unlabelled, result.warnings)
-        parts.append(_dump(changed) if changed is not None else segment.strip("\n") + "\n")
-    result.text = "".join(f"---\n{part}" for part in parts)
+    for segment, document in documents:
+        if _inject_node(document, run, depth=0):
+            parts.append(_dump(document, layout=_layout(segment)))
+        elif segment.strip():
+            parts.append(segment.strip("\n") + "\n")
+    result.text = prefix + "---\n".join(parts)
     return result
 
 
-def _documents(text: str) -> list[tuple[str, Any]]:
+def _yaml() -> YAML:
+    loader = YAML(typ="rt")
+    loader.preserve_quotes = True
+    loader.width = LINE_WIDTH
+    return loader
+
+
+def _documents(text: str) -> tuple[str, list[tuple[str, Any]]]:
+    """(text before the first `---`, e.g. a header comment; [(source text, loaded document)])."""
     try:
-        documents = list(yaml.safe_load_all(text))
-        return list(zip(_segments(text), documents, strict=True))
-    except yaml.YAMLError as error:
+        documents = list(_yaml().load_all(text))
+        prefix, segments = _segments(text)
+        return prefix, list(zip(segments, documents, strict=True))
+    except YAMLError as error:
         raise ManifestError(f"not valid YAML: {error}") from None
+    except RecursionError:
+        raise ManifestError("not usable YAML: nested too deeply") from None
 
 
-def _segments(text: str) -> Iterable[str]:
+def _segments(text: str) -> tuple[str, list[str]]:
     """The source text of each document, without its `---` / `...` markers."""
-    start = 0
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
-        if isinstance(event, yaml.DocumentStartEvent) and event.explicit:
-            start = _index(event.end_mark)
-        elif isinstance(event, yaml.DocumentEndEvent):
-            yield text[start : _index(event.start_mark)]
-            start = _index(event.end_mark)
+    prefix, segments, start = "", list[str](), 0
+    for event in _yaml().parse(text):
+        if isinstance(event, DocumentStartEvent) and event.explicit:
+            if not segments and not prefix:
+                prefix = text[: event.start_mark.index] if text[: event.start_mark.index].strip() else ""
+            start = event.end_mark.index
+        elif isinstance(event, DocumentEndEvent):
+            segments.append(text[start : event.start_mark.index])
+            start = event.end_mark.index
+    return prefix, segments
 
 
-def _index(mark: Any) -> int:
-    # The parser sets marks on every event it emits; None would mean a hand-built event.
-    index: int = mark.index
-    return index
+@dataclass(frozen=True)
+class _Run:
+    options: InjectionOptions
+    cas: Sequence[str]
+    include_unlabelled: bool
+    warnings: list[str]
 
 
-def _inject_document(
-    document: Any, options: InjectionOptions, cas: Sequence[str], include_unlabelled: bool, warnings: list[str]
-) -> dict[str, Any] | None:
-    """The injected document, or None when it has no template to inject or nothing changes."""
-    if not isinstance(document, dict) or document.get("kind") not in _TEMPLATE_PATHS:
-        return None
-    kind, name = document["kind"], str((document.get("metadata") or {}).get("name") or "")
+def _inject_node(document: Any, run: _Run, *, depth: int) -> bool:
+    """Inject `document` in place; True when it changed (a List: when any item changed)."""
+    if not isinstance(document, Mapping):
+        return False
+    kind = document.get("kind")
+    if kind == "List" and isinstance(document.get("items"), list):
+        if depth >= MAX_LIST_DEPTH:
+            raise ManifestError(f"a List nested more than {MAX_LIST_DEPTH} deep")
+        changed = [_inject_node(item, run, depth=depth + 1) for item in document["items"]]
+        return any(changed)
+    return kind in _TEMPLATE_PATHS and _inject_workload(document, kind, run)
+
+
+def _inject_workload(document: Mapping[str, Any], kind: str, run: _Run) -> bool:
+    name = str((document.get("metadata") or {}).get("name") or "")
     template = _template(document, _TEMPLATE_PATHS[kind])
-    if template is None or not _selected(template, include_unlabelled):
-        return None
-    workload = None if kind == "Pod" else template_workload_name(kind, name, template.get("metadata") or {})
+    if template is None:
+        return False
+    plain = _plain(template, budget=[MAX_TEMPLATE_NODES], where=f"{kind} {name!r}")
+    if not _selected(plain, run.include_unlabelled):
+        return False
+    workload = None if kind == "Pod" else template_workload_name(kind, name, plain.get("metadata") or {})
     try:
         # A CronJob's pods belong to Jobs named after each run, so the Secret is pinned in the template.
-        plan = plan_injection(template, options=options, ca_fingerprints=cas, workload=workload,
+        plan = plan_injection(plain, options=run.options, ca_fingerprints=run.cas, workload=workload,
                               pin_secret_name=kind == "CronJob")
     except InjectionRefused as refusal:
         raise ManifestError(f"{kind} {name!r}: {refusal}") from None
-    warnings.extend(f"{kind} {name!r}: {warning}" for warning in plan.warnings)
+    run.warnings.extend(f"{kind} {name!r}: {warning}" for warning in plan.warnings)
     if plan.changes_nothing:
-        return None
-    return _replace_template(document, _TEMPLATE_PATHS[kind], jsonpatch.apply_patch(template, patch_ops(plan)))
+        return False
+    # Copies: a value inserted twice would be written as a YAML anchor and alias.
+    jsonpatch.apply_patch(template, copy.deepcopy(patch_ops(plan)), in_place=True)
+    return True
 
 
-def _template(document: Mapping[str, Any], path: tuple[str, ...]) -> dict[str, Any] | None:
+def _template(document: Mapping[str, Any], path: tuple[str, ...]) -> Any:
     node: Any = document
     for key in path:
-        node = node.get(key) if isinstance(node, dict) else None
-    return node if isinstance(node, dict) else None
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node if isinstance(node, Mapping) else None
+
+
+def _plain(node: Any, *, budget: list[int], where: str) -> Any:
+    """The loaded YAML as the JSON-like data the planner takes (what Kubernetes itself would see)."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise ManifestError(f"{where}: pod template larger than {MAX_TEMPLATE_NODES} nodes")
+    if isinstance(node, Mapping):
+        return {str(k): _plain(v, budget=budget, where=where) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_plain(v, budget=budget, where=where) for v in node]
+    return _scalar(node)
+
+
+def _scalar(node: Any) -> Any:
+    if node is None or isinstance(node, bool):
+        return node
+    if isinstance(node, ScalarBoolean):  # an anchored true/false: an int subclass in ruamel
+        return bool(node)
+    if isinstance(node, date):  # Kubernetes reads YAML as JSON: an unquoted date is a string there
+        return node.isoformat()
+    # ruamel's scalar subclasses (quoted strings, hex ints, ...) as the plain values they stand for.
+    plain = next((t for t in (str, int, float) if isinstance(node, t)), str)
+    return plain(node)
 
 
 def _selected(template: Mapping[str, Any], include_unlabelled: bool) -> bool:
@@ -118,13 +202,55 @@ def _selected(template: Mapping[str, Any], include_unlabelled: bool) -> bool:
     return value == names.POD_OPT_IN or (include_unlabelled and value != names.POD_OPT_OUT)
 
 
-def _replace_template(document: dict[str, Any], path: tuple[str, ...], template: dict[str, Any]) -> dict[str, Any]:
-    if not path:
-        return template
-    head, *rest = path
-    return {**document, head: _replace_template(document[head], tuple(rest), template)}
+@dataclass(frozen=True)
+class Layout:
+    mapping: int = 2  # a nested key's indent below its parent key
+    offset: int = 0  # a sequence dash's indent below its parent key ("containers:\n- name" is 0)
 
 
-def _dump(document: dict[str, Any]) -> str:
-    # A wide line keeps the injected record (one JSON string) on one line, readable in a diff.
-    return yaml.safe_dump(document, sort_keys=False, default_flow_style=False, allow_unicode=True, width=4096)
+def _layout(text: str) -> Layout:
+    """The indentation the source used, from its first nested mapping and its first block sequence."""
+    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    mapping = offset = None
+    for parent, child in itertools.pairwise(lines):
+        if not parent.rstrip().endswith(":"):
+            continue
+        key_column = _key_column(parent)
+        indent = len(child) - len(child.lstrip(" "))
+        if child.lstrip().startswith("- ") and offset is None and indent >= key_column:
+            offset = indent - key_column
+        elif indent > key_column and mapping is None and not child.lstrip().startswith("- "):
+            mapping = indent - key_column
+        if mapping is not None and offset is not None:
+            break
+    return Layout(mapping=mapping or 2, offset=offset or 0)
+
+
+def _key_column(line: str) -> int:
+    """Where the key of `line` starts, past any sequence dashes (`  - name:` -> 4)."""
+    match = re.match(r"^(\s*(?:-\s+)*)", line)
+    return len(match.group(1)) if match else 0
+
+
+def _dump(document: Any, *, layout: Layout) -> str:
+    dumper = _yaml()
+    # ruamel's `sequence` is where an item's content starts: the dash, then one space.
+    dumper.indent(mapping=layout.mapping, sequence=layout.offset + 2, offset=layout.offset)
+    out = io.StringIO()
+    dumper.dump(document, out)
+    return out.getvalue()
+
+
+def read_texts(locations: Iterable[str], stdin: io.TextIOBase | Any) -> list[tuple[str, str]]:
+    """(name, text) of every file behind `locations` (files, directories, or - for stdin), in order."""
+    texts: list[tuple[str, str]] = []
+    for location in locations:
+        if location == "-":
+            texts.append(("<stdin>", stdin.read()))
+            continue
+        for path in manifest_files(Path(location)):
+            try:
+                texts.append((str(path), path.read_text(encoding="utf-8")))
+            except (OSError, UnicodeDecodeError) as error:
+                raise ManifestError(f"{path}: cannot read: {error}") from None
+    return texts

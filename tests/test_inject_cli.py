@@ -119,7 +119,7 @@ def test_every_kind_of_pod_template_is_injected_and_other_documents_are_untouche
 ) -> None:
     code, out, err = run("-f", str(manifests))
     assert (code, err) == (0, "")
-    assert out.startswith("---\n" + SERVICE)
+    assert out.startswith(SERVICE), "untouched, and no `---` added in front"
     injected = templates(out)
     for kind in ["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Pod"]:
         template = injected[kind]
@@ -176,14 +176,15 @@ def test_bad_input_is_an_error_message_and_no_output(
     path = tmp_path / "bad.yaml"
     path.write_text(content)
     code, out, err = run("-f", str(path))
-    assert (code, out) == (1, "")
+    assert (code, out) == (2, "")
     assert says in err
+    assert err.startswith(f"tls-injector inject: {path}: ")
     assert "Traceback" not in err
 
 
 def test_a_missing_file_is_an_error_message(run: Cli, tmp_path: Path) -> None:
     code, out, err = run("-f", str(tmp_path / "absent.yaml"))
-    assert (code, out) == (1, "")
+    assert (code, out) == (2, "")
     assert "absent.yaml" in err
 
 
@@ -192,5 +193,105 @@ def test_warnings_go_to_stderr_and_the_output_stays_clean(run: Cli) -> None:
     pod = pod.replace("  name: debug\n", "  name: debug\n  annotations: {tls-injector.io/env: 'true'}\n")
     code, out, err = run("-f", "-", stdin=pod)
     assert code == 0
-    assert "warning: Pod 'debug': container 'app' uses envFrom" in err
+    assert "warning: <stdin>: Pod 'debug': container 'app' uses envFrom" in err
     assert yaml.safe_load(out)["spec"]["containers"][0].get("env") is None
+
+
+COMMENTED = """# header: kept
+---
+# the workload, commented
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+    name: web    # four-space indents, kept
+    labels: {app: web}
+spec:
+    selector:
+        matchLabels: {app: web}
+    template:
+        metadata:
+            labels:
+                app: web
+                tls-injector.io/inject: "true"   # opted in
+        spec:
+            containers:
+              - name: app   # the app
+                image: 'nginx:1.27'
+                ports: [{containerPort: 8443}]
+"""
+
+
+def test_a_changed_document_keeps_its_comments_quotes_flow_styles_and_indentation(run: Cli, tmp_path: Path) -> None:
+    path = tmp_path / "web.yaml"
+    path.write_text(COMMENTED)
+    code, out, _ = run("-f", str(path))
+    assert code == 0
+    assert out.startswith("# header: kept\n# the workload, commented\napiVersion: apps/v1\n")
+    for kept in ("    name: web    # four-space indents, kept\n", "    labels: {app: web}\n",
+                 '                tls-injector.io/inject: "true"   # opted in\n',
+                 "              - name: app   # the app\n", "                image: 'nginx:1.27'\n"):
+        assert kept in out
+    # What was added follows the document's own layout: four-space maps, dashes two in.
+    assert "            volumes:\n              - name: tls-injector-cert\n" in out
+    assert "                volumeMounts:\n                  - name: tls-injector-cert\n" in out
+    (doc,) = yaml.safe_load_all(out)
+    assert schema_errors(doc) == []
+    assert doc["spec"]["template"]["spec"]["containers"][0]["ports"] == [{"containerPort": 8443}]
+    assert run("-f", "-", stdin=out)[1] == out
+
+
+def test_a_list_is_injected_item_by_item_and_untouched_items_stay_as_they_were(run: Cli) -> None:
+    listing = {"apiVersion": "v1", "kind": "List",
+               "items": [yaml.safe_load(POD), yaml.safe_load(UNLABELLED), yaml.safe_load(SERVICE)]}
+    code, out, _ = run("-f", "-", stdin=json.dumps(listing))
+    assert code == 0
+    (result,) = yaml.safe_load_all(out)
+    pod, plain, service = result["items"]
+    assert [v["name"] for v in pod["spec"]["volumes"]] == ["tls-injector-cert", "tls-injector-trust"]
+    assert (plain, service) == (yaml.safe_load(UNLABELLED), yaml.safe_load(SERVICE))
+    assert schema_errors(pod) == []
+
+
+def test_a_list_of_lists_is_followed_a_few_levels_and_refused_beyond(run: Cli) -> None:
+    nested: dict[str, Any] = yaml.safe_load(POD)
+    for _ in range(4):
+        nested = {"apiVersion": "v1", "kind": "List", "items": [nested]}
+    code, out, _ = run("-f", "-", stdin=json.dumps(nested))
+    assert code == 0
+    assert "tls-injector-cert" in out
+    code, out, err = run("-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": [nested]}))
+    assert (code, out) == (2, "")
+    assert "nested more than 4 deep" in err
+
+
+def test_a_directory_is_read_recursively_in_sorted_order_yaml_yml_and_json_only(run: Cli, tmp_path: Path) -> None:
+    (tmp_path / "b" / "deeper").mkdir(parents=True)
+    (tmp_path / "b" / "deeper" / "pod.yml").write_text(POD)
+    (tmp_path / "a.json").write_text(json.dumps(yaml.safe_load(UNLABELLED)))
+    (tmp_path / "c.yaml").write_text(SERVICE)
+    (tmp_path / "notes.txt").write_text("kind: [not yaml")
+    code, out, err = run("-f", str(tmp_path))
+    assert (code, err) == (0, "")
+    kinds = [(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(out)]
+    assert kinds == [("Deployment", "plain"), ("Pod", "debug"), ("Service", "web")]
+    assert "tls-injector-cert" in out
+    assert out.endswith(SERVICE)
+
+
+def test_aliases_cannot_blow_a_small_file_up_into_a_huge_template(run: Cli) -> None:
+    lines = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    lines += [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, "
+              f"*a{i - 1}, *a{i - 1}, *a{i - 1}]" for i in range(1, 9)]
+    bomb = "\n".join(["apiVersion: v1", "kind: Pod", "metadata:", "  name: debug",
+                      '  labels: {tls-injector.io/inject: "true"}', "spec:",
+                      *(f"  {line}" for line in lines), "  containers: [{name: app, image: nginx}]"])
+    code, out, err = run("-f", "-", stdin=bomb)
+    assert (code, out) == (2, "")
+    assert "larger than 100000 nodes" in err
+
+
+def test_stdin_can_be_named_only_once(run: Cli, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        run("-f", "-", "-f", "-")
+    assert exit_info.value.code == 2
+    assert "usage: tls-injector inject" in capsys.readouterr().err
