@@ -115,6 +115,11 @@ def _cluster_flags(command: argparse.ArgumentParser) -> None:
     _connection_flags(command)
     command.add_argument("--ca-secret", help="a kubernetes.io/tls Secret in --namespace holding a CA you provide "
                                              "(default: tls-injector creates and rotates its own)")
+    command.add_argument("--pod-certificates", choices=["auto", "on", "off"], default="auto",
+                         help="act as the signer tls-injector.io/serving and publish the CAs as a ClusterTrustBundle: "
+                              "auto = when the cluster serves certificates.k8s.io v1 or v1beta1 pod certificates "
+                              "(found by discovery), on = the same but an error in the log when it does not, "
+                              "off = never (pods asking for them get the Secret path)")
     _webhook_flags(command)
 
 

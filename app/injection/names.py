@@ -15,6 +15,16 @@ BUNDLE_KEY = "ca-bundle.crt"
 CERT_MOUNT_PATH = "/etc/tls-injector/certs"
 TRUST_MOUNT_PATH = "/etc/tls-injector/trust"
 DEFAULT_CLUSTER_DOMAIN = "cluster.local"
+# The signer the reconciler acts as for PodCertificateRequests (pods' `podCertificate` volumes) and whose
+# CAs it publishes as a ClusterTrustBundle (`tls-injector.io:serving:cas`).
+SIGNER_NAME = f"{DOMAIN}/serving"
+# Per pod (template): how the certificate arrives. "pod-certificate": a per-pod key made by the kubelet and
+# a certificate from SIGNER_NAME (projected `podCertificate`), trust from the ClusterTrustBundle;
+# "secret" (the default): the workload's Secret and the trust-bundle ConfigMap.
+MODE_ANNOTATION = f"{DOMAIN}/mode"
+MODE_SECRET = "secret"  # noqa: S105 - a mode's name, not a password
+MODE_POD_CERTIFICATE = "pod-certificate"
+MODES = (MODE_SECRET, MODE_POD_CERTIFICATE)
 
 
 def default_secret_name(workload_name: str) -> str:

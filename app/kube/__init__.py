@@ -17,6 +17,8 @@ from app.kube.api import (
     ObjectList,
     Resource,
     WatchEvent,
+    cluster_trust_bundles,
+    pod_certificate_requests,
 )
 from app.kube.config import ClusterConfig, api_client, find_cluster, own_namespace
 from app.kube.errors import (
@@ -61,6 +63,8 @@ __all__ = [
     "Unavailable",
     "WatchEvent",
     "api_client",
+    "cluster_trust_bundles",
     "find_cluster",
     "own_namespace",
+    "pod_certificate_requests",
 ]

@@ -19,7 +19,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from app.kube.errors import KubeError, Unavailable, error_for
+from app.kube.errors import KubeError, NotFound, Unavailable, error_for
 
 Obj = dict[str, Any]
 # One call must not hang a pass: the API answers reads in milliseconds; 30 s covers a slow apiserver.
@@ -57,6 +57,18 @@ VALIDATING_WEBHOOKS = Resource(
 )
 
 
+CERTIFICATES_GROUP = "certificates.k8s.io"
+
+
+def pod_certificate_requests(version: str) -> Resource:
+    """PodCertificateRequests in `version` of certificates.k8s.io (v1 from 1.37, v1beta1 on 1.35/1.36)."""
+    return Resource("PodCertificateRequest", f"/apis/{CERTIFICATES_GROUP}/{version}", "podcertificaterequests")
+
+
+def cluster_trust_bundles(version: str) -> Resource:
+    return Resource("ClusterTrustBundle", f"/apis/{CERTIFICATES_GROUP}/{version}", "clustertrustbundles", False)
+
+
 @dataclass(frozen=True)
 class ObjectList:
     items: list[Obj]
@@ -84,11 +96,13 @@ class KubeApi:
         return self._json("get", "GET", resource.path(namespace, name))
 
     def list_objects(
-        self, resource: Resource, *, namespace: str | None = None, label_selector: str | None = None
+        self, resource: Resource, *, namespace: str | None = None, label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> ObjectList:
         items: list[Obj] = []
         query: list[tuple[str, str]] = [("limit", str(PAGE_SIZE))]
         query += [("labelSelector", label_selector)] if label_selector else []
+        query += [("fieldSelector", field_selector)] if field_selector else []
         token = ""
         while True:
             paging = [("continue", token)] if token else []
@@ -109,6 +123,22 @@ class KubeApi:
             raise ValueError("replace needs metadata.resourceVersion: an unconditional update could overwrite")
         return self._json("update", "PUT", resource.path(meta.get("namespace"), meta["name"]), body=body)
 
+    def replace_status(self, resource: Resource, body: Obj) -> Obj:
+        """PUT to the status subresource, with the same resourceVersion precondition as `replace`."""
+        meta = body["metadata"]
+        if not meta.get("resourceVersion"):
+            raise ValueError("replace_status needs metadata.resourceVersion: an unconditional update could overwrite")
+        return self._json("update", "PUT", resource.path(meta.get("namespace"), meta["name"]) + "/status", body=body)
+
+    def served_resources(self, group: str, version: str) -> set[str] | None:
+        """The resource names (plurals, and `x/status` subresources) a group-version serves; None when the
+        server does not serve that group-version at all (discovery answers 404)."""
+        try:
+            doc = self._json("get", "GET", f"/apis/{group}/{version}")
+        except NotFound:
+            return None
+        return {str(r.get("name")) for r in doc.get("resources") or [] if isinstance(r, dict)}
+
     def delete(
         self, resource: Resource, name: str, *, namespace: str | None = None, resource_version: str = ""
     ) -> None:
@@ -125,12 +155,14 @@ class KubeApi:
         resource_version: str,
         namespace: str | None = None,
         label_selector: str | None = None,
+        field_selector: str | None = None,
         timeout_seconds: int = 300,
     ) -> Iterator[WatchEvent]:
         """Events after `resource_version` until the server ends the watch; Gone when it is too old."""
         query = [("watch", "true"), ("resourceVersion", resource_version), ("allowWatchBookmarks", "true"),
                  ("timeoutSeconds", str(timeout_seconds))]
         query += [("labelSelector", label_selector)] if label_selector else []
+        query += [("fieldSelector", field_selector)] if field_selector else []
         # The read timeout outlives the server-side timeout so a healthy watch is never cut by us.
         response = self._call("watch", "GET", resource.path(namespace), query=query, timeout=(10, timeout_seconds + 30))
         return _events(response.response)

@@ -29,6 +29,7 @@ from app.kube import (
     KubeError,
     LeaderElector,
     Resource,
+    pod_certificate_requests,
 )
 from app.kube.lease import RETRY_PERIOD
 from app.reconcile.ownership import MANAGED_BY_LABEL, MANAGER
@@ -82,6 +83,7 @@ class Controller:
         for resource, selector in WATCHED:
             threading.Thread(target=self._watch, args=(resource, selector, wake, stop), daemon=True,
                              name=f"watch-{resource.plural}").start()
+        self._watch_pod_certificates(wake, stop)
         if self.elector:
             # Renewal runs beside the passes: a long pass must not let the lease lapse.
             threading.Thread(target=self._lead, args=(self.elector, stop), daemon=True, name="lease").start()
@@ -121,14 +123,30 @@ class Controller:
                 self.heartbeat = time.monotonic()
             stop.wait(RETRY_PERIOD.total_seconds())
 
-    def _watch(self, resource: Resource, selector: str | None, wake: threading.Event, stop: threading.Event) -> None:
+    def _watch_pod_certificates(self, wake: threading.Event, stop: threading.Event) -> None:
+        """Requests to our signer wake a pass at once: their pod does not start until one is answered. The
+        API version is found at start; a cluster upgraded to serve it is picked up at the next restart."""
+        try:
+            version = self.reconciler.native.version()
+        except KubeError as e:
+            log.warning("pod certificate discovery failed; requests are answered at each resync",
+                        extra={"error": str(e)})
+            return
+        if version is not None:
+            threading.Thread(target=self._watch, args=(pod_certificate_requests(version), None, wake, stop),
+                             kwargs={"field_selector": f"spec.signerName={names.SIGNER_NAME}"}, daemon=True,
+                             name="watch-podcertificaterequests").start()
+
+    def _watch(self, resource: Resource, selector: str | None, wake: threading.Event, stop: threading.Event, *,
+               field_selector: str | None = None) -> None:
         version = ""
         while not stop.is_set():
             try:
                 if not version:
-                    version = self.api.list_objects(resource, label_selector=selector).resource_version
+                    version = self.api.list_objects(resource, label_selector=selector,
+                                                    field_selector=field_selector).resource_version
                 for event in self.api.watch(resource, resource_version=version, label_selector=selector,
-                                            timeout_seconds=self.watch_timeout_seconds):
+                                            field_selector=field_selector, timeout_seconds=self.watch_timeout_seconds):
                     version = event.object.get("metadata", {}).get("resourceVersion") or version
                     if event.type != "BOOKMARK":
                         wake.set()

@@ -32,7 +32,7 @@ from app.kube import (
     Unavailable,
 )
 from app.pki import CaSet, CertKey, bundle_certificates, load_user_ca, not_after
-from app.reconcile import events
+from app.reconcile import events, podcerts, signer
 from app.reconcile import ownership as own
 from app.reconcile.ca import CaPolicy, CaStep, CaUnusable, decide_ca
 from app.reconcile.discover import Target, discover, enabled_namespaces
@@ -72,6 +72,9 @@ class ReconcileSettings:
     ca: CaPolicy = field(default_factory=CaPolicy)
     user_ca_secret: str | None = None  # a kubernetes.io/tls Secret in `namespace` holding the user's CA
     webhook: WebhookSettings | None = None  # keep the webhook's own certificate and caBundle current
+    # Act as the pod-certificate signer and publish the ClusterTrustBundle: "auto" when the cluster serves
+    # the APIs (found by discovery), "off" never, "on" says so loudly in the log when it cannot.
+    pod_certificates: signer.PodCertificates = "auto"
 
 
 @dataclass
@@ -105,6 +108,7 @@ class Reconciler:
         self.may_write = may_write
         self.clock = clock
         self._told_waiting: set[str] = set()  # Secrets whose wait an Event already announced
+        self.native = signer.NativeApis(api, mode=settings.pod_certificates)
 
     def run_pass(self) -> PassReport:
         """Workloads, their CA and bundles, then the webhook's own certificate when configured."""
@@ -133,10 +137,15 @@ class Reconciler:
         return report
 
     def _pass(self, report: PassReport, now: datetime) -> None:
+        # Requests before pods: a request's pod was created before it, so it is in the pod list read next.
+        native = signer.observe(self.api, self.native)
         observed = read_cluster(self.api)
-        targets = discover(observed.workloads, observed.pods, enabled=observed.enabled,
-                           cluster_domain=self.settings.cluster_domain)
-        step = self._ensure_ca(observed, targets, now, report)
+        workloads, pods = observed.workloads, observed.pods
+        if native is not None:  # pod certificates served: workloads that asked for them get no Secret
+            workloads = [(k, w) for k, w in workloads if not wants_pod_certificates(_template(w))]
+            pods = [p for p in pods if not wants_pod_certificates(p)]
+        targets = discover(workloads, pods, enabled=observed.enabled, cluster_domain=self.settings.cluster_domain)
+        step = self._ensure_ca(observed, targets, now, report, native=native)
         self._ca_metrics(step.cas)
         if step.waiting:
             log.warning("no CA may sign yet: certificates that need one wait", extra={"reason": step.waiting})
@@ -144,10 +153,37 @@ class Reconciler:
         for item in plan(targets, observed, Signing.of(step.cas, now=now, waiting=step.waiting)):
             stored[item.key] = self._converge(item, observed.lookup(item), report, now)
         self._cert_metrics(stored)
+        if native is not None:
+            self._converge_native(native, step.cas, observed, report, now)
         if self.settings.webhook is not None:
             self.converge_webhook(self.settings.webhook, report, now)
 
-    def _ensure_ca(self, observed: Observed, targets: list[Target], now: datetime, report: PassReport) -> CaStep:
+    def _converge_native(self, native: signer.NativeView, cas: CaSet, observed: Observed, report: PassReport,
+                         now: datetime) -> None:
+        """Publish the CA set as the ClusterTrustBundle, then answer the pending pod certificate requests
+        (they wait, pending, while no CA may sign)."""
+        try:
+            report.writes["update" if native.bundle else "create"] += signer.publish(
+                self.api, native, cas, now=now, guard=self._guard)
+        except ValueError as e:  # a bundle of our name that is not ours
+            report.refused.append(str(e))
+        signing = cas.signer()
+        if signing is None:
+            return
+        pods = {(p["metadata"].get("namespace") or "", p["metadata"]["name"]): p for p in observed.pods}
+        outcome = signer.sign(self.api, native, signer=signing, pods=pods, enabled=observed.enabled, now=now,
+                              guard=self._guard, cluster_domain=self.settings.cluster_domain)
+        report.writes["update"] += outcome.writes
+        report.reasons["pod-certificate:issued"] += outcome.issued
+        report.reasons["pod-certificate:denied"] += outcome.denied
+        report.failed += outcome.failed
+
+    def _guard(self) -> None:
+        if not self.may_write():
+            raise NotLeader("lost the leader lease")
+
+    def _ensure_ca(self, observed: Observed, targets: list[Target], now: datetime, report: PassReport, *,
+                   native: signer.NativeView | None = None) -> CaStep:
         """The workloads' CA set, stepped on what this pass observed of bundles and leaves in use."""
         namespaces = bundle_namespaces(targets, observed.enabled)
         bundles = [bundle_certificates((observed.bundles.get(ns) or {}).get("data") or {}) for ns in namespaces]
@@ -157,6 +193,10 @@ class Reconciler:
         # A leaf Secret's ca.crt is a bundle too: a client may trust its peers through its own mount.
         bundles += [parsed_chain(secret_data(obj).get("ca.crt", b"")) for key, obj in observed.leaves.items()
                     if key in in_use]
+        if native is not None:  # the ClusterTrustBundle is a bundle in use; issued pod certificates are leaves
+            bundles.append(parsed_chain(str(((native.bundle or {}).get("spec") or {}).get("trustBundle") or "")
+                                        .encode()))
+            leaves += [parsed_chain(chain) for chain in podcerts.issued_chains(native.requests, now=now)]
         return self._step_ca(self.settings.ca, bundles=bundles, leaves=leaves, user_ca=self._user_ca(now), now=now,
                              report=report)
 
@@ -318,6 +358,16 @@ class Reconciler:
                     self.metrics.cert_expiry.labels(namespace, name).set(not_after(cert).timestamp())
                 except ValueError:
                     continue
+
+
+def wants_pod_certificates(obj: Obj) -> bool:
+    """A pod (or pod template) whose annotations ask for the pod-certificate mode."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return isinstance(annotations, dict) and annotations.get(names.MODE_ANNOTATION) == names.MODE_POD_CERTIFICATE
+
+
+def _template(workload: Obj) -> Obj:
+    return (workload.get("spec") or {}).get("template") or {}
 
 
 def read_cluster(api: KubeApi) -> Observed:

@@ -38,7 +38,8 @@ def settings_for(args: argparse.Namespace, *, resolv_conf: Path = RESOLV_CONF) -
     webhook = WebhookSettings(service=args.webhook_service, secret_name=args.webhook_secret,
                               configurations=configurations, cluster_domain=domain)
     return ReconcileSettings(namespace=namespace, cluster_domain=domain,
-                             user_ca_secret=args.ca_secret or None, webhook=webhook if configurations else None)
+                             user_ca_secret=args.ca_secret or None, webhook=webhook if configurations else None,
+                             pod_certificates=getattr(args, "pod_certificates", "auto"))
 
 
 def cluster_domain(flag: str | None, *, namespace: str, resolv_conf: Path = RESOLV_CONF) -> str:

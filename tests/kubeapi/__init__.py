@@ -41,7 +41,14 @@ class Emulator:
 
     def __init__(self, *, history: int = 10_000, namespaces: tuple[str, ...] = DEFAULT_NAMESPACES,
                  bookmark_interval: float = 1.0, now: Callable[[], datetime] | None = None,
-                 seed: int | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+                 seed: int | None = None, host: str = "127.0.0.1", port: int = 0,
+                 certificates: tuple[str, ...] = ()) -> None:
+        unknown = set(certificates) - set(resources.OPTIONAL_VERSIONS)
+        if unknown:
+            raise ValueError(f"certificates.k8s.io versions must be among {resources.OPTIONAL_VERSIONS}: {unknown}")
+        # The certificates.k8s.io versions of PodCertificateRequest and ClusterTrustBundle served: ("v1",)
+        # is a 1.37 cluster, ("v1beta1",) a 1.35/1.36 one with the beta enabled, () an older one.
+        self.certificates = tuple(certificates)
         self.store = Store(history=history, namespaces=namespaces, now=now, seed=seed)
         self.faults = Faults()
         self.bookmark_interval = bookmark_interval
@@ -131,7 +138,7 @@ class Emulator:
     def open_watches(self, resource: str | None = None) -> int:
         """Watches being served now (of one resource, by plural or qualified name): a test can wait for the
         code under test to be watching before it changes something."""
-        return self.store.open_watches(_by_name(resource) if resource else None)
+        return self.store.open_watches(self.resource(resource) if resource else None)
 
     def compact(self) -> None:
         """Forget the event history: a watch from any earlier resourceVersion gets 410 Expired."""
@@ -171,14 +178,24 @@ class Emulator:
     def get(self, resource: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         """The stored object (with kind/apiVersion), or None."""
         try:
-            return _full(self.store.get(_by_name(resource), namespace, name))
+            return _full(self.store.get(self.resource(resource), namespace, name))
         except ApiError:
             return None
 
     def objects(self, resource: str, namespace: str | None = None) -> list[dict[str, Any]]:
         """Every stored object of a resource (plural or qualified name), optionally in one namespace."""
-        found = [_full(s) for s in self.store.objects(_by_name(resource))]
+        found = [_full(s) for s in self.store.objects(self.resource(resource))]
         return [o for o in found if namespace is None or o["metadata"].get("namespace") == namespace]
+
+
+    def resource(self, resource: str) -> Resource:
+        """A resource by plural or qualified name, in the version this emulator serves."""
+        rows = [r for r in resources.RESOURCES if resources.served(r, self.certificates)]
+        for res in rows:
+            if resource == res.qualified or (resource == res.plural and not res.group) or (
+                    resource == res.plural and sum(r.plural == resource for r in rows) == 1):
+                return res
+        raise ValueError(f"unknown resource {resource!r}")
 
 
 def _full(stored: Any) -> dict[str, Any]:
@@ -193,14 +210,6 @@ def _resource_of(obj: dict[str, Any]) -> Resource:
     if not found:
         raise ValueError(f"the emulator does not serve {api_version} {kind}")
     return found[0]
-
-
-def _by_name(resource: str) -> Resource:
-    for res in resources.RESOURCES:
-        if resource == res.qualified or (resource == res.plural and not res.group) or (
-                resource == res.plural and sum(r.plural == resource for r in resources.RESOURCES) == 1):
-            return res
-    raise ValueError(f"unknown resource {resource!r}")
 
 
 @contextmanager

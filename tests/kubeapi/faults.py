@@ -119,10 +119,14 @@ class Faults:
         return (rule.verb in ("*", verb) and rule.resource in ("*", *names_of(res))
                 and rule.name in (None, name) and rule.namespace in (None, namespace))
 
-    def record(self, verb: str, res: Resource, namespace: str | None, name: str | None, code: int) -> None:
+    def record(self, verb: str, res: Resource, namespace: str | None, name: str | None, code: int,
+               *, subresource: str | None = None) -> None:
+        """Log a request; a subresource is logged as RBAC names it: ``podcertificaterequests/status.<group>``."""
+        qualified = res.qualified if not subresource else (
+            f"{res.plural}/{subresource}" + (f".{res.group}" if res.group else ""))
         with self._lock:
-            self.log.append(Request(verb, res.qualified, namespace, name, code))
-            self.counts[(verb, res.qualified)] += 1
+            self.log.append(Request(verb, qualified, namespace, name, code))
+            self.counts[(verb, qualified)] += 1
 
     def calls(self, verb: str | None = None, resource: str | None = None) -> int:
         """How many requests were served, optionally only of a verb and/or resource (plural or qualified)."""

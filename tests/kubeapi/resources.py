@@ -97,7 +97,19 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("batch", "v1", "jobs", "Job", namespaced=True, status_subresource=True),
     Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
              namespaced=False, status_subresource=True, short_names=("crd",)),
+    *(row for version in ("v1", "v1beta1") for row in (
+        Resource("certificates.k8s.io", version, "podcertificaterequests", "PodCertificateRequest",
+                 namespaced=True, status_subresource=True,
+                 field_labels=("spec.signerName", "spec.podName", "spec.nodeName")),
+        Resource("certificates.k8s.io", version, "clustertrustbundles", "ClusterTrustBundle", namespaced=False,
+                 field_labels=("spec.signerName",)),
+    )),
 )
+# Pod certificates and ClusterTrustBundles: certificates.k8s.io/v1 from Kubernetes 1.37, v1beta1 on 1.35
+# and 1.36 with the beta enabled. An emulator serves the versions it is told to (none by default, like
+# the 1.33 it reports), so a test chooses which cluster it is talking to.
+OPTIONAL_GROUP = "certificates.k8s.io"
+OPTIONAL_VERSIONS = ("v1", "v1beta1")
 
 _BY_PATH: dict[tuple[str, str, str], Resource] = {(r.group, r.version, r.plural): r for r in RESOURCES}
 NAMESPACES = _BY_PATH[("", "v1", "namespaces")]
@@ -114,31 +126,41 @@ def lookup_qualified(name: str) -> Resource:
     return _BY_QUALIFIED[name]
 
 
-def group_versions() -> list[tuple[str, str]]:
+def served(res: Resource, certificates: tuple[str, ...]) -> bool:
+    """Whether an emulator serving these certificates.k8s.io versions serves ``res`` at all."""
+    return res.group != OPTIONAL_GROUP or res.version in certificates
+
+
+def group_versions(certificates: tuple[str, ...] = ()) -> list[tuple[str, str]]:
     """Every (group, version) served, in table order, without duplicates."""
-    return list(dict.fromkeys((r.group, r.version) for r in RESOURCES))
+    return list(dict.fromkeys((r.group, r.version) for r in RESOURCES if served(r, certificates)))
 
 
-def resource_list(group: str, version: str) -> dict[str, Any] | None:
+def resource_list(group: str, version: str, certificates: tuple[str, ...] = ()) -> dict[str, Any] | None:
     """The discovery document ``/api/v1`` or ``/apis/<group>/<version>`` (APIResourceList)."""
-    rows = [r for r in RESOURCES if (r.group, r.version) == (group, version)]
+    rows = [r for r in RESOURCES if (r.group, r.version) == (group, version) and served(r, certificates)]
     if not rows:
         return None
     verbs = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
     return {
         "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": rows[0].api_version,
         "resources": [
-            {"name": r.plural, "singularName": r.kind.lower(), "namespaced": r.namespaced, "kind": r.kind,
-             "verbs": verbs, **({"shortNames": list(r.short_names)} if r.short_names else {})}
+            row
             for r in rows
+            for row in (
+                {"name": r.plural, "singularName": r.kind.lower(), "namespaced": r.namespaced, "kind": r.kind,
+                 "verbs": verbs, **({"shortNames": list(r.short_names)} if r.short_names else {})},
+                *([{"name": f"{r.plural}/status", "singularName": "", "namespaced": r.namespaced, "kind": r.kind,
+                    "verbs": ["get", "patch", "update"]}] if r.status_subresource else []),
+            )
         ],
     }
 
 
-def api_group_list() -> dict[str, Any]:
+def api_group_list(certificates: tuple[str, ...] = ()) -> dict[str, Any]:
     """The discovery document ``/apis`` (APIGroupList) for every non-core group."""
     groups: dict[str, list[str]] = {}
-    for group, version in group_versions():
+    for group, version in group_versions(certificates):
         if group:
             groups.setdefault(group, []).append(version)
     return {

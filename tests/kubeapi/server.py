@@ -139,6 +139,8 @@ class Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         body = self._body()
         r = route(url.path)
+        if r is not None and not resources.served(r.res, emulator.certificates):
+            r = None  # a kind this cluster's version does not serve: 404 like any unknown path
         if r is None:
             self._unrouted(method, url.path, body)
             return
@@ -160,7 +162,7 @@ class Handler(BaseHTTPRequestHandler):
             code, payload = 500, orjson.dumps(errors.injected(500, f"emulator error: {exc!r}").status())
         name = orjson.loads(payload)["metadata"]["name"] if verb == "create" and code < 300 else r.name
         # Logged before the answer goes out: a client that has its answer finds the request in the log.
-        emulator.faults.record(verb, r.res, r.namespace, name, code)
+        emulator.faults.record(verb, r.res, r.namespace, name, code, subresource=r.subresource)
         self._send(code, payload, retry_after=code == 429)
 
     def _body(self) -> Any:
@@ -307,7 +309,9 @@ class Handler(BaseHTTPRequestHandler):
             except ApiError as exc:
                 self._send(exc.code, orjson.dumps(exc.status()))
             return
-        doc = discovery(path.rstrip("/") or "/", host=self.server.emulator.url.removeprefix("http://"))
+        emulator = self.server.emulator
+        doc = discovery(path.rstrip("/") or "/", host=emulator.url.removeprefix("http://"),
+                        certificates=emulator.certificates)
         if doc is None or method != "GET":
             status = ApiError(404, "NotFound", "the server could not find the requested resource").status()
             self._send(404, orjson.dumps(status))
@@ -363,21 +367,24 @@ def _page(items: list[Stored], query: dict[str, str]) -> tuple[list[Stored], str
     return items[start:start + limit], f"{last.get('namespace', '')}/{last['name']}", len(items) - start - limit
 
 
-def discovery(path: str, *, host: str) -> dict[str, Any] | None:
+def discovery(path: str, *, host: str, certificates: tuple[str, ...] = ()) -> dict[str, Any] | None:
     if path == "/api":
         return {"kind": "APIVersions", "versions": ["v1"],
                 "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": host}]}
     if path == "/apis":
-        return resources.api_group_list()
+        return resources.api_group_list(certificates)
     if path == "/version":
-        return {"major": "1", "minor": "33", "gitVersion": "v1.33.0-kubeapi-emulator", "gitCommit": "",
+        # The release that first served what is served: certificates.k8s.io/v1 pod certificates came in
+        # 1.37, the v1beta1 ones in 1.35; without them the emulator is the 1.33 it has always been.
+        minor = "37" if "v1" in certificates else "35" if certificates else "33"
+        return {"major": "1", "minor": minor, "gitVersion": f"v1.{minor}.0-kubeapi-emulator", "gitCommit": "",
                 "gitTreeState": "clean", "buildDate": "2025-04-23T00:00:00Z", "goVersion": "none",
                 "compiler": "none", "platform": "linux/amd64"}
     parts = path.strip("/").split("/")
     if parts[0] == "api" and len(parts) == 2:
-        return resources.resource_list("", parts[1])
+        return resources.resource_list("", parts[1], certificates)
     if parts[0] == "apis" and len(parts) == 3:
-        return resources.resource_list(parts[1], parts[2])
+        return resources.resource_list(parts[1], parts[2], certificates)
     return None
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from tests.kubeapi import errors, patches, validation
+from tests.kubeapi import certificates, errors, patches, validation
 from tests.kubeapi.resources import NAMESPACES, RESOURCES, Resource
 from tests.kubeapi.selectors import Matcher
 
@@ -151,7 +151,7 @@ class Store:
             if meta["name"] in self._objects[res].get(namespace or "", {}):
                 raise errors.already_exists(res, meta["name"])
             self._prepare_create(res, obj)
-            _check(res, obj, None)
+            _check(res, obj, None, now=self._now())
             return self._stage(obj, res) if dry_run else self._commit(res, obj, None, "ADDED")
 
     def update(self, res: Resource, namespace: str | None, name: str, body: Any, *, dry_run: bool = False,
@@ -299,7 +299,7 @@ class Store:
         if res.uses_generation and obj.get("spec") != old.obj.get("spec"):
             meta["generation"] = old_meta.get("generation", 0) + 1
         _normalize(res, obj)
-        _check(res, obj, old.obj)
+        _check(res, obj, old.obj, now=self._now())
         if obj == old.obj or dry_run:
             return old if obj == old.obj else self._stage(obj, res)
         return self._commit(res, obj, old, "MODIFIED")
@@ -374,6 +374,7 @@ def _normalize(res: Resource, obj: dict[str, Any]) -> None:
         name = obj["metadata"]["name"]
         obj["metadata"]["labels"] = {**(obj["metadata"].get("labels") or {}), "kubernetes.io/metadata.name": name}
         obj.setdefault("spec", {"finalizers": ["kubernetes"]})
+    certificates.default(res.plural, obj)
     if (res.group, res.plural) == ("", "secrets"):
         strings = obj.pop("stringData", None) or {}
         encoded = {k: base64.b64encode(str(v).encode()).decode() for k, v in strings.items()}
@@ -393,8 +394,10 @@ def _check_base64(data: dict[str, Any]) -> None:
                                      f"data in data[{key}]") from None
 
 
-def _check(res: Resource, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+def _check(res: Resource, obj: dict[str, Any], old: dict[str, Any] | None, *, now: datetime) -> None:
     causes = validation.validate(res, obj, old)
+    if res.group == "certificates.k8s.io":
+        causes += certificates.validate(res.plural, obj, old, now=now)
     if causes:
         raise errors.invalid(res, obj["metadata"].get("name", ""), causes)
 

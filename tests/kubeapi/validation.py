@@ -37,6 +37,9 @@ def _invalid(field: str, value: Any, detail: str) -> Cause:
 
 
 def check_name(res: Resource, name: str) -> list[Cause]:
+    if res.plural == "clustertrustbundles":  # `<signer with / as :>:<suffix>`: a path segment, checked in
+        return [] if name and "/" not in name and "%" not in name and name not in (".", "..") else [  # certificates.py
+            _invalid("metadata.name", name, "may not contain '/' or '%', nor be '.' or '..'")]
     if res.plural == "namespaces":
         pattern, limit, what = _LABEL, 63, "a lowercase RFC 1123 label"
     elif res.plural == "services":
