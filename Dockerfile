@@ -1,11 +1,16 @@
 # syntax=docker/dockerfile:1
 # tls-injector: the webhook server, reconciler and bootstrap in one image.
 #
-# Two stages: the builder turns pyproject.toml into a wheel and installs it with its dependencies into
-# a virtualenv; the final stage copies only that virtualenv onto a fresh slim base, so no compiler,
+# Two stages: the builder installs the hash-locked dependencies and a wheel built from pyproject.toml
+# into a virtualenv; the final stage copies only that virtualenv onto a fresh slim base, so no compiler,
 # pip cache, build backend or source tree ships.
+#
+# Everything is pinned: the base by version tag and digest (a tag alone can be re-pointed), every
+# dependency and the build backend by version and hash (requirements.lock, requirements-build.lock;
+# `pip --require-hashes` refuses any file whose hash is not listed). To move to a newer base, take the
+# digest of the new tag from the registry (`docker buildx imagetools inspect python:<tag>`).
 
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG PYTHON_IMAGE=python:3.11.15-slim-bookworm@sha256:d29f48a31a8b408ed19272ca1e7b10ebae13b240a27e862d3d4217c528e2e0c3
 
 FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -14,10 +19,17 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 WORKDIR /src
 # The venv lives at the path it will have in the final image: its scripts' shebangs point there.
 RUN python -m venv /opt/tls-injector
+# Dependencies first, in their own layer: a change to app/ alone reuses it.
+COPY requirements.lock requirements-build.lock ./
+RUN /opt/tls-injector/bin/pip install --require-hashes --no-deps -r requirements.lock \
+ && python -m pip install --require-hashes --no-deps -r requirements-build.lock
 COPY pyproject.toml README.md ./
 COPY app ./app
-RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
- && /opt/tls-injector/bin/pip install /wheels/*.whl \
+# --no-build-isolation: build with the hash-locked backend just installed, not one fetched unpinned;
+# --no-deps: the dependencies are the locked ones above, never resolved again.
+RUN python -m pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . \
+ && /opt/tls-injector/bin/pip install --no-deps /wheels/*.whl \
+ && /opt/tls-injector/bin/pip check \
  && /opt/tls-injector/bin/pip uninstall --yes pip
 
 FROM ${PYTHON_IMAGE}
@@ -30,6 +42,7 @@ COPY --from=builder /opt/tls-injector /opt/tls-injector
 # Numeric, so Kubernetes' runAsNonRoot can verify it without an /etc/passwd entry; the manifests use
 # the same 65532.
 USER 65532:65532
-EXPOSE 8443
+# 8443: the webhook (HTTPS); 8080: the reconciler's /metrics and /healthz (plain HTTP).
+EXPOSE 8443 8080
 ENTRYPOINT ["tls-injector"]
 CMD ["serve"]

@@ -6,7 +6,9 @@ Kept to the standard library so it runs on a fresh clone with nothing but Python
     python3.11 tools/dev.py test [pytest args...]    # lint + types + import contracts + tests
     python3.11 tools/dev.py bench [bench args...]    # benchmarks (see README.md, "Benchmarks")
 
-The environment lives in .venv and is reinstalled only when pyproject.toml changes.
+The environment lives in .venv and is reinstalled only when pyproject.toml or requirements.lock changes.
+The runtime dependencies are installed at the versions requirements.lock pins, the ones the image
+gets, so the suite tests what ships.
 """
 
 from __future__ import annotations
@@ -24,8 +26,20 @@ BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 STAMP = VENV / ".installed-from"
 
 
+LOCK = ROOT / "requirements.lock"
+
+
 def _fingerprint() -> str:
-    return hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    return hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + LOCK.read_bytes()).hexdigest()
+
+
+def _constraints() -> Path:
+    """requirements.lock without its hashes: pip treats any hash as "hash everything", which an editable
+    install cannot satisfy, so the versions alone constrain the environment."""
+    pins = [line.split()[0] for line in LOCK.read_text().splitlines() if "==" in line and not line.startswith("#")]
+    path = VENV / "constraints.txt"
+    path.write_text("\n".join(pins) + "\n")
+    return path
 
 
 def ensure_venv() -> None:
@@ -36,7 +50,7 @@ def ensure_venv() -> None:
         return
     print("installing tls-injector and its dev dependencies into .venv", file=sys.stderr)
     pip = [str(BIN / "python"), "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "install", "-e", f"{ROOT}[dev]"], check=True)
+    subprocess.run([*pip, "install", "-e", f"{ROOT}[dev]", "-c", str(_constraints())], check=True)
     STAMP.write_text(_fingerprint())
 
 

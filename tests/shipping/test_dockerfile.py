@@ -1,13 +1,20 @@
-"""The Dockerfile: hadolint-clean, multi-stage, non-root, and it runs the entry point pyproject declares."""
+"""The Dockerfile: hadolint-clean, multi-stage, non-root, pinned to the byte (base digest, hash-locked
+dependencies), and it runs the entry point pyproject declares."""
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
 import tomllib
+from importlib import metadata
 from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from tests.shipping.support import ROOT, installed, of_kind
 
@@ -61,7 +68,7 @@ def test_hadolint_is_really_consulted_and_flags_a_bad_dockerfile(tmp_path: Path)
     assert "DL3007" in result.stdout  # "latest" tag
 
 
-def test_the_build_has_a_builder_and_a_final_stage_on_a_pinned_python_3_11_slim_base() -> None:
+def test_the_build_has_a_builder_and_a_final_stage_on_a_python_3_11_slim_base_pinned_by_digest() -> None:
     text = DOCKERFILE.read_text()
     args = dict(a.split("=", 1) for w, a in instructions(text) if w == "ARG" and "=" in a)
     groups = stages(text)
@@ -70,9 +77,8 @@ def test_the_build_has_a_builder_and_a_final_stage_on_a_pinned_python_3_11_slim_
         image = group[0][1].split()[0]
         for name, value in args.items():
             image = image.replace("${" + name + "}", value)
-        assert image.startswith("python:3.11-slim"), image
-        assert ":" in image
-        assert not image.endswith(":latest")
+        # A version tag for people, the digest for the builder: a tag can be re-pointed, a digest cannot.
+        assert re.fullmatch(r"python:3\.11\.\d+-slim-[a-z]+@sha256:[0-9a-f]{64}", image), image
 
 
 def test_the_final_stage_runs_as_the_numeric_non_root_user_the_manifests_expect() -> None:
@@ -105,12 +111,19 @@ def test_the_final_stage_copies_only_the_virtualenv_and_has_no_build_step_or_hea
     assert all(c[0] == "--from=builder" for c in copies)
 
 
-def test_the_builder_installs_a_wheel_built_from_pyproject_and_removes_pip_from_the_venv() -> None:
-    builder = " ".join(a for w, a in stages(DOCKERFILE.read_text())[0] if w in ("COPY", "RUN"))
-    assert "pyproject.toml" in builder
-    assert "pip wheel" in builder
-    assert "pip install /wheels/" in builder
-    assert "pip uninstall --yes pip" in builder
+def test_the_builder_installs_only_hash_locked_dependencies_then_the_wheel_without_resolving_again() -> None:
+    runs = [a for w, a in stages(DOCKERFILE.read_text())[0] if w == "RUN"]
+    commands = [c.strip() for run in runs for c in run.split("&&")]
+    installs = [c for c in commands if " install " in f" {c} "]
+    locked = [c for c in installs if " -r " in c]
+    assert {shlex.split(c)[-1] for c in locked} == {"requirements.lock", "requirements-build.lock"}
+    assert all("--require-hashes" in c for c in locked)
+    # Everything else installs only the wheel built here, with no dependency resolution (no unpinned fetch).
+    assert [c for c in installs if c not in locked] == ["/opt/tls-injector/bin/pip install --no-deps /wheels/*.whl"]
+    wheel = next(c for c in commands if "pip wheel" in c)
+    assert "--no-build-isolation" in wheel, "an isolated build would fetch an unpinned build backend"
+    assert "--no-deps" in wheel
+    assert "/opt/tls-injector/bin/pip uninstall --yes pip" in commands
 
 
 def test_the_docker_context_excludes_everything_but_the_package_sources() -> None:
@@ -118,4 +131,73 @@ def test_the_docker_context_excludes_everything_but_the_package_sources() -> Non
              if line.strip() and not line.startswith("#")]
     assert lines[0] == "*"
     allowed = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
-    assert allowed == {"pyproject.toml", "README.md", "app"}
+    assert allowed == {"pyproject.toml", "README.md", "app", "requirements.lock", "requirements-build.lock"}
+
+
+def _locked(path: Path) -> dict[str, tuple[str, list[str]]]:
+    """name -> (version, hashes) of a `pip --require-hashes` file (continuation lines joined)."""
+    entries: dict[str, tuple[str, list[str]]] = {}
+    text = "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("#"))
+    for entry in text.replace("\\\n", " ").splitlines():
+        if not entry.strip():
+            continue
+        requirement, *options = entry.split()
+        name, _, version = requirement.partition("==")
+        entries[canonicalize_name(name)] = (version, [o.removeprefix("--hash=sha256:") for o in options])
+    return entries
+
+
+@pytest.mark.parametrize("lock", ["requirements.lock", "requirements-build.lock"])
+def test_every_locked_requirement_is_one_exact_version_with_sha256_hashes(lock: str) -> None:
+    entries = _locked(ROOT / lock)
+    assert entries
+    for name, (version, hashes) in entries.items():
+        assert re.fullmatch(r"[0-9][0-9A-Za-z.+!-]*", version), f"{name}: not pinned to one version"
+        assert hashes, f"{name}: no hash"
+        assert all(re.fullmatch(r"[0-9a-f]{64}", h) for h in hashes), name
+
+
+def _covers(lock: str, requirements: list[str]) -> None:
+    entries = _locked(ROOT / lock)
+    for text in requirements:
+        requirement = Requirement(text)
+        name = canonicalize_name(requirement.name)
+        assert name in entries, f"{requirement.name} is missing from {lock}: regenerate it (see its header)"
+        assert requirement.specifier.contains(entries[name][0], prereleases=True), (
+            f"{lock} pins {name}=={entries[name][0]}, outside pyproject's {requirement.specifier}")
+
+
+def test_the_runtime_lock_covers_every_dependency_of_pyproject_within_its_range() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    _covers("requirements.lock", project["dependencies"])
+    # The extras' own dependencies too: uvicorn[standard] brings uvloop, httptools, websockets, ...
+    extras = [r for r in project["dependencies"] if Requirement(r).extras]
+    assert extras
+    installed = {canonicalize_name(Requirement(r).name) for r in project["dependencies"]}
+    for text in extras:
+        requirement = Requirement(text)
+        for dependency in metadata.requires(requirement.name) or []:
+            wanted = Requirement(dependency)
+            markers = [{"extra": extra, "sys_platform": "linux", "platform_system": "Linux",
+                        "platform_python_implementation": "CPython", "implementation_name": "cpython",
+                        "python_version": "3.11", "python_full_version": "3.11.15", "platform_machine": "x86_64"}
+                       for extra in requirement.extras]
+            if wanted.marker is None or any(wanted.marker.evaluate(m) for m in markers):
+                installed.add(canonicalize_name(wanted.name))
+    assert installed <= set(_locked(ROOT / "requirements.lock"))
+
+
+def test_the_build_lock_covers_the_build_backend_pyproject_declares() -> None:
+    build = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+    _covers("requirements-build.lock", build)
+
+
+def test_the_runtime_lock_is_what_the_tests_run_with() -> None:
+    """The versions the suite just ran against are the image's: a newer release in the test environment
+    than in the lock means the lock is stale (regenerate it, see its header)."""
+    for name, (version, _) in _locked(ROOT / "requirements.lock").items():
+        try:
+            installed = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue  # a platform-specific dependency this environment does not need
+        assert installed == version, f"tests run {name} {installed}, the image gets {version}"
