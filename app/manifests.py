@@ -27,19 +27,16 @@ from ruamel.yaml.events import DocumentEndEvent, DocumentStartEvent
 from ruamel.yaml.scalarbool import ScalarBoolean
 
 from app.injection import (
-    TEMPLATE_KINDS,
+    TEMPLATE_PATHS,
     InjectionOptions,
     InjectionRefused,
+    cronjob_pins,
     names,
     patch_ops,
     plan_injection,
-    template_workload_name,
+    template_workload,
 )
 
-# Where each kind keeps the pod template its controller stamps pods from.
-_TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {kind: ("spec", "template") for kind in TEMPLATE_KINDS}
-_TEMPLATE_PATHS["CronJob"] = ("spec", "jobTemplate", "spec", "template")
-_TEMPLATE_PATHS["Pod"] = ()
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 # kubectl never nests Lists; a few levels cover hand-made ones, and the bound stops a crafted one.
 MAX_LIST_DEPTH = 4
@@ -139,22 +136,24 @@ def _inject_node(document: Any, run: _Run, *, depth: int) -> bool:
             raise ManifestError(f"a List nested more than {MAX_LIST_DEPTH} deep")
         changed = [_inject_node(item, run, depth=depth + 1) for item in document["items"]]
         return any(changed)
-    return kind in _TEMPLATE_PATHS and _inject_workload(document, kind, run)
+    return kind in TEMPLATE_PATHS and _inject_workload(document, kind, run)
 
 
 def _inject_workload(document: Mapping[str, Any], kind: str, run: _Run) -> bool:
     name = str((document.get("metadata") or {}).get("name") or "")
-    template = _template(document, _TEMPLATE_PATHS[kind])
+    template = _template(document, TEMPLATE_PATHS[kind])
     if template is None:
         return False
     plain = _plain(template, budget=[MAX_TEMPLATE_NODES], where=f"{kind} {name!r}")
     if not _selected(plain, run.include_unlabelled):
         return False
-    workload = None if kind == "Pod" else template_workload_name(kind, name, plain.get("metadata") or {})
+    metadata = _dict(plain.get("metadata"))
+    # A CronJob's pods belong to one Job per run, so the template is pinned to the CronJob's Secret
+    # and services exactly as /mutate pins each run's Job when it is created.
+    pins = cronjob_pins(name, _dict(metadata.get("annotations"))) if kind == "CronJob" else {}
     try:
-        # A CronJob's pods belong to Jobs named after each run, so the Secret is pinned in the template.
-        plan = plan_injection(plain, options=run.options, ca_fingerprints=run.cas, workload=workload,
-                              pin_secret_name=kind == "CronJob")
+        plan = plan_injection(plain, options=run.options, ca_fingerprints=run.cas,
+                              workload=template_workload(kind, name, metadata), pins=pins)
     except InjectionRefused as refusal:
         raise ManifestError(f"{kind} {name!r}: {refusal}") from None
     run.warnings.extend(f"{kind} {name!r}: {warning}" for warning in plan.warnings)
@@ -194,6 +193,10 @@ def _scalar(node: Any) -> Any:
     # ruamel's scalar subclasses (quoted strings, hex ints, ...) as the plain values they stand for.
     plain = next((t for t in (str, int, float) if isinstance(node, t)), str)
     return plain(node)
+
+
+def _dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _selected(template: Mapping[str, Any], include_unlabelled: bool) -> bool:

@@ -10,7 +10,15 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from app.injection import InjectionOptions, InjectionRefused, Plan, patch_ops, plan_injection, pointer
+from app.injection import (
+    InjectionOptions,
+    InjectionRefused,
+    Plan,
+    patch_ops,
+    plan_injection,
+    pointer,
+    template_workload,
+)
 from app.injection.names import (
     CERT_PATH_ANNOTATION,
     CONTAINERS_ANNOTATION,
@@ -71,7 +79,7 @@ def test_missing_lists_and_maps_are_created_whole_rather_than_added_under() -> N
     pod = make_pod(initContainers=[{"name": "init", "image": "busybox"},
                                    {"name": "proxy", "image": "envoy", "restartPolicy": "Always"}])
     del pod["metadata"]  # as in a manifest's pod template, whose workload the caller names
-    ops, result, _ = inject(pod, workload="web")
+    ops, result, _ = inject(pod, workload=template_workload("Deployment", "web", {}))
     assert [(op["op"], op["path"]) for op in ops] == [
         ("add", "/spec/volumes"),
         ("add", "/spec/initContainers/0/volumeMounts"),
@@ -213,11 +221,11 @@ def test_the_secret_name_annotation_names_the_secret() -> None:
     assert result["spec"]["volumes"][0]["secret"] == {"secretName": "shared-tls"}
 
 
-def test_pinning_writes_the_secret_name_only_when_the_pod_does_not_name_one() -> None:
-    _, result, _ = inject(make_pod(), workload="nightly", pin_secret_name=True)
-    assert result["metadata"]["annotations"][SECRET_NAME_ANNOTATION] == "nightly-tls"
-    _, named, _ = inject(make_pod(annotations={SECRET_NAME_ANNOTATION: "own-tls"}), pin_secret_name=True)
-    assert named["metadata"]["annotations"][SECRET_NAME_ANNOTATION] == "own-tls"
+def test_pins_are_written_as_given_beside_the_record() -> None:
+    pins = {SECRET_NAME_ANNOTATION: "nightly-tls", "tls-injector.io/service-names": "nightly"}
+    _, result, _ = inject(make_pod(), workload=template_workload("CronJob", "nightly", {}), pins=pins)
+    assert result["metadata"]["annotations"].items() >= pins.items()
+    assert record(result)["secret"] == "nightly-tls"
 
 
 @pytest.mark.parametrize(

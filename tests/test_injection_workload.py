@@ -1,63 +1,110 @@
-"""The workload name behind a pod's default Secret, derived the way users expect for each owner."""
+"""The one naming: the workload, Secret and services behind a pod or a pod template, for every shape."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import jsonpatch
 import pytest
 
-from app.injection import template_workload_name, workload_name
+from app.injection import cronjob_pins, pod_workload, template_workload
+from app.injection.jobs import job_pin_ops
+
+SECRET = "tls-injector.io/secret-name"
+SERVICES = "tls-injector.io/service-names"
 
 
-def owned(kind: str, name: str, *, controller: bool = True, **labels: str) -> dict[str, Any]:
-    owner = {"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": "u", "controller": controller}
+def owned(kind: str, name: str, *, controller: bool = True, api_version: str = "apps/v1",
+          **labels: str) -> dict[str, Any]:
+    owner = {"apiVersion": api_version, "kind": kind, "name": name, "uid": "u", "controller": controller}
     return {"generateName": f"{name}-", "labels": labels, "ownerReferences": [owner]}
 
 
 @pytest.mark.parametrize(
-    ("metadata", "expected"),
+    ("metadata", "kind", "secret"),
     [
-        pytest.param(owned("ReplicaSet", "web-7d4b9c8f6d", **{"pod-template-hash": "7d4b9c8f6d"}), "web",
-                     id="a Deployment's pod drops its ReplicaSet's template hash"),
+        pytest.param(owned("ReplicaSet", "web-7d4b9c8f6d", **{"pod-template-hash": "7d4b9c8f6d"}),
+                     "Deployment", "web-tls", id="a Deployment's pod drops its ReplicaSet's template hash"),
         pytest.param(owned("ReplicaSet", "my-web-app-7d4b9c8f6d", **{"pod-template-hash": "7d4b9c8f6d"}),
-                     "my-web-app", id="dashes inside the Deployment name are kept"),
-        pytest.param(owned("ReplicaSet", "frontend"), "frontend",
+                     "Deployment", "my-web-app-tls", id="dashes inside the Deployment name are kept"),
+        pytest.param(owned("ReplicaSet", "frontend"), "ReplicaSet", "frontend-tls",
                      id="a bare ReplicaSet without a template hash is the workload itself"),
-        pytest.param(owned("ReplicaSet", "frontend", **{"pod-template-hash": "abc"}), "frontend",
+        pytest.param(owned("ReplicaSet", "frontend", **{"pod-template-hash": "abc"}), "ReplicaSet", "frontend-tls",
                      id="a hash label that is not the name's suffix strips nothing"),
-        pytest.param(owned("StatefulSet", "db"), "db", id="a StatefulSet's pod takes the owner's name"),
-        pytest.param(owned("DaemonSet", "agent"), "agent", id="a DaemonSet's pod takes the owner's name"),
-        pytest.param(owned("Job", "migrate"), "migrate", id="a Job's pod takes the owner's name"),
+        pytest.param(owned("StatefulSet", "db"), "StatefulSet", "db-tls", id="a StatefulSet's pod"),
+        pytest.param(owned("DaemonSet", "agent"), "DaemonSet", "agent-tls", id="a DaemonSet's pod"),
+        pytest.param(owned("Job", "backup-20261122", api_version="batch/v1"), "Job", "backup-20261122-tls",
+                     id="a Job's pod keeps a digits suffix: only the CronJob's pin names a CronJob"),
+        pytest.param(owned("Cluster", "pg-main", api_version="postgres.example.com/v1"), "Cluster", "pg-main-tls",
+                     id="a pod of a controller the injector does not know takes its owner's name"),
         pytest.param({"name": "debug", "ownerReferences": [{"kind": "ReplicaSet", "name": "rs", "controller": False}]},
-                     "debug", id="a non-controller owner does not count"),
-        pytest.param({"name": "debug"}, "debug", id="a bare pod is its own workload"),
-        pytest.param({"generateName": "runner-"}, "runner", id="a bare generated pod takes its generateName stem"),
-        pytest.param({"generateName": "runner-", "name": "runner-x7k2p"}, "runner",
+                     "Pod", "debug-tls", id="a non-controller owner does not count"),
+        pytest.param({"name": "debug"}, "Pod", "debug-tls", id="a bare pod is its own workload"),
+        pytest.param({"generateName": "dbg-"}, "Pod", "dbg-tls", id="a bare generated pod takes its stem"),
+        pytest.param({"generateName": "dbg-", "name": "dbg-x7k2p"}, "Pod", "dbg-tls",
                      id="the stem wins once the apiserver has generated the name, so both orders agree"),
-        pytest.param({}, "", id="a pod with no name at all has no workload"),
+        pytest.param({}, "Pod", "", id="a pod with no name at all has no Secret"),
+        pytest.param({"annotations": {SECRET: " shared-tls "}}, "Pod", "shared-tls",
+                     id="the annotation names the Secret even without a name"),
+        pytest.param({"name": 7, "generateName": ["x"], "labels": "y", "ownerReferences": {"a": 1}}, "Pod", "",
+                     id="values of the wrong JSON type count as absent"),
     ],
 )
-def test_workload_name(metadata: dict[str, Any], expected: str) -> None:
-    assert workload_name(metadata) == expected
+def test_a_pod_names_its_workload_and_secret(metadata: dict[str, Any], kind: str, secret: str) -> None:
+    workload = pod_workload(metadata)
+    assert (workload.kind, workload.secret_name) == (kind, secret)
+    assert workload.service_names == ((workload.name,) if workload.name else ())
 
 
-@pytest.mark.parametrize(
-    ("kind", "template_labels", "expected"),
-    [
-        ("Deployment", {"app": "web"}, "web"),
-        ("StatefulSet", {}, "web"),
-        ("DaemonSet", {}, "web"),
-        ("Job", {}, "web"),
-        ("CronJob", {}, "web"),
-        ("ReplicaSet", {}, "web"),
-    ],
-)
-def test_a_template_names_the_same_workload_its_pods_will(
-    kind: str, template_labels: dict[str, str], expected: str
-) -> None:
-    assert template_workload_name(kind, "web", {"labels": template_labels}) == expected
+@pytest.mark.parametrize("kind", ["Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob", "ReplicaSet"])
+def test_a_template_names_its_own_object(kind: str) -> None:
+    workload = template_workload(kind, "web", {"labels": {"app": "web"}})
+    assert (workload.kind, workload.name, workload.secret_name, workload.service_names) == (
+        kind, "web", "web-tls", ("web",))
 
 
 def test_a_deployments_replicaset_in_a_manifest_names_the_deployment_as_its_pods_will() -> None:
-    template = {"labels": {"pod-template-hash": "5f6b7c"}}
-    assert template_workload_name("ReplicaSet", "web-5f6b7c", template) == "web"
+    workload = template_workload("ReplicaSet", "web-5f6b7c", {"labels": {"pod-template-hash": "5f6b7c"}})
+    assert (workload.kind, workload.secret_name) == ("Deployment", "web-tls")
+
+
+def test_annotations_choose_the_secret_and_the_sorted_unique_services() -> None:
+    workload = template_workload("StatefulSet", "db", {"annotations": {SECRET: "db-certs", SERVICES: "b, a,,b "}})
+    assert (workload.secret_name, workload.service_names) == ("db-certs", ("a", "b"))
+
+
+def test_a_cronjob_pins_only_what_its_template_does_not_set() -> None:
+    assert cronjob_pins("nightly", {}) == {SECRET: "nightly-tls", SERVICES: "nightly"}
+    assert cronjob_pins("nightly", {SECRET: "mine", SERVICES: " "}) == {SERVICES: "nightly"}
+
+
+def cron_job(template_metadata: object, *, owner_kind: str = "CronJob") -> dict[str, Any]:
+    owner = {"apiVersion": "batch/v1", "kind": owner_kind, "name": "nightly", "uid": "u", "controller": True}
+    template: dict[str, Any] = {"spec": {"containers": []}}
+    if template_metadata is not None:
+        template["metadata"] = template_metadata
+    return {"metadata": {"name": "nightly-29400000", "ownerReferences": [owner]}, "spec": {"template": template}}
+
+
+@pytest.mark.parametrize("template_metadata", [None, {}, {"labels": {"tls-injector.io/inject": "true"}},
+                                               {"annotations": {"x": "y"}}, {"annotations": {SERVICES: "api"}}])
+def test_a_cronjob_run_is_pinned_to_the_cronjobs_secret_and_pinning_again_changes_nothing(
+    template_metadata: object
+) -> None:
+    job = cron_job(template_metadata)
+    pinned = jsonpatch.apply_patch(job, job_pin_ops(job))
+    pod = {**pinned["spec"]["template"]["metadata"], "ownerReferences": job["metadata"]["ownerReferences"]}
+    pod["ownerReferences"] = [{**pod["ownerReferences"][0], "kind": "Job", "name": "nightly-29400000"}]
+    assert pod_workload(pod).secret_name == "nightly-tls" == template_workload("CronJob", "nightly", {}).secret_name
+    assert job_pin_ops(pinned) == []
+
+
+@pytest.mark.parametrize("job", [
+    cron_job({}, owner_kind="Workflow"),
+    cron_job({"labels": {"tls-injector.io/inject": "false"}}),
+    cron_job({"annotations": "not a map"}),
+    {"metadata": {"name": "bare"}, "spec": {"template": {}}},
+    {"metadata": "x", "spec": []},
+])
+def test_other_jobs_are_not_pinned(job: dict[str, Any]) -> None:
+    assert job_pin_ops(job) == []

@@ -4,19 +4,33 @@ from app.injection.choices import InjectionOptions, InjectionRefused
 from app.injection.mutate import FingerprintSource, make_mutate_handler, no_fingerprints
 from app.injection.patch import patch_ops, pointer
 from app.injection.plan import Plan, plan_injection
-from app.injection.workload import TEMPLATE_KINDS, template_workload_name, workload_name
+from app.injection.workload import (
+    TEMPLATE_KINDS,
+    TEMPLATE_PATHS,
+    Workload,
+    controller_of,
+    cronjob_pins,
+    pod_workload,
+    template_of,
+    template_workload,
+)
 
 __all__ = [
     "TEMPLATE_KINDS",
+    "TEMPLATE_PATHS",
     "FingerprintSource",
     "InjectionOptions",
     "InjectionRefused",
     "Plan",
+    "Workload",
+    "controller_of",
+    "cronjob_pins",
     "make_mutate_handler",
     "no_fingerprints",
     "patch_ops",
     "plan_injection",
+    "pod_workload",
     "pointer",
-    "template_workload_name",
-    "workload_name",
+    "template_of",
+    "template_workload",
 ]

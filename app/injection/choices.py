@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.injection import names
+from app.injection.workload import Workload
 
 # DNS-1123 subdomain, what the apiserver requires of a Secret name (RFC 1123 labels, at most 253 chars).
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -49,7 +50,7 @@ class Choices:
     env: tuple[str, ...]
 
 
-def read_choices(workload: str, annotations: Mapping[str, Any], options: InjectionOptions) -> Choices:
+def read_choices(workload: Workload, annotations: Mapping[str, Any], options: InjectionOptions) -> Choices:
     cert_path = _mount_path(annotations, names.CERT_PATH_ANNOTATION, options.cert_mount_path)
     trust_path = _mount_path(annotations, names.TRUST_PATH_ANNOTATION, options.trust_mount_path)
     if _nested(cert_path, trust_path):
@@ -58,7 +59,7 @@ def read_choices(workload: str, annotations: Mapping[str, Any], options: Injecti
             f"not inside one another (see {names.CERT_PATH_ANNOTATION} and {names.TRUST_PATH_ANNOTATION})"
         )
     return Choices(
-        secret_name=_secret_name(workload, annotations),
+        secret_name=_secret_name(workload),
         cert_path=cert_path,
         trust_path=trust_path,
         containers=_containers(annotations),
@@ -66,14 +67,13 @@ def read_choices(workload: str, annotations: Mapping[str, Any], options: Injecti
     )
 
 
-def _secret_name(workload: str, annotations: Mapping[str, Any]) -> str:
-    if not workload and not _text(annotations, names.SECRET_NAME_ANNOTATION):
+def _secret_name(workload: Workload) -> str:
+    secret = workload.secret_name
+    if not secret:
         raise InjectionRefused(
             f"cannot tell which workload this pod belongs to (no owner, name or generateName); "
             f"set the {names.SECRET_NAME_ANNOTATION} annotation"
         )
-    # The same rule as names.secret_name, which the reconciler uses, on annotations of any value type.
-    secret = _text(annotations, names.SECRET_NAME_ANNOTATION) or names.default_secret_name(workload)
     if len(secret) > _MAX_SUBDOMAIN or not _SUBDOMAIN.fullmatch(secret):
         raise InjectionRefused(
             f"{shown(secret)} is not a valid Secret name (lower-case DNS subdomain); set {names.SECRET_NAME_ANNOTATION}"

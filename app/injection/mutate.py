@@ -1,4 +1,5 @@
-"""The /mutate handler: Pod CREATE in, the injection's JSON Patch out.
+"""The /mutate handler: Pod CREATE in, the injection's JSON Patch out; Job CREATE of a CronJob's run in,
+the pin of the CronJob's Secret out (see jobs.py).
 
 No side effects and no Kubernetes API calls, so a dry-run gets exactly the patch a real request would.
 The CA fingerprints for the record come from a callable (the reconciler keeps them current); the
@@ -15,6 +16,7 @@ from collections.abc import Callable, Sequence
 from app.admission import AdmissionRequest, AdmissionResponse, Handler, allowed, denied, patched
 from app.injection import names
 from app.injection.choices import InjectionOptions, InjectionRefused
+from app.injection.jobs import job_pin_ops
 from app.injection.patch import patch_ops
 from app.injection.plan import plan_injection
 
@@ -30,7 +32,9 @@ def make_mutate_handler(options: InjectionOptions, *, ca_fingerprints: Fingerpri
 
     def mutate(request: AdmissionRequest) -> AdmissionResponse:
         pod = request.object
-        if not _is_pod_create(request) or pod is None or _opted_out(pod):
+        if _is_create(request, "batch", "Job") and pod is not None:
+            return patched(request.uid, job_pin_ops(pod))
+        if not _is_create(request, "", "Pod") or pod is None or _opted_out(pod):
             return allowed(request.uid)
         try:
             plan = plan_injection(pod, options=options, ca_fingerprints=ca_fingerprints())
@@ -42,12 +46,11 @@ def make_mutate_handler(options: InjectionOptions, *, ca_fingerprints: Fingerpri
     return mutate
 
 
-def _is_pod_create(request: AdmissionRequest) -> bool:
-    kind = request.kind
+def _is_create(request: AdmissionRequest, group: str, kind: str) -> bool:
     return (
         request.operation == "CREATE"
-        and kind["group"] == "" and kind["kind"] == "Pod"
-        and not request.raw.get("subResource")  # pods/binding, pods/eviction: not a pod being created
+        and request.kind["group"] == group and request.kind["kind"] == kind
+        and not request.raw.get("subResource")  # pods/binding, pods/eviction: not an object being created
     )
 
 

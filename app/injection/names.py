@@ -27,21 +27,6 @@ MODE_POD_CERTIFICATE = "pod-certificate"
 MODES = (MODE_SECRET, MODE_POD_CERTIFICATE)
 
 
-def default_secret_name(workload_name: str) -> str:
-    return f"{workload_name}-tls"
-
-
-def secret_name(workload_name: str, annotations: dict[str, str] | None) -> str:
-    """The workload's certificate Secret: the annotation when set, else `<workload name>-tls`."""
-    return ((annotations or {}).get(SECRET_NAME_ANNOTATION) or "").strip() or default_secret_name(workload_name)
-
-
-def service_names(workload_name: str, annotations: dict[str, str] | None) -> list[str]:
-    """Services the certificate is for (its SANs): the comma list annotation, else the workload name."""
-    raw = (annotations or {}).get(SERVICE_NAMES_ANNOTATION) or ""
-    names = sorted({part.strip() for part in raw.split(",") if part.strip()})
-    return names or [workload_name]
-
 # Per-pod choices (annotations on the Pod or its template), read by the mutating webhook only.
 CERT_PATH_ANNOTATION = f"{DOMAIN}/cert-mount-path"
 TRUST_PATH_ANNOTATION = f"{DOMAIN}/trust-mount-path"

@@ -25,7 +25,7 @@ import orjson
 
 from app.injection import names
 from app.injection.choices import Choices, InjectionOptions, InjectionRefused, read_choices, shown
-from app.injection.workload import workload_name
+from app.injection.workload import Workload, pod_workload
 
 ContainerField = Literal["initContainers", "containers"]
 # Init containers first: that is the order the kubelet starts them in, and the order the record lists.
@@ -72,20 +72,20 @@ def plan_injection(
     *,
     options: InjectionOptions,
     ca_fingerprints: Iterable[str] = (),
-    workload: str | None = None,
-    pin_secret_name: bool = False,
+    workload: Workload | None = None,
+    pins: Mapping[str, str] | None = None,
 ) -> Plan:
     """Plan the injection into `pod`; raise InjectionRefused when it cannot be done safely.
 
-    `workload` overrides the name derived from the pod (offline templates have no owner yet);
-    `pin_secret_name` records the chosen Secret in the pod's annotations when they do not name one.
+    `workload` replaces the one derived from the pod (an offline template has no owner yet); `pins` are
+    annotations to add where the pod does not set them (a CronJob template's, see workload.cronjob_pins).
     """
     metadata = _map(pod, "metadata", "metadata")
     annotations = _map(metadata, "annotations", "metadata.annotations")
     spec = pod.get("spec")
     if not isinstance(spec, dict):
         raise InjectionRefused("the pod has no spec")
-    choices = read_choices(workload_name(metadata) if workload is None else workload, annotations, options)
+    choices = read_choices(pod_workload(metadata) if workload is None else workload, annotations, options)
     (cert, trust), new_volumes = _volumes(spec, choices, options)
     env = tuple({"name": var, "value": f"{choices.trust_path}/{names.BUNDLE_KEY}"} for var in choices.env)
     targets = _targets(spec, choices.containers)
@@ -93,7 +93,7 @@ def plan_injection(
     changes = [_change(t, (_mount(cert, choices.cert_path), _mount(trust, choices.trust_path)), env, warnings)
                for t in targets]
     record = _record(choices, options, [t.name for t in targets], ca_fingerprints)
-    wanted_annotations = _wanted_annotations(choices, record, annotations, pin_secret_name)
+    wanted_annotations = {**(pins or {}), names.INJECTED_ANNOTATION: record}
     return Plan(
         secret_name=choices.secret_name,
         record=record,
@@ -234,14 +234,6 @@ def _record(choices: Choices, options: InjectionOptions, containers: list[str], 
         "cas": sorted(set(cas)),
     }
     return orjson.dumps(record, option=orjson.OPT_SORT_KEYS).decode()
-
-
-def _wanted_annotations(choices: Choices, record: str, current: Mapping[str, Any], pin: bool) -> dict[str, str]:
-    wanted = {names.INJECTED_ANNOTATION: record}
-    current_secret = current.get(names.SECRET_NAME_ANNOTATION)
-    if pin and not (isinstance(current_secret, str) and current_secret.strip()):
-        wanted[names.SECRET_NAME_ANNOTATION] = choices.secret_name
-    return wanted
 
 
 def _annotation_changes(current: Mapping[str, Any], wanted: Mapping[str, str]) -> tuple[AnnotationChange, ...]:

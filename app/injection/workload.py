@@ -1,62 +1,127 @@
-"""Which workload a pod belongs to, named the way that workload's owner knows it.
+"""One naming for the whole chain: which workload a pod or a pod template belongs to, and the Secret and
+service names that workload gets.
 
-The default certificate Secret is `<workload name>-tls`, so every pod of a workload must derive the same
-name: a Deployment's pods from their ReplicaSet (minus the template hash), a StatefulSet's, DaemonSet's
-or Job's pods from the owner itself, and a bare pod from its own name.
+`/mutate` (a Pod), `inject` (a manifest's pod template) and the reconciler (listed workloads and pods)
+all call this module and nothing else derives a name, so the Secret a pod mounts is the Secret the
+reconciler issues, whatever made the pod. The shapes and the reason for each are in docs/injection.md:
+
+- a Deployment's pod (owner ReplicaSet `<d>-<hash>`, label `pod-template-hash: <hash>`) -> `<d>`;
+- a StatefulSet's, DaemonSet's, Job's, bare ReplicaSet's pod, or one of any other controller -> the owner;
+- a CronJob run's pod: the run's Job is pinned to the CronJob's names at its creation (`cronjob_pins`),
+  so the pod's own annotations name `<cronjob>-tls`; nothing else on the pod names the CronJob;
+- a bare pod -> its generateName stem, else its name.
+
+Pure: plain dicts in (as the apiserver sends them, so any value may have any JSON type), names out.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from app.injection.names import POD_TEMPLATE_HASH_LABEL
+from app.injection.names import POD_TEMPLATE_HASH_LABEL, SECRET_NAME_ANNOTATION, SERVICE_NAMES_ANNOTATION
 
-# Kinds whose pods take the workload name straight from the template's owning object in a manifest.
-# A Deployment's pods belong to a ReplicaSet `<deployment>-<hash>`; stripping the hash gives the
-# Deployment's name back, so offline the Deployment's own name is the answer.
-TEMPLATE_KINDS: frozenset[str] = frozenset({"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob"})
+# Where each kind keeps the template its controller stamps pods from; a Pod is its own template.
+TEMPLATE_PATHS: Mapping[str, tuple[str, ...]] = {
+    "Deployment": ("spec", "template"),
+    "StatefulSet": ("spec", "template"),
+    "DaemonSet": ("spec", "template"),
+    "ReplicaSet": ("spec", "template"),
+    "Job": ("spec", "template"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template"),
+    "Pod": (),
+}
+TEMPLATE_KINDS: frozenset[str] = frozenset(TEMPLATE_PATHS) - {"Pod"}
 
 
-def workload_name(metadata: Mapping[str, Any]) -> str:
-    """The workload of a pod with this metadata; "" when the pod has no name of any kind."""
-    owner = _controller(metadata.get("ownerReferences"))
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """The object whose pods share one Secret, and what that Secret is for."""
+
+    kind: str  # "Pod" for a bare pod; "Deployment" for a ReplicaSet's pods with a matching template hash
+    name: str  # "" when nothing names the workload (then only the annotation can name the Secret)
+    secret_name: str  # "" when neither the annotation nor a workload name gives one
+    service_names: tuple[str, ...]  # the certificate's services (its SANs): sorted, never empty if name is set
+
+
+def pod_workload(metadata: Mapping[str, Any]) -> Workload:
+    """The workload of a Pod with this metadata, as `/mutate` sees it and the reconciler lists it."""
+    owner = controller_of(metadata)
     if owner is not None:
-        return _owner_workload(owner, _labels(metadata))
-    # Prefer the generateName stem: the apiserver may or may not have filled `name` in by the time
-    # admission runs, and both orders must give the same Secret.
-    stem = _stem(metadata.get("generateName"))
-    name = metadata.get("name")
-    return stem or (name if isinstance(name, str) else "")
+        kind, name = _owned(str(owner.get("kind") or ""), owner["name"], _map(metadata, "labels"))
+    else:
+        # Prefer the generateName stem: the apiserver may or may not have filled `name` in by the time
+        # admission runs, and both orders must give the same Secret.
+        kind, name = "Pod", _stem(metadata.get("generateName")) or _text(metadata, "name")
+    return _workload(kind, name, _map(metadata, "annotations"))
 
 
-def template_workload_name(kind: str, name: str, template_metadata: Mapping[str, Any]) -> str:
-    """The workload name the webhook will derive for pods created from this object's pod template."""
-    if kind in {"Deployment", "CronJob"}:
-        return name
-    owned = {**template_metadata, "ownerReferences": [{"kind": kind, "name": name, "controller": True}]}
-    return workload_name(owned)
+def template_workload(kind: str, name: str, template_metadata: Mapping[str, Any]) -> Workload:
+    """The workload of a `kind` object called `name` whose pod template has this metadata: the same
+    Secret and services `pod_workload` derives for every pod the object's controller will create."""
+    annotations = _map(template_metadata, "annotations")
+    if kind == "Pod":
+        return pod_workload(template_metadata)
+    if kind == "CronJob":
+        annotations = {**annotations, **cronjob_pins(name, annotations)}
+    workload_kind, workload_name = _owned(kind, name, _map(template_metadata, "labels"))
+    return _workload(workload_kind, workload_name, annotations)
 
 
-def _controller(references: object) -> Mapping[str, Any] | None:
+def cronjob_pins(cronjob: str, template_annotations: Mapping[str, Any]) -> dict[str, str]:
+    """Annotations to add to the pod template of a Job the CronJob `cronjob` creates, so every run's pods
+    name the CronJob's Secret and services: a run's Job is `<cronjob>-<minutes>` and its pods carry
+    nothing else naming the CronJob (and a `-<digits>` suffix cannot be told from a Job's own name,
+    `backup-20261122`). Only what the template does not set already."""
+    pins = {SECRET_NAME_ANNOTATION: f"{cronjob}-tls", SERVICE_NAMES_ANNOTATION: cronjob}
+    return {key: value for key, value in pins.items() if not _text(template_annotations, key)}
+
+
+def controller_of(metadata: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The ownerReference with `controller: true` and a name (the API allows at most one), if any."""
+    references = metadata.get("ownerReferences")
     if not isinstance(references, list):
         return None
-    controllers = [r for r in references if isinstance(r, dict) and r.get("controller") is True]
-    owner = controllers[0] if controllers else None
-    return owner if owner is not None and isinstance(owner.get("name"), str) and owner["name"] else None
+    for reference in references:
+        if isinstance(reference, dict) and reference.get("controller") is True:
+            name = reference.get("name")
+            return reference if isinstance(name, str) and name else None
+    return None
 
 
-def _owner_workload(owner: Mapping[str, Any], labels: Mapping[str, Any]) -> str:
-    name: str = owner["name"]
+def template_of(kind: str, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The pod template of an object of `kind` (the object itself for a Pod); None when it has none."""
+    node: Any = obj
+    for key in TEMPLATE_PATHS.get(kind, ("-",)):
+        node = node.get(key) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else None
+
+
+def _owned(kind: str, name: str, labels: Mapping[str, Any]) -> tuple[str, str]:
+    """The workload behind pods whose controller is `kind`/`name`: a Deployment's ReplicaSet is named
+    `<deployment>-<pod-template-hash>` and its pods carry the hash, so removing it names the Deployment."""
     template_hash = labels.get(POD_TEMPLATE_HASH_LABEL)
-    if owner.get("kind") == "ReplicaSet" and isinstance(template_hash, str) and template_hash:
-        return name.removesuffix(f"-{template_hash}")
-    return name
+    if kind == "ReplicaSet" and isinstance(template_hash, str) and template_hash and name.endswith(f"-{template_hash}"):
+        return "Deployment", name.removesuffix(f"-{template_hash}")
+    return kind, name
 
 
-def _labels(metadata: Mapping[str, Any]) -> Mapping[str, Any]:
-    labels = metadata.get("labels")
-    return labels if isinstance(labels, dict) else {}
+def _workload(kind: str, name: str, annotations: Mapping[str, Any]) -> Workload:
+    secret = _text(annotations, SECRET_NAME_ANNOTATION) or (f"{name}-tls" if name else "")
+    listed = {part.strip() for part in _text(annotations, SERVICE_NAMES_ANNOTATION).split(",") if part.strip()}
+    services = tuple(sorted(listed)) or ((name,) if name else ())
+    return Workload(kind, name, secret, services)
+
+
+def _map(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _text(obj: Mapping[str, Any], key: str) -> str:
+    value = obj.get(key)
+    return value.strip() if isinstance(value, str) else ""
 
 
 def _stem(generate_name: object) -> str:

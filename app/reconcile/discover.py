@@ -1,4 +1,15 @@
-"""Which workloads opted in, and what certificate each namespace needs. Pure: plain dicts in, targets out."""
+"""Which workloads opted in, and what certificate each namespace needs. Pure: plain dicts in, targets out.
+
+Every way pods are made is covered, with the Secret and service names of app/injection/workload.py (the
+naming `/mutate` and `inject` use, so the Secret a pod mounts is the one issued here):
+
+- listed kinds by their pod template: Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob. A
+  ReplicaSet run by a listed Deployment, or a Job run by a listed CronJob, is covered by its owner when
+  both name the same Secret (a CronJob's runs are pinned to it when created; a run created before that
+  pin existed keeps a Secret of its own, which its pods mount);
+- pods: a bare pod by itself, a pod whose controller is not a listed kind (any operator's CRD) grouped
+  under that controller; a pod of a listed kind is covered by that kind.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +18,22 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.injection import names
+from app.injection import Workload, controller_of, names, pod_workload, template_of, template_workload
 from app.pki import dns_names_for_services
 
 Obj = dict[str, Any]
+# The kinds the reconciler lists (group, kind) with their apiVersion; pods owned by one of them are
+# covered by that object's template, not by the pods.
+LISTED_KINDS: Mapping[str, str] = {
+    "Deployment": "apps/v1",
+    "StatefulSet": "apps/v1",
+    "DaemonSet": "apps/v1",
+    "ReplicaSet": "apps/v1",
+    "Job": "batch/v1",
+    "CronJob": "batch/v1",
+}
+# An object of the first kind run by one of the second is covered by its owner's template.
+COVERED_BY = {"ReplicaSet": "Deployment", "Job": "CronJob"}
 
 
 @dataclass(frozen=True, order=True)
@@ -33,6 +56,9 @@ class Target:
     secret_name: str
     dns_names: tuple[str, ...]
     workloads: tuple[WorkloadRef, ...]
+
+
+Wanted = dict[tuple[str, str], dict[WorkloadRef, tuple[str, ...]]]
 
 
 def opted_in(pod_labels: Mapping[str, str], *, namespace_enabled: bool) -> bool:
@@ -58,41 +84,89 @@ def discover(
     enabled: set[str],
     cluster_domain: str = names.DEFAULT_CLUSTER_DOMAIN,
 ) -> list[Target]:
-    """Targets for opted-in (kind, object) workloads and bare Pods; workloads sharing a Secret share it."""
-    wanted: dict[tuple[str, str], list[tuple[WorkloadRef, list[str]]]] = defaultdict(list)
-    for kind, obj in workloads:
-        _add(wanted, kind, obj, (obj.get("spec") or {}).get("template") or {}, enabled)
+    """Targets for opted-in (kind, object) workloads and pods; workloads sharing a Secret share it."""
+    listed = {(kind, _namespace(obj), obj["metadata"]["name"]): obj for kind, obj in workloads}
+    wanted: Wanted = defaultdict(dict)
+    for (kind, namespace, name), obj in listed.items():
+        template = template_of(kind, obj)
+        if template is None or not _opted_in(template, namespace, enabled):
+            continue
+        workload = template_workload(kind, name, _map(template, "metadata"))
+        if not _covered_by_owner(kind, obj, workload, listed):
+            ref = WorkloadRef(kind, namespace, name, obj["metadata"].get("uid") or "", LISTED_KINDS[kind])
+            _want(wanted, namespace, ref, workload)
     for pod in pods:
-        if not _controller(pod):
-            _add(wanted, "Pod", pod, pod, enabled)
+        namespace = _namespace(pod)
+        owner = controller_of(pod["metadata"])
+        if _listed_kind(owner) or not _opted_in(pod, namespace, enabled):
+            continue
+        _want(wanted, namespace, _pod_user(pod, namespace, owner), pod_workload(pod["metadata"]))
     return [_target(ns, secret, users, cluster_domain) for (ns, secret), users in sorted(wanted.items())]
 
 
-def _add(
-    wanted: dict[tuple[str, str], list[tuple[WorkloadRef, list[str]]]],
-    kind: str,
-    obj: Obj,
-    template: Obj,
-    enabled: set[str],
-) -> None:
-    meta = obj["metadata"]
-    pod_meta = template.get("metadata") or {}
-    namespace = meta.get("namespace") or "default"
-    if not opted_in(pod_meta.get("labels") or {}, namespace_enabled=namespace in enabled):
-        return
-    # The pod template's annotations win: they are what the webhook sees on the Pod it mutates.
-    annotations = {**(meta.get("annotations") or {}), **(pod_meta.get("annotations") or {})}
-    ref = WorkloadRef(kind, namespace, meta["name"], meta.get("uid") or "", "v1" if kind == "Pod" else "apps/v1")
-    secret = names.secret_name(ref.name, annotations)
-    wanted[namespace, secret].append((ref, names.service_names(ref.name, annotations)))
+def pod_may_need_a_secret(pod: Obj) -> bool:
+    """A pod whose Secret comes from the pod itself (bare, or an unlisted controller), unless opted out.
+    Cheap on purpose: it decides which of the cluster's pod events wake a pass."""
+    metadata = pod.get("metadata")
+    if not isinstance(metadata, dict):
+        return False
+    labels = _map(metadata, "labels")
+    return labels.get(names.INJECT_LABEL) != names.POD_OPT_OUT and not _listed_kind(controller_of(metadata))
 
 
-def _target(namespace: str, secret: str, users: list[tuple[WorkloadRef, list[str]]], domain: str) -> Target:
-    services = sorted({s for _, svc in users for s in svc})
+def _covered_by_owner(kind: str, obj: Obj, workload: Workload, listed: Mapping[tuple[str, str, str], Obj]) -> bool:
+    owner = controller_of(obj["metadata"])
+    owner_kind = COVERED_BY.get(kind)
+    if owner is None or owner_kind is None or not _listed_kind(owner) or owner.get("kind") != owner_kind:
+        return False
+    owner_obj = listed.get((owner_kind, _namespace(obj), owner["name"]))
+    template = template_of(owner_kind, owner_obj) if owner_obj is not None else None
+    if template is None:
+        return False  # the owner is gone (orphaned with --cascade=orphan): the object stands alone
+    return template_workload(owner_kind, owner["name"], _map(template, "metadata")).secret_name == workload.secret_name
+
+
+def _pod_user(pod: Obj, namespace: str, owner: Mapping[str, Any] | None) -> WorkloadRef:
+    """The object a pod's Secret is kept for: the pod itself when bare, else its (unlisted) controller."""
+    if owner is None:
+        meta = pod["metadata"]
+        return WorkloadRef("Pod", namespace, meta.get("name") or "", meta.get("uid") or "", "v1")
+    return WorkloadRef(str(owner.get("kind") or ""), namespace, owner["name"], str(owner.get("uid") or ""),
+                       str(owner.get("apiVersion") or ""))
+
+
+def _listed_kind(owner: Mapping[str, Any] | None) -> bool:
+    """An owner of a kind the reconciler lists; the group counts, as another group's `Job` is another kind."""
+    if owner is None:
+        return False
+    api_version = LISTED_KINDS.get(str(owner.get("kind") or ""))
+    return api_version is not None and _group(str(owner.get("apiVersion") or "")) == _group(api_version)
+
+
+def _group(api_version: str) -> str:
+    return api_version.rpartition("/")[0]
+
+
+def _opted_in(template: Obj, namespace: str, enabled: set[str]) -> bool:
+    labels = _map(_map(template, "metadata"), "labels")
+    return opted_in(labels, namespace_enabled=namespace in enabled)
+
+
+def _want(wanted: Wanted, namespace: str, ref: WorkloadRef, workload: Workload) -> None:
+    if workload.secret_name:
+        wanted[namespace, workload.secret_name][ref] = workload.service_names
+
+
+def _target(namespace: str, secret: str, users: Mapping[WorkloadRef, tuple[str, ...]], domain: str) -> Target:
+    services = sorted({s for svc in users.values() for s in svc})
     dns = dns_names_for_services(services, namespace, cluster_domain=domain)
-    return Target(namespace, secret, tuple(dns), tuple(sorted(ref for ref, _ in users)))
+    return Target(namespace, secret, tuple(dns), tuple(sorted(users)))
 
 
-def _controller(pod: Obj) -> bool:
-    """Pods run by a controller get their certificate through the controller's template, not by themselves."""
-    return any(ref.get("controller") for ref in pod["metadata"].get("ownerReferences") or [])
+def _namespace(obj: Obj) -> str:
+    return str(obj["metadata"].get("namespace") or "default")
+
+
+def _map(obj: Mapping[str, Any], key: str) -> Obj:
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}

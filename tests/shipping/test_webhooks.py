@@ -56,9 +56,9 @@ def _expression(expr: Obj, labels: dict[str, str]) -> bool:
 
 @pytest.mark.parametrize(("rendering", "validating"), [("manifests/base", 1), ("manifests/overlays/example", 1),
                                                       ("examples/sidecar-tls/overlay", 2)])
-def test_each_rendering_has_two_mutating_entries_and_its_validating_ones(rendering: str, validating: int) -> None:
+def test_each_rendering_has_four_mutating_entries_and_its_validating_ones(rendering: str, validating: int) -> None:
     kinds = [kind for kind, _ in _webhooks(rendering)]
-    assert kinds.count("MutatingWebhookConfiguration") == 2
+    assert kinds.count("MutatingWebhookConfiguration") == 4
     assert kinds.count("ValidatingWebhookConfiguration") == validating
 
 
@@ -102,14 +102,17 @@ def test_every_webhook_entry_calls_the_shipped_service_on_443_which_reaches_the_
     assert container_ports[port["targetPort"]] == 8443
 
 
-def _mutating() -> list[Obj]:
-    return [hook for kind, hook in _webhooks() if kind == "MutatingWebhookConfiguration"]
+def _mutating(resource: str = "pods") -> list[Obj]:
+    return [hook for kind, hook in _webhooks() if kind == "MutatingWebhookConfiguration"
+            and hook["rules"][0]["resources"] == [resource]]
 
 
-def test_the_mutating_entries_take_pod_create_only_and_allow_reinvocation() -> None:
-    for hook in _mutating():
-        assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                                  "resources": ["pods"], "scope": "Namespaced"}]
+@pytest.mark.parametrize(("group", "resource"), [("", "pods"), ("batch", "jobs")])
+def test_the_mutating_entries_take_pod_and_job_create_only_and_allow_reinvocation(group: str, resource: str) -> None:
+    assert len(_mutating(resource)) == 2
+    for hook in _mutating(resource):
+        assert hook["rules"] == [{"apiGroups": [group], "apiVersions": ["v1"], "operations": ["CREATE"],
+                                  "resources": [resource], "scope": "Namespaced"}]
         assert hook["reinvocationPolicy"] == "IfNeeded"
 
 
@@ -126,6 +129,35 @@ def test_a_pod_is_sent_to_the_mutating_webhook_once_exactly_when_it_opted_in(ns_
                 for h in _mutating())
     wanted = pod_label != POD_OPT_OUT if ns_label == NAMESPACE_OPT_IN else pod_label == POD_OPT_IN
     assert calls == int(wanted)
+
+
+def _job(template_labels: dict[str, str] | None, owner: str | None = "CronJob",
+         api_version: str = "batch/v1", *, controller: bool = True) -> Obj:
+    template: Obj = {"spec": {}} | ({"metadata": {"labels": template_labels}} if template_labels is not None else {})
+    references = [{"apiVersion": api_version, "kind": owner, "name": "nightly", "uid": "u"}
+                  | ({"controller": True} if controller else {})] if owner else []
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "nightly-29400000", "namespace": "shop"} | ({"ownerReferences": references}
+                                                                            if references else {}),
+            "spec": {"template": template}}
+
+
+@pytest.mark.parametrize(("ns_label", "pod_label"), list(itertools.product(NS_LABELS, [*POD_LABELS, "no-labels"])))
+@pytest.mark.parametrize("owner", [
+    ("CronJob", "batch/v1", True, True), ("CronJob", "batch/v1", False, False),
+    ("CronJob", "example.com/v1", True, False), ("Workflow", "example.com/v1", True, False), (None, "", True, False),
+], ids=["cronjob", "not-controller", "other-group", "other-kind", "no-owner"])
+def test_a_job_is_sent_once_exactly_when_a_cronjob_runs_it_and_its_template_opted_in(
+    ns_label: str | None, pod_label: str | None, owner: tuple[str | None, str, bool, bool]
+) -> None:
+    kind, api_version, controller, a_run = owner
+    ns_labels = {NAME_LABEL: "shop"} | ({INJECT_LABEL: ns_label} if ns_label else {})
+    labels = None if pod_label == "no-labels" else {"app": "web"} | ({INJECT_LABEL: pod_label} if pod_label else {})
+    job = _job(labels, kind, api_version, controller=controller)
+    calls = sum(matches(h["namespaceSelector"], ns_labels) and matches(h.get("objectSelector"), {})
+                and reaches_webhook({}, job, h) for h in _mutating("jobs"))
+    opted = pod_label != POD_OPT_OUT if ns_label == NAMESPACE_OPT_IN else pod_label == POD_OPT_IN
+    assert calls == int(a_run and opted)
 
 
 def _validating(name: str = "tls-transitions.workloads.tls-injector.io") -> Obj:
