@@ -136,7 +136,7 @@ def _inject_node(document: Any, run: _Run, *, depth: int) -> bool:
             raise ManifestError(f"a List nested more than {MAX_LIST_DEPTH} deep")
         changed = [_inject_node(item, run, depth=depth + 1) for item in document["items"]]
         return any(changed)
-    return kind in TEMPLATE_PATHS and _inject_workload(document, kind, run)
+    return isinstance(kind, str) and kind in TEMPLATE_PATHS and _inject_workload(document, kind, run)
 
 
 def _inject_workload(document: Mapping[str, Any], kind: str, run: _Run) -> bool:

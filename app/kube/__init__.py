@@ -2,13 +2,16 @@
 
 from app.kube.api import (
     CONFIG_MAPS,
+    CRON_JOBS,
     DAEMON_SETS,
     DEPLOYMENTS,
     EVENTS,
+    JOBS,
     LEASES,
     MUTATING_WEBHOOKS,
     NAMESPACES,
     PODS,
+    REPLICA_SETS,
     SECRETS,
     STATEFUL_SETS,
     VALIDATING_WEBHOOKS,
@@ -36,13 +39,16 @@ from app.kube.lease import LeaderElector
 
 __all__ = [
     "CONFIG_MAPS",
+    "CRON_JOBS",
     "DAEMON_SETS",
     "DEPLOYMENTS",
     "EVENTS",
+    "JOBS",
     "LEASES",
     "MUTATING_WEBHOOKS",
     "NAMESPACES",
     "PODS",
+    "REPLICA_SETS",
     "SECRETS",
     "STATEFUL_SETS",
     "VALIDATING_WEBHOOKS",

@@ -48,6 +48,9 @@ NAMESPACES = Resource("Namespace", "/api/v1", "namespaces", namespaced=False)
 DEPLOYMENTS = Resource("Deployment", "/apis/apps/v1", "deployments")
 STATEFUL_SETS = Resource("StatefulSet", "/apis/apps/v1", "statefulsets")
 DAEMON_SETS = Resource("DaemonSet", "/apis/apps/v1", "daemonsets")
+REPLICA_SETS = Resource("ReplicaSet", "/apis/apps/v1", "replicasets")
+JOBS = Resource("Job", "/apis/batch/v1", "jobs")
+CRON_JOBS = Resource("CronJob", "/apis/batch/v1", "cronjobs")
 LEASES = Resource("Lease", "/apis/coordination.k8s.io/v1", "leases")
 MUTATING_WEBHOOKS = Resource(
     "MutatingWebhookConfiguration", "/apis/admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations", False

@@ -1,9 +1,12 @@
 """The long-running loop: lead, watch, reconcile on change and at least every 10 minutes.
 
 Watches only what can change the plan: workloads (their pod templates cannot be selected server-side),
-opted-in Pods and Namespaces, and our own Secrets and ConfigMaps selected by the ownership label, so the
-process never holds every Secret of the cluster. Events only wake the loop; every pass re-reads, so a
-missed or reordered event costs nothing but latency, and the resync catches anything a watch dropped.
+Pods, opted-in Namespaces, and our own Secrets and ConfigMaps selected by the ownership label, so the
+process never holds every Secret of the cluster. Pods are watched whole, because a bare pod or a pod of
+an unknown controller in an opted-in namespace needs no label, but only those (not run by a listed
+kind, not opted out) wake a pass: the pods of Deployments and the like are covered by their templates.
+Events only wake the loop; every pass re-reads, so a missed or reordered event costs nothing but
+latency, and the resync catches anything a watch dropped.
 """
 
 from __future__ import annotations
@@ -11,17 +14,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from app.injection import names
 from app.kube import (
     CONFIG_MAPS,
+    CRON_JOBS,
     DAEMON_SETS,
     DEPLOYMENTS,
+    JOBS,
     NAMESPACES,
     PODS,
+    REPLICA_SETS,
     SECRETS,
     STATEFUL_SETS,
     Gone,
@@ -32,6 +38,7 @@ from app.kube import (
     pod_certificate_requests,
 )
 from app.kube.lease import RETRY_PERIOD
+from app.reconcile.discover import pod_may_need_a_secret
 from app.reconcile.ownership import MANAGED_BY_LABEL, MANAGER
 from app.reconcile.reconciler import PassReport, Reconciler
 
@@ -52,11 +59,16 @@ WATCHED: tuple[tuple[Resource, str | None], ...] = (
     (DEPLOYMENTS, None),
     (STATEFUL_SETS, None),
     (DAEMON_SETS, None),
+    (REPLICA_SETS, None),
+    (JOBS, None),
+    (CRON_JOBS, None),
     (NAMESPACES, f"{names.INJECT_LABEL}={names.NAMESPACE_OPT_IN}"),
-    (PODS, names.INJECT_LABEL),
+    (PODS, None),
     (SECRETS, f"{MANAGED_BY_LABEL}={MANAGER}"),
     (CONFIG_MAPS, f"{MANAGED_BY_LABEL}={MANAGER}"),
 )
+# Which events of a watched kind wake a pass (all, for the kinds not named here).
+WAKES: Mapping[str, Callable[[dict[str, object]], bool]] = {PODS.kind: pod_may_need_a_secret}
 
 
 @dataclass
@@ -148,7 +160,7 @@ class Controller:
                 for event in self.api.watch(resource, resource_version=version, label_selector=selector,
                                             field_selector=field_selector, timeout_seconds=self.watch_timeout_seconds):
                     version = event.object.get("metadata", {}).get("resourceVersion") or version
-                    if event.type != "BOOKMARK":
+                    if event.type != "BOOKMARK" and WAKES.get(resource.kind, _always)(event.object):
                         wake.set()
                     if stop.is_set():
                         return
@@ -175,3 +187,7 @@ def next_pass_delay(report: PassReport, *, now: datetime, resync_seconds: float)
     if report.next_ca_step is None:
         return resync_seconds
     return min(resync_seconds, max(RETRY_SECONDS, (report.next_ca_step - now).total_seconds()))
+
+
+def _always(_: dict[str, object]) -> bool:
+    return True

@@ -18,10 +18,13 @@ from typing import Any
 from app.injection import names
 from app.kube import (
     CONFIG_MAPS,
+    CRON_JOBS,
     DAEMON_SETS,
     DEPLOYMENTS,
+    JOBS,
     NAMESPACES,
     PODS,
+    REPLICA_SETS,
     SECRETS,
     STATEFUL_SETS,
     Conflict,
@@ -58,7 +61,10 @@ log = logging.getLogger("tls_injector.reconcile")
 MAX_ATTEMPTS = 3
 # Consecutive objects answered 5xx/unreachable before the pass gives up and waits for the retry.
 UNAVAILABLE_STREAK = 3
-WORKLOAD_KINDS = (("Deployment", DEPLOYMENTS), ("StatefulSet", STATEFUL_SETS), ("DaemonSet", DAEMON_SETS))
+# Every kind whose pod template discovery reads (discover.LISTED_KINDS); pods of other controllers are
+# found from the pods themselves.
+WORKLOAD_KINDS = (("Deployment", DEPLOYMENTS), ("StatefulSet", STATEFUL_SETS), ("DaemonSet", DAEMON_SETS),
+                  ("ReplicaSet", REPLICA_SETS), ("Job", JOBS), ("CronJob", CRON_JOBS))
 
 
 class NotLeader(Exception):

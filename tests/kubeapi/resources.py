@@ -73,6 +73,9 @@ RESOURCES: tuple[Resource, ...] = (
     _workload("statefulsets", "StatefulSet", "sts"),
     _workload("daemonsets", "DaemonSet", "ds"),
     _workload("replicasets", "ReplicaSet", "rs"),
+    Resource("batch", "v1", "jobs", "Job", namespaced=True, status_subresource=True, uses_generation=True),
+    Resource("batch", "v1", "cronjobs", "CronJob", namespaced=True, status_subresource=True, uses_generation=True,
+             short_names=("cj",)),
     Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True),
     Resource("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
              "MutatingWebhookConfiguration", namespaced=False),
@@ -94,7 +97,6 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", namespaced=True, short_names=("netpol",)),
     Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True,
              status_subresource=True, short_names=("pdb",)),
-    Resource("batch", "v1", "jobs", "Job", namespaced=True, status_subresource=True),
     Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
              namespaced=False, status_subresource=True, short_names=("crd",)),
     *(row for version in ("v1", "v1beta1") for row in (

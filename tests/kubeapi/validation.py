@@ -122,6 +122,25 @@ def _workload(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
     return causes
 
 
+def _job(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
+    # The apiserver generates a Job's selector and labels (manualSelector unset): only containers are required,
+    # and the pod template cannot change once the Job exists.
+    template = (obj.get("spec") or {}).get("template") or {}
+    causes = [] if (template.get("spec") or {}).get("containers") else [_required("spec.template.spec.containers")]
+    if old is not None and (old.get("spec") or {}).get("template") != template:
+        causes.append(_invalid("spec.template", "", "field is immutable"))
+    return causes
+
+
+def _cronjob(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
+    spec = obj.get("spec") or {}
+    template = ((spec.get("jobTemplate") or {}).get("spec") or {}).get("template") or {}
+    causes = [] if spec.get("schedule") else [_required("spec.schedule")]
+    if not (template.get("spec") or {}).get("containers"):
+        causes.append(_required("spec.jobTemplate.spec.template.spec.containers"))
+    return causes
+
+
 def _pod(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
     return [] if (obj.get("spec") or {}).get("containers") else [_required("spec.containers")]
 
@@ -168,6 +187,7 @@ _CHECKS: dict[tuple[str, str], Check] = {
     ("", "secrets"): _secret, ("", "configmaps"): _configmap, ("", "pods"): _pod, ("", "events"): _core_event,
     ("apps", "deployments"): _workload, ("apps", "statefulsets"): _workload, ("apps", "daemonsets"): _workload,
     ("apps", "replicasets"): _workload, ("events.k8s.io", "events"): _events_v1,
+    ("batch", "jobs"): _job, ("batch", "cronjobs"): _cronjob,
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): _webhooks,
     ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): _webhooks,
 }

@@ -10,9 +10,9 @@ from datetime import timedelta
 
 import pytest
 
-from app.kube import DEPLOYMENTS, KubeApi, LeaderElector
+from app.kube import CRON_JOBS, DEPLOYMENTS, PODS, KubeApi, LeaderElector
 from app.kube.lease import lease_step
-from app.reconcile.controller import Controller
+from app.reconcile.controller import WAKES, Controller
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, START, Clock, namespace, reconciler, small_cluster
 
@@ -70,6 +70,47 @@ def test_the_loop_reacts_to_a_new_workload_through_its_watch(kubeapi: Emulator) 
         workload["metadata"] = {"name": "late", "namespace": "ns0"}
         KubeApi(kubeapi.api_client()).create(DEPLOYMENTS, workload, namespace="ns0")
         _wait_for(lambda: kubeapi.get("secrets", "late-tls", "ns0") is not None)
+
+
+def test_the_loop_wakes_for_a_bare_unlabelled_pod_in_an_opted_in_namespace_and_for_a_cronjob(
+    kubeapi: Emulator
+) -> None:
+    """Only the watches can announce these (the resync is an hour away)."""
+    small_cluster(kubeapi, namespaces=1, per_namespace=1)
+    namespace(kubeapi, "shop", enabled=True)
+    api = KubeApi(kubeapi.api_client())
+    containers = [{"name": "app", "image": "example/app:1"}]
+    with running_loop(kubeapi, watch_timeout_seconds=30):
+        _wait_for(lambda: kubeapi.get("secrets", "app0-tls", "ns0") is not None)
+        _wait_for(lambda: kubeapi.open_watches("pods") > 0 and kubeapi.open_watches("cronjobs") > 0)
+        api.create(PODS, {"metadata": {"generateName": "dbg-"}, "spec": {"containers": containers}}, namespace="shop")
+        api.create(CRON_JOBS, {"metadata": {"name": "nightly"}, "spec": {"schedule": "0 3 * * *", "jobTemplate": {
+            "spec": {"template": {"spec": {"containers": containers}}}}}}, namespace="shop")
+        _wait_for(lambda: kubeapi.get("secrets", "dbg-tls", "shop") is not None)
+        _wait_for(lambda: kubeapi.get("secrets", "nightly-tls", "shop") is not None)
+
+
+def pod_event(owner_kind: str | None, api_version: str = "apps/v1", inject: str | None = None) -> dict[str, object]:
+    owners = [{"apiVersion": api_version, "kind": owner_kind, "name": "o", "controller": True}] if owner_kind else []
+    labels = {"tls-injector.io/inject": inject} if inject else {}
+    return {"metadata": {"name": "p", "labels": labels, "ownerReferences": owners}}
+
+
+@pytest.mark.parametrize(("pod", "wakes"), [
+    (pod_event(None), True),
+    (pod_event("Cluster", "postgres.example.com/v1"), True),
+    (pod_event("Job", "example.com/v1"), True),
+    (pod_event(None, inject="false"), False),
+    (pod_event("ReplicaSet"), False),
+    (pod_event("StatefulSet", inject="true"), False),
+    (pod_event("Job", "batch/v1"), False),
+    ({"metadata": "not a map"}, False),
+])
+def test_only_pod_events_of_pods_that_need_their_own_secret_wake_the_loop(pod: dict[str, object],
+                                                                          wakes: bool) -> None:
+    """A cluster's pods change all the time; those of listed kinds are covered by their templates and
+    must not cost a pass each."""
+    assert WAKES[PODS.kind](pod) is wakes
 
 
 @pytest.mark.parametrize(("compact", "abort"), [(False, False), (True, True)],
