@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from app.injection import names
-from app.injection.workload import workload_name
+from app.injection.workload import pod_workload
 from app.pki import (
     CaSet,
     CertKey,
@@ -184,17 +184,16 @@ def _check_annotations(spec: Mapping[str, Any]) -> Deny | None:
 
 def _dns_names(pod: Mapping[str, Any], namespace: str, domain: str) -> tuple[str, list[str]] | Deny:
     """The names the workload's Secret would get: the same annotations, read the same way."""
-    meta = pod.get("metadata") or {}
-    workload = workload_name(meta)
-    if not workload:
+    meta = pod.get("metadata")
+    workload = pod_workload(meta if isinstance(meta, dict) else {})
+    if not workload.name:
         return Deny("NoWorkload", "cannot tell which workload the pod belongs to (no owner, name or generateName)")
-    annotations = meta.get("annotations") or {}
-    services = names.service_names(workload, annotations if isinstance(annotations, dict) else {})
+    services = list(workload.service_names)
     bad = [s for s in services if len(s) > 63 or not _DNS1035.match(s)]
     if bad:
         return Deny("InvalidNames", f"{names.SERVICE_NAMES_ANNOTATION}: {_shown(', '.join(bad))} are not Service "
                                     f"names (lower-case DNS-1035 labels)")
-    return workload, dns_names_for_services(services, namespace, cluster_domain=domain)
+    return workload.name, dns_names_for_services(services, namespace, cluster_domain=domain)
 
 
 def _der(value: object) -> bytes:
