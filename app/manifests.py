@@ -89,6 +89,8 @@ def _yaml() -> YAML:
     loader = YAML(typ="rt")
     loader.preserve_quotes = True
     loader.width = LINE_WIDTH
+    # `ports: [{containerPort: 80}]` stays so, rather than the equivalent but unfamiliar `[containerPort: 80]`.
+    loader.brace_single_entry_mapping_in_flow_sequence = True
     return loader
 
 

@@ -229,7 +229,8 @@ def test_a_changed_document_keeps_its_comments_quotes_flow_styles_and_indentatio
     assert out.startswith("# header: kept\n# the workload, commented\napiVersion: apps/v1\n")
     for kept in ("    name: web    # four-space indents, kept\n", "    labels: {app: web}\n",
                  '                tls-injector.io/inject: "true"   # opted in\n',
-                 "              - name: app   # the app\n", "                image: 'nginx:1.27'\n"):
+                 "              - name: app   # the app\n", "                image: 'nginx:1.27'\n",
+                 "                ports: [{containerPort: 8443}]\n"):
         assert kept in out
     # What was added follows the document's own layout: four-space maps, dashes two in.
     assert "            volumes:\n              - name: tls-injector-cert\n" in out
