@@ -238,7 +238,23 @@ def _leaf_body(target: Target, existing: Obj | None, ours: dict[str, bytes], iss
     annotations.pop(own.FORCE_RENEW_ANNOTATION, None)
     annotations[own.WORKLOADS_ANNOTATION] = ",".join(str(w) for w in target.workloads)
     annotations[own.ISSUER_ANNOTATION] = issuer
+    references = owner_references(target.workloads)
+    if references or body["metadata"].get("ownerReferences"):
+        body["metadata"]["ownerReferences"] = references
     return body
+
+
+def owner_references(workloads: Iterable[WorkloadRef]) -> list[Obj]:
+    """One reference per workload using the Secret, so Kubernetes' garbage collector removes it with the
+    last of them, as the reconciler does. Never `controller` (several workloads may share a Secret, and
+    none of them manages it) and `blockOwnerDeletion: false` (deleting a workload must not wait on its
+    Secret; `true` would also need `update` on each owner kind's `finalizers`, which the apiserver's
+    OwnerReferencesPermissionEnforcement checks). A workload without a uid is left out: a reference
+    with a wrong uid counts as a gone owner.
+    The field is ours as a whole, like the rest of the Secret: a stale reference is dropped."""
+    return [{"apiVersion": w.api_version, "kind": w.kind, "name": w.name, "uid": w.uid,
+             "controller": False, "blockOwnerDeletion": False}
+            for w in sorted(workloads, key=lambda w: w.uid) if w.uid]
 
 
 def _base_body(existing: Obj | None, resource: Resource, namespace: str, name: str, *, role: own.Role) -> Obj:
@@ -266,6 +282,7 @@ def _same(existing: Obj, body: Obj) -> bool:
         existing.get("data") == body.get("data")
         and (old.get("labels") or {}) == new["labels"]
         and (old.get("annotations") or {}) == new["annotations"]
+        and (old.get("ownerReferences") or []) == (new.get("ownerReferences") or [])
     )
 
 

@@ -60,6 +60,8 @@ class Shape:
         return tuple(listed) or (self.expected_workload(),)
 
     def __str__(self) -> str:
+        if self.kind == "Pod" and self.generate_name:
+            return f"Pod/{self.name}-{GENERATED if self.name_filled else ''}"
         return f"{self.kind}/{self.name}"
 
 

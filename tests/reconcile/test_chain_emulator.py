@@ -1,0 +1,196 @@
+"""The whole chain for every way pods are made: each object goes through the real /mutate over HTTPS
+(a CronJob's run twice: its Job, then its Pod), is stored in the API emulator as the apiserver would
+store the patched object, then one reconcile pass runs through the official client. Every Secret and
+ConfigMap a stored pod mounts must exist, and the leaf must verify against the mounted bundle as a TLS
+client verifies a server."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import jsonpatch
+import pytest
+
+from app.injection import InjectionOptions, make_mutate_handler
+from app.kube import CRON_JOBS, DAEMON_SETS, DEPLOYMENTS, JOBS, PODS, REPLICA_SETS, STATEFUL_SETS, KubeApi, Resource
+from app.pki import bundle_certificates, load_certificates, verify_server
+from tests.kubeapi import Emulator
+from tests.reconcile.cluster import OWN_NS, Clock, data, namespace, reconciler
+from tests.support.reviews import review
+from tests.support.server import running_server
+from tests.support.workloads import CRD_KIND, INJECT, SECRET, SERVICES, Obj, Shape, build
+
+NS = "shop"
+RESOURCES: dict[str, Resource] = {r.kind: r for r in (DEPLOYMENTS, STATEFUL_SETS, DAEMON_SETS, REPLICA_SETS, JOBS,
+                                                      CRON_JOBS, PODS)}
+OPTED_IN = {INJECT: "true"}
+SHAPES = [
+    Shape("Deployment", "web", OPTED_IN),
+    Shape("StatefulSet", "db", OPTED_IN, {SERVICES: "db,db-headless"}),
+    Shape("DaemonSet", "agent", OPTED_IN),
+    Shape("Job", "migrate", OPTED_IN),
+    Shape("Job", "backup-20261122", OPTED_IN),
+    Shape("CronJob", "nightly", OPTED_IN),
+    Shape("CronJob", "report", OPTED_IN, {SECRET: "reports-tls"}),
+    Shape("ReplicaSet", "cache", OPTED_IN),
+    Shape("Pod", "debug", OPTED_IN, generate_name=False),
+    Shape("Pod", "dbg", OPTED_IN),
+    Shape("Pod", "dbg", OPTED_IN, name_filled=True),
+    Shape(CRD_KIND, "node-1", OPTED_IN),
+]
+
+
+@pytest.fixture(scope="module")
+def webhook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+    with running_server(tmp_path_factory.mktemp("srv"), mutate=make_mutate_handler(InjectionOptions())) as server, \
+            server.client() as client:
+        yield client
+
+
+def admitted(client: httpx.Client, obj: Obj, kind: tuple[str, str, str] = ("", "v1", "Pod")) -> Obj:
+    """The object as the apiserver stores it after /mutate: the review over HTTPS, the patch applied."""
+    reply = client.post("/mutate", json=review(obj=obj, kind=kind, namespace=NS))
+    assert reply.status_code == 200, reply.text
+    response = reply.json()["response"]
+    assert response["allowed"] is True, response
+    ops = json.loads(base64.b64decode(response["patch"])) if "patch" in response else []
+    result: Obj = jsonpatch.apply_patch(obj, ops)
+    return result
+
+
+class Cluster:
+    """Objects created through the official client; a CRD's object (the emulator does not serve the
+    kind, and the reconciler never reads it) only gets a uid, as its operator's API would give it."""
+
+    def __init__(self, emu: Emulator, client: httpx.Client) -> None:
+        self.api, self.client = KubeApi(emu.api_client()), client
+        self.jobs_admitted = 0
+
+    def create(self, obj: Obj) -> Obj:
+        if obj["kind"] == CRD_KIND:
+            return {**obj, "metadata": {**obj["metadata"], "uid": f"uid-{obj['metadata']['name']}"}}
+        return self.api.create(RESOURCES[obj["kind"]], obj, namespace=NS)
+
+    def admit_job(self, job: Obj) -> Obj:
+        self.jobs_admitted += 1
+        return admitted(self.client, job, ("batch", "v1", "Job"))
+
+    def run(self, shape: Shape) -> Obj:
+        """The shape's objects, then its pod through /mutate, stored; returns the stored pod."""
+        pod = admitted(self.client, build(shape, NS, create=self.create, admit_job=self.admit_job))
+        return self.api.create(PODS, pod, namespace=NS)
+
+
+def volumes(pod: Obj) -> tuple[str, str]:
+    by_name = {v["name"]: v for v in pod["spec"]["volumes"]}
+    return by_name["tls-injector-cert"]["secret"]["secretName"], by_name["tls-injector-trust"]["configMap"]["name"]
+
+
+def assert_served_as_mounted(emu: Emulator, pod: Obj, service: str, clock: Clock) -> Obj:
+    """The pod's Secret and ConfigMap exist and a client trusting the bundle accepts the leaf for `service`."""
+    secret_name, bundle_name = volumes(pod)
+    secret, bundle = emu.get("secrets", secret_name, NS), emu.get("configmaps", bundle_name, NS)
+    assert secret is not None, f"{secret_name} mounted but never issued"
+    assert bundle is not None, f"{bundle_name} mounted but never mirrored"
+    chain = load_certificates(data(secret)["tls.crt"])
+    for name in (service, f"{service}.{NS}.svc", f"{service}.{NS}.svc.cluster.local"):
+        verify_server(chain[0], chain[1:], trusted=bundle_certificates(bundle.get("data") or {}), dns_name=name,
+                      now=clock.now)
+    return secret
+
+
+@pytest.mark.parametrize("enabled", [False, True], ids=["pod-label", "namespace-enabled"])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_every_mounted_secret_and_bundle_exist_after_one_pass_and_the_leaf_verifies(
+    kubeapi: Emulator, webhook: httpx.Client, shape: Shape, enabled: bool
+) -> None:
+    namespace(kubeapi, OWN_NS)
+    namespace(kubeapi, NS, enabled=enabled)
+    if enabled:  # in an opted-in namespace the pod label is not needed
+        shape = Shape(shape.kind, shape.name, {}, shape.annotations, generate_name=shape.generate_name,
+                      name_filled=shape.name_filled)
+    cluster, clock = Cluster(kubeapi, webhook), Clock()
+    pod = cluster.run(shape)
+    assert volumes(pod)[0] == shape.expected_secret()
+    assert cluster.jobs_admitted == (shape.kind == "CronJob")
+
+    report = reconciler(kubeapi, clock).run_pass()
+    assert report.converged, report
+    secret = assert_served_as_mounted(kubeapi, pod, shape.expected_services()[0], clock)
+    owners = {(r["kind"], r["name"]) for r in secret["metadata"]["ownerReferences"]}
+    user = pod["metadata"]["name"] if shape.kind == "Pod" else shape.rs_name
+    assert owners == {(shape.kind, user)}, "the Secret is owned by the workload its pods belong to"
+
+
+def test_every_run_of_a_cronjob_mounts_the_one_secret_inject_renders(kubeapi: Emulator, webhook: httpx.Client) -> None:
+    namespace(kubeapi, OWN_NS)
+    namespace(kubeapi, NS)
+    cluster, clock = Cluster(kubeapi, webhook), Clock()
+    shape = Shape("CronJob", "nightly", OPTED_IN)
+    first = cluster.run(shape)
+    cron = kubeapi.objects("cronjobs", NS)[0]
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "nightly-29401440", "namespace": NS, "ownerReferences": [
+               {"apiVersion": "batch/v1", "kind": "CronJob", "name": "nightly", "uid": cron["metadata"]["uid"],
+                "controller": True}]},
+           "spec": {"template": cron["spec"]["jobTemplate"]["spec"]["template"]}}
+    stored_job = cluster.create(cluster.admit_job(job))
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        **stored_job["spec"]["template"]["metadata"], "generateName": "nightly-29401440-", "ownerReferences": [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": "nightly-29401440", "uid": stored_job["metadata"]["uid"],
+             "controller": True}]}, "spec": stored_job["spec"]["template"]["spec"]}
+    second = cluster.api.create(PODS, admitted(webhook, pod), namespace=NS)
+    assert volumes(first) == volumes(second) == ("nightly-tls", "tls-injector-trust-bundle")
+    assert reconciler(kubeapi, clock).run_pass().converged
+    assert [s["metadata"]["name"] for s in kubeapi.objects("secrets", NS)] == ["nightly-tls"]
+    assert_served_as_mounted(kubeapi, second, "nightly", clock)
+
+
+def garbage(emu: Emulator) -> set[str]:
+    """The leaf Secrets Kubernetes' garbage collector would delete now: every owner is gone (no object of
+    that kind, name and uid)."""
+    plurals = {r.kind: r.plural for r in RESOURCES.values()}
+
+    def gone(ref: dict[str, Any], namespace: str) -> bool:
+        found = emu.get(plurals[ref["kind"]], ref["name"], namespace)
+        return found is None or found["metadata"]["uid"] != ref["uid"]
+
+    return {s["metadata"]["name"] for s in emu.objects("secrets", NS)
+            if s["metadata"].get("ownerReferences") and all(gone(r, NS) for r in s["metadata"]["ownerReferences"])}
+
+
+def test_a_shared_secret_goes_with_its_last_user_as_the_garbage_collector_would_remove_it(
+    kubeapi: Emulator, webhook: httpx.Client
+) -> None:
+    namespace(kubeapi, OWN_NS)
+    namespace(kubeapi, NS)
+    cluster, clock = Cluster(kubeapi, webhook), Clock()
+    shared = {SECRET: "shared-tls"}
+    cluster.run(Shape("Deployment", "web", OPTED_IN, shared))
+    cluster.run(Shape("CronJob", "nightly", OPTED_IN, shared))
+    bare = cluster.run(Shape("Pod", "dbg", OPTED_IN))
+    assert reconciler(kubeapi, clock).run_pass().converged
+    secret = kubeapi.get("secrets", "shared-tls", NS)
+    assert secret is not None
+    references = secret["metadata"]["ownerReferences"]
+    assert {(r["kind"], r["name"]) for r in references} == {("Deployment", "web"), ("CronJob", "nightly")}
+    assert all(r["controller"] is False and r["blockOwnerDeletion"] is False for r in references)
+
+    # Deleting the Deployment, then the CronJob (the collector takes their ReplicaSet and Job along,
+    # which the emulator does not), then the pod.
+    steps = [[(DEPLOYMENTS, "web"), (REPLICA_SETS, "web-5f6b7c9d8")],
+             [(CRON_JOBS, "nightly"), (JOBS, "nightly-29400000")], [(PODS, bare["metadata"]["name"])]]
+    for step, left in zip(steps, [{"shared-tls", "dbg-tls"}, {"dbg-tls"}, set()], strict=True):
+        before = {s["metadata"]["name"] for s in kubeapi.objects("secrets", NS)}
+        for resource, name in step:
+            cluster.api.delete(resource, name, namespace=NS)
+        collected = garbage(kubeapi)
+        assert reconciler(kubeapi, clock).run_pass().converged
+        remaining = {s["metadata"]["name"] for s in kubeapi.objects("secrets", NS)}
+        assert remaining == left, step
+        assert before - remaining == collected, "the reconciler removes exactly what the collector would"
+    assert collected == {"dbg-tls"}
