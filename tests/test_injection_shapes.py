@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from app.injection import InjectionOptions, InjectionRefused, Plan, patch_ops, plan_injection
 from tests.support.reviews import fixture
-from tests.support.shapes import paths
+from tests.support.shapes import DELETE, damage, paths
 
 OPTIONS = InjectionOptions()
 BASES: list[dict[str, Any]] = [
@@ -27,7 +27,6 @@ BASES: list[dict[str, Any]] = [
 BASES[2]["metadata"]["annotations"]["tls-injector.io/secret-name"] = "fixture-tls"
 BASES[0]["metadata"]["annotations"] |= {"tls-injector.io/env": "true", "tls-injector.io/containers": "app"}
 BASES[0]["spec"]["containers"][0]["env"] = [{"name": "PORT", "value": "8443"}, {"name": "SSL_CERT_FILE", "value": "/x"}]
-DELETE = object()
 
 
 # What the planner reads, at most down to a mount's or env entry's fields: damage elsewhere (probes,
@@ -60,18 +59,6 @@ def damaged_pods(draw: st.DrawFn) -> dict[str, Any]:
     for _ in range(draw(st.integers(1, 3))):
         damage(pod, draw(st.sampled_from(PATHS[index])), draw(hostile))
     return pod
-
-
-def damage(document: Any, path: tuple[Any, ...], replacement: object) -> None:
-    try:
-        for key in path[:-1]:
-            document = document[key]
-        if replacement is DELETE:
-            del document[path[-1]]
-        else:
-            document[path[-1]] = replacement
-    except (KeyError, IndexError, TypeError):
-        return  # an earlier damage removed the path
 
 
 def plan_or_refusal(pod: dict[str, Any]) -> Plan | str:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import jsonpatch
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.injection import cronjob_pins, pod_workload, template_workload
 from app.injection.jobs import job_pin_ops
+from tests.support.shapes import DELETE, damage, paths
 
 SECRET = "tls-injector.io/secret-name"
 SERVICES = "tls-injector.io/service-names"
@@ -108,3 +112,25 @@ def test_a_cronjob_run_is_pinned_to_the_cronjobs_secret_and_pinning_again_change
 ])
 def test_other_jobs_are_not_pinned(job: dict[str, Any]) -> None:
     assert job_pin_ops(job) == []
+
+
+JOB_BASE = cron_job({"labels": {"tls-injector.io/inject": "true"}, "annotations": {"x": "y"}})
+JOB_PATHS = [p for p in paths(JOB_BASE) if p]
+hostile = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=12),
+                    st.lists(st.text(max_size=3), max_size=2), st.dictionaries(st.text(max_size=5), st.text(max_size=5),
+                                                                                max_size=2), st.just(DELETE))
+
+
+@st.composite
+def damaged_jobs(draw: st.DrawFn) -> dict[str, Any]:
+    job = copy.deepcopy(JOB_BASE)
+    for _ in range(draw(st.integers(1, 3))):
+        damage(job, draw(st.sampled_from(JOB_PATHS)), draw(hostile))
+    return job
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(damaged_jobs())
+def test_a_damaged_job_gets_a_pin_that_applies_or_none(job: dict[str, Any]) -> None:
+    pinned = jsonpatch.apply_patch(job, job_pin_ops(job))  # raises when an op does not apply
+    assert job_pin_ops(pinned) == []

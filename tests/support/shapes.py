@@ -15,3 +15,19 @@ def paths(value: object, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ..
     elif isinstance(value, list):
         for index, child in enumerate(value):
             yield from paths(child, (*prefix, index))
+
+
+DELETE = object()  # as a replacement: remove the value instead
+
+
+def damage(document: Any, path: tuple[Any, ...], replacement: object) -> None:
+    """Put `replacement` at `path` (or delete it); a path an earlier damage removed is left alone."""
+    try:
+        for key in path[:-1]:
+            document = document[key]
+        if replacement is DELETE:
+            del document[path[-1]]
+        else:
+            document[path[-1]] = replacement
+    except (KeyError, IndexError, TypeError):
+        return
