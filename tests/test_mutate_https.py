@@ -172,7 +172,33 @@ def binding() -> dict[str, Any]:
     return sent
 
 
-@pytest.mark.parametrize("make", [opted_out, updated, deployment, binding])
+def job(*, owner: str | None, operation: str = "CREATE") -> dict[str, Any]:
+    references = [{"apiVersion": "batch/v1", "kind": owner, "name": "nightly", "uid": "u", "controller": True}]
+    obj = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+        "name": "nightly-29400000", **({"ownerReferences": references} if owner else {})},
+        "spec": {"template": {"metadata": {"labels": {"tls-injector.io/inject": "true"}}, "spec": {}}}}
+    return review(operation=operation, obj=obj, old=obj if operation == "UPDATE" else None,
+                  kind=("batch", "v1", "Job"))
+
+
+def bare_job() -> dict[str, Any]:
+    return job(owner=None)
+
+
+def cronjob_run_updated() -> dict[str, Any]:
+    return job(owner="CronJob", operation="UPDATE")
+
+
+def test_a_cronjob_run_is_pinned_to_the_cronjobs_secret(client: httpx.Client) -> None:
+    sent = job(owner="CronJob")
+    _, ops = post(client, sent)
+    pinned = jsonpatch.apply_patch(sent["request"]["object"], ops or [])
+    assert pinned["spec"]["template"]["metadata"]["annotations"] == {
+        SECRET_NAME_ANNOTATION: "nightly-tls", "tls-injector.io/service-names": "nightly"}
+    assert post(client, again(sent, pinned)) == ({"uid": sent["request"]["uid"], "allowed": True}, None)
+
+
+@pytest.mark.parametrize("make", [opted_out, updated, deployment, binding, bare_job, cronjob_run_updated])
 def test_what_is_not_an_opted_in_pod_creation_is_allowed_without_a_patch(client: httpx.Client, make: Any) -> None:
     sent = make()
     assert post(client, sent) == ({"uid": sent["request"]["uid"], "allowed": True}, None)
