@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from app.injection import names
+from app.injection import names, template_of
 from app.kube import (
     CONFIG_MAPS,
     CRON_JOBS,
@@ -148,7 +148,7 @@ class Reconciler:
         observed = read_cluster(self.api)
         workloads, pods = observed.workloads, observed.pods
         if native is not None:  # pod certificates served: workloads that asked for them get no Secret
-            workloads = [(k, w) for k, w in workloads if not wants_pod_certificates(_template(w))]
+            workloads = [(k, w) for k, w in workloads if not wants_pod_certificates(template_of(k, w) or {})]
             pods = [p for p in pods if not wants_pod_certificates(p)]
         targets = discover(workloads, pods, enabled=observed.enabled, cluster_domain=self.settings.cluster_domain)
         step = self._ensure_ca(observed, targets, now, report, native=native)
@@ -370,10 +370,6 @@ def wants_pod_certificates(obj: Obj) -> bool:
     """A pod (or pod template) whose annotations ask for the pod-certificate mode."""
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
     return isinstance(annotations, dict) and annotations.get(names.MODE_ANNOTATION) == names.MODE_POD_CERTIFICATE
-
-
-def _template(workload: Obj) -> Obj:
-    return (workload.get("spec") or {}).get("template") or {}
 
 
 def read_cluster(api: KubeApi) -> Observed:

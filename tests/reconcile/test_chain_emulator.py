@@ -16,9 +16,10 @@ import jsonpatch
 import pytest
 
 from app.injection import InjectionOptions, make_mutate_handler
+from app.injection.names import MODE_ANNOTATION, MODE_POD_CERTIFICATE
 from app.kube import CRON_JOBS, DAEMON_SETS, DEPLOYMENTS, JOBS, PODS, REPLICA_SETS, STATEFUL_SETS, KubeApi, Resource
 from app.pki import bundle_certificates, load_certificates, verify_server
-from tests.kubeapi import Emulator
+from tests.kubeapi import Emulator, running_emulator
 from tests.reconcile.cluster import OWN_NS, Clock, data, namespace, reconciler
 from tests.support.reviews import review
 from tests.support.server import running_server
@@ -194,3 +195,14 @@ def test_a_shared_secret_goes_with_its_last_user_as_the_garbage_collector_would_
         assert remaining == left, step
         assert before - remaining == collected, "the reconciler removes exactly what the collector would"
     assert collected == {"dbg-tls"}
+
+
+def test_a_cronjob_asking_for_pod_certificates_gets_no_secret_where_they_are_served(webhook: httpx.Client) -> None:
+    """The mode sits in the CronJob's pod template, deeper than other kinds keep it."""
+    with running_emulator(seed=0, certificates=("v1",)) as emu:
+        namespace(emu, OWN_NS)
+        namespace(emu, NS)
+        Cluster(emu, webhook).run(Shape("CronJob", "nightly", OPTED_IN, {MODE_ANNOTATION: MODE_POD_CERTIFICATE}))
+        Cluster(emu, webhook).run(Shape("CronJob", "report", OPTED_IN))
+        assert reconciler(emu, Clock()).run_pass().converged
+        assert [s["metadata"]["name"] for s in emu.objects("secrets", NS)] == ["report-tls"]
