@@ -116,6 +116,15 @@ class KubeApi:
             if not token:
                 return ObjectList(items, str(meta.get("resourceVersion") or ""))
 
+    def current_version(self, resource: Resource, *, label_selector: str | None = None,
+                        field_selector: str | None = None) -> str:
+        """The collection's resourceVersion, to watch from: one page of one item, not the whole list
+        (a watch on every Pod of a large cluster would otherwise read them all to start)."""
+        query = [("limit", "1")] + ([("labelSelector", label_selector)] if label_selector else [])
+        query += [("fieldSelector", field_selector)] if field_selector else []
+        page = self._json("list", "GET", resource.path(), query=query)
+        return str((page.get("metadata") or {}).get("resourceVersion") or "")
+
     def create(self, resource: Resource, body: Obj, *, namespace: str | None = None) -> Obj:
         return self._json("create", "POST", resource.path(namespace), body=body)
 

@@ -155,8 +155,8 @@ class Controller:
         while not stop.is_set():
             try:
                 if not version:
-                    version = self.api.list_objects(resource, label_selector=selector,
-                                                    field_selector=field_selector).resource_version
+                    version = self.api.current_version(resource, label_selector=selector,
+                                                       field_selector=field_selector)
                 for event in self.api.watch(resource, resource_version=version, label_selector=selector,
                                             field_selector=field_selector, timeout_seconds=self.watch_timeout_seconds):
                     version = event.object.get("metadata", {}).get("resourceVersion") or version

@@ -90,6 +90,22 @@ def test_the_loop_wakes_for_a_bare_unlabelled_pod_in_an_opted_in_namespace_and_f
         _wait_for(lambda: kubeapi.get("secrets", "nightly-tls", "shop") is not None)
 
 
+def test_a_watch_starts_from_one_small_page_however_many_pods_the_cluster_has(kubeapi: Emulator) -> None:
+    """Pods are watched without a selector; reading every pod of the cluster to start would cost a
+    large cluster dozens of pages at each start and after each 410."""
+    namespace(kubeapi, "busy")
+    for n in range(1200):  # more than two pages of 500
+        kubeapi.add({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{n}", "namespace": "busy"},
+                     "spec": {"containers": [{"name": "c", "image": "example/c:1"}]}})
+    api = KubeApi(kubeapi.api_client())
+    version = api.current_version(PODS)
+    assert kubeapi.calls("list", "pods") == 1
+    api.create(PODS, {"metadata": {"name": "late"}, "spec": {"containers": [{"name": "c", "image": "c"}]}},
+               namespace="busy")
+    [event] = [e for e in api.watch(PODS, resource_version=version, timeout_seconds=1) if e.type != "BOOKMARK"]
+    assert (event.type, event.object["metadata"]["name"]) == ("ADDED", "late")
+
+
 def pod_event(owner_kind: str | None, api_version: str = "apps/v1", inject: str | None = None) -> dict[str, object]:
     owners = [{"apiVersion": api_version, "kind": owner_kind, "name": "o", "controller": True}] if owner_kind else []
     labels = {"tls-injector.io/inject": inject} if inject else {}
