@@ -8,6 +8,7 @@ unreadable or invalid file, no cluster configured, a start-up failure).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import logging
 import signal
@@ -22,6 +23,8 @@ import yaml
 
 from app.admission import Handler
 from app.injection import FingerprintSource, InjectionOptions, make_mutate_handler, no_fingerprints
+from app.injection.names import MODE_ANNOTATION, MODE_SECRET, MODES
+from app.injection.preview import with_preview
 from app.logs import configure_logging
 from app.rules import export_documents, make_validate_handler
 from app.rulesfile import RulesFileError, load_rule_set
@@ -106,8 +109,16 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     serve.add_argument("--no-reconciler", action="store_true",
                        help="never run the reconciler here, even with a cluster configured: the webhook then makes "
                             "no API call (the split install runs `tls-injector reconcile` as its own Deployment)")
+    _mode_flag(serve)
     _cluster_flags(serve)
     serve.set_defaults(run=_run_serve)
+
+
+def _mode_flag(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--default-mode", choices=list(MODES), default=MODE_SECRET,
+                         help=f"what injected pods get when their {MODE_ANNOTATION} annotation does not say: the "
+                              f"workload's Secret and the trust-bundle ConfigMap, or a per-pod key and certificate "
+                              f"(projected podCertificate) and the ClusterTrustBundle, where served")
 
 
 def _cluster_flags(command: argparse.ArgumentParser) -> None:
@@ -239,8 +250,12 @@ def _run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         reload_interval_seconds=args.reload_interval,
         drain_seconds=args.drain_seconds,
         log_level=args.log_level,
+        default_mode=args.default_mode,
     )
     configure_logging(settings.log_level)
+    pod_certificates, why = _webhook_pod_certificates(args)
+    settings = dataclasses.replace(settings, pod_certificates=pod_certificates)
+    log.info(f"pod certificates for /mutate: {why}", extra={"pod_certificates": why})
     from app.web.fingerprints import BundleFingerprints  # noqa: PLC0415 - only serving loads the web stack
     from app.web.metrics import ServerMetrics  # noqa: PLC0415
     from app.web.server import build_server  # noqa: PLC0415
@@ -293,6 +308,10 @@ def _add_inject(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                              "repeat for more")
     inject.add_argument("--all", action="store_true", dest="include_unlabelled",
                         help="inject every template not labelled false, as in an opted-in namespace")
+    inject.add_argument("--pod-certificates", choices=["on", "off"], default="off",
+                        help="whether the target cluster serves pod certificates and ClusterTrustBundles (1.35+ "
+                             "with the beta, 1.37+); off: templates asking for them get the Secret")
+    _mode_flag(inject)
     inject.set_defaults(run=_run_inject)
 
 
@@ -305,7 +324,8 @@ def _run_inject(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     try:
         for name, text in read_texts(args.filename, sys.stdin):
             try:
-                result = inject_manifests(text, options=InjectionOptions(), include_unlabelled=args.include_unlabelled)
+                result = inject_manifests(text, options=_injection_options(args),
+                                          include_unlabelled=args.include_unlabelled)
             except ManifestError as error:
                 raise ManifestError(f"{name}: {error}") from None
             outputs.append(result.text)
@@ -326,8 +346,33 @@ def build_handlers(
     /validate enforces the built-in transition rules plus the rules file's. /mutate injects; its record
     carries the CA fingerprints `ca_fingerprints` returns (serve feeds it from --trust-bundle-file).
     """
-    mutate = make_mutate_handler(InjectionOptions(), ca_fingerprints=ca_fingerprints)
-    return mutate, make_validate_handler(load_rule_set(settings.rules_file))
+    options = InjectionOptions(pod_certificates=settings.pod_certificates, default_mode=settings.default_mode)
+    mutate = make_mutate_handler(options, ca_fingerprints=ca_fingerprints)
+    return mutate, with_preview(make_validate_handler(load_rule_set(settings.rules_file)), options)
+
+
+def _injection_options(args: argparse.Namespace) -> InjectionOptions:
+    return InjectionOptions(pod_certificates=args.pod_certificates == "on", default_mode=args.default_mode)
+
+
+def _webhook_pod_certificates(args: argparse.Namespace) -> tuple[bool, str]:
+    """Whether /mutate may inject pod certificates, and why, for the start-up line. `auto` asks discovery
+    once when a cluster is configured; the webhook of the split install has no API access, so there it
+    must be told (`on`) and `auto` means off."""
+    if args.pod_certificates != "auto":
+        return args.pod_certificates == "on", f"{args.pod_certificates} (--pod-certificates)"
+    if args.no_reconciler:
+        return False, "off (auto, and no API access to find out: --pod-certificates on where they are served)"
+    from app.reconcile import runner  # noqa: PLC0415 - the client is loaded only when a cluster may be there
+
+    cluster = runner.find_cluster(kubeconfig=args.kubeconfig, server=args.server)
+    if cluster is None:
+        return False, "off (auto, no cluster configured)"
+    try:
+        version = runner.pod_certificates_version(cluster)
+    except runner.KubeError as error:
+        return False, f"off (auto, discovery failed: {error})"
+    return (True, f"on (auto: certificates.k8s.io/{version})") if version else (False, "off (auto: not served)")
 
 
 def _add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -75,13 +75,16 @@ def test_every_problem_is_reported_in_one_pass() -> None:
 
 
 def test_the_built_in_rules_cover_the_three_workload_kinds() -> None:
-    (rule,) = default_rule_set().rules
-    assert {(m.group, m.version, m.kind) for m in rule.match} == {
-        ("apps", "v1", "Deployment"), ("apps", "v1", "StatefulSet"), ("apps", "v1", "DaemonSet")}
+    rules = default_rule_set().rules
+    assert [r.name for r in rules] == ["workload-tls-transition", "workload-tls-mode-transition"]
+    for rule in rules:
+        assert {(m.group, m.version, m.kind) for m in rule.match} == {
+            ("apps", "v1", "Deployment"), ("apps", "v1", "StatefulSet"), ("apps", "v1", "DaemonSet")}
 
 
 def test_a_rules_file_adds_to_the_built_in_rules_unless_it_says_otherwise(tmp_path: Path) -> None:
-    assert [r.name for r in load_rule_set(EXAMPLE_RULES)] == ["workload-tls-transition", "sidecar-tls-transition"]
+    assert [r.name for r in load_rule_set(EXAMPLE_RULES)] == [
+        "workload-tls-transition", "workload-tls-mode-transition", "sidecar-tls-transition"]
     alone = tmp_path / "alone.yaml"
     alone.write_text("includeDefaults: false\nrules:\n" + GOOD_RULE)
     assert [r.name for r in load_rule_set(alone)] == ["keep-tls"]

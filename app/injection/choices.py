@@ -39,6 +39,10 @@ class InjectionOptions:
     cert_mount_path: str = names.CERT_MOUNT_PATH
     trust_mount_path: str = names.TRUST_MOUNT_PATH
     trust_bundle_configmap: str = names.TRUST_BUNDLE_CONFIGMAP
+    # Whether the cluster serves pod certificates and ClusterTrustBundles. The webhook has no API access,
+    # so it is told (`--pod-certificates on`), or finds out at start when it runs the reconciler itself.
+    pod_certificates: bool = False
+    default_mode: str = names.MODE_SECRET  # for pods whose annotations do not choose
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +52,8 @@ class Choices:
     trust_path: str
     containers: frozenset[str] | None  # None: every container and init container
     env: tuple[str, ...]
+    mode: str = names.MODE_SECRET  # what the pod gets; asked for and served
+    fallback: str = ""  # why a pod that asked for pod certificates gets the Secret, for a warning
 
 
 def read_choices(workload: Workload, annotations: Mapping[str, Any], options: InjectionOptions) -> Choices:
@@ -58,13 +64,28 @@ def read_choices(workload: Workload, annotations: Mapping[str, Any], options: In
             f"the certificate path {cert_path} and the trust bundle path {trust_path} must be distinct and "
             f"not inside one another (see {names.CERT_PATH_ANNOTATION} and {names.TRUST_PATH_ANNOTATION})"
         )
+    mode, fallback = _mode(annotations, options)
     return Choices(
         secret_name=_secret_name(workload),
         cert_path=cert_path,
         trust_path=trust_path,
         containers=_containers(annotations),
         env=_env(annotations),
+        mode=mode,
+        fallback=fallback,
     )
+
+
+def _mode(annotations: Mapping[str, Any], options: InjectionOptions) -> tuple[str, str]:
+    """The mode the pod gets, and the reason when it asked for pod certificates and gets the Secret."""
+    asked = _text(annotations, names.MODE_ANNOTATION) or options.default_mode
+    if asked not in names.MODES:
+        raise InjectionRefused(f"{names.MODE_ANNOTATION}: {shown(asked)} is not one of {', '.join(names.MODES)}")
+    if asked == names.MODE_POD_CERTIFICATE and not options.pod_certificates:
+        # Mixed and older clusters work: the pod still starts, with the Secret, and the warning says why.
+        return names.MODE_SECRET, ("pod certificates are not served here (or the webhook is not told so: "
+                                   "--pod-certificates on); the Secret is mounted instead")
+    return asked, ""
 
 
 def _secret_name(workload: Workload) -> str:

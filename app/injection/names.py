@@ -25,6 +25,12 @@ MODE_ANNOTATION = f"{DOMAIN}/mode"
 MODE_SECRET = "secret"  # noqa: S105 - a mode's name, not a password
 MODE_POD_CERTIFICATE = "pod-certificate"
 MODES = (MODE_SECRET, MODE_POD_CERTIFICATE)
+# The key the kubelet makes for a pod certificate: P-256 is fast to generate on the node and accepted by
+# every TLS stack; the signer also issues for P-384 and RSA-3072/4096, and refuses Ed25519 and P-521.
+POD_KEY_TYPE = "ECDSAP256"
+# File names inside the volumes, the same in both modes so applications need no change: the certificate
+# directory holds tls.crt (leaf + intermediates), tls.key and ca.crt, as a kubernetes.io/tls Secret does.
+CERT_FILE, KEY_FILE, CA_FILE = "tls.crt", "tls.key", "ca.crt"
 
 
 # Per-pod choices (annotations on the Pod or its template), read by the mutating webhook only.

@@ -89,7 +89,7 @@ def plan_injection(
     (cert, trust), new_volumes = _volumes(spec, choices, options)
     env = tuple({"name": var, "value": f"{choices.trust_path}/{names.BUNDLE_KEY}"} for var in choices.env)
     targets = _targets(spec, choices.containers)
-    warnings: list[str] = []
+    warnings: list[str] = [choices.fallback] if choices.fallback else []
     changes = [_change(t, (_mount(cert, choices.cert_path), _mount(trust, choices.trust_path)), env, warnings)
                for t in targets]
     record = _record(choices, options, [t.name for t in targets], ca_fingerprints)
@@ -111,9 +111,31 @@ def _volumes(
 ) -> tuple[tuple[dict[str, Any], dict[str, Any]], tuple[dict[str, Any], ...]]:
     """Our (cert, trust) volumes, and those of them the pod lacks."""
     volumes = _list(spec, "volumes", "spec.volumes")
-    cert, cert_present = _volume(volumes, names.CERT_VOLUME, "secret", {"secretName": choices.secret_name})
-    trust, trust_present = _volume(volumes, names.TRUST_VOLUME, "configMap", {"name": options.trust_bundle_configmap})
+    if choices.mode == names.MODE_POD_CERTIFICATE:
+        cert, cert_present = _volume(volumes, names.CERT_VOLUME, "projected", {"sources": _POD_CERT_SOURCES})
+        trust, trust_present = _volume(volumes, names.TRUST_VOLUME, "projected", {"sources": _BUNDLE_SOURCES})
+    else:
+        cert, cert_present = _volume(volumes, names.CERT_VOLUME, "secret", {"secretName": choices.secret_name})
+        trust, trust_present = _volume(volumes, names.TRUST_VOLUME, "configMap",
+                                       {"name": options.trust_bundle_configmap})
     return (cert, trust), tuple(v for v, present in ((cert, cert_present), (trust, trust_present)) if not present)
+
+
+def _bundle_source(path: str) -> dict[str, Any]:
+    # Every ClusterTrustBundle of the signer, unified by the kubelet; not optional: a pod must not start
+    # trusting nothing (it waits, like one whose Secret is not there yet).
+    return {"clusterTrustBundle": {"signerName": names.SIGNER_NAME, "path": path}}
+
+
+# The pod-certificate mode: the same files at the same paths as the Secret and ConfigMap give. The key is
+# made by the kubelet on the node and the certificate asked of our signer; ca.crt and ca-bundle.crt
+# both come from the signer's ClusterTrustBundles.
+_POD_CERT_SOURCES = [
+    {"podCertificate": {"signerName": names.SIGNER_NAME, "keyType": names.POD_KEY_TYPE,
+                        "certificateChainPath": names.CERT_FILE, "keyPath": names.KEY_FILE}},
+    _bundle_source(names.CA_FILE),
+]
+_BUNDLE_SOURCES = [_bundle_source(names.BUNDLE_KEY)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +165,7 @@ def _targets(spec: Mapping[str, Any], selected: frozenset[str] | None) -> list[_
 
 
 def _volume(
-    volumes: Sequence[Any], base: str, source: str, identity: dict[str, str]
+    volumes: Sequence[Any], base: str, source: str, identity: dict[str, Any]
 ) -> tuple[dict[str, Any], bool]:
     """Our volume as it exists in the pod (matched by contents), else a new one under the first free name."""
     taken = {v["name"]: v for v in volumes if isinstance(v, dict) and isinstance(v.get("name"), str)}
@@ -152,13 +174,13 @@ def _volume(
         name = base if suffix == 1 else f"{base}-{suffix}"
         existing = taken.get(name)
         if existing is None:
-            return {"name": name, source: dict(identity)}, False
+            return {"name": name, source: orjson.loads(orjson.dumps(identity))}, False  # a copy per pod
         if _is_ours(existing, source, identity):
             return existing, True
     raise AssertionError("unreachable: a free volume name always exists")
 
 
-def _is_ours(volume: Mapping[str, Any], source: str, identity: Mapping[str, str]) -> bool:
+def _is_ours(volume: Mapping[str, Any], source: str, identity: Mapping[str, Any]) -> bool:
     # The apiserver defaults defaultMode (420) before admission, so a reinvoked webhook sees it set.
     contents = volume.get(source)
     return (
@@ -223,15 +245,17 @@ def _missing_env(target: _Target, env: Sequence[dict[str, Any]], warnings: list[
 
 
 def _record(choices: Choices, options: InjectionOptions, containers: list[str], cas: Iterable[str]) -> str:
-    record = {
+    native = choices.mode == names.MODE_POD_CERTIFICATE
+    record: dict[str, Any] = {
         "v": RECORD_VERSION,
-        "secret": choices.secret_name,
-        "bundle": options.trust_bundle_configmap,
+        "secret": "" if native else choices.secret_name,
+        "bundle": f"clusterTrustBundle:{names.SIGNER_NAME}" if native else options.trust_bundle_configmap,
         "certPath": choices.cert_path,
         "trustPath": choices.trust_path,
         "containers": containers,
         "env": list(choices.env),
         "cas": sorted(set(cas)),
+        **({"mode": choices.mode, "signer": names.SIGNER_NAME} if native else {}),
     }
     return orjson.dumps(record, option=orjson.OPT_SORT_KEYS).decode()
 

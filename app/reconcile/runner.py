@@ -20,6 +20,7 @@ from app.reconcile.controller import Controller
 from app.reconcile.metrics import ReconcileMetrics
 from app.reconcile.probes import ProbeServer, probe_app
 from app.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
+from app.reconcile.signer import NativeApis
 from app.reconcile.webhook_plan import WebhookSettings
 
 log = logging.getLogger("tls_injector.reconcile")
@@ -27,7 +28,8 @@ RESOLV_CONF = Path("/etc/resolv.conf")
 # Kubelet writes a few hundred bytes (at most 32 search domains of 2048 characters in all, plus
 # nameservers and options); 64 KiB bounds the read if something else sits at that path.
 RESOLV_CONF_LIMIT = 64 * 1024
-__all__ = ["KubeError", "find_cluster", "run_once", "run_reconciler", "run_until_signalled", "settings_for", "summary"]
+__all__ = ["KubeError", "find_cluster", "pod_certificates_version", "run_once", "run_reconciler", "run_until_signalled",
+           "settings_for", "summary"]
 
 
 def settings_for(args: argparse.Namespace, *, resolv_conf: Path = RESOLV_CONF) -> ReconcileSettings:
@@ -74,6 +76,11 @@ def summary(report: PassReport) -> str:
         parts += [f"{len(report.waiting)} certificates wait: {next(iter(report.waiting.values()))}"]
     parts += [f"stopped: {report.aborted}"] if report.aborted else []
     return "; ".join(parts)
+
+
+def pod_certificates_version(cluster: ClusterConfig) -> str | None:
+    """The certificates.k8s.io version serving pod certificates, for `serve --pod-certificates auto`."""
+    return NativeApis(connect(cluster, ReconcileMetrics())).version()
 
 
 def connect(cluster: ClusterConfig, metrics: ReconcileMetrics) -> KubeApi:
