@@ -14,7 +14,7 @@ from typing import Any
 from app.admission import AdmissionRequest, AdmissionResponse, Handler, allowed
 from app.injection import names
 from app.injection.choices import InjectionOptions, InjectionRefused, read_choices
-from app.injection.workload import template_workload_name
+from app.injection.workload import template_workload
 
 WORKLOAD_KINDS = frozenset({"Deployment", "StatefulSet", "DaemonSet"})
 
@@ -35,7 +35,7 @@ def what_pods_get(kind: str, obj: Mapping[str, Any], options: InjectionOptions) 
         who += f" (if the namespace is labelled {names.INJECT_LABEL}={names.NAMESPACE_OPT_IN})"
     annotations = template_meta.get("annotations") or {}
     try:
-        choices = read_choices(template_workload_name(kind, name, template_meta),
+        choices = read_choices(template_workload(kind, name, template_meta),
                                annotations if isinstance(annotations, dict) else {}, options)
     except InjectionRefused as refusal:
         return f"{who} will be refused: {refusal}"
