@@ -52,7 +52,9 @@ from app.pki.renewal import (
     ca_renewal,
     leaf_renewal,
     load_user_ca,
+    sealed_leaf_renewal,
 )
+from app.pki.seal import Sealed, SealedLeaf, open_seal, seal, seal_key
 from app.pki.trust import (
     SETTLE,
     CaRecord,
@@ -96,6 +98,8 @@ __all__ = [
     "PodCertTimes",
     "PrivateKey",
     "RenewalReason",
+    "Sealed",
+    "SealedLeaf",
     "TrustFacts",
     "UntrustedChain",
     "add_ca",
@@ -125,9 +129,13 @@ __all__ = [
     "make_root",
     "not_after",
     "observe",
+    "open_seal",
     "pod_cert_times",
     "requested_key",
     "rotation_due",
+    "seal",
+    "seal_key",
+    "sealed_leaf_renewal",
     "to_pem",
     "to_pkcs12",
     "trust_bundle",

@@ -19,6 +19,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 
 from app.pki.certs import CertKey, fingerprint, key_matches, load_certificates
 from app.pki.keys import PrivateKey, key_from_pem
+from app.pki.seal import Sealed
 from app.pki.verify import UntrustedChain, dns_sans, verify_client, verify_server
 
 CA_LOOKAHEAD = timedelta(days=60)
@@ -151,11 +152,22 @@ def _parse(cert_pem: bytes | None, key_pem: bytes | None) -> _Parsed | Decision:
     return _Parsed(certs, key)
 
 
+def sealed_leaf_renewal(sealed: Sealed, *, now: datetime, lookahead: timedelta = LEAF_LOOKAHEAD) -> Decision:
+    """Decide for a leaf whose seal opened (app/pki/seal.py): the seal stands for everything `leaf_renewal`
+    checks but the time, so only the sealed window is left to judge."""
+    timing = _window(sealed.not_before, sealed.not_after, now=now, lookahead=lookahead)
+    return timing or Decision.keep(sealed.not_after - lookahead)
+
+
 def _timing(cert: x509.Certificate, *, now: datetime, lookahead: timedelta) -> Decision | None:
-    if now < cert.not_valid_before_utc:
+    return _window(cert.not_valid_before_utc, cert.not_valid_after_utc, now=now, lookahead=lookahead)
+
+
+def _window(not_before: datetime, not_after: datetime, *, now: datetime, lookahead: timedelta) -> Decision | None:
+    if now < not_before:
         return Decision.because("not-yet-valid")
     # At now + lookahead, like cert-controller: renew while the old one still has `lookahead` to live.
-    if now + lookahead >= cert.not_valid_after_utc:
+    if now + lookahead >= not_after:
         return Decision.because("expiring")
     return None
 

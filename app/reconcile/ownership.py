@@ -17,6 +17,8 @@ Role = Literal["leaf", "bundle", "ca", "webhook"]
 
 WORKLOADS_ANNOTATION = f"{DOMAIN}/workloads"  # which workloads a leaf Secret serves, for people and events
 ISSUER_ANNOTATION = f"{DOMAIN}/issuer"  # SHA-256 of the CA that signed the leaf
+# On a leaf Secret: proof that its certificate and key passed the full check (app/pki/seal.py).
+SEAL_ANNOTATION = f"{DOMAIN}/seal"
 FORCE_RENEW_ANNOTATION = f"{DOMAIN}/force-renew"  # on a leaf Secret: re-issue it now (then removed)
 FORCE_REPLACE_ANNOTATION = f"{DOMAIN}/force-replace"  # on the CA Secret: rotate to a new CA key
 

@@ -16,12 +16,29 @@ from typing import Any, Literal
 
 from app.injection.names import BUNDLE_KEY, TRUST_BUNDLE_CONFIGMAP
 from app.kube import CONFIG_MAPS, SECRETS, Resource
-from app.pki import CaSet, CertKey, fingerprint, issue_leaf, leaf_renewal, load_certificates, trust_bundle
+from app.pki import (
+    CaSet,
+    CertKey,
+    Decision,
+    Sealed,
+    SealedLeaf,
+    fingerprint,
+    issue_leaf,
+    leaf_renewal,
+    load_certificates,
+    open_seal,
+    seal,
+    seal_key,
+    sealed_leaf_renewal,
+    trust_bundle,
+)
 from app.reconcile import ownership as own
 from app.reconcile.discover import Target, WorkloadRef
 
 Obj = dict[str, Any]
 Action = Literal["create", "update", "delete"]
+# What a leaf decision reads of the stored Secret (its ca.crt is compared as stored, never decoded).
+_LEAF_KEYS = ("tls.crt", "tls.key")
 # Keys of the bundle ConfigMap that are ours: the whole bundle and one per CA (16 hex digits of SHA-256).
 _BUNDLE_KEYS = re.compile(r"^ca-(bundle|[0-9a-f]{16})\.crt$")
 
@@ -87,12 +104,14 @@ class Signing:
     bundle: dict[str, str]
     now: datetime
     waiting: str = ""
+    seal_key: bytes | None = None  # the signer's key for leaf seals (app/pki/seal.py)
 
     @staticmethod
     def of(cas: CaSet, *, now: datetime, waiting: str = "") -> Signing:
         signer = cas.signer()
         why = "" if signer is not None else waiting or "no CA may sign yet"
-        return Signing(cas, signer, trust_bundle(cas.bundle(), now=now), now, why)
+        key = seal_key(signer) if signer is not None else None
+        return Signing(cas, signer, trust_bundle(cas.bundle(), now=now), now, why, key)
 
     @property
     def bundle_pem(self) -> str:
@@ -158,13 +177,14 @@ def decide_leaf(target: Target, existing: Obj | None, signing: Signing, *, role:
     certificate and only refresh `ca.crt` and our labels if they drifted."""
     if existing is not None and not own.is_owned(existing, role):
         return Refused(f"Secret {target.namespace}/{target.secret_name} exists and is not managed by tls-injector")
-    data = secret_data(existing)
+    data = secret_data(existing, keys=_LEAF_KEYS)
     signer = signing.signer
-    decision = leaf_renewal(cert_pem=data.get("tls.crt"), key_pem=data.get("tls.key"), desired_dns=target.dns_names,
-                            trusted=signing.cas.bundle(), now=signing.now, issuer=signer.cert if signer else None)
+    sealed = _open_seal(target, existing, data, signing)
+    decision = _leaf_decision(target, data, signing, sealed)
     forced = own.FORCE_RENEW_ANNOTATION in _annotations(existing)
     ours = {"ca.crt": signing.bundle_pem.encode()}
     issuer = _annotations(existing).get(own.ISSUER_ANNOTATION, "")
+    sealed_as = _annotations(existing).get(own.SEAL_ANNOTATION, "")
     reason = ""
     if decision.renew or forced or existing is None:
         if signer is None:
@@ -173,9 +193,49 @@ def decide_leaf(target: Target, existing: Obj | None, signing: Signing, *, role:
         leaf = issue_leaf(issuer=signer, dns_names=list(target.dns_names), now=signing.now)
         ours.update({"tls.crt": leaf.chain_pem, "tls.key": leaf.key_pem})
         issuer = fingerprint(signer.cert)
+        sealed_as = _seal(target, signing, ours["tls.crt"], ours["tls.key"], leaf.cert)
         reason = f"{'renewed' if existing else 'issued'}:{decision.reason or 'force-renew'}"
+    elif sealed is None and signer is not None:
+        # Checked in full and kept, so it chains to the signer: seal it, and the next pass need not check again.
+        sealed_as = _seal(target, signing, data["tls.crt"], data["tls.key"], load_certificates(data["tls.crt"])[0])
     body = _leaf_body(target, existing, ours, issuer, role=role)
+    if sealed_as:
+        body["metadata"]["annotations"][own.SEAL_ANNOTATION] = sealed_as
     return _write_if_changed(SECRETS, existing, body, reason=reason or "refreshed")
+
+
+def _leaf_decision(target: Target, data: dict[str, bytes], signing: Signing, sealed: Sealed | None) -> Decision:
+    """From the seal when it opens (the time is all that is left to judge), else the full check."""
+    if sealed is not None:
+        return sealed_leaf_renewal(sealed, now=signing.now)
+    signer = signing.signer
+    return leaf_renewal(cert_pem=data.get("tls.crt"), key_pem=data.get("tls.key"), desired_dns=target.dns_names,
+                        trusted=signing.cas.bundle(), now=signing.now, issuer=signer.cert if signer else None)
+
+
+def _open_seal(target: Target, existing: Obj | None, data: dict[str, bytes], signing: Signing) -> Sealed | None:
+    value = _annotations(existing).get(own.SEAL_ANNOTATION)
+    if signing.seal_key is None or not value or "tls.crt" not in data or "tls.key" not in data:
+        return None
+    leaf = SealedLeaf(target.namespace, target.secret_name, data["tls.crt"], data["tls.key"], target.dns_names)
+    return open_seal(signing.seal_key, leaf, value)
+
+
+def leaf_expiry(target: Target, secret: Obj | None, signing: Signing) -> datetime | None:
+    """When a stored leaf ends (for metrics): from its seal when it opens, else from the certificate."""
+    data = secret_data(secret, keys=_LEAF_KEYS)
+    sealed = _open_seal(target, secret, data, signing)
+    if sealed is not None:
+        return sealed.not_after
+    chain = parsed_chain(data.get("tls.crt", b""))
+    return chain[0].not_valid_after_utc if chain else None
+
+
+def _seal(target: Target, signing: Signing, cert_pem: bytes, key_pem: bytes, cert: Any) -> str:
+    if signing.seal_key is None:
+        return ""
+    leaf = SealedLeaf(target.namespace, target.secret_name, cert_pem, key_pem, target.dns_names)
+    return seal(signing.seal_key, leaf, not_before=cert.not_valid_before_utc, not_after=cert.not_valid_after_utc)
 
 
 def _waiting(target: Target, existing: Obj | None, ours: dict[str, bytes], issuer: str, *, role: own.Role,
@@ -203,10 +263,12 @@ def decide_bundle(namespace: str, existing: Obj | None, signing: Signing) -> Out
     return _write_if_changed(CONFIG_MAPS, existing, body, reason="bundle")
 
 
-def secret_data(secret: Obj | None) -> dict[str, bytes]:
-    """A Secret's data decoded (the API carries it base64-encoded); undecodable values are left out."""
+def secret_data(secret: Obj | None, *, keys: Iterable[str] | None = None) -> dict[str, bytes]:
+    """A Secret's data decoded (the API carries it base64-encoded), all of it or only `keys`; undecodable
+    values are left out."""
+    data = (secret or {}).get("data") or {}
     decoded: dict[str, bytes] = {}
-    for key, value in ((secret or {}).get("data") or {}).items():
+    for key, value in (data.items() if keys is None else ((k, data[k]) for k in keys if k in data)):
         try:
             decoded[key] = base64.b64decode(value, validate=True)
         except (ValueError, TypeError):

@@ -34,7 +34,7 @@ from app.kube import (
     Resource,
     Unavailable,
 )
-from app.pki import CaSet, CertKey, bundle_certificates, load_user_ca, not_after
+from app.pki import BUNDLE_KEY, CaSet, CertKey, bundle_certificates, load_user_ca
 from app.reconcile import events, podcerts, signer
 from app.reconcile import ownership as own
 from app.reconcile.ca import CaPolicy, CaStep, CaUnusable, decide_ca
@@ -49,6 +49,7 @@ from app.reconcile.plan import (
     Waiting,
     Write,
     bundle_namespaces,
+    leaf_expiry,
     parsed_chain,
     plan,
     secret_data,
@@ -156,9 +157,10 @@ class Reconciler:
         if step.waiting:
             log.warning("no CA may sign yet: certificates that need one wait", extra={"reason": step.waiting})
         stored: dict[tuple[str, str, str], Obj | None] = {}
-        for item in plan(targets, observed, Signing.of(step.cas, now=now, waiting=step.waiting)):
+        signing = Signing.of(step.cas, now=now, waiting=step.waiting)
+        for item in plan(targets, observed, signing):
             stored[item.key] = self._converge(item, observed.lookup(item), report, now)
-        self._cert_metrics(stored)
+        self._cert_metrics(targets, stored, signing)
         if native is not None:
             self._converge_native(native, step.cas, observed, report, now)
         if self.settings.webhook is not None:
@@ -192,13 +194,16 @@ class Reconciler:
                    native: signer.NativeView | None = None) -> CaStep:
         """The workloads' CA set, stepped on what this pass observed of bundles and leaves in use."""
         namespaces = bundle_namespaces(targets, observed.enabled)
-        bundles = [bundle_certificates((observed.bundles.get(ns) or {}).get("data") or {}) for ns in namespaces]
-        in_use = {(t.namespace, t.secret_name) for t in targets}
-        leaves = [parsed_chain(secret_data(obj).get("tls.crt", b"")) for key, obj in observed.leaves.items()
-                  if key in in_use]
-        # A leaf Secret's ca.crt is a bundle too: a client may trust its peers through its own mount.
-        bundles += [parsed_chain(secret_data(obj).get("ca.crt", b"")) for key, obj in observed.leaves.items()
-                    if key in in_use]
+        wanted = {(t.namespace, t.secret_name) for t in targets}
+        in_use = [obj for key, obj in observed.leaves.items() if key in wanted]
+        leaves = [parsed_chain(secret_data(obj, keys=("tls.crt",)).get("tls.crt", b"")) for obj in in_use]
+        # The facts depend on which distinct bundles are in use, not on how many hold each: the bundles of
+        # all namespaces, and every leaf Secret's ca.crt, are nearly always one and the same text.
+        # (A leaf Secret's ca.crt is a bundle too: a client may trust its peers through its own mount.)
+        bundles = [bundle_certificates({BUNDLE_KEY: pem}) for pem in
+                   {((observed.bundles.get(ns) or {}).get("data") or {}).get(BUNDLE_KEY, "") for ns in namespaces}]
+        bundles += [parsed_chain(pem) for pem in
+                    {secret_data(obj, keys=("ca.crt",)).get("ca.crt", b"") for obj in in_use}]
         if native is not None:  # the ClusterTrustBundle is a bundle in use; issued pod certificates are leaves
             bundles.append(parsed_chain(str(((native.bundle or {}).get("spec") or {}).get("trustBundle") or "")
                                         .encode()))
@@ -355,15 +360,14 @@ class Reconciler:
             expiry = record.cert.not_valid_after_utc.timestamp()
             self.metrics.ca_expiry.labels(record.fingerprint[:16], str(record.state)).set(expiry)
 
-    def _cert_metrics(self, stored: dict[tuple[str, str, str], Obj | None]) -> None:
-        self.metrics.cert_expiry.clear()
-        for (kind, namespace, name), obj in stored.items():
-            cert = secret_data(obj).get("tls.crt") if kind == "Secret" else None
-            if cert:
-                try:
-                    self.metrics.cert_expiry.labels(namespace, name).set(not_after(cert).timestamp())
-                except ValueError:
-                    continue
+    def _cert_metrics(self, targets: list[Target], stored: dict[tuple[str, str, str], Obj | None],
+                      signing: Signing) -> None:
+        expiries = {}
+        for target in targets:
+            obj = stored.get((SECRETS.kind, target.namespace, target.secret_name))
+            if obj is not None and (expiry := leaf_expiry(target, obj, signing)) is not None:
+                expiries[target.namespace, target.secret_name] = expiry.timestamp()
+        self.metrics.cert_expiry.replace(expiries)
 
 
 def wants_pod_certificates(obj: Obj) -> bool:
