@@ -218,11 +218,16 @@ class Handler(BaseHTTPRequestHandler):
 
     def _list(self, r: Route, query: dict[str, str], body: Any) -> tuple[int, bytes]:
         match = matcher(query.get("labelSelector"), query.get("fieldSelector"), allowed=r.res.field_labels)
-        items, rv = self.server.emulator.store.list(r.res, r.namespace, match)
-        items, token, remaining = _page(items, query)
+        selected = bool(query.get("labelSelector") or query.get("fieldSelector"))
+        items, remaining, rv = self.server.emulator.store.page(
+            r.res, r.namespace, match, after=_after(query), limit=max(0, int(query.get("limit") or 0)),
+            selected=selected)
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
-        if token:
-            meta.update({"continue": token, "remainingItemCount": remaining})
+        if remaining != 0 and items:
+            last = items[-1].obj["metadata"]
+            meta["continue"] = f"{last.get('namespace', '')}/{last['name']}"
+            if remaining is not None:
+                meta["remainingItemCount"] = remaining
         head = orjson.dumps({"kind": f"{r.res.kind}List", "apiVersion": r.res.api_version, "metadata": meta})
         return 200, head[:-1] + b',"items":[' + b",".join(s.raw for s in items) + b"]}"
 
@@ -352,19 +357,14 @@ def _success(deleted: Stored) -> bytes:
     return orjson.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details})
 
 
-def _page(items: list[Stored], query: dict[str, str]) -> tuple[list[Stored], str, int]:
-    """``limit``/``continue``: the token is the last key served; the next page continues from the current
-    state rather than a snapshot (a simplification: the real API serves the original snapshot or 410)."""
-    start = 0
-    if token := query.get("continue"):
-        after = token.split("/", 1)
-        keys = [(s.obj["metadata"].get("namespace", ""), s.obj["metadata"]["name"]) for s in items]
-        start = next((i for i, key in enumerate(keys) if list(key) > after), len(items))
-    limit = int(query.get("limit") or 0)
-    if limit <= 0 or start + limit >= len(items):
-        return items[start:], "", 0
-    last = items[start + limit - 1].obj["metadata"]
-    return items[start:start + limit], f"{last.get('namespace', '')}/{last['name']}", len(items) - start - limit
+def _after(query: dict[str, str]) -> tuple[str, str] | None:
+    """``continue``: the token is the last key served; the next page continues from the current state
+    rather than a snapshot (a simplification: the real API serves the original snapshot or 410)."""
+    token = query.get("continue")
+    if not token:
+        return None
+    namespace, _, name = token.partition("/")
+    return namespace, name
 
 
 def discovery(path: str, *, host: str, certificates: tuple[str, ...] = ()) -> dict[str, Any] | None:

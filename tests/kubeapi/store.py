@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import collections
 import random
 import threading
@@ -125,6 +126,33 @@ class Store:
             keys = [namespace or ""] if namespace is not None or not res.namespaced else sorted(spaces)
             items = [spaces[ns][n] for ns in keys if ns in spaces for n in sorted(spaces[ns])]
             return [s for s in items if match(s.obj)], self._rv
+
+    def page(self, res: Resource, namespace: str | None, match: Matcher, *, after: tuple[str, str] | None,
+             limit: int, selected: bool) -> tuple[list[Stored], int | None, int]:
+        """One page of `list`: at most `limit` (0: no limit) matching objects with keys after `after`, how
+        many more there are, and the resourceVersion. Like the real API, the count is None when a selector
+        is in use (it would take matching every remaining object); the scan stops at the page's end, so
+        reading a whole list page by page costs one pass over it, not one per page."""
+        with self._lock:
+            spaces = self._objects[res]
+            keys = [namespace or ""] if namespace is not None or not res.namespaced else sorted(spaces)
+            if after is not None:
+                keys = keys[bisect.bisect_left(keys, after[0]):]
+            found: list[Stored] = []
+            for index, ns in enumerate(keys):
+                names = sorted(spaces.get(ns, {}))
+                if after is not None and ns == after[0]:
+                    names = names[bisect.bisect_right(names, after[1]):]
+                for position, name in enumerate(names):
+                    stored = spaces[ns][name]
+                    if not match(stored.obj):
+                        continue
+                    if limit and len(found) == limit:
+                        rest = None if selected else len(names) - position + sum(
+                            len(spaces.get(later, {})) for later in keys[index + 1:])
+                        return found, rest, self._rv
+                    found.append(stored)
+            return found, 0, self._rv
 
     def objects(self, res: Resource) -> Iterator[Stored]:
         """Every stored object of a kind (for test assertions; no request is counted)."""

@@ -187,6 +187,24 @@ def test_list_pages_with_limit_and_continue(core: k8s.CoreV1Api) -> None:
     assert third.metadata._continue is None
 
 
+def test_list_pages_with_a_selector_across_namespaces_skip_nothing_and_count_nothing(core: k8s.CoreV1Api) -> None:
+    core.create_namespace({"metadata": {"name": "zz"}})
+    for ns in ("demo", "zz"):
+        for i in range(4):
+            labels = {"keep": "yes"} if i % 2 == 0 else {}
+            core.create_namespaced_config_map(ns, {"metadata": {"name": f"cm-{i}", "labels": labels}})
+    pages, token = [], None
+    while True:
+        page = core.list_config_map_for_all_namespaces(label_selector="keep=yes", limit=1, _continue=token)
+        pages.append([(c.metadata.namespace, c.metadata.name) for c in page.items])
+        # As in the real API: with a selector the number of remaining items is unknown, so it is left out.
+        assert page.metadata.remaining_item_count is None
+        token = page.metadata._continue
+        if not token:
+            break
+    assert pages == [[("demo", "cm-0")], [("demo", "cm-2")], [("zz", "cm-0")], [("zz", "cm-2")]]
+
+
 def test_merge_patch_resource_version_is_a_precondition(core: k8s.CoreV1Api) -> None:
     created = core.create_namespaced_secret("demo", secret("a"))
     core.patch_namespaced_secret("a", "demo", {"metadata": {"labels": {"x": "1"}}})
