@@ -105,6 +105,8 @@ class Signing:
     now: datetime
     waiting: str = ""
     seal_key: bytes | None = None  # the signer's key for leaf seals (app/pki/seal.py)
+    # Seals opened in this pass, by what they were opened on: a pass decides a leaf, then reports its expiry.
+    opened: dict[tuple[Any, ...], Sealed | None] = field(default_factory=dict, compare=False, repr=False)
 
     @staticmethod
     def of(cas: CaSet, *, now: datetime, waiting: str = "") -> Signing:
@@ -177,9 +179,9 @@ def decide_leaf(target: Target, existing: Obj | None, signing: Signing, *, role:
     certificate and only refresh `ca.crt` and our labels if they drifted."""
     if existing is not None and not own.is_owned(existing, role):
         return Refused(f"Secret {target.namespace}/{target.secret_name} exists and is not managed by tls-injector")
-    data = secret_data(existing, keys=_LEAF_KEYS)
     signer = signing.signer
-    sealed = _open_seal(target, existing, data, signing)
+    sealed = _open_seal(target, existing, signing)
+    data = {} if sealed is not None else secret_data(existing, keys=_LEAF_KEYS)  # the seal stands for them
     decision = _leaf_decision(target, data, signing, sealed)
     forced = own.FORCE_RENEW_ANNOTATION in _annotations(existing)
     ours = {"ca.crt": signing.bundle_pem.encode()}
@@ -213,21 +215,27 @@ def _leaf_decision(target: Target, data: dict[str, bytes], signing: Signing, sea
                         trusted=signing.cas.bundle(), now=signing.now, issuer=signer.cert if signer else None)
 
 
-def _open_seal(target: Target, existing: Obj | None, data: dict[str, bytes], signing: Signing) -> Sealed | None:
+def _open_seal(target: Target, existing: Obj | None, signing: Signing) -> Sealed | None:
     value = _annotations(existing).get(own.SEAL_ANNOTATION)
-    if signing.seal_key is None or not value or "tls.crt" not in data or "tls.key" not in data:
+    raw = (existing or {}).get("data") or {}
+    cert, key = raw.get("tls.crt"), raw.get("tls.key")
+    if signing.seal_key is None or not value or not isinstance(cert, str) or not isinstance(key, str):
         return None
-    leaf = SealedLeaf(target.namespace, target.secret_name, data["tls.crt"], data["tls.key"], target.dns_names)
-    return open_seal(signing.seal_key, leaf, value)
+    memo = (target.namespace, target.secret_name, target.dns_names, value, cert, key)
+    if memo not in signing.opened:
+        data = secret_data(existing, keys=_LEAF_KEYS)
+        leaf = SealedLeaf(target.namespace, target.secret_name, data.get("tls.crt", b""), data.get("tls.key", b""),
+                          target.dns_names)
+        signing.opened[memo] = open_seal(signing.seal_key, leaf, value) if len(data) == len(_LEAF_KEYS) else None
+    return signing.opened[memo]
 
 
 def leaf_expiry(target: Target, secret: Obj | None, signing: Signing) -> datetime | None:
     """When a stored leaf ends (for metrics): from its seal when it opens, else from the certificate."""
-    data = secret_data(secret, keys=_LEAF_KEYS)
-    sealed = _open_seal(target, secret, data, signing)
+    sealed = _open_seal(target, secret, signing)
     if sealed is not None:
         return sealed.not_after
-    chain = parsed_chain(data.get("tls.crt", b""))
+    chain = parsed_chain(secret_data(secret, keys=("tls.crt",)).get("tls.crt", b""))
     return chain[0].not_valid_after_utc if chain else None
 
 
