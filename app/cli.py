@@ -85,6 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_reconcile(sub)
     _add_bootstrap(sub)
     _add_inject(sub)
+    _add_doctor(sub)
     return parser
 
 
@@ -430,3 +431,59 @@ def _run_export_policy(args: argparse.Namespace, parser: argparse.ArgumentParser
         return EXIT_OK
     print(yaml.safe_dump_all(documents, sort_keys=False, width=120), end="")
     return EXIT_OK
+
+
+def _add_doctor(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    doctor = _command(
+        sub, "doctor", help="check that the installation is healthy (exit 0 healthy, 1 a check failed)",
+        description="Read the cluster and check, one line each: the webhook configurations and whether every "
+                    "caBundle trusts the certificate the webhook serves, the CA sets, every opted-in workload's "
+                    "certificate, pods that missed the injection or mount a missing Secret, the reconciler's RBAC "
+                    "and its leader Lease. Exit status 0 when no check failed (warnings allowed), 1 when one did, "
+                    "2 for a usage or configuration error.")
+    _connection_flags(doctor)
+    _webhook_flags(doctor)
+    doctor.add_argument("--webhook-address", type=_host_port,
+                        help="HOST:PORT where the webhook answers, e.g. 127.0.0.1:8443 after `kubectl -n tls-injector "
+                             "port-forward svc/tls-injector 8443:443` (default: the Service's DNS name, which "
+                             "resolves only inside the cluster)")
+    doctor.add_argument("--reconciler-service-account", default="tls-injector-reconciler",
+                        help="the reconciler's service account in --namespace, whose permissions are checked")
+    doctor.add_argument("-o", "--output", choices=["text", "json"], default="text", help="report format")
+    doctor.set_defaults(run=_run_doctor, ca_secret=None)
+
+
+def _host_port(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value[:100]!r}")
+    return host.strip("[]"), int(port)
+
+
+def _run_doctor(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    import dataclasses  # noqa: PLC0415 - only for this command
+
+    from app.doctor import ApiUnreachable, DoctorSettings, api_unreachable, read, render_json, render_text, run_checks  # noqa: PLC0415
+    from app.reconcile import runner  # noqa: PLC0415 - only the commands that talk to a cluster load the client
+    from app.reconcile.bootstrap import connect  # noqa: PLC0415
+    from app.reconcile.webhook_plan import WebhookSettings  # noqa: PLC0415
+
+    configure_logging("warning")  # the report is the output; info lines would only interleave with it
+    cluster = runner.find_cluster(kubeconfig=args.kubeconfig, server=args.server)
+    if cluster is None:
+        print("tls-injector doctor: no cluster configured (no in-cluster account, no kubeconfig)", file=sys.stderr)
+        return EXIT_USAGE
+    reconcile = runner.settings_for(args)
+    webhook = reconcile.webhook or dataclasses.replace(WebhookSettings(), configurations=())
+    settings = DoctorSettings(namespace=reconcile.namespace, cluster_domain=reconcile.cluster_domain, webhook=webhook,
+                              ca_secret=reconcile.ca.secret_name, webhook_address=args.webhook_address,
+                              reconciler_account=args.reconciler_service_account)
+    try:
+        results = run_checks(read(connect(cluster), settings, now=datetime.now(UTC)))
+    except runner.KubeError as error:  # the configuration itself cannot be loaded
+        print(f"tls-injector doctor: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except ApiUnreachable as error:
+        results = api_unreachable(str(error))
+    sys.stdout.write(render_json(results) if args.output == "json" else render_text(results))
+    return EXIT_FINDINGS if any(r.status == "error" for r in results) else EXIT_OK

@@ -55,6 +55,10 @@ LEASES = Resource("Lease", "/apis/coordination.k8s.io/v1", "leases")
 MUTATING_WEBHOOKS = Resource(
     "MutatingWebhookConfiguration", "/apis/admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations", False
 )
+# Create-only: asks whether a subject may make a call (the doctor asks for the reconciler's account).
+SUBJECT_ACCESS_REVIEWS = Resource(
+    "SubjectAccessReview", "/apis/authorization.k8s.io/v1", "subjectaccessreviews", namespaced=False
+)
 VALIDATING_WEBHOOKS = Resource(
     "ValidatingWebhookConfiguration", "/apis/admissionregistration.k8s.io/v1", "validatingwebhookconfigurations", False
 )

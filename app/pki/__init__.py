@@ -69,7 +69,7 @@ from app.pki.trust import (
     observe,
     rotation_due,
 )
-from app.pki.verify import UntrustedChain, verify_client, verify_server
+from app.pki.verify import UntrustedChain, dns_sans, verify_client, verify_server
 
 __all__ = [
     "BACKDATE",
@@ -111,6 +111,7 @@ __all__ = [
     "cluster_domain_from_resolv_conf",
     "decode",
     "dns_names_for_services",
+    "dns_sans",
     "encode",
     "fingerprint",
     "generate_key",

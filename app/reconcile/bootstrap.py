@@ -27,11 +27,10 @@ from app.kube import (
     Resource,
     api_client,
 )
-from app.pki import UntrustedChain, verify_server
 from app.reconcile.plan import parsed_chain, secret_data
 from app.reconcile.reconciler import PassReport, ReconcileSettings
 from app.reconcile.webhook import ensure_webhook_certificate
-from app.reconcile.webhook_plan import WebhookSettings, decode_ca_bundle
+from app.reconcile.webhook_plan import WebhookSettings, entry_trust_problem
 
 
 @dataclass(frozen=True)
@@ -97,11 +96,9 @@ def trust_problems(api: KubeApi, settings: BootstrapSettings, *, now: datetime) 
 def _entry_problems(config: Obj, chain: Sequence[Any], settings: BootstrapSettings, now: datetime) -> list[str]:
     problems = []
     for entry in config.get("webhooks") or []:
-        trusted = parsed_chain(decode_ca_bundle((entry.get("clientConfig") or {}).get("caBundle") or ""))
-        try:
-            verify_server(chain[0], chain[1:], trusted=trusted, dns_name=service_dns_name(settings), now=now)
-        except UntrustedChain as e:
-            problems.append(f"{config['kind']} {config['metadata']['name']} entry {entry.get('name')}: {e}")
+        problem = entry_trust_problem(entry, chain, dns_name=service_dns_name(settings), now=now)
+        if problem:
+            problems.append(f"{config['kind']} {config['metadata']['name']} entry {entry.get('name')}: {problem}")
     return problems
 
 

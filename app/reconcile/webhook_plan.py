@@ -12,10 +12,11 @@ import base64
 import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from app.kube import MUTATING_WEBHOOKS, SECRETS, VALIDATING_WEBHOOKS, Resource
-from app.pki import dns_names_for_services
+from app.pki import UntrustedChain, dns_names_for_services, verify_server
 from app.reconcile.ca import CaPolicy
 from app.reconcile.discover import Target
 from app.reconcile.plan import Item, Obj, Outcome, Signing, Write, decide_leaf, parsed_chain, secret_data
@@ -87,3 +88,35 @@ def decode_ca_bundle(value: str) -> bytes:
     except (ValueError, TypeError):
         return b""
 
+
+
+def entry_trust_problem(entry: Obj, chain: Sequence[Any], *, dns_name: str, now: datetime) -> str | None:
+    """Why the API server would refuse `chain` when calling this webhook entry, or None when it trusts it:
+    the entry's caBundle must verify the chain for `dns_name`, at `now`, as the API server's client does."""
+    if not chain:
+        return "no certificate to verify"
+    trusted = parsed_chain(decode_ca_bundle((entry.get("clientConfig") or {}).get("caBundle") or ""))
+    if not trusted:
+        return "its caBundle is empty or holds no certificate"
+    try:
+        verify_server(chain[0], chain[1:], trusted=trusted, dns_name=dns_name, now=now)
+    except UntrustedChain as e:
+        return f"its caBundle does not verify the certificate for {dns_name} ({_issuers(chain, trusted)}): {e}"
+    return None
+
+
+def _issuers(chain: Sequence[Any], trusted: Sequence[Any]) -> str:
+    """Who issued the certificate and whom the bundle trusts: the usual answer to "why not" at a glance."""
+    held = "; ".join(ca.subject.rfc4514_string() for ca in trusted)
+    return f"issued by {chain[0].issuer.rfc4514_string()}, caBundle holds {held}"
+
+
+def entry_dns_name(entry: Obj, *, default: str) -> str:
+    """The host name the API server dials for an entry: `<service>.<namespace>.svc`, or the URL's host."""
+    client = entry.get("clientConfig") or {}
+    service = client.get("service") or {}
+    if service.get("name") and service.get("namespace"):
+        return f"{service['name']}.{service['namespace']}.svc"
+    url = str(client.get("url") or "")
+    host = url.partition("://")[2].split("/", 1)[0].rsplit(":", 1)[0] if "://" in url else ""
+    return host or default

@@ -97,6 +97,8 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", namespaced=True, short_names=("netpol",)),
     Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True,
              status_subresource=True, short_names=("pdb",)),
+    # Create-only and never stored: the answer is computed from the RBAC objects above (authz.py).
+    Resource("authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", namespaced=False),
     Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
              namespaced=False, status_subresource=True, short_names=("crd",)),
     *(row for version in ("v1", "v1beta1") for row in (

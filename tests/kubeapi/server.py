@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
-from tests.kubeapi import control, errors, resources
+from tests.kubeapi import authz, control, errors, resources
 from tests.kubeapi.errors import ApiError
 from tests.kubeapi.faults import VERBS
 from tests.kubeapi.resources import Resource
@@ -160,7 +160,8 @@ class Handler(BaseHTTPRequestHandler):
             code, payload = exc.code, orjson.dumps(exc.status())
         except Exception as exc:  # an emulator bug must still answer, as the apiserver's panic handler does
             code, payload = 500, orjson.dumps(errors.injected(500, f"emulator error: {exc!r}").status())
-        name = orjson.loads(payload)["metadata"]["name"] if verb == "create" and code < 300 else r.name
+        # A created object's name (generateName); a review (SubjectAccessReview) has none and is not stored.
+        name = orjson.loads(payload)["metadata"].get("name") if verb == "create" and code < 300 else r.name
         # Logged before the answer goes out: a client that has its answer finds the request in the log.
         emulator.faults.record(verb, r.res, r.namespace, name, code, subresource=r.subresource)
         self._send(code, payload, retry_after=code == 429)
@@ -194,6 +195,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def _create(self, r: Route, query: dict[str, str], body: Any) -> tuple[int, bytes]:
         dry_run = _dry_run(query)
+        if r.res.plural == "subjectaccessreviews":
+            return 201, orjson.dumps(authz.review(self.server.emulator.store, body))
         created = self.server.emulator.store.create(r.res, r.namespace, body, dry_run=dry_run)
         return (200 if dry_run else 201), created.full()
 

@@ -409,7 +409,7 @@ def test_discovery_documents_list_the_served_groups_and_resources(kube_client: k
     groups = {g.name for g in k8s.ApisApi(kube_client).get_api_versions().groups}
     assert groups == {"apps", "coordination.k8s.io", "admissionregistration.k8s.io", "events.k8s.io",
                       "rbac.authorization.k8s.io", "scheduling.k8s.io", "networking.k8s.io", "policy", "batch",
-                      "apiextensions.k8s.io"}
+                      "apiextensions.k8s.io", "authorization.k8s.io"}
     core = {r.name: r.namespaced for r in k8s.CoreV1Api(kube_client).get_api_resources().resources}
     assert core["namespaces"] is False
     assert core["secrets"] is True

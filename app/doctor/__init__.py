@@ -1,0 +1,25 @@
+"""`tls-injector doctor`: is the installation healthy? One line per check, with a hint for each failure.
+
+The checks are pure functions of a `Snapshot` (read.py is the only module that reads); the order of
+`run_checks` is the order of the report.
+"""
+
+from __future__ import annotations
+
+from app.doctor import ca, reconciler, webhook, workloads
+from app.doctor.model import Result, error, exit_code, render_json, render_text
+from app.doctor.read import ApiUnreachable, read
+from app.doctor.snapshot import DoctorSettings, Snapshot
+
+__all__ = ["ApiUnreachable", "DoctorSettings", "Result", "Snapshot", "api_unreachable", "exit_code", "read",
+           "render_json", "render_text", "run_checks"]
+
+
+def run_checks(snap: Snapshot) -> list[Result]:
+    cas = [("workload CA", snap.settings.ca_secret), ("webhook CA", snap.settings.webhook.ca.secret_name)]
+    return [*webhook.checks(snap), *ca.checks(snap, cas), *workloads.checks(snap), *reconciler.checks(snap)]
+
+
+def api_unreachable(why: str) -> list[Result]:
+    return [error("kubernetes-api", "the Kubernetes API answers", why,
+                  hint="check the kubeconfig or --server, your credentials, and that the API server is up")]

@@ -1,0 +1,131 @@
+"""The one function that reads: the cluster through app.kube, and the webhook over TLS.
+
+Each section is read on its own: a section the doctor may not read (403) or that is broken is recorded
+in `Snapshot.errors` and reported by its checks, and the other sections are still checked. Only an API
+server that cannot be reached or will not authenticate us stops the run (`ApiUnreachable`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from datetime import datetime
+
+from app.doctor.reconciler import required_permissions
+from app.doctor.served import fetch_served
+from app.doctor.snapshot import Access, DoctorSettings, Served, Snapshot
+from app.doctor.webhook import served_targets
+from app.doctor.workloads import mounted, targets
+from app.kube import (
+    CONFIG_MAPS,
+    LEASES,
+    SECRETS,
+    SUBJECT_ACCESS_REVIEWS,
+    KubeApi,
+    KubeError,
+    NotFound,
+    Obj,
+    Resource,
+    Unauthorized,
+    Unavailable,
+)
+from app.reconcile.reconciler import read_cluster
+from app.reconcile.signer import NativeApis
+from app.reconcile.webhook_plan import WEBHOOK_KINDS
+
+Fetch = Callable[..., Served]
+
+
+class ApiUnreachable(Exception):
+    """The API server cannot be reached, or does not accept our credentials: nothing can be checked."""
+
+
+def read(api: KubeApi, settings: DoctorSettings, *, now: datetime, fetch: Fetch = fetch_served) -> Snapshot:
+    snap = Snapshot(settings, now)
+    _section(snap, "configs", lambda: _configs(api, snap))
+    _section(snap, "serving_secret", lambda: _serving_secret(api, snap))
+    for name in (settings.ca_secret, settings.webhook.ca.secret_name):
+        _section(snap, name, functools.partial(_ca_secret, api, snap, name))
+    _section(snap, "cluster", lambda: _cluster(api, snap))
+    _section(snap, "lease", lambda: setattr(snap, "lease", _optional(api, LEASES, settings.lease_name,
+                                                                          settings.namespace)))
+    _section(snap, "access", lambda: _access(api, snap))
+    snap.served = _served(snap, fetch)
+    return snap
+
+
+def _section(snap: Snapshot, name: str, work: Callable[[], object]) -> None:
+    try:
+        work()
+    except (Unavailable, Unauthorized) as e:
+        raise ApiUnreachable(f"{type(e).__name__}: {e}") from e
+    except KubeError as e:
+        snap.errors[name] = f"{type(e).__name__}: {e}"
+
+
+def _optional(api: KubeApi, resource: Resource, name: str, namespace: str | None = None) -> Obj | None:
+    try:
+        return api.get(resource, name, namespace=namespace)
+    except NotFound:
+        return None
+
+
+def _ca_secret(api: KubeApi, snap: Snapshot, name: str) -> None:
+    snap.ca_secrets[name] = _optional(api, SECRETS, name, snap.settings.namespace)
+
+
+def _configs(api: KubeApi, snap: Snapshot) -> None:
+    for resource in WEBHOOK_KINDS:
+        for name in snap.settings.webhook.configurations:
+            snap.configs[resource.kind, name] = _optional(api, resource, name)
+
+
+def _serving_secret(api: KubeApi, snap: Snapshot) -> None:
+    snap.serving_secret = _optional(api, SECRETS, snap.settings.webhook.secret_name, snap.settings.namespace)
+
+
+def _cluster(api: KubeApi, snap: Snapshot) -> None:
+    """The reconciler's own read, then by name whatever it would not list: a wanted Secret without our
+    label (someone else's, in the way) and the objects pods mount, to tell "missing" from "not ours"."""
+    snap.observed = read_cluster(api)
+    snap.pod_certificates = NativeApis(api).version() is not None
+    for target in targets(snap):
+        _by_name(api, snap, "Secret", target.namespace, target.secret_name)
+    for pod in snap.observed.pods:
+        for kind, name in mounted(pod):
+            _by_name(api, snap, kind, pod["metadata"].get("namespace") or "default", name)
+
+
+def _by_name(api: KubeApi, snap: Snapshot, kind: str, namespace: str, name: str) -> None:
+    if kind == "Secret":
+        if (namespace, name) not in snap.observed.leaves and (namespace, name) not in snap.secrets:
+            snap.secrets[namespace, name] = _optional(api, SECRETS, name, namespace)
+    elif snap.config_map(namespace, name) is None and (namespace, name) not in snap.config_maps:
+        snap.config_maps[namespace, name] = _optional(api, CONFIG_MAPS, name, namespace)
+
+
+def _access(api: KubeApi, snap: Snapshot) -> None:
+    settings = snap.settings
+    user = f"system:serviceaccount:{settings.namespace}:{settings.reconciler_account}"
+    groups = ["system:serviceaccounts", f"system:serviceaccounts:{settings.namespace}", "system:authenticated"]
+    for permission in required_permissions(settings.webhook.configurations, settings.lease_name):
+        namespace = settings.namespace if permission.scope == "own" else None
+        for name in permission.names or (None,):
+            resource, _, subresource = permission.resource.partition("/")
+            attributes = {"verb": permission.verb, "group": permission.group, "resource": resource,
+                          **({"subresource": subresource} if subresource else {}),
+                          **({"namespace": namespace} if namespace else {}), **({"name": name} if name else {})}
+            review = api.create(SUBJECT_ACCESS_REVIEWS, {
+                "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                "spec": {"user": user, "groups": groups, "resourceAttributes": attributes}})
+            allowed = bool((review.get("status") or {}).get("allowed"))
+            snap.access.append(Access(permission.verb, permission.group, permission.resource, namespace, name, allowed))
+
+
+def _served(snap: Snapshot, fetch: Fetch) -> list[Served]:
+    """One connection per distinct host the entries call; to --webhook-address when given."""
+    found = []
+    for server_name, service_port in served_targets(snap):
+        host, port = snap.settings.webhook_address or (server_name, service_port)
+        found.append(fetch(host, port, server_name=server_name, explicit=snap.settings.webhook_address is not None))
+    return found

@@ -1,0 +1,83 @@
+"""Everything the checks look at, read once: plain data, so every check is a pure function of it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from app.kube import Obj
+from app.reconcile.plan import Observed
+from app.reconcile.webhook_plan import WebhookSettings
+
+LEASE_NAME = "tls-injector-leader"  # app.kube.lease.LeaderElector's default, pinned in the shipped RBAC
+RECONCILER_ACCOUNT = "tls-injector-reconciler"  # manifests/base/reconciler.yaml
+
+
+@dataclass(frozen=True)
+class DoctorSettings:
+    """The names to look for, from the same flags (and the same defaults) as `reconcile` and `serve`."""
+
+    namespace: str
+    cluster_domain: str
+    webhook: WebhookSettings
+    ca_secret: str
+    webhook_address: tuple[str, int] | None = None  # where to reach the webhook (e.g. a port-forward)
+    reconciler_account: str = RECONCILER_ACCOUNT
+    lease_name: str = LEASE_NAME
+
+
+@dataclass(frozen=True)
+class Served:
+    """The outcome of connecting to the webhook as the API server would: the chain it served, or why not."""
+
+    address: str
+    server_name: str
+    chain_pem: bytes = b""
+    error: str = ""
+    explicit: bool = False  # the address came from --webhook-address (so failing to connect is a finding)
+
+
+@dataclass(frozen=True)
+class Access:
+    """One SubjectAccessReview answer for the reconciler's service account."""
+
+    verb: str
+    group: str
+    resource: str
+    namespace: str | None
+    name: str | None
+    allowed: bool
+
+    def __str__(self) -> str:
+        where = f" in {self.namespace}" if self.namespace else " cluster-wide"
+        named = f" {self.name}" if self.name else ""
+        return f"{self.verb} {self.resource}{'.' + self.group if self.group else ''}{named}{where}"
+
+
+@dataclass
+class Snapshot:
+    """What `read` found. An entry is None when the API confirmed the object does not exist; a section
+    that could not be read at all has its error in `errors` (keyed by section name)."""
+
+    settings: DoctorSettings
+    now: datetime
+    configs: dict[tuple[str, str], Obj | None] = field(default_factory=dict)  # (kind, name)
+    serving_secret: Obj | None = None
+    served: list[Served] = field(default_factory=list)
+    ca_secrets: dict[str, Obj | None] = field(default_factory=dict)  # Secret name -> Secret
+    observed: Observed = field(default_factory=Observed)
+    secrets: dict[tuple[str, str], Obj | None] = field(default_factory=dict)  # read by name, beyond ours
+    config_maps: dict[tuple[str, str], Obj | None] = field(default_factory=dict)
+    lease: Obj | None = None
+    pod_certificates: bool = False  # the cluster serves pod certificates: workloads asking for them get no Secret
+    access: list[Access] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def secret(self, namespace: str, name: str) -> Obj | None:
+        return self.observed.leaves.get((namespace, name)) or self.secrets.get((namespace, name))
+
+    def config_map(self, namespace: str, name: str) -> Obj | None:
+        found = self.observed.bundles.get(namespace)
+        if found is not None and found["metadata"]["name"] == name:
+            return found
+        return self.config_maps.get((namespace, name))

@@ -1,0 +1,201 @@
+"""Checks of what the workloads get: a certificate their namespace's bundle trusts for their Service
+names, and pods that carry the injection and mount only objects that exist.
+
+Which workloads opted in, and which Secret each needs, is the reconciler's own discovery (the same
+function, on the same reads), so the doctor and the reconciler never disagree about a name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from app.doctor.model import Result, error, ok
+from app.doctor.snapshot import Snapshot
+from app.injection import names, pod_workload, template_of
+from app.kube import Obj
+from app.pki import UntrustedChain, bundle_certificates, dns_sans, verify_server
+from app.reconcile import ownership as own
+from app.reconcile.discover import Target, discover, opted_in
+from app.reconcile.plan import parsed_chain, secret_data
+from app.reconcile.reconciler import wants_pod_certificates
+
+CATEGORY = "workloads"
+# The webhook configurations exclude these by name (manifests/base): pods there are never injected, by
+# design, so the doctor does not ask for it. The injector's own namespace is added at run time.
+EXCLUDED_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
+_DONE_PHASES = frozenset({"Succeeded", "Failed"})
+_RENEW = "kubectl -n {ns} annotate secret {name} tls-injector.io/force-renew=now"
+
+
+def targets(snap: Snapshot) -> list[Target]:
+    """The Secrets the reconciler issues, decided as its pass decides them."""
+    workloads, pods = snap.observed.workloads, snap.observed.pods
+    if snap.pod_certificates:
+        workloads = [(k, w) for k, w in workloads if not wants_pod_certificates(template_of(k, w) or {})]
+        pods = [p for p in pods if not wants_pod_certificates(p)]
+    return discover(workloads, pods, enabled=snap.observed.enabled, cluster_domain=snap.settings.cluster_domain)
+
+
+def _who(target: Target) -> str:
+    return f"{target.namespace}/{target.secret_name} ({', '.join(str(w) for w in target.workloads)})"
+
+
+def check_secrets_exist(snap: Snapshot, wanted: list[Target]) -> Result:
+    title = "every opted-in workload has its certificate Secret"
+    problems = []
+    for target in wanted:
+        secret = snap.secret(target.namespace, target.secret_name)
+        if secret is None:
+            problems.append(f"{_who(target)}: the Secret does not exist")
+        elif not own.is_owned(secret, "leaf"):
+            problems.append(f"{_who(target)}: the Secret exists but tls-injector does not manage it")
+        elif not parsed_chain(secret_data(secret).get("tls.crt", b"")):
+            problems.append(f"{_who(target)}: the Secret holds no certificate")
+    if problems:
+        return error(CATEGORY, title, f"{len(problems)} of {len(wanted)} missing or unusable", details=problems,
+                     hint="the reconciler issues them within a pass: check that it runs (reconciler checks) and "
+                          "the workload's events (kubectl describe); a Secret someone else owns must be renamed or "
+                          "removed, or the workload pointed elsewhere with tls-injector.io/secret-name")
+    return ok(CATEGORY, title, f"{len(wanted)} Secrets")
+
+
+def _leaves(snap: Snapshot, wanted: list[Target]) -> Iterator[tuple[Target, list[Any]]]:
+    """The parsed chain of every wanted Secret that is ours and holds one (the others are reported above)."""
+    for target in wanted:
+        secret = snap.secret(target.namespace, target.secret_name)
+        chain = parsed_chain(secret_data(secret).get("tls.crt", b"")) if own.is_owned(secret, "leaf") else []
+        if chain:
+            yield target, chain
+
+
+def check_trusted_by_bundle(snap: Snapshot, wanted: list[Target]) -> Result:
+    title = "every certificate verifies against its namespace's trust bundle"
+    problems: list[str] = []
+    bad: list[Target] = []
+    checked = 0
+    for target, chain in _leaves(snap, wanted):
+        checked += 1
+        problem = _untrusted(snap, target, chain)
+        if problem:
+            problems.append(f"{_who(target)}: {problem}")
+            bad.append(target)
+    if problems:
+        example = _RENEW.format(ns=bad[0].namespace, name=bad[0].secret_name)
+        return error(CATEGORY, title, f"{len(problems)} of {checked} not trusted", details=problems,
+                     hint="clients in that namespace refuse these servers. The reconciler re-issues a certificate its "
+                          "CA set does not trust and rewrites the bundles each pass; to force one now: " + example)
+    return ok(CATEGORY, title, f"{checked} certificates")
+
+
+def _untrusted(snap: Snapshot, target: Target, chain: list[Any]) -> str:
+    bundle = snap.observed.bundles.get(target.namespace)
+    if bundle is None:
+        return f"no {names.TRUST_BUNDLE_CONFIGMAP} ConfigMap in {target.namespace}"
+    sans = dns_sans(chain[0])  # names are the next check's concern: verify trust under a name it has
+    try:
+        verify_server(chain[0], chain[1:], trusted=bundle_certificates(bundle.get("data") or {}),
+                      dns_name=sans[0] if sans else target.secret_name, now=snap.now)
+    except UntrustedChain as e:
+        return str(e)
+    return ""
+
+
+def check_service_names(snap: Snapshot, wanted: list[Target]) -> Result:
+    title = "every certificate covers its workload's Service names"
+    problems: list[str] = []
+    bad: list[Target] = []
+    checked = 0
+    for target, chain in _leaves(snap, wanted):
+        checked += 1
+        missing = sorted(set(target.dns_names) - set(dns_sans(chain[0])))
+        if missing:
+            problems.append(f"{_who(target)}: no SAN for {', '.join(missing)}")
+            bad.append(target)
+    if problems:
+        return error(CATEGORY, title, f"{len(problems)} of {checked} lack names", details=problems,
+                     hint="clients calling those names fail the host name check. The reconciler renews a certificate "
+                          "whose names changed on its next pass; to force it: "
+                          + _RENEW.format(ns=bad[0].namespace, name=bad[0].secret_name))
+    return ok(CATEGORY, title, f"{checked} certificates")
+
+
+def _should_be_injected(snap: Snapshot, pod: Obj) -> bool:
+    meta = pod["metadata"]
+    namespace = meta.get("namespace") or "default"
+    if namespace in EXCLUDED_NAMESPACES or namespace == snap.settings.namespace or meta.get("deletionTimestamp"):
+        return False
+    if (pod.get("status") or {}).get("phase") in _DONE_PHASES:
+        return False
+    return opted_in(meta.get("labels") or {}, namespace_enabled=namespace in snap.observed.enabled)
+
+
+def missing_injection(snap: Snapshot) -> list[Obj]:
+    """Opted-in pods without the record annotation: created while the webhook was down or before install."""
+    return [pod for pod in snap.observed.pods
+            if _should_be_injected(snap, pod)
+            and names.INJECTED_ANNOTATION not in (pod["metadata"].get("annotations") or {})]
+
+
+def _pod(pod: Obj) -> str:
+    meta = pod["metadata"]
+    workload = pod_workload(meta)
+    return f"{meta.get('namespace')}/{meta.get('name')} ({workload.kind}/{workload.name or '?'})"
+
+
+def check_pods_injected(snap: Snapshot) -> Result:
+    title = "opted-in pods carry the injection"
+    missing = missing_injection(snap)
+    if missing:
+        count = f"{len(missing)} {'pod' if len(missing) == 1 else 'pods'}"
+        return error(CATEGORY, title, f"{count} without it", details=[_pod(p) for p in missing],
+                     hint="they were created while the webhook was down or before it was installed, and run without "
+                          "their certificate: restart their workloads (kubectl -n <ns> rollout restart "
+                          "deployment/<workload>), or delete bare pods and create them again")
+    return ok(CATEGORY, title, f"{sum(_should_be_injected(snap, p) for p in snap.observed.pods)} pods")
+
+
+def mounted(pod: Obj) -> Iterator[tuple[str, str]]:
+    """("Secret" | "ConfigMap", name) of the certificate and bundle volumes the webhook added to a pod.
+
+    Ours are recognised by name: `tls-injector-cert`/`-trust`, or `-<n>` after a clash (app/injection/plan.py).
+    """
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        if not isinstance(volume, dict):
+            continue
+        name = str(volume.get("name") or "")
+        if _ours(name, names.CERT_VOLUME) and isinstance(volume.get("secret"), dict):
+            yield "Secret", str(volume["secret"].get("secretName") or "")
+        elif _ours(name, names.TRUST_VOLUME) and isinstance(volume.get("configMap"), dict):
+            yield "ConfigMap", str(volume["configMap"].get("name") or "")
+
+
+def _ours(name: str, base: str) -> bool:
+    return name == base or (name.startswith(f"{base}-") and name.removeprefix(f"{base}-").isdigit())
+
+
+def check_pod_mounts(snap: Snapshot) -> Result:
+    title = "pods mount only certificate Secrets and bundles that exist"
+    problems = []
+    for pod in snap.observed.pods:
+        namespace = pod["metadata"].get("namespace") or "default"
+        for kind, name in mounted(pod):
+            found = snap.secret(namespace, name) if kind == "Secret" else snap.config_map(namespace, name)
+            if found is None:
+                problems.append(f"{_pod(pod)}: {kind} {name} does not exist")
+    if problems:
+        return error(CATEGORY, title, f"{len(problems)} mounts of missing objects", details=problems,
+                     hint="such a pod cannot start (FailedMount, ContainerCreating). The reconciler creates the "
+                          "Secret and bundle of every opted-in workload: check that it runs and that the workload "
+                          "still opts in; a pod whose workload stopped opting in must be restarted")
+    return ok(CATEGORY, title)
+
+
+def checks(snap: Snapshot) -> list[Result]:
+    if "cluster" in snap.errors:
+        return [error(CATEGORY, "the opted-in workloads and pods can be read", snap.errors["cluster"],
+                      hint="doctor needs list on namespaces, pods, Deployments, StatefulSets, DaemonSets and the "
+                           "Secrets and ConfigMaps tls-injector manages")]
+    wanted = targets(snap)
+    return [check_secrets_exist(snap, wanted), check_trusted_by_bundle(snap, wanted),
+            check_service_names(snap, wanted), check_pods_injected(snap), check_pod_mounts(snap)]
