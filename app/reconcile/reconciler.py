@@ -7,10 +7,12 @@ because nothing that follows could be trusted or written.
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -128,7 +130,8 @@ class Reconciler:
     def _guarded(self, work: Callable[[PassReport, datetime], None]) -> PassReport:
         report, started, now = PassReport(), time.monotonic(), self.clock()
         try:
-            work(report, now)
+            with collector_paused():
+                work(report, now)
         except (KubeError, CaUnusable, NotLeader, ValueError) as e:
             report.aborted = f"{type(e).__name__}: {e}"
             self.metrics.failures.labels("pass-aborted").inc()
@@ -374,6 +377,24 @@ def wants_pod_certificates(obj: Obj) -> bool:
     """A pod (or pod template) whose annotations ask for the pod-certificate mode."""
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
     return isinstance(annotations, dict) and annotations.get(names.MODE_ANNOTATION) == names.MODE_POD_CERTIFICATE
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the length of a pass.
+
+    A pass decodes the cluster's lists into about a million small dicts and strings that all live until
+    it ends. The collector's full sweeps over them free nothing (decoded JSON holds no cycles, and
+    reference counting frees it all when the pass is over) and cost a fifth of a converged pass at
+    10,000 workloads. Whatever cycles a pass does make are collected as usual once it is over.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def read_cluster(api: KubeApi) -> Observed:
