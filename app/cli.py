@@ -31,7 +31,7 @@ from app.rulesfile import RulesFileError, load_rule_set
 from app.settings import ServeSettings
 
 if TYPE_CHECKING:
-    from app.web.app import BackgroundTask
+    from app.web.app import BackgroundTask, Health
     from app.web.metrics import ServerMetrics
 
 log = logging.getLogger("tls_injector")
@@ -125,6 +125,10 @@ def _mode_flag(command: argparse.ArgumentParser) -> None:
 def _cluster_flags(command: argparse.ArgumentParser) -> None:
     """Where the cluster is and what the reconciler owns; shared by `serve` and `reconcile`."""
     _connection_flags(command)
+    command.add_argument("--webhook-address", type=_host_port,
+                         help="HOST:PORT where each pass checks that every caBundle trusts the certificate the webhook "
+                              "serves (default: serve: its own port on loopback; reconcile: "
+                              "<webhook-service>.<namespace>.svc:443)")
     command.add_argument("--ca-secret", help="a kubernetes.io/tls Secret in --namespace holding a CA you provide "
                                              "(default: tls-injector creates and rotates its own)")
     command.add_argument("--pod-certificates", choices=["auto", "on", "off"], default="auto",
@@ -257,7 +261,8 @@ def _run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     pod_certificates, why = _webhook_pod_certificates(args)
     settings = dataclasses.replace(settings, pod_certificates=pod_certificates)
     log.info(f"pod certificates for /mutate: {why}", extra={"pod_certificates": why})
-    from app.web.fingerprints import BundleFingerprints  # noqa: PLC0415 - only serving loads the web stack
+    from app.web.app import Health  # noqa: PLC0415 - only serving loads the web stack
+    from app.web.fingerprints import BundleFingerprints  # noqa: PLC0415
     from app.web.metrics import ServerMetrics  # noqa: PLC0415
     from app.web.server import build_server  # noqa: PLC0415
 
@@ -267,13 +272,14 @@ def _run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     except RulesFileError as error:  # a bad rules file stops the start, before any request is served
         print(f"tls-injector: {error}", file=sys.stderr)
         return 2
-    metrics = ServerMetrics()
-    background, reconciler = _reconciler_in_background(args, metrics)
+    metrics, health = ServerMetrics(), Health()
+    background, reconciler = _reconciler_in_background(args, metrics, health)
     log.info(f"starting: webhook on https://{settings.host}:{settings.port}; reconciler {reconciler}",
              extra={"webhook": f"{settings.host}:{settings.port}", "reconciler": reconciler})
     if bundle is not None:
         background.append(functools.partial(bundle.poll_forever, settings.reload_interval_seconds))
-    server = build_server(settings, mutate=mutate, validate=validate, metrics=metrics, background=background)
+    server = build_server(settings, mutate=mutate, validate=validate, metrics=metrics, background=background,
+                          health=health)
     # uvicorn drains on SIGTERM, then re-raises the signal to the handler it found; exiting 0 there tells
     # the kubelet (and anyone reading the exit code) that the shutdown was the orderly one.
     signal.signal(signal.SIGTERM, _exit_cleanly)
@@ -285,10 +291,12 @@ def _exit_cleanly(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
-def _reconciler_in_background(args: argparse.Namespace,
-                              metrics: ServerMetrics) -> tuple[list[BackgroundTask], str]:
+def _reconciler_in_background(args: argparse.Namespace, metrics: ServerMetrics,
+                              health: Health) -> tuple[list[BackgroundTask], str]:
     """The reconciler runs inside `serve` only when a cluster is configured and --no-reconciler is not
-    given; otherwise serve runs alone. Also returns what the start-up line says about it."""
+    given; otherwise serve runs alone. Also returns what the start-up line says about it. With the
+    reconciler here, /readyz also fails while its last pass found the live caBundle not trusting the
+    certificate this server serves (checked once per pass, never per request)."""
     if args.no_reconciler:
         return [], "off (--no-reconciler)"
     from app.reconcile import runner  # noqa: PLC0415 - the client is loaded only when a cluster may be there
@@ -296,8 +304,12 @@ def _reconciler_in_background(args: argparse.Namespace,
     cluster = runner.find_cluster(kubeconfig=args.kubeconfig, server=args.server)
     if cluster is None:
         return [], "off (no cluster configured: no in-cluster service account, no kubeconfig)"
+    from app.reconcile.metrics import ReconcileMetrics  # noqa: PLC0415
+
     settings = runner.settings_for(args)
-    task = functools.partial(runner.run_reconciler, cluster, settings, registry=metrics.registry)
+    reconcile_metrics = ReconcileMetrics(metrics.registry)
+    health.serving_trusted = lambda: reconcile_metrics.serving_verdict
+    task = functools.partial(runner.run_reconciler, cluster, settings, metrics=reconcile_metrics)
     return [task], f"on ({cluster.describe}, namespace {settings.namespace})"
 
 

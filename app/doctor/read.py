@@ -12,8 +12,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from app.doctor.reconciler import required_permissions
-from app.doctor.served import fetch_served
-from app.doctor.snapshot import Access, DoctorSettings, Served, Snapshot
+from app.doctor.snapshot import Access, DoctorSettings, Snapshot
 from app.doctor.webhook import served_targets
 from app.doctor.workloads import mounted, targets
 from app.kube import (
@@ -30,6 +29,7 @@ from app.kube import (
     Unavailable,
 )
 from app.reconcile.reconciler import read_cluster
+from app.reconcile.served import Served, fetch_served
 from app.reconcile.signer import NativeApis
 from app.reconcile.webhook_plan import WEBHOOK_KINDS
 

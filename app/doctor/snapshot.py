@@ -7,6 +7,7 @@ from datetime import datetime
 
 from app.kube import Obj
 from app.reconcile.plan import Observed
+from app.reconcile.served import Served
 from app.reconcile.webhook_plan import WebhookSettings
 
 LEASE_NAME = "tls-injector-leader"  # app.kube.lease.LeaderElector's default, pinned in the shipped RBAC
@@ -24,17 +25,6 @@ class DoctorSettings:
     webhook_address: tuple[str, int] | None = None  # where to reach the webhook (e.g. a port-forward)
     reconciler_account: str = RECONCILER_ACCOUNT
     lease_name: str = LEASE_NAME
-
-
-@dataclass(frozen=True)
-class Served:
-    """The outcome of connecting to the webhook as the API server would: the chain it served, or why not."""
-
-    address: str
-    server_name: str
-    chain_pem: bytes = b""
-    error: str = ""
-    explicit: bool = False  # the address came from --webhook-address (so failing to connect is a finding)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from app.doctor.model import Result, error, ok, warning
-from app.doctor.snapshot import Served, Snapshot
+from app.doctor.snapshot import Snapshot
 from app.kube import Obj
 from app.reconcile.plan import parsed_chain, secret_data
 from app.reconcile.webhook_plan import entry_dns_name, entry_trust_problem
@@ -127,4 +127,4 @@ def checks(snap: Snapshot) -> list[Result]:
     return [check_configurations(snap), check_ca_bundle_trusts_secret(snap), check_served_certificate(snap)]
 
 
-__all__ = ["Served", "checks", "served_targets", "service_dns_name"]
+__all__ = ["checks", "served_targets", "service_dns_name"]

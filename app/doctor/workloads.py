@@ -16,15 +16,11 @@ from app.injection import names, pod_workload, template_of
 from app.kube import Obj
 from app.pki import UntrustedChain, bundle_certificates, dns_sans, verify_server
 from app.reconcile import ownership as own
-from app.reconcile.discover import Target, discover, opted_in
+from app.reconcile.discover import Target, discover, missing_injection, should_be_injected
 from app.reconcile.plan import parsed_chain, secret_data
 from app.reconcile.reconciler import wants_pod_certificates
 
 CATEGORY = "workloads"
-# The webhook configurations exclude these by name (manifests/base): pods there are never injected, by
-# design, so the doctor does not ask for it. The injector's own namespace is added at run time.
-EXCLUDED_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
-_DONE_PHASES = frozenset({"Succeeded", "Failed"})
 _RENEW = "kubectl -n {ns} annotate secret {name} tls-injector.io/force-renew=now"
 
 
@@ -121,20 +117,7 @@ def check_service_names(snap: Snapshot, wanted: list[Target]) -> Result:
 
 
 def _should_be_injected(snap: Snapshot, pod: Obj) -> bool:
-    meta = pod["metadata"]
-    namespace = meta.get("namespace") or "default"
-    if namespace in EXCLUDED_NAMESPACES or namespace == snap.settings.namespace or meta.get("deletionTimestamp"):
-        return False
-    if (pod.get("status") or {}).get("phase") in _DONE_PHASES:
-        return False
-    return opted_in(meta.get("labels") or {}, namespace_enabled=namespace in snap.observed.enabled)
-
-
-def missing_injection(snap: Snapshot) -> list[Obj]:
-    """Opted-in pods without the record annotation: created while the webhook was down or before install."""
-    return [pod for pod in snap.observed.pods
-            if _should_be_injected(snap, pod)
-            and names.INJECTED_ANNOTATION not in (pod["metadata"].get("annotations") or {})]
+    return should_be_injected(pod, enabled=snap.observed.enabled, own_namespace=snap.settings.namespace)
 
 
 def _pod(pod: Obj) -> str:
@@ -145,7 +128,8 @@ def _pod(pod: Obj) -> str:
 
 def check_pods_injected(snap: Snapshot) -> Result:
     title = "opted-in pods carry the injection"
-    missing = missing_injection(snap)
+    missing = missing_injection(snap.observed.pods, enabled=snap.observed.enabled,
+                                own_namespace=snap.settings.namespace)
     if missing:
         count = f"{len(missing)} {'pod' if len(missing) == 1 else 'pods'}"
         return error(CATEGORY, title, f"{count} without it", details=[_pod(p) for p in missing],

@@ -170,3 +170,27 @@ def _namespace(obj: Obj) -> str:
 def _map(obj: Mapping[str, Any], key: str) -> Obj:
     value = obj.get(key)
     return value if isinstance(value, dict) else {}
+
+
+# The shipped webhook configurations exclude these namespaces by name (manifests/base), with the
+# injector's own: pods there are never injected, by design, so they are never counted as missing it.
+SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
+_DONE_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def should_be_injected(pod: Obj, *, enabled: set[str], own_namespace: str) -> bool:
+    """An opted-in pod the mutating webhook should have seen: running or about to, outside the excluded
+    namespaces (finished or terminating pods are left alone: a restart would not help them)."""
+    meta = pod["metadata"]
+    namespace = _namespace(pod)
+    if namespace in SYSTEM_NAMESPACES or namespace == own_namespace or meta.get("deletionTimestamp"):
+        return False
+    if (pod.get("status") or {}).get("phase") in _DONE_PHASES:
+        return False
+    return opted_in(_map(meta, "labels"), namespace_enabled=namespace in enabled)
+
+
+def missing_injection(pods: Iterable[Obj], *, enabled: set[str], own_namespace: str) -> list[Obj]:
+    """Opted-in pods without the injection record: created while the webhook was down, or before install."""
+    return [pod for pod in pods if should_be_injected(pod, enabled=enabled, own_namespace=own_namespace)
+            and names.INJECTED_ANNOTATION not in _map(pod["metadata"], "annotations")]

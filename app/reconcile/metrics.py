@@ -35,6 +35,17 @@ class ReconcileMetrics:
                              "Certificates to issue or renew that wait for a CA that may sign (last pass).",
                              registry=r)
         self.leader = Gauge("tls_injector_leader", "1 while this replica holds the leader lease.", registry=r)
+        self.serving_trusted = Gauge(
+            "tls_injector_cabundle_trusts_serving_cert",
+            "1 when every entry's caBundle verifies the certificate the webhook serves, 0 when one does not "
+            "(every admission call to it then fails); checked after each pass, absent while unknown.",
+            ["configuration"], registry=r)
+        self.missing_injection = Gauge(
+            "tls_injector_pods_missing_injection",
+            "Opted-in pods without the injection (created while the webhook was down or before install), last pass.",
+            registry=r)
+        # The last verdict on the served certificate, for /readyz: None until known (or when unreachable).
+        self.serving_verdict: bool | None = None
 
     def api_call(self, verb: str, outcome: str) -> None:
         self.api.labels(verb, outcome).inc()

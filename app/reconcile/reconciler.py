@@ -40,7 +40,7 @@ from app.pki import BUNDLE_KEY, CaSet, CertKey, bundle_certificates, load_user_c
 from app.reconcile import events, podcerts, signer
 from app.reconcile import ownership as own
 from app.reconcile.ca import CaPolicy, CaStep, CaUnusable, decide_ca
-from app.reconcile.discover import Target, discover, enabled_namespaces
+from app.reconcile.discover import Target, discover, enabled_namespaces, missing_injection
 from app.reconcile.metrics import ReconcileMetrics
 from app.reconcile.plan import (
     Item,
@@ -56,7 +56,15 @@ from app.reconcile.plan import (
     plan,
     secret_data,
 )
-from app.reconcile.webhook_plan import WEBHOOK_KINDS, WebhookSettings, bundles_in_use, leaves_in_use, webhook_items
+from app.reconcile.served import fetch_served
+from app.reconcile.webhook_plan import (
+    WEBHOOK_KINDS,
+    WebhookSettings,
+    bundles_in_use,
+    configurations_trusting,
+    leaves_in_use,
+    webhook_items,
+)
 
 log = logging.getLogger("tls_injector.reconcile")
 # Three tries per object: a 409 means someone wrote in between; three in a row means a hot object,
@@ -127,7 +135,7 @@ class Reconciler:
         """Only the webhook's serving certificate and caBundle (what `tls-injector bootstrap` does)."""
         return self._guarded(lambda report, now: self.converge_webhook(ws, report, now))
 
-    def _guarded(self, work: Callable[[PassReport, datetime], None]) -> PassReport:
+    def _guarded(self, work: Callable[[PassReport, datetime], object]) -> PassReport:
         report, started, now = PassReport(), time.monotonic(), self.clock()
         try:
             with collector_paused():
@@ -166,8 +174,31 @@ class Reconciler:
         self._cert_metrics(targets, stored, signing)
         if native is not None:
             self._converge_native(native, step.cas, observed, report, now)
+        self.metrics.missing_injection.set(len(missing_injection(observed.pods, enabled=observed.enabled,
+                                                                 own_namespace=self.settings.namespace)))
         if self.settings.webhook is not None:
-            self.converge_webhook(self.settings.webhook, report, now)
+            configs = self.converge_webhook(self.settings.webhook, report, now)
+            self.metrics.serving_verdict = self._served_verdict(self.settings.webhook, configs, now)
+
+    def _served_verdict(self, ws: WebhookSettings, configs: dict[tuple[str, str], Obj], now: datetime) -> bool | None:
+        """Does every caBundle trust the certificate the webhook serves now? One TLS handshake per pass
+        (no API call: the configurations were just read); None when not checked or unreachable."""
+        self.metrics.serving_trusted.clear()
+        if ws.served_address is None or not configs:
+            return None
+        dns_name = f"{ws.service}.{self.settings.namespace}.svc"
+        served = fetch_served(*ws.served_address, server_name=dns_name, explicit=True)
+        chain = parsed_chain(served.chain_pem)
+        if not chain:
+            log.warning("cannot check the served certificate", extra={"address": served.address, "error": served.error})
+            return None
+        trusted = configurations_trusting(configs, chain, default_dns=dns_name, now=now)
+        for name, verdict in trusted.items():
+            self.metrics.serving_trusted.labels(name).set(int(verdict))
+        if not all(trusted.values()):
+            log.error("a caBundle does not trust the certificate the webhook serves: admission calls fail",
+                      extra={"address": served.address, "configurations": [n for n, v in trusted.items() if not v]})
+        return all(trusted.values())
 
     def _converge_native(self, native: signer.NativeView, cas: CaSet, observed: Observed, report: PassReport,
                          now: datetime) -> None:
@@ -234,8 +265,10 @@ class Reconciler:
             return step
         raise Conflict(f"the CA Secret {policy.secret_name} kept changing under us; next pass")
 
-    def converge_webhook(self, ws: WebhookSettings, report: PassReport, now: datetime) -> None:
-        """The webhook's serving Secret and the caBundle of both configurations (see webhook_plan)."""
+    def converge_webhook(self, ws: WebhookSettings, report: PassReport,
+                         now: datetime) -> dict[tuple[str, str], Obj]:
+        """The webhook's serving Secret and the caBundle of both configurations (see webhook_plan);
+        returns the configurations as stored at the end, keyed by (kind, name)."""
         configs: dict[tuple[str, str], Obj] = {}
         for resource in WEBHOOK_KINDS:
             for name in ws.configurations:
@@ -248,9 +281,13 @@ class Reconciler:
         serving = self._read_optional(SECRETS, ws.secret_name)
         step = self._step_ca(ws.ca, bundles=bundles_in_use(configs.values()), leaves=leaves_in_use(serving),
                              user_ca=None, now=now, report=report)
+        stored = dict(configs)
         for item in webhook_items(ws, self.settings.namespace, configs, Signing.of(step.cas, now=now)):
             existing = serving if item.resource is SECRETS else configs.get((item.resource.kind, item.name))
-            self._converge(item, existing, report, now)
+            result = self._converge(item, existing, report, now)
+            if item.resource is not SECRETS and result is not None:
+                stored[item.resource.kind, item.name] = result
+        return stored
 
     def _user_ca(self, now: datetime) -> CertKey | None:
         name = self.settings.user_ca_secret

@@ -38,10 +38,24 @@ def settings_for(args: argparse.Namespace, *, resolv_conf: Path = RESOLV_CONF) -
     domain = cluster_domain(args.cluster_domain, namespace=namespace, resolv_conf=resolv_conf)
     configurations = tuple(n.strip() for n in (args.webhook_configurations or "").split(",") if n.strip())
     webhook = WebhookSettings(service=args.webhook_service, secret_name=args.webhook_secret,
-                              configurations=configurations, cluster_domain=domain)
+                              configurations=configurations, cluster_domain=domain,
+                              served_address=served_address(args, namespace))
     return ReconcileSettings(namespace=namespace, cluster_domain=domain,
                              user_ca_secret=args.ca_secret or None, webhook=webhook if configurations else None,
                              pod_certificates=getattr(args, "pod_certificates", "auto"))
+
+
+def served_address(args: argparse.Namespace, namespace: str) -> tuple[str, int] | None:
+    """Where a pass checks what the webhook serves: --webhook-address; else, inside `serve`, its own
+    port on loopback (it is the webhook); else (`reconcile`) the Service, as the API server dials it."""
+    if getattr(args, "webhook_address", None):
+        address: tuple[str, int] = args.webhook_address
+        return address
+    if hasattr(args, "port") and hasattr(args, "host"):
+        return ("127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host), args.port  # noqa: S104
+    if hasattr(args, "webhook_address"):
+        return f"{args.webhook_service}.{namespace}.svc", 443
+    return None  # bootstrap: its Job runs before any webhook pod can
 
 
 def cluster_domain(flag: str | None, *, namespace: str, resolv_conf: Path = RESOLV_CONF) -> str:
@@ -132,12 +146,12 @@ def run_until_signalled(cluster: ClusterConfig, settings: ReconcileSettings, *,
 
 
 async def run_reconciler(cluster: ClusterConfig, settings: ReconcileSettings, *,
-                         registry: CollectorRegistry | None = None) -> None:
+                         registry: CollectorRegistry | None = None, metrics: ReconcileMetrics | None = None) -> None:
     """The reconciler as a background task of `serve`: blocking client calls run in a thread; cancelling
     the task stops the loop within one lease period (2 s)."""
     stop = threading.Event()
     try:
-        await asyncio.to_thread(run_forever, cluster, settings, stop, metrics=ReconcileMetrics(registry))
+        await asyncio.to_thread(run_forever, cluster, settings, stop, metrics=metrics or ReconcileMetrics(registry))
     except KubeError as e:  # the webhook keeps serving; certificates are not kept current, and the log says why
         log.error("reconciler not running", extra={"cluster": cluster.describe, "error": str(e)})
     finally:

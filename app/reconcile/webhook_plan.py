@@ -35,6 +35,8 @@ class WebhookSettings:
     configurations: tuple[str, ...] = ("tls-injector",)  # names looked up among both webhook kinds
     ca: CaPolicy = field(default_factory=_webhook_ca_policy)
     cluster_domain: str = "cluster.local"
+    # Where a pass connects to check that every caBundle trusts what the webhook serves; None: not checked.
+    served_address: tuple[str, int] | None = None
 
 
 def serving_target(ws: WebhookSettings, namespace: str) -> Target:
@@ -120,3 +122,13 @@ def entry_dns_name(entry: Obj, *, default: str) -> str:
     url = str(client.get("url") or "")
     host = url.partition("://")[2].split("/", 1)[0].rsplit(":", 1)[0] if "://" in url else ""
     return host or default
+
+
+def configurations_trusting(configs: dict[tuple[str, str], Obj], chain: Sequence[Any], *, default_dns: str,
+                            now: datetime) -> dict[str, bool]:
+    """Per configuration (`Kind/name`): True when every entry's caBundle verifies `chain` for the host
+    name that entry calls, as the API server will verify it."""
+    return {f"{kind}/{name}": all(entry_trust_problem(entry, chain, dns_name=entry_dns_name(entry, default=default_dns),
+                                                      now=now) is None
+                                  for entry in config.get("webhooks") or [])
+            for (kind, name), config in sorted(configs.items())}

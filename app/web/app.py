@@ -18,16 +18,23 @@ from app.web.metrics import ServerMetrics
 BackgroundTask = Callable[[], Coroutine[Any, Any, None]]
 
 
+def _unknown() -> bool | None:
+    return None
+
+
 @dataclass
 class Health:
-    """What /readyz reports: ready once a certificate is loaded and the server is not shutting down."""
+    """What /readyz reports: ready once a certificate is loaded and the server is not shutting down, and,
+    when the reconciler runs in this process, unless its last pass found that the live caBundle does not
+    trust the certificate served here (None: not known, which does not hold readiness back)."""
 
     certificate_loaded: bool = False
     shutting_down: bool = False
+    serving_trusted: Callable[[], bool | None] = _unknown
 
     @property
     def ready(self) -> bool:
-        return self.certificate_loaded and not self.shutting_down
+        return self.certificate_loaded and not self.shutting_down and self.serving_trusted() is not False
 
 
 class AdmissionApp:
@@ -73,7 +80,7 @@ def create_app(
     @api.get("/readyz")
     async def readyz() -> JSONResponse:
         body = {"ready": health.ready, "certificate_loaded": health.certificate_loaded,
-                "shutting_down": health.shutting_down}
+                "shutting_down": health.shutting_down, "ca_bundle_trusts_serving_cert": health.serving_trusted()}
         return JSONResponse(body, status_code=200 if health.ready else 503)
 
     @api.get("/metrics")

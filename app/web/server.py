@@ -26,10 +26,11 @@ def build_server(
     validate: Handler,
     metrics: ServerMetrics | None = None,
     background: Sequence[BackgroundTask] = (),
+    health: Health | None = None,
 ) -> uvicorn.Server:
     """Everything wired, nothing started: `.run()` serves until SIGTERM/SIGINT."""
     metrics = metrics or ServerMetrics()
-    health = Health()
+    health = health or Health()
     reloader = _reloader(settings, metrics)
     health.certificate_loaded = True
 

@@ -61,23 +61,29 @@ def test_serve_runs_the_reconciler_in_the_background_only_when_a_cluster_is_conf
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from app.cli import _reconciler_in_background
+    from app.web.app import Health
     from app.web.metrics import ServerMetrics
 
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
     alone = _parser().parse_args(["serve"])
-    assert _reconciler_in_background(alone, ServerMetrics()) == (
+    assert _reconciler_in_background(alone, ServerMetrics(), Health()) == (
         [], "off (no cluster configured: no in-cluster service account, no kubeconfig)")
     refused = _parser().parse_args(["serve", "--server", "http://127.0.0.1:1", "--no-reconciler"])
-    assert _reconciler_in_background(refused, ServerMetrics()) == ([], "off (--no-reconciler)")
+    assert _reconciler_in_background(refused, ServerMetrics(), Health()) == ([], "off (--no-reconciler)")
     with_cluster = _parser().parse_args(["serve", "--server", "http://127.0.0.1:1", "--namespace", "x"])
-    metrics = ServerMetrics()
-    [task], said = _reconciler_in_background(with_cluster, metrics)
+    metrics, health = ServerMetrics(), Health()
+    [task], said = _reconciler_in_background(with_cluster, metrics, health)
     assert said == "on (server http://127.0.0.1:1, namespace x)"
     assert isinstance(task, functools.partial)
     assert task.func is run_reconciler
     assert task.args[0].server == "http://127.0.0.1:1"
-    assert (task.args[1].namespace, task.keywords["registry"]) == ("x", metrics.registry)
+    reconcile_metrics = task.keywords["metrics"]
+    assert (task.args[1].namespace, reconcile_metrics.registry) == ("x", metrics.registry)
+    # /readyz follows the reconciler's last verdict on the served certificate; unknown holds nothing back.
+    assert health.serving_trusted() is None
+    reconcile_metrics.serving_verdict = False
+    assert health.serving_trusted() is False
 
 
 def test_reconcile_serves_metrics_and_health_on_plain_http_while_its_loop_runs(kubeapi: Emulator) -> None:

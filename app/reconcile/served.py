@@ -1,4 +1,5 @@
-"""Connect to the webhook as the API server does and take the certificate chain it serves.
+"""Connect to the webhook as the API server does and take the certificate chain it serves: for the
+reconciler's check after each pass and for `tls-injector doctor`.
 
 The handshake verifies nothing itself: the chain is verified afterwards against each entry's caBundle
 (app.reconcile.webhook_plan.entry_trust_problem), which is the question asked, and a handshake that
@@ -9,13 +10,23 @@ from __future__ import annotations
 
 import socket
 import ssl
+from dataclasses import dataclass
 from typing import Any
-
-from app.doctor.snapshot import Served
 
 # A webhook answers a handshake in milliseconds; the apiserver itself gives a call 10 s in all. 5 s is
 # generous for a port-forward, and a doctor run never hangs on a black-holed address for long.
 CONNECT_TIMEOUT_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class Served:
+    """The outcome of connecting to the webhook as the API server would: the chain it served, or why not."""
+
+    address: str
+    server_name: str
+    chain_pem: bytes = b""
+    error: str = ""
+    explicit: bool = False  # the address was given (so failing to connect is a finding, not a limitation)
 
 
 def fetch_served(host: str, port: int, *, server_name: str, explicit: bool,
