@@ -51,7 +51,8 @@ def _state(now: datetime, title: str, where: str, cas: CaSet) -> Result:
              for r in cas.records if r.state in _STEP]
     stuck = [r for r in cas.records if r.state in _STEP and now - r.since > STUCK_AFTER]
     if stuck:
-        return warning(CATEGORY, title, f"a rotation has not moved for over {STUCK_AFTER}", details=steps,
+        hours = f"{STUCK_AFTER.total_seconds() / 3600:g} h"
+        return warning(CATEGORY, title, f"a rotation has not moved for over {hours}", details=steps,
                        hint="each step needs a reconcile pass after every trust bundle carries the new CA: check "
                             "that the reconciler runs, and its log and events for bundles it cannot write")
     if cas.signer() is None:

@@ -134,6 +134,17 @@ def test_a_missing_certificate_secret_fails_and_so_do_the_pods_mounting_it(
     assert "(Deployment/web)" in found
 
 
+def test_a_missing_trust_bundle_fails_the_bundle_check_and_the_pods_mounting_it(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster.delete("configmaps", "plain", "tls-injector-trust-bundle")
+    out = doctor(cluster, capsys)
+    assert "plain/api-tls (Deployment/api): no tls-injector-trust-bundle ConfigMap in plain" in failed(
+        out, "every certificate verifies against its namespace's trust bundle")
+    assert "(Deployment/api): ConfigMap tls-injector-trust-bundle does not exist" in failed(
+        out, "pods mount only certificate Secrets and bundles that exist")
+
+
 def test_a_certificate_from_another_ca_fails_the_bundle_check(cluster: Cluster,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     secret = cluster.emu.get("secrets", "web-tls", "shop")
