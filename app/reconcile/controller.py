@@ -96,6 +96,7 @@ class Controller:
             threading.Thread(target=self._watch, args=(resource, selector, wake, stop), daemon=True,
                              name=f"watch-{resource.plural}").start()
         self._watch_pod_certificates(wake, stop)
+        self._watch_user_ca(wake, stop)
         if self.elector:
             # Renewal runs beside the passes: a long pass must not let the lease lapse.
             threading.Thread(target=self._lead, args=(self.elector, stop), daemon=True, name="lease").start()
@@ -148,6 +149,15 @@ class Controller:
             threading.Thread(target=self._watch, args=(pod_certificate_requests(version), None, wake, stop),
                              kwargs={"field_selector": f"spec.signerName={names.SIGNER_NAME}"}, daemon=True,
                              name="watch-podcertificaterequests").start()
+
+    def _watch_user_ca(self, wake: threading.Event, stop: threading.Event) -> None:
+        """The Secret of a user-provided CA (`--ca-secret`) is not ours, so no label selects it: watched by
+        name, so that a replaced CA starts rotating in at once, not at the next resync."""
+        settings = self.reconciler.settings
+        if settings.user_ca_secret:
+            selector = f"metadata.namespace={settings.namespace},metadata.name={settings.user_ca_secret}"
+            threading.Thread(target=self._watch, args=(SECRETS, None, wake, stop), daemon=True,
+                             kwargs={"field_selector": selector}, name="watch-user-ca").start()
 
     def _watch(self, resource: Resource, selector: str | None, wake: threading.Event, stop: threading.Event, *,
                field_selector: str | None = None) -> None:

@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -150,9 +151,10 @@ def test_the_loop_watches_again_after_its_watches_are_dropped(kubeapi: Emulator,
 
 
 @contextmanager
-def running_loop(kubeapi: Emulator, *, watch_timeout_seconds: int) -> Iterator[None]:
-    """The controller in a thread, resync an hour away (only its watches can react); it must stop on exit."""
-    rec = reconciler(kubeapi, Clock())
+def running_loop(kubeapi: Emulator, *, watch_timeout_seconds: int, **settings: Any) -> Iterator[None]:
+    """The controller in a thread, resync an hour away (only its watches can react); it must stop on exit.
+    `settings` are the reconciler's (ReconcileSettings fields)."""
+    rec = reconciler(kubeapi, Clock(), **settings)
     loop = Controller(rec.api, rec, None, resync_seconds=3600, debounce_seconds=0.05,
                       watch_timeout_seconds=watch_timeout_seconds)
     stop = threading.Event()

@@ -30,6 +30,8 @@ from app.reconcile.plan import Signing, Waiting, Write, decide_leaf, encode_data
 from app.reconcile.reconciler import Reconciler
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, START, Clock, ca_fingerprints, data, deployment, reconciler, small_cluster
+from tests.reconcile.test_leader import _wait_for as wait_for
+from tests.reconcile.test_leader import running_loop
 from tests.reconcile.test_reconcile_safety import assert_no_ca_key_outside_its_secret
 
 PASS_EVERY = timedelta(minutes=1)
@@ -225,3 +227,14 @@ def test_switching_back_to_the_old_user_ca_mid_replacement_converges_on_it_witho
     assert ca_fingerprints(kubeapi) == {fingerprint(old.cert)}
     assert set(issuers(kubeapi, old, new).values()) == {fingerprint(old.cert)}
     assert clock.now - switched_back_at <= timedelta(minutes=30)
+
+
+def test_the_loop_starts_rotating_a_replaced_user_ca_in_at_once_not_at_the_resync(kubeapi: Emulator) -> None:
+    small_cluster(kubeapi, namespaces=1, per_namespace=1)
+    old, new = make_ca(common_name="user CA 1", now=START), make_ca(common_name="user CA 2", now=START)
+    put_user_ca(kubeapi, old)
+    with running_loop(kubeapi, watch_timeout_seconds=30, user_ca_secret="my-ca"):  # resync an hour away
+        wait_for(lambda: ca_fingerprints(kubeapi) == {fingerprint(old.cert)})
+        wait_for(lambda: kubeapi.open_watches("secrets") >= 2)  # ours by label, and the user's by name
+        put_user_ca(kubeapi, new)
+        wait_for(lambda: ca_fingerprints(kubeapi) == {fingerprint(old.cert), fingerprint(new.cert)})
