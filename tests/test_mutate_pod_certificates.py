@@ -139,3 +139,13 @@ def test_the_patched_pods_projection_is_what_the_signer_issues_and_its_bundle_ve
         clock.advance(timedelta(minutes=1))
         verify_server(chain[0], chain[1:], trusted=trusted, dns_name="web.demo.svc.cluster.local", now=clock.now)
         assert emu.get("secrets", "web-tls", "demo") is None  # no Secret: the key never left the node
+
+
+def test_a_truststore_request_is_served_beside_the_secret_and_explained_away_with_pod_certificates(
+        served: httpx.Client) -> None:
+    for mode, warned in (("secret", False), ("pod-certificate", True)):
+        sent = _asking(mode)
+        sent["request"]["object"]["metadata"]["annotations"]["tls-injector.io/truststore"] = "pkcs12"
+        response, ops = post(served, sent)
+        applied(sent, ops)
+        assert any("no PKCS#12 truststore with pod certificates" in w for w in response.get("warnings", [])) is warned

@@ -31,6 +31,11 @@ POD_KEY_TYPE = "ECDSAP256"
 # File names inside the volumes, the same in both modes so applications need no change: the certificate
 # directory holds tls.crt (leaf + intermediates), tls.key and ca.crt, as a kubernetes.io/tls Secret does.
 CERT_FILE, KEY_FILE, CA_FILE = "tls.crt", "tls.key", "ca.crt"
+# On a pod template: "pkcs12" asks for a PKCS#12 truststore (password "changeit") beside the PEM bundle, as
+# binaryData `truststore.p12` of the namespace's trust-bundle ConfigMap, for JVM and .NET clients.
+TRUSTSTORE_ANNOTATION = f"{DOMAIN}/truststore"
+TRUSTSTORE_PKCS12 = "pkcs12"
+TRUSTSTORE_KEY = "truststore.p12"
 
 
 # Per-pod choices (annotations on the Pod or its template), read by the mutating webhook only.

@@ -90,6 +90,10 @@ def plan_injection(
     env = tuple({"name": var, "value": f"{choices.trust_path}/{names.BUNDLE_KEY}"} for var in choices.env)
     targets = _targets(spec, choices.containers)
     warnings: list[str] = [choices.fallback] if choices.fallback else []
+    if choices.mode == names.MODE_POD_CERTIFICATE and annotations.get(names.TRUSTSTORE_ANNOTATION):
+        # ClusterTrustBundle projections are PEM only, and the kubelet's key never leaves the node.
+        warnings.append(f"{names.TRUSTSTORE_ANNOTATION}: no PKCS#12 truststore with pod certificates; "
+                        f"read the PEM bundle instead")
     changes = [_change(t, (_mount(cert, choices.cert_path), _mount(trust, choices.trust_path)), env, warnings)
                for t in targets]
     record = _record(choices, options, [t.name for t in targets], ca_fingerprints)

@@ -31,7 +31,7 @@ from app.pki.domains import (
 )
 from app.pki.keys import KEY_TYPES, KeyType, PrivateKey, generate_key
 from app.pki.names import DEFAULT_CLUSTER_DOMAIN, cluster_domain_from_resolv_conf, dns_names_for_services
-from app.pki.pkcs12 import KDF_ROUNDS, to_pkcs12
+from app.pki.pkcs12 import KDF_ROUNDS, TRUSTSTORE_PASSWORD, to_pkcs12, to_truststore, truststore_fingerprints
 from app.pki.podcert import (
     DEFAULT_POD_KEY_TYPE,
     ISSUED_KEY_TYPES,
@@ -87,6 +87,7 @@ __all__ = [
     "POD_CERT_VALIDITY",
     "RENEWAL_REASONS",
     "SETTLE",
+    "TRUSTSTORE_PASSWORD",
     "CaRecord",
     "CaRole",
     "CaSet",
@@ -139,7 +140,9 @@ __all__ = [
     "sealed_leaf_renewal",
     "to_pem",
     "to_pkcs12",
+    "to_truststore",
     "trust_bundle",
+    "truststore_fingerprints",
     "verify_client",
     "verify_server",
 ]

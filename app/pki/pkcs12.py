@@ -13,7 +13,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.serialization import PrivateFormat, pkcs12
 
-from app.pki.certs import CertKey, is_self_signed
+from app.pki.certs import CertKey, fingerprint, is_self_signed
 
 # OpenSSL 3 itself uses 2048 PBKDF2 rounds. The password usually sits in the same Secret as the file,
 # so the KDF guards little; 10,000 rounds costs ~5 ms per keystore, cheap at thousands of workloads.
@@ -39,3 +39,35 @@ def to_pkcs12(
     return pkcs12.serialize_key_and_certificates(
         (name or "").encode() or None, leaf.key, leaf.cert, [*intermediates, *extra] or None, encryption
     )
+
+
+# A truststore holds only public certificates, so its password guards nothing secret; Java's keytool and
+# its default trust store use "changeit", which JVM users already pass (javax.net.ssl.trustStorePassword).
+TRUSTSTORE_PASSWORD = b"changeit"
+
+
+def to_truststore(cas: Sequence[x509.Certificate], *, password: bytes = TRUSTSTORE_PASSWORD) -> bytes:
+    """A PKCS#12 truststore (Java's trusted-certificate entries) of `cas`, in the same modern profile as
+    `to_pkcs12`: PBES2 (PBKDF2-HMAC-SHA256, AES-256-CBC) and an HMAC-SHA256 MAC, what Java 11.0.12+ and
+    OpenSSL 3 read and write by default. Each CA is one entry, named by its SHA-256 prefix."""
+    if not cas:
+        raise ValueError("a truststore needs at least one CA")
+    encryption = (
+        PrivateFormat.PKCS12.encryption_builder()
+        .kdf_rounds(KDF_ROUNDS)
+        .key_cert_algorithm(pkcs12.PBES.PBESv2SHA256AndAES256CBC)
+        .hmac_hash(hashes.SHA256())
+        .build(password)
+    )
+    entries = [pkcs12.PKCS12Certificate(c, fingerprint(c)[:16].encode()) for c in cas]
+    return pkcs12.serialize_java_truststore(entries, encryption)
+
+
+def truststore_fingerprints(data: bytes, *, password: bytes = TRUSTSTORE_PASSWORD) -> frozenset[str]:
+    """The CAs a stored truststore trusts (SHA-256 fingerprints); empty when it cannot be read. The bytes
+    differ on every write (random salts), so a pass compares contents, never bytes, to write only on change."""
+    try:
+        stored = pkcs12.load_pkcs12(data, password)
+    except (ValueError, TypeError):
+        return frozenset()
+    return frozenset(fingerprint(c.certificate) for c in stored.additional_certs)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from app.injection.names import BUNDLE_KEY, TRUST_BUNDLE_CONFIGMAP
+from app.injection.names import BUNDLE_KEY, TRUST_BUNDLE_CONFIGMAP, TRUSTSTORE_KEY
 from app.kube import CONFIG_MAPS, SECRETS, Resource
 from app.pki import (
     CaSet,
@@ -30,7 +30,9 @@ from app.pki import (
     seal,
     seal_key,
     sealed_leaf_renewal,
+    to_truststore,
     trust_bundle,
+    truststore_fingerprints,
 )
 from app.reconcile import ownership as own
 from app.reconcile.discover import Target, WorkloadRef
@@ -129,6 +131,7 @@ class Observed:
     enabled: set[str] = field(default_factory=set)
     leaves: dict[tuple[str, str], Obj] = field(default_factory=dict)
     bundles: dict[str, Obj] = field(default_factory=dict)
+    truststores: set[str] = field(default_factory=set)  # namespaces where a workload asks for truststore.p12
 
     def lookup(self, item: Item) -> Obj | None:
         if item.resource is SECRETS:
@@ -143,7 +146,7 @@ def plan(targets: Iterable[Target], observed: Observed, signing: Signing) -> lis
     wanted = {(t.namespace, t.secret_name) for t in targets}
     items += [_orphan(SECRETS, ns, name, "leaf") for (ns, name) in sorted(observed.leaves) if (ns, name) not in wanted]
     namespaces = bundle_namespaces(targets, observed.enabled)
-    items += [_bundle_item(ns, signing) for ns in sorted(namespaces)]
+    items += [_bundle_item(ns, signing, truststore=ns in observed.truststores) for ns in sorted(namespaces)]
     items += [_orphan(CONFIG_MAPS, ns, TRUST_BUNDLE_CONFIGMAP, "bundle")
               for ns in sorted(observed.bundles) if ns not in namespaces]
     return items
@@ -159,9 +162,9 @@ def _leaf_item(target: Target, signing: Signing) -> Item:
                 lambda existing: decide_leaf(target, existing, signing), target.workloads)
 
 
-def _bundle_item(namespace: str, signing: Signing) -> Item:
+def _bundle_item(namespace: str, signing: Signing, *, truststore: bool = False) -> Item:
     return Item(CONFIG_MAPS, namespace, TRUST_BUNDLE_CONFIGMAP,
-                lambda existing: decide_bundle(namespace, existing, signing))
+                lambda existing: decide_bundle(namespace, existing, signing, truststore=truststore))
 
 
 def _orphan(resource: Resource, namespace: str, name: str, role: own.Role) -> Item:
@@ -261,14 +264,38 @@ def _waiting(target: Target, existing: Obj | None, ours: dict[str, bytes], issue
                    refresh)
 
 
-def decide_bundle(namespace: str, existing: Obj | None, signing: Signing) -> Outcome:
-    """Our keys replaced wholesale (a removed CA's key disappears), anyone else's keys kept."""
+def decide_bundle(namespace: str, existing: Obj | None, signing: Signing, *, truststore: bool = False) -> Outcome:
+    """Our keys replaced wholesale (a removed CA's key disappears), anyone else's keys kept; with
+    `truststore`, binaryData `truststore.p12` holds the same CAs as PKCS#12."""
     if existing is not None and not own.is_owned(existing, "bundle"):
         return Refused(f"ConfigMap {namespace}/{TRUST_BUNDLE_CONFIGMAP} exists and is not managed by tls-injector")
     body = _base_body(existing, CONFIG_MAPS, namespace, TRUST_BUNDLE_CONFIGMAP, role="bundle")
     kept = {k: v for k, v in ((existing or {}).get("data") or {}).items() if not _BUNDLE_KEYS.match(k)}
     body["data"] = {**kept, **signing.bundle}
+    binary = _binary_data(existing, signing, truststore=truststore)
+    if binary:
+        body["binaryData"] = binary
+    else:
+        body.pop("binaryData", None)
     return _write_if_changed(CONFIG_MAPS, existing, body, reason="bundle")
+
+
+def _binary_data(existing: Obj | None, signing: Signing, *, truststore: bool) -> dict[str, str]:
+    """Anyone else's binaryData kept; ours is the truststore, rebuilt only when its CAs differ from the
+    bundle's (PKCS#12 bytes change on every build: random salts), dropped when nobody asks for it."""
+    binary = dict((existing or {}).get("binaryData") or {})
+    current = binary.pop(TRUSTSTORE_KEY, None)
+    if not truststore:
+        return binary
+    cas = load_certificates(signing.bundle[BUNDLE_KEY].encode())
+    if not cas:
+        return binary
+    stored = base64.b64decode(current, validate=False) if isinstance(current, str) else b""
+    if stored and truststore_fingerprints(stored) == {fingerprint(c) for c in cas}:
+        binary[TRUSTSTORE_KEY] = str(current)
+    else:
+        binary[TRUSTSTORE_KEY] = base64.b64encode(to_truststore(cas)).decode()
+    return binary
 
 
 def secret_data(secret: Obj | None, *, keys: Iterable[str] | None = None) -> dict[str, bytes]:
@@ -350,6 +377,7 @@ def _same(existing: Obj, body: Obj) -> bool:
     old, new = existing.get("metadata") or {}, body["metadata"]
     return (
         existing.get("data") == body.get("data")
+        and (existing.get("binaryData") or {}) == (body.get("binaryData") or {})
         and (old.get("labels") or {}) == new["labels"]
         and (old.get("annotations") or {}) == new["annotations"]
         and (old.get("ownerReferences") or []) == (new.get("ownerReferences") or [])

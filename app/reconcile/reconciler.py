@@ -40,7 +40,7 @@ from app.pki import BUNDLE_KEY, CaSet, CertKey, bundle_certificates, load_user_c
 from app.reconcile import events, podcerts, signer
 from app.reconcile import ownership as own
 from app.reconcile.ca import CaPolicy, CaStep, CaUnusable, decide_ca
-from app.reconcile.discover import Target, discover, enabled_namespaces, missing_injection
+from app.reconcile.discover import Target, discover, enabled_namespaces, missing_injection, opted_in
 from app.reconcile.metrics import ReconcileMetrics
 from app.reconcile.plan import (
     Item,
@@ -163,6 +163,7 @@ class Reconciler:
             workloads = [(k, w) for k, w in workloads if not wants_pod_certificates(template_of(k, w) or {})]
             pods = [p for p in pods if not wants_pod_certificates(p)]
         targets = discover(workloads, pods, enabled=observed.enabled, cluster_domain=self.settings.cluster_domain)
+        observed.truststores = truststore_namespaces(workloads, pods, enabled=observed.enabled)
         step = self._ensure_ca(observed, targets, now, report, native=native)
         self._ca_metrics(step.cas)
         if step.waiting:
@@ -432,6 +433,18 @@ def collector_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+def truststore_namespaces(workloads: list[tuple[str, Obj]], pods: list[Obj], *, enabled: set[str]) -> set[str]:
+    """Namespaces where an opted-in Secret-mode workload (or bare pod) asks for the PKCS#12 truststore."""
+    found = set()
+    for template, namespace in [(template_of(k, w) or {}, w["metadata"].get("namespace")) for k, w in workloads] + [
+            (p, p["metadata"].get("namespace")) for p in pods]:
+        meta = template.get("metadata") or {}
+        asks = (meta.get("annotations") or {}).get(names.TRUSTSTORE_ANNOTATION) == names.TRUSTSTORE_PKCS12
+        if asks and opted_in(meta.get("labels") or {}, namespace_enabled=namespace in enabled):
+            found.add(str(namespace))
+    return found
 
 
 def read_cluster(api: KubeApi) -> Observed:

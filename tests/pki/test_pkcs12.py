@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.serialization import pkcs12
 
-from app.pki import CertKey, issue_leaf, make_intermediate, to_pkcs12
+from app.pki import (
+    CertKey,
+    fingerprint,
+    issue_leaf,
+    make_ca,
+    make_intermediate,
+    to_pkcs12,
+    to_truststore,
+    truststore_fingerprints,
+)
 from tests.pki.conftest import NOW
 
 PASSWORD = b"s3cret-keystore"
@@ -54,3 +65,25 @@ def test_openssl_reads_the_keystore_with_pbes2_aes_and_a_sha256_mac(leaf: CertKe
     assert "PBES2, PBKDF2, AES-256-CBC" in ok.stderr
     bad = subprocess.run([*info, "pass:guess"], capture_output=True, text=True, check=False, timeout=20)
     assert bad.returncode != 0
+
+
+def test_a_truststore_holds_each_ca_as_a_trusted_entry_that_java_and_openssl_read() -> None:
+    now = datetime.now(UTC)
+    cas = [make_ca(common_name=f"ca {i}", now=now).cert for i in range(2)]
+    stored = to_truststore(cas)
+    assert truststore_fingerprints(stored) == {fingerprint(c) for c in cas}
+    assert truststore_fingerprints(stored, password=b"wrong") == frozenset()
+    assert truststore_fingerprints(b"not a keystore") == frozenset()
+    with tempfile.NamedTemporaryFile(suffix=".p12") as f:
+        f.write(stored)
+        f.flush()
+        info = subprocess.run(["openssl", "pkcs12", "-in", f.name, "-passin", "pass:changeit", "-nokeys", "-info"],
+                              capture_output=True, text=True, check=True, timeout=30).stderr
+        assert "PBES2, PBKDF2, AES-256-CBC" in info
+        assert "MAC: sha256" in info
+        keytool = shutil.which("keytool")
+        if keytool:  # a JDK is on this machine kind; where it is not, openssl above still read the file
+            listed = subprocess.run([keytool, "-list", "-storetype", "PKCS12", "-keystore", f.name,
+                                     "-storepass", "changeit"], capture_output=True, text=True, check=True,
+                                    timeout=60).stdout
+            assert listed.count("trustedCertEntry") == 2
