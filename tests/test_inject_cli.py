@@ -296,3 +296,21 @@ def test_stdin_can_be_named_only_once(run: Cli, capsys: pytest.CaptureFixture[st
         run("-f", "-", "-f", "-")
     assert exit_info.value.code == 2
     assert "usage: tls-injector inject" in capsys.readouterr().err
+
+
+def test_offline_pod_certificates_project_what_the_webhook_projects_and_a_second_run_adds_nothing(
+    run: Cli, tmp_path: Path
+) -> None:
+    pod = yaml.safe_load(POD)
+    pod["metadata"].setdefault("annotations", {})["tls-injector.io/mode"] = "pod-certificate"
+    source = tmp_path / "pod.yaml"
+    source.write_text(yaml.safe_dump(pod))
+    _, without, _ = run("-f", str(source))  # a cluster not known to serve them: the Secret
+    assert "secret" in templates(without)["Pod"]["spec"]["volumes"][-2]
+    code, out, _ = run("-f", str(source), "--pod-certificates", "on")
+    assert code == 0
+    options = InjectionOptions(pod_certificates=True)
+    response = make_mutate_handler(options)(parse_review(review(obj=pod)))
+    assert templates(out)["Pod"] == jsonpatch.apply_patch(pod, json.loads(base64.b64decode(response["patch"])))
+    assert "podCertificate" in str(templates(out)["Pod"]["spec"]["volumes"])
+    assert run("-f", "-", "--pod-certificates", "on", stdin=out)[1] == out

@@ -15,8 +15,9 @@ from app.cli import _parser, main
 from app.kube import find_cluster
 from app.reconcile.controller import STUCK_AFTER_SECONDS, Controller
 from app.reconcile.runner import run_reconciler, run_until_signalled, settings_for
-from tests.kubeapi import Emulator
-from tests.reconcile.cluster import OWN_NS, small_cluster
+from tests.kubeapi import Emulator, running_emulator
+from tests.reconcile import podcert_cluster as kubelet
+from tests.reconcile.cluster import OWN_NS, namespace, small_cluster
 from tests.test_cli_serve import free_port
 
 
@@ -142,3 +143,21 @@ def test_reconcile_reports_a_metrics_port_it_cannot_bind_as_one_line_and_exit_tw
     err = capsys.readouterr().err
     assert err.startswith(f"tls-injector reconcile: cannot serve metrics on 127.0.0.1:{port}")
     assert len(err.splitlines()) == 1
+
+
+def test_reconcile_once_answers_pod_certificate_requests_on_a_cluster_that_serves_them(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with running_emulator(seed=0, certificates=("v1",)) as emu:
+        namespace(emu, OWN_NS)
+        namespace(emu, "demo")
+        req = kubelet.request(emu, kubelet.pod(emu, "web", "demo"))
+        argv = ["reconcile", "--once", "--server", emu.url, "--namespace", OWN_NS, "--log-level", "error"]
+        assert main(argv) == 0
+        assert kubelet.condition(emu, req)["type"] == "Issued"
+        assert kubelet.bundle_anchors(emu)
+        assert main([*argv, "--pod-certificates", "off"]) == 0
+        denied = kubelet.request(emu, kubelet.pod(emu, "web", "demo"))
+        assert main([*argv, "--pod-certificates", "off"]) == 0
+        assert kubelet.status(emu, denied) == {}  # off: never answered, never written
+    assert "converged" in capsys.readouterr().out
