@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.injection import names, template_of
+from app.injection.workload import pod_workload
 from app.kube import (
     CONFIG_MAPS,
     CRON_JOBS,
@@ -159,9 +160,13 @@ class Reconciler:
         native = signer.observe(self.api, self.native)
         observed = read_cluster(self.api)
         workloads, pods = observed.workloads, observed.pods
-        if native is not None:  # pod certificates served: workloads that asked for them get no Secret
-            workloads = [(k, w) for k, w in workloads if not wants_pod_certificates(template_of(k, w) or {})]
+        if native is not None:  # pod certificates served: workloads that asked for them get no Secret...
             pods = [p for p in pods if not wants_pod_certificates(p)]
+            # ...once no pod of theirs mounts it: a workload moving from the Secret rolls its pods one by one,
+            # and an old pod that restarts must still find its Secret.
+            mounting = {(p["metadata"].get("namespace") or "", pod_workload(p["metadata"]).name) for p in pods}
+            workloads = [(k, w) for k, w in workloads if not wants_pod_certificates(template_of(k, w) or {})
+                         or (w["metadata"].get("namespace") or "", w["metadata"]["name"]) in mounting]
         targets = discover(workloads, pods, enabled=observed.enabled, cluster_domain=self.settings.cluster_domain)
         observed.truststores = truststore_namespaces(workloads, pods, enabled=observed.enabled)
         step = self._ensure_ca(observed, targets, now, report, native=native)

@@ -248,3 +248,20 @@ def test_a_ca_rotation_keeps_every_issued_pod_certificate_trusted_by_every_publi
     (anchor,) = kubelet.bundle_anchors(cluster)
     assert fingerprint(anchor).startswith(new)
     assert all(issued_by(chain[0], anchor) for chain in _issued_in_use(cluster, clock.now))
+
+
+def test_a_workload_moving_to_pod_certificates_keeps_its_secret_until_no_pod_mounts_it(
+        cluster: Emulator, clock: Clock) -> None:
+    deployment(cluster, "web", "demo")
+    old_pod = kubelet.pod(cluster, "web", "demo", native=False)
+    assert reconciler(cluster, clock).run_pass().converged
+    assert cluster.get("secrets", "web-tls", "demo") is not None
+    moved = cluster.get("deployments", "web", "demo") or {}
+    moved["spec"]["template"]["metadata"]["annotations"] = {"tls-injector.io/mode": "pod-certificate"}
+    cluster.store.update(cluster.resource("deployments"), "demo", "web", moved)
+    kubelet.request(cluster, kubelet.pod(cluster, "web", "demo"))  # the first pod of the new ReplicaSet
+    assert reconciler(cluster, clock).run_pass().converged
+    assert cluster.get("secrets", "web-tls", "demo") is not None  # the old pod may restart and mount it
+    cluster.store.delete(cluster.resource("pods"), "demo", old_pod["metadata"]["name"])
+    assert reconciler(cluster, clock).run_pass().converged
+    assert cluster.get("secrets", "web-tls", "demo") is None
