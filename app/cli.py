@@ -26,6 +26,7 @@ from app.injection import FingerprintSource, InjectionOptions, make_mutate_handl
 from app.injection.names import MODE_ANNOTATION, MODE_SECRET, MODES
 from app.injection.preview import with_preview
 from app.logs import configure_logging
+from app.pki.serving import ServingPairError
 from app.rules import export_documents, make_validate_handler
 from app.rulesfile import RulesFileError, load_rule_set
 from app.settings import ServeSettings
@@ -264,27 +265,32 @@ def _run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     from app.web.app import Health  # noqa: PLC0415 - only serving loads the web stack
     from app.web.fingerprints import BundleFingerprints  # noqa: PLC0415
     from app.web.metrics import ServerMetrics  # noqa: PLC0415
+    from app.web.selfsigned import SelfSignedError  # noqa: PLC0415
     from app.web.server import build_server  # noqa: PLC0415
 
     bundle = BundleFingerprints(settings.trust_bundle_file) if settings.trust_bundle_file else None
-    try:
+    metrics, health = ServerMetrics(), Health()
+    try:  # anything unusable stops the start in one line, before any request is served
         mutate, validate = build_handlers(settings, ca_fingerprints=bundle or no_fingerprints)
-    except RulesFileError as error:  # a bad rules file stops the start, before any request is served
+        background, reconciler = _reconciler_in_background(args, metrics, health)
+        if bundle is not None:
+            background.append(functools.partial(bundle.poll_forever, settings.reload_interval_seconds))
+        server = build_server(settings, mutate=mutate, validate=validate, metrics=metrics, background=background,
+                              health=health)
+    except (RulesFileError, ServingPairError, SelfSignedError, _UnusableCluster) as error:
         print(f"tls-injector: {error}", file=sys.stderr)
         return 2
-    metrics, health = ServerMetrics(), Health()
-    background, reconciler = _reconciler_in_background(args, metrics, health)
     log.info(f"starting: webhook on https://{settings.host}:{settings.port}; reconciler {reconciler}",
              extra={"webhook": f"{settings.host}:{settings.port}", "reconciler": reconciler})
-    if bundle is not None:
-        background.append(functools.partial(bundle.poll_forever, settings.reload_interval_seconds))
-    server = build_server(settings, mutate=mutate, validate=validate, metrics=metrics, background=background,
-                          health=health)
     # uvicorn drains on SIGTERM, then re-raises the signal to the handler it found; exiting 0 there tells
     # the kubelet (and anyone reading the exit code) that the shutdown was the orderly one.
     signal.signal(signal.SIGTERM, _exit_cleanly)
     server.run()
     return 0
+
+
+class _UnusableCluster(Exception):
+    """The configured cluster cannot be reached with what was given (kubeconfig missing or malformed)."""
 
 
 def _exit_cleanly(signum: int, frame: object) -> None:
@@ -304,6 +310,10 @@ def _reconciler_in_background(args: argparse.Namespace, metrics: ServerMetrics,
     cluster = runner.find_cluster(kubeconfig=args.kubeconfig, server=args.server)
     if cluster is None:
         return [], "off (no cluster configured: no in-cluster service account, no kubeconfig)"
+    try:  # a configuration that cannot load stops the start, rather than failing every pass later
+        runner.api_client(cluster)
+    except runner.KubeError as error:
+        raise _UnusableCluster(str(error)) from None
     from app.reconcile.metrics import ReconcileMetrics  # noqa: PLC0415
 
     settings = runner.settings_for(args)

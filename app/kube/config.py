@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from kubernetes import client, config
 
 from app.kube.errors import KubeError
@@ -53,8 +54,10 @@ def api_client(cluster: ClusterConfig) -> client.ApiClient:
             )
         else:
             config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    except (config.ConfigException, OSError, ValueError, TypeError, KeyError) as e:
-        raise KubeError(f"cannot load the cluster configuration ({cluster.describe}): {e}") from e
+    except (config.ConfigException, OSError, ValueError, TypeError, KeyError, AttributeError, yaml.YAMLError) as e:
+        # One line: YAML errors span several lines (the marker and the context).
+        reason = " ".join(str(e).split())
+        raise KubeError(f"cannot load the cluster configuration ({cluster.describe}): {reason}") from e
     # Our own loop retries a failed pass; urllib3's silent connection retries would only hide an outage.
     configuration.retries = False
     return client.ApiClient(configuration)

@@ -28,8 +28,8 @@ RESOLV_CONF = Path("/etc/resolv.conf")
 # Kubelet writes a few hundred bytes (at most 32 search domains of 2048 characters in all, plus
 # nameservers and options); 64 KiB bounds the read if something else sits at that path.
 RESOLV_CONF_LIMIT = 64 * 1024
-__all__ = ["KubeError", "find_cluster", "pod_certificates_version", "run_once", "run_reconciler", "run_until_signalled",
-           "settings_for", "summary"]
+__all__ = ["KubeError", "api_client", "find_cluster", "pod_certificates_version", "run_once", "run_reconciler",
+           "run_until_signalled", "settings_for", "summary"]
 
 
 def settings_for(args: argparse.Namespace, *, resolv_conf: Path = RESOLV_CONF) -> ReconcileSettings:

@@ -16,10 +16,10 @@ import logging
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
-from app.pki import not_after
+from app.pki.serving import ServingPairError, check_serving_pair
 
 log = logging.getLogger("tls_injector.tls")
 
@@ -53,10 +53,11 @@ class CertReloader:
         key_file: Path,
         *,
         on_reload: Callable[[bool, LoadedPair | None], None] = lambda ok, pair: None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.cert_file, self.key_file = cert_file, key_file
-        self._on_reload = on_reload
-        self.current = self._load()  # fails loudly at startup: there is nothing to fall back to yet
+        self._on_reload, self._clock = on_reload, clock
+        self.current = self._first_load()
         self._listening: ssl.SSLContext | None = None
         self._failed: str | None = None
 
@@ -92,15 +93,26 @@ class CertReloader:
     def _select_context(self, ssl_object: ssl.SSLObject, server_name: str | None, _: ssl.SSLContext) -> None:
         ssl_object.context = self.current.context
 
+    def _first_load(self) -> LoadedPair:
+        """At startup there is nothing to fall back to: any problem is a ServingPairError naming the file."""
+        try:
+            return self._load()
+        except OSError as error:
+            raise ServingPairError(f"{error.filename or self.cert_file}: cannot read: {error.strerror}") from None
+        except ssl.SSLError as error:  # after the checks, only what OpenSSL alone refuses
+            raise ServingPairError(f"{self.cert_file}: OpenSSL refused the pair: {error.reason}") from None
+
     def _read(self) -> tuple[bytes, bytes]:
         return self.cert_file.read_bytes(), self.key_file.read_bytes()
 
     def _load(self) -> LoadedPair:
         before = self._read()
+        pair = check_serving_pair(*before, now=self._clock(), cert_name=str(self.cert_file),
+                                  key_name=str(self.key_file))
         context = server_context(self.cert_file, self.key_file)
         if self._read() != before:
             raise ValueError("the certificate files changed while they were being loaded")
-        return LoadedPair(context, _fingerprint(*before), not_after(before[0]))
+        return LoadedPair(context, _fingerprint(*before), pair.not_after)
 
 
 def _fingerprint(cert_pem: bytes, key_pem: bytes) -> str:
