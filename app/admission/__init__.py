@@ -3,6 +3,7 @@
 Pure: plain data in, plain data out. HTTP concerns (body cap, content type) live in app.web.
 """
 
+from app.admission.clip import MAX_ECHO_CHARS, clip, shown
 from app.admission.responses import (
     AdmissionResponse,
     JsonPatchOp,
@@ -21,6 +22,7 @@ from app.admission.review import (
 )
 
 __all__ = [
+    "MAX_ECHO_CHARS",
     "AdmissionRequest",
     "AdmissionResponse",
     "BadReview",
@@ -29,8 +31,10 @@ __all__ = [
     "JsonPatchOp",
     "Operation",
     "allowed",
+    "clip",
     "denied",
     "parse_review",
     "patched",
     "review_envelope",
+    "shown",
 ]

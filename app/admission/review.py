@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypedDict, cast
 
+from app.admission.clip import shown
 from app.admission.responses import AdmissionResponse
 
 API_VERSION = "admission.k8s.io/v1"
@@ -57,9 +58,9 @@ def parse_review(body: object) -> AdmissionRequest:
         raise BadReview(f"an AdmissionReview must be a JSON object, got {_json_type(body)}")
     problems: list[str] = []
     if body.get("apiVersion") != API_VERSION:
-        problems.append(f"apiVersion must be {API_VERSION!r}, got {body.get('apiVersion')!r}")
+        problems.append(f"apiVersion must be {API_VERSION!r}, got {shown(body.get('apiVersion'))}")
     if body.get("kind") != KIND:
-        problems.append(f"kind must be {KIND!r}, got {body.get('kind')!r}")
+        problems.append(f"kind must be {KIND!r}, got {shown(body.get('kind'))}")
     request = body.get("request")
     if not isinstance(request, dict):
         problems.append(f"request must be an object, got {_json_type(request)}")

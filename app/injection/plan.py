@@ -32,6 +32,12 @@ ContainerField = Literal["initContainers", "containers"]
 CONTAINER_FIELDS: tuple[ContainerField, ...] = ("initContainers", "containers")
 MetadataState = Literal["missing", "no-annotations", "present"]
 RECORD_VERSION = 1
+# The most containers (init, regular and sidecars together) a pod may have for tls-injector to inject it.
+# Real pods have a handful; meshes and log shippers add a few sidecars. Each injected container adds two
+# mounts (~200 bytes of patch), so 256 keeps a patch near 50 KB and the plan well under a millisecond,
+# where 200,000 containers (a body still under the size cap) cost 3 s and a 65 MB patch. Past it the pod
+# is refused with the reason rather than started silently without its certificate.
+MAX_CONTAINERS = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +91,7 @@ def plan_injection(
     spec = pod.get("spec")
     if not isinstance(spec, dict):
         raise InjectionRefused("the pod has no spec")
+    _check_size(spec)
     choices = read_choices(pod_workload(metadata) if workload is None else workload, annotations, options)
     (cert, trust), new_volumes = _volumes(spec, choices, options)
     env = tuple({"name": var, "value": f"{choices.trust_path}/{names.BUNDLE_KEY}"} for var in choices.env)
@@ -148,6 +155,14 @@ class _Target:
     index: int
     name: str
     container: dict[str, Any]
+
+
+def _check_size(spec: Mapping[str, Any]) -> None:
+    count = sum(len(spec[field]) for field in CONTAINER_FIELDS if isinstance(spec.get(field), list))
+    if count > MAX_CONTAINERS:
+        raise InjectionRefused(f"the pod has {count} containers; tls-injector injects pods of at most "
+                               f"{MAX_CONTAINERS} (init containers included): split the workload, or label the "
+                               f"pod {names.INJECT_LABEL}: \"{names.POD_OPT_OUT}\" to start it without TLS")
 
 
 def _targets(spec: Mapping[str, Any], selected: frozenset[str] | None) -> list[_Target]:

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from app.admission import GroupVersionKind
+from app.admission import GroupVersionKind, clip
 from app.rules.cel import EvalError, to_cel
 from app.rules.model import Rule, RuleSet
 from app.rules.paths import MISSING, Path, format_path, get_path
@@ -25,6 +25,11 @@ from app.rules.paths import MISSING, Path, format_path, get_path
 MAX_CHANGES = 5
 # Values are shown as compact JSON cut to this many characters: enough for a Secret name or a tls block.
 MAX_VALUE_CHARS = 80
+# How deep a rule's `self` may nest before it is refused unevaluated. The deepest built-in object path
+# (a Deployment's node-affinity match expressions) is about 12 levels; CRDs rarely pass 30. 100 keeps
+# every real object and keeps the recursive walks (to_cel, diff, ==) far below Python's recursion limit
+# (1000), which a body nested up to orjson's 1024 levels would otherwise hit: a 500 instead of a verdict.
+MAX_SELF_DEPTH = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,9 +51,10 @@ class Failure:
 
     def describe(self) -> str:
         if self.error is not None:
-            return (f'rule "{self.rule.name}" could not be evaluated ({self.error}); the update is denied '
+            return (f'rule "{self.rule.name}" could not be evaluated ({clip(self.error)}); the update is denied '
                     "because the rule cannot vouch for it: fix the object or the rule")
-        listed = "; ".join(str(c) for c in self.changes) or f"{format_path(self.rule.self_path)}: no change found"
+        # A path's keys come from the object, so each change is clipped: a 1 MB key stays a few hundred bytes.
+        listed = "; ".join(clip(str(c)) for c in self.changes) or f"{format_path(self.rule.self_path)}: no change found"
         more = f" (and {self.hidden_changes} more changes)" if self.hidden_changes else ""
         return f'rule "{self.rule.name}" failed on {listed}{more}. {self.rule.message}'
 
@@ -68,6 +74,10 @@ def judge(rule_set: RuleSet, kind: GroupVersionKind, *, old: Mapping[str, Any], 
     failures: list[Failure] = []
     warnings: list[str] = []
     for rule in rule_set.for_kind(kind):
+        too_deep = _too_deep(old, new, rule)
+        if too_deep is not None:
+            failures.append(too_deep)
+            continue
         old_self, new_self = self_value(old, rule.self_path), self_value(new, rule.self_path)
         variables = {"self": new_self, "oldSelf": old_self}
         result = rule.expression.evaluate(variables)
@@ -86,6 +96,30 @@ def self_value(obj: Mapping[str, Any], path: Path) -> object:
     """
     value = get_path(obj, path)
     return {} if value is MISSING or value is None else to_cel(value)
+
+
+def nesting_depth(value: object, *, limit: int) -> int:
+    """Levels of objects and arrays in a JSON value, counted without recursion; stops past `limit`."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if not isinstance(node, Mapping | list) or not node:
+            continue
+        deepest = max(deepest, depth)
+        if depth > limit:
+            break
+        children = node.values() if isinstance(node, Mapping) else node
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def _too_deep(old: Mapping[str, Any], new: Mapping[str, Any], rule: Rule) -> Failure | None:
+    for value in (get_path(old, rule.self_path), get_path(new, rule.self_path)):
+        if nesting_depth(value, limit=MAX_SELF_DEPTH) > MAX_SELF_DEPTH:
+            reason = (f"{format_path(rule.self_path)} is nested deeper than {MAX_SELF_DEPTH} "
+                      "levels, more than any Kubernetes object")
+            return Failure(rule, (), 0, reason)
+    return None
 
 
 def _warnings(rule: Rule, variables: Mapping[str, object]) -> list[str]:

@@ -1,0 +1,125 @@
+"""Nothing a client sends reaches a response or a log line unbounded."""
+
+from __future__ import annotations
+
+import io
+import logging
+import sys
+from collections.abc import Iterator
+
+import orjson
+import pytest
+
+from app.admission import MAX_ECHO_CHARS, BadReview, clip, parse_review, shown
+from app.cli import build_handlers
+from app.injection import InjectionOptions
+from app.injection.choices import InjectionRefused
+from app.injection.plan import MAX_CONTAINERS, plan_injection
+from app.logs import MAX_TRACEBACK_CHARS, AccessLog, JsonFormatter
+from app.settings import ServeSettings
+from tests.rules_matrix import workload
+from tests.support.reviews import review
+from tests.support.server import RunningServer, running_server
+
+MEGA = "k" * 1_000_000
+INJECT = "tls-injector.io/inject"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    mutate, validate = build_handlers(ServeSettings())
+    with running_server(tmp_path_factory.mktemp("srv"), mutate=mutate, validate=validate) as running:
+        yield running
+
+
+def test_clip_keeps_short_text_and_says_how_much_it_cut() -> None:
+    assert clip("web") == "web"
+    assert clip("x" * 300) == "x" * MAX_ECHO_CHARS + "...(+44 characters)"
+    assert shown({"a": MEGA}) == "an object"
+    assert shown([1]) == "an array"
+    assert shown(MEGA).startswith("'kkk")
+    assert len(shown(MEGA)) < MAX_ECHO_CHARS + 40
+
+
+@pytest.mark.parametrize("field", ["apiVersion", "kind"])
+def test_a_megabyte_envelope_field_gives_a_small_400(server: RunningServer, field: str) -> None:
+    sent = review(obj={"metadata": {"name": "p"}})
+    sent[field] = MEGA
+    with server.client() as client:
+        response = client.post("/mutate", content=orjson.dumps(sent), headers={"content-type": "application/json"})
+    assert response.status_code == 400
+    assert len(response.content) < 1024
+    assert "(+" in response.text
+
+
+def test_a_megabyte_object_as_the_kind_is_named_by_its_type() -> None:
+    with pytest.raises(BadReview) as caught:
+        parse_review({"apiVersion": "admission.k8s.io/v1", "kind": {"k": MEGA}, "request": {}})
+    assert "got an object" in str(caught.value)
+    assert len(str(caught.value)) < 1024
+
+
+def test_a_denial_quoting_a_megabyte_label_key_stays_small(server: RunningServer) -> None:
+    old = workload("Deployment", ("true", MEGA))
+    new = workload("Deployment", ("true", MEGA + "x"))  # a swap of a megabyte-long Secret name
+    sent = review(operation="UPDATE", obj=new, old=old, kind=("apps", "v1", "Deployment"))
+    with server.client() as client:
+        response = client.post("/validate", content=orjson.dumps(sent), headers={"content-type": "application/json"})
+    answer = response.json()["response"]
+    assert answer["allowed"] is False
+    assert len(answer["status"]["message"]) < 4096
+
+
+def test_the_access_log_clips_every_string_the_request_carried() -> None:
+    logging.getLogger("test.access").setLevel(logging.INFO)
+    stream = io.StringIO()
+    AccessLog("test.access", stream).info("admission", {"kind": MEGA, "object_name": MEGA, "latency_ms": 0.1})
+    line = stream.getvalue()
+    assert line.count("\n") == 1
+    assert len(line) < 2 * MAX_ECHO_CHARS + 300
+    assert orjson.loads(line)["latency_ms"] == 0.1
+
+
+def test_a_repeated_failure_logs_its_traceback_once_then_one_short_line() -> None:
+    formatter = JsonFormatter()
+    lines = []
+    for _ in range(3):
+        try:
+            {}[MEGA]  # the KeyError carries a megabyte key, as a request's value would
+        except KeyError:
+            record = logging.LogRecord("t", logging.ERROR, __file__, 1, "handler failed: %s", (MEGA,),
+                                       sys.exc_info())
+            lines.append(formatter.format(record))
+    first, second, third = (orjson.loads(line) for line in lines)
+    assert "Traceback" in first["exception"]
+    assert len(first["exception"]) <= MAX_TRACEBACK_CHARS + MAX_ECHO_CHARS + 100
+    assert "traceback logged before" in second["exception"]
+    assert second["exception"] == third["exception"]
+    assert all(len(line) < 4096 for line in lines)
+
+
+def test_a_pod_far_bigger_than_any_real_one_is_refused_quickly_with_the_reason(server: RunningServer) -> None:
+    containers = [{"name": f"c{i}", "image": "nginx"} for i in range(200_000)]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "big", "labels": {INJECT: "true"}},
+           "spec": {"containers": containers}}
+    with server.client() as client:
+        response = client.post("/mutate", content=orjson.dumps(review(obj=pod)),
+                               headers={"content-type": "application/json"})
+    answer = response.json()["response"]
+    assert answer["allowed"] is False
+    assert answer["status"]["code"] == 422
+    assert f"at most {MAX_CONTAINERS}" in answer["status"]["message"]
+    assert "patch" not in answer
+    assert len(response.content) < 2048
+
+
+@pytest.mark.parametrize(("init", "regular", "refused"), [(6, 250, False), (6, 251, True)])
+def test_the_container_limit_counts_init_containers_too(init: int, regular: int, refused: bool) -> None:
+    pod = {"metadata": {"name": "p"},
+           "spec": {"initContainers": [{"name": f"i{i}", "image": "x"} for i in range(init)],
+                    "containers": [{"name": f"c{i}", "image": "x"} for i in range(regular)]}}
+    if refused:
+        with pytest.raises(InjectionRefused, match="the pod has 257 containers"):
+            plan_injection(pod, options=InjectionOptions())
+    else:
+        assert len(plan_injection(pod, options=InjectionOptions()).containers) == 256
