@@ -483,8 +483,6 @@ def _host_port(value: str) -> tuple[str, int]:
 
 
 def _run_doctor(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    import dataclasses  # noqa: PLC0415 - only for this command
-
     from app.doctor import ApiUnreachable, DoctorSettings, api_unreachable, read, render_json, render_text, run_checks  # noqa: PLC0415
     from app.reconcile import runner  # noqa: PLC0415 - only the commands that talk to a cluster load the client
     from app.reconcile.bootstrap import connect  # noqa: PLC0415
@@ -496,7 +494,8 @@ def _run_doctor(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         print("tls-injector doctor: no cluster configured (no in-cluster account, no kubeconfig)", file=sys.stderr)
         return EXIT_USAGE
     reconcile = runner.settings_for(args)
-    webhook = reconcile.webhook or dataclasses.replace(WebhookSettings(), configurations=())
+    webhook = reconcile.webhook or WebhookSettings(service=args.webhook_service, secret_name=args.webhook_secret,
+                                                   configurations=(), cluster_domain=reconcile.cluster_domain)
     settings = DoctorSettings(namespace=reconcile.namespace, cluster_domain=reconcile.cluster_domain, webhook=webhook,
                               ca_secret=reconcile.ca.secret_name, webhook_address=args.webhook_address,
                               reconciler_account=args.reconciler_service_account)

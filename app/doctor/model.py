@@ -71,12 +71,16 @@ def render_text(results: Sequence[Result]) -> str:
 
 def _summary(results: Sequence[Result]) -> str:
     errors = sum(r.status == "error" for r in results)
-    warnings = sum(r.status == "warning" for r in results)
+    warnings = _count(sum(r.status == "warning" for r in results), "warning")
     if errors:
-        return f"Status check results are {SYMBOLS['error']}: {errors} failed, {warnings} warnings"
-    if warnings:
-        return f"Status check results are {SYMBOLS['ok']} with {warnings} warnings"
+        return f"Status check results are {SYMBOLS['error']}: {errors} failed, {warnings}"
+    if warnings != _count(0, "warning"):
+        return f"Status check results are {SYMBOLS['ok']} with {warnings}"
     return f"Status check results are {SYMBOLS['ok']}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def render_json(results: Sequence[Result]) -> str:

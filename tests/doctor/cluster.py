@@ -63,7 +63,8 @@ class Cluster:
 def install(emu: Emulator) -> None:
     """What `kubectl apply -k manifests/base` puts in place that the doctor looks at."""
     for obj in render(ROOT / "manifests" / "base"):
-        if obj["kind"] in _INSTALLED_KINDS:
+        exists = obj["kind"] == "Namespace" and emu.get("namespaces", obj["metadata"]["name"]) is not None
+        if obj["kind"] in _INSTALLED_KINDS and not exists:
             emu.add(obj)
 
 
