@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.cli import build_handlers
+from app.cli import _parser, _webhook_pod_certificates, build_handlers
 from app.injection.names import INJECTED_ANNOTATION, MODE_ANNOTATION, SIGNER_NAME
 from app.pki import load_certificates, verify_server
 from app.settings import ServeSettings
@@ -149,3 +149,20 @@ def test_a_truststore_request_is_served_beside_the_secret_and_explained_away_wit
         response, ops = post(served, sent)
         applied(sent, ops)
         assert any("no PKCS#12 truststore with pod certificates" in w for w in response.get("warnings", [])) is warned
+
+
+@pytest.mark.parametrize(("flags", "certificates", "expected"), [
+    (["--pod-certificates", "on", "--no-reconciler"], (), (True, "on (--pod-certificates)")),
+    (["--pod-certificates", "off"], ("v1",), (False, "off (--pod-certificates)")),
+    (["--no-reconciler"], ("v1",), (False, "off (auto, and no API access")),
+    ([], ("v1",), (True, "on (auto: certificates.k8s.io/v1)")),
+    ([], ("v1beta1",), (True, "on (auto: certificates.k8s.io/v1beta1)")),
+    ([], (), (False, "off (auto: not served)")),
+])
+def test_serve_finds_out_whether_to_inject_pod_certificates_only_where_it_may_ask(
+        flags: list[str], certificates: tuple[str, ...], expected: tuple[bool, str]) -> None:
+    with running_emulator(certificates=certificates) as emu:
+        args = _parser().parse_args(["serve", "--server", emu.url, *flags])
+        enabled, why = _webhook_pod_certificates(args)
+    assert enabled is expected[0]
+    assert why.startswith(expected[1])

@@ -4,6 +4,8 @@ published as a ClusterTrustBundle; discovery of the API version."""
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,6 +17,7 @@ from cryptography.x509.oid import NameOID
 
 from app.kube import KubeApi
 from app.pki import bundle_certificates, fingerprint, issued_by, load_certificates, verify_server
+from app.reconcile.controller import Controller
 from app.reconcile.signer import DISCOVERY_TTL_SECONDS, NativeApis
 from tests.kubeapi import Emulator, running_emulator
 from tests.pki.tls import Party, handshake
@@ -265,3 +268,29 @@ def test_a_workload_moving_to_pod_certificates_keeps_its_secret_until_no_pod_mou
     cluster.store.delete(cluster.resource("pods"), "demo", old_pod["metadata"]["name"])
     assert reconciler(cluster, clock).run_pass().converged
     assert cluster.get("secrets", "web-tls", "demo") is None
+
+
+def test_the_running_loop_answers_a_new_request_at_once_not_at_the_resync(cluster: Emulator, clock: Clock) -> None:
+    rec = reconciler(cluster, clock)
+    loop = Controller(rec.api, rec, None, resync_seconds=3600, debounce_seconds=0.05, watch_timeout_seconds=2)
+    stop = threading.Event()
+    thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        # The first pass (it publishes the bundle) is over and the requests are watched: from here only the
+        # watch can wake the loop.
+        while not (cluster.open_watches("podcertificaterequests.certificates.k8s.io")
+                   and cluster.objects("clustertrustbundles.certificates.k8s.io")):
+            assert time.monotonic() < deadline, "the loop never watched the requests"
+            time.sleep(0.05)
+        time.sleep(1.5)  # and the passes its own writes woke are over too
+        req = kubelet.request(cluster, kubelet.pod(cluster, "web", "demo"))
+        while kubelet.status(cluster, req) == {}:  # only the watch can wake it: the resync is an hour away
+            assert time.monotonic() < deadline, "the request was not answered"
+            time.sleep(0.05)
+        assert kubelet.condition(cluster, req)["type"] == "Issued"
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
