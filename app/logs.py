@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import time
 import traceback
 from datetime import UTC, datetime
 from typing import TextIO
 
 import orjson
 
-from app.admission.clip import MAX_ECHO_CHARS, clip
+from app.admission.clip import clip
 
 # A line stays within a few KiB whatever a client sent: each field is clipped to MAX_ECHO_CHARS (names,
 # paths, reasons), the message to MAX_MESSAGE_CHARS, and a traceback keeps only its last
@@ -70,16 +71,26 @@ class AccessLog:
         self.name = name
         self.enabled = logging.getLogger(name).isEnabledFor(logging.INFO)
         self._stream = stream
+        self._second, self._stamp = -1, ""
 
     def info(self, msg: str, fields: dict[str, object]) -> None:
         if not self.enabled:
             return
-        line: dict[str, object] = {"time": datetime.now(UTC).isoformat(timespec="milliseconds"), "level": "info",
-                "logger": self.name, "msg": msg}
-        for key, value in fields.items():  # the request's own strings (kind, name, ...) are clipped
-            line[key] = clip(value) if isinstance(value, str) and len(value) > MAX_ECHO_CHARS else value
+        # The fields are bounded where they come from: parse_review refuses a name, namespace or kind
+        # longer than any the apiserver sends, so nothing is clipped here, once per request.
+        line: dict[str, object] = {"time": self._now(), "level": "info", "logger": self.name, "msg": msg, **fields}
         # One write of a whole line: lines from other threads never interleave inside it.
-        (self._stream or sys.stderr).write(orjson.dumps(line, default=str).decode() + "\n")
+        (self._stream or sys.stderr).write(orjson.dumps(line, default=str, option=orjson.OPT_APPEND_NEWLINE).decode())
+
+    def _now(self) -> str:
+        """The same ISO 8601 text as JsonFormatter's; the date and time are formatted once a second (a
+        datetime per line was a third of the line's cost)."""
+        now = time.time()
+        second = int(now)
+        if second != self._second:
+            self._second = second
+            self._stamp = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        return f"{self._stamp}.{int((now - second) * 1000):03d}+00:00"
 
 
 def _bounded(value: object) -> object:

@@ -6,6 +6,7 @@ import io
 import logging
 import sys
 from collections.abc import Iterator
+from datetime import datetime
 
 import orjson
 import pytest
@@ -70,14 +71,31 @@ def test_a_denial_quoting_a_megabyte_label_key_stays_small(server: RunningServer
     assert len(answer["status"]["message"]) < 4096
 
 
-def test_the_access_log_clips_every_string_the_request_carried() -> None:
+@pytest.mark.parametrize("field", ["name", "namespace", "kind"])
+def test_a_megabyte_name_namespace_or_kind_is_refused_before_anything_logs_it(server: RunningServer,
+                                                                            field: str) -> None:
+    sent = review(obj={"metadata": {"name": "p"}})
+    if field == "kind":
+        sent["request"]["kind"]["kind"] = MEGA
+    else:
+        sent["request"][field] = MEGA
+    with server.client() as client:
+        response = client.post("/mutate", content=orjson.dumps(sent), headers={"content-type": "application/json"})
+    assert response.status_code == 400
+    assert len(response.content) < 1024
+    assert f"request.{field}" in response.text
+
+
+def test_the_access_log_line_is_one_line_in_the_json_formatter_shape() -> None:
     logging.getLogger("test.access").setLevel(logging.INFO)
     stream = io.StringIO()
-    AccessLog("test.access", stream).info("admission", {"kind": MEGA, "object_name": MEGA, "latency_ms": 0.1})
+    AccessLog("test.access", stream).info("admission", {"kind": "Pod", "object_name": "web", "latency_ms": 0.1})
     line = stream.getvalue()
     assert line.count("\n") == 1
-    assert len(line) < 2 * MAX_ECHO_CHARS + 300
-    assert orjson.loads(line)["latency_ms"] == 0.1
+    fields = orjson.loads(line)
+    assert fields["latency_ms"] == 0.1
+    assert datetime.fromisoformat(fields["time"]).tzinfo is not None
+    assert (fields["level"], fields["logger"], fields["msg"]) == ("info", "test.access", "admission")
 
 
 def test_a_repeated_failure_logs_its_traceback_once_then_one_short_line() -> None:
@@ -123,3 +141,11 @@ def test_the_container_limit_counts_init_containers_too(init: int, regular: int,
             plan_injection(pod, options=InjectionOptions())
     else:
         assert len(plan_injection(pod, options=InjectionOptions()).containers) == 256
+
+
+def test_a_megabyte_container_name_is_refused_not_copied_into_the_record() -> None:
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": MEGA, "image": "x"}]}}
+    with pytest.raises(InjectionRefused) as caught:
+        plan_injection(pod, options=InjectionOptions())
+    assert "longer than a container name may be (63 characters" in str(caught.value)
+    assert len(str(caught.value)) < 1024

@@ -17,6 +17,10 @@ KIND = "AdmissionReview"
 OPERATIONS: frozenset[str] = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
 # The apiserver sends a UUID; 128 leaves room for other callers without letting a giant string through.
 MAX_UID_LENGTH = 128
+# Object names and namespaces are DNS subdomains or labels (at most 253 characters), and so are API
+# groups; kinds and versions are far shorter. The apiserver never sends more, so a longer one is a 400
+# and everything the access log and messages take from the envelope is bounded here, at the door.
+MAX_NAME_LENGTH = 253
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 
@@ -81,14 +85,15 @@ def _request_problems(request: dict[str, Any]) -> list[str]:
     if not isinstance(operation, str) or operation not in OPERATIONS:
         problems.append(f"request.operation must be one of {sorted(OPERATIONS)}")
     kind = request.get("kind")
-    if not isinstance(kind, dict) or not all(isinstance(kind.get(k), str) for k in ("group", "version", "kind")):
-        problems.append("request.kind must be an object with string group, version and kind")
+    if not isinstance(kind, dict) or not all(_short_text(kind.get(k)) for k in ("group", "version", "kind")):
+        problems.append(f"request.kind must be an object with string group, version and kind of at most "
+                        f"{MAX_NAME_LENGTH} characters")
     for field in ("object", "oldObject"):
         if request.get(field) is not None and not isinstance(request.get(field), dict):
             problems.append(f"request.{field} must be an object or null")
     for field in ("namespace", "name"):
-        if request.get(field) is not None and not isinstance(request.get(field), str):
-            problems.append(f"request.{field} must be a string")
+        if request.get(field) is not None and not _short_text(request.get(field)):
+            problems.append(f"request.{field} must be a string of at most {MAX_NAME_LENGTH} characters")
     if request.get("dryRun") is not None and not isinstance(request.get("dryRun"), bool):
         problems.append("request.dryRun must be a boolean")
     return problems
@@ -107,6 +112,10 @@ def _to_request(request: dict[str, Any]) -> AdmissionRequest:
         dry_run=bool(request.get("dryRun")),
         raw=request,
     )
+
+
+def _short_text(value: object) -> bool:
+    return isinstance(value, str) and len(value) <= MAX_NAME_LENGTH
 
 
 def _json_type(value: object) -> str:

@@ -12,9 +12,11 @@ namespace, so nothing here reads metadata.namespace (empty on controller-created
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from app.admission import AdmissionRequest, AdmissionResponse, Handler, allowed, denied, patched
 from app.injection import names
+from app.injection.answers import Answers
 from app.injection.choices import InjectionOptions, InjectionRefused
 from app.injection.jobs import job_pin_ops
 from app.injection.patch import patch_ops
@@ -29,6 +31,7 @@ def no_fingerprints() -> Sequence[str]:
 
 def make_mutate_handler(options: InjectionOptions, *, ca_fingerprints: FingerprintSource = no_fingerprints) -> Handler:
     """The handler for /mutate; `ca_fingerprints` returns the trust bundle's CA fingerprints right now."""
+    answers = Answers()
 
     def mutate(request: AdmissionRequest) -> AdmissionResponse:
         pod = request.object
@@ -36,13 +39,18 @@ def make_mutate_handler(options: InjectionOptions, *, ca_fingerprints: Fingerpri
             return patched(request.uid, job_pin_ops(pod))
         if not _is_create(request, "", "Pod") or pod is None or _opted_out(pod):
             return allowed(request.uid)
+        fingerprints = ca_fingerprints()
+        return answers.respond(request.uid, pod, fingerprints, lambda: _inject(request.uid, pod, fingerprints))
+
+    def _inject(uid: str, pod: dict[str, Any], fingerprints: Sequence[str]) -> AdmissionResponse:
         try:
-            plan = plan_injection(pod, options=options, ca_fingerprints=ca_fingerprints())
+            plan = plan_injection(pod, options=options, ca_fingerprints=fingerprints)
         except InjectionRefused as refusal:
             # 422, as the apiserver answers an invalid object: the pod as written cannot be injected.
-            return denied(request.uid, f"tls-injector: {refusal}", code=422, reason="Invalid")
-        return patched(request.uid, patch_ops(plan), warnings=plan.warnings)
+            return denied(uid, f"tls-injector: {refusal}", code=422, reason="Invalid")
+        return patched(uid, patch_ops(plan), warnings=plan.warnings)
 
+    mutate.answers = answers  # type: ignore[attr-defined]  # for tests and the benchmark
     return mutate
 
 

@@ -38,6 +38,8 @@ RECORD_VERSION = 1
 # where 200,000 containers (a body still under the size cap) cost 3 s and a 65 MB patch. Past it the pod
 # is refused with the reason rather than started silently without its certificate.
 MAX_CONTAINERS = 256
+# Container names are DNS labels; the apiserver refuses longer ones after admission anyway.
+MAX_CONTAINER_NAME = 63
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +174,9 @@ def _targets(spec: Mapping[str, Any], selected: frozenset[str] | None) -> list[_
             name = container.get("name") if isinstance(container, dict) else None
             if not isinstance(container, dict) or not isinstance(name, str):
                 raise InjectionRefused(f"spec.{field}[{index}] must be a container with a name")
+            if len(name) > MAX_CONTAINER_NAME:  # the record lists names: keep it as bounded as the API does
+                raise InjectionRefused(f"spec.{field}[{index}].name {shown(name)} is longer than a container "
+                                       f"name may be ({MAX_CONTAINER_NAME} characters, a DNS label)")
             found.append(_Target(field, index, name, container))
     if selected is None:
         return found

@@ -57,6 +57,16 @@ def pod_workload(metadata: Mapping[str, Any]) -> Workload:
     return _workload(kind, name, _map(metadata, "annotations"))
 
 
+def naming_inputs(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """Everything in a Pod's metadata that `pod_workload` and the injection plan read: pods that agree on
+    these (every replica of one template) get the same workload and the same plan. The pod's own name
+    counts only where it names the workload: no controller and no generateName."""
+    inputs = {key: metadata.get(key) for key in ("labels", "annotations", "ownerReferences", "generateName")}
+    if controller_of(metadata) is None and not _stem(metadata.get("generateName")):
+        inputs["name"] = metadata.get("name")
+    return inputs
+
+
 def template_workload(kind: str, name: str, template_metadata: Mapping[str, Any]) -> Workload:
     """The workload of a `kind` object called `name` whose pod template has this metadata: the same
     Secret and services `pod_workload` derives for every pod the object's controller will create."""
