@@ -70,7 +70,7 @@ def main() -> None:
     rules = default_rule_set()
     load_ms = (time.perf_counter() - started) * 1000
     handler = make_validate_handler(rules)
-    (rule,) = rules.rules
+    [rule] = [r for r in rules.rules if r.name == "workload-tls-transition"]  # the one the cases exercise
     on_x = ({INJECT: "true"}, {SECRET: "x-tls"})
     cases = {
         "unchanged TLS, new image (allowed)": (on_x, on_x),

@@ -94,7 +94,7 @@ def to_cel(value: object) -> object:
     and a null in a built-in type decodes to the unset zero value — so a rule sees the same thing here
     as in a CRD's x-kubernetes-validations or a ValidatingAdmissionPolicy.
     """
-    if isinstance(value, Mapping):
+    if isinstance(value, dict):  # parsed JSON: plain dicts (an ABC check per node cost more than the rule)
         return {key: to_cel(item) for key, item in value.items() if item is not None}
     if isinstance(value, list):
         return [to_cel(item) for item in value]

@@ -99,18 +99,17 @@ def self_value(obj: Mapping[str, Any], path: Path) -> object:
 
 
 def nesting_depth(value: object, *, limit: int) -> int:
-    """Levels of objects and arrays in a JSON value, counted without recursion; stops past `limit`."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if not isinstance(node, Mapping | list) or not node:
-            continue
-        deepest = max(deepest, depth)
-        if depth > limit:
+    """Levels of objects and arrays in a JSON value, counted level by level without recursion; stops
+    past `limit`. Exact type checks: parsed JSON holds only dict and list, and an ABC check per node
+    cost more than the rule's evaluation."""
+    depth, level = 0, [value]
+    while depth <= limit:
+        containers = [node for node in level if (type(node) is dict or type(node) is list) and node]
+        if not containers:
             break
-        children = node.values() if isinstance(node, Mapping) else node
-        stack.extend((child, depth + 1) for child in children)
-    return deepest
+        depth += 1
+        level = [child for node in containers for child in (node.values() if type(node) is dict else node)]
+    return depth
 
 
 def _too_deep(old: Mapping[str, Any], new: Mapping[str, Any], rule: Rule) -> Failure | None:
