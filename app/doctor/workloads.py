@@ -126,6 +126,14 @@ def _pod(pod: Obj) -> str:
     return f"{meta.get('namespace')}/{meta.get('name')} ({workload.kind}/{workload.name or '?'})"
 
 
+def _restart(pod: Obj) -> str:
+    workload = pod_workload(pod["metadata"])
+    namespace = pod["metadata"].get("namespace") or "default"
+    if workload.kind in ("Deployment", "StatefulSet", "DaemonSet") and workload.name:
+        return f"kubectl -n {namespace} rollout restart {workload.kind.lower()}/{workload.name}"
+    return f"kubectl -n {namespace} rollout restart deployment/<name>"
+
+
 def check_pods_injected(snap: Snapshot) -> Result:
     title = "opted-in pods carry the injection"
     missing = missing_injection(snap.observed.pods, enabled=snap.observed.enabled,
@@ -134,8 +142,8 @@ def check_pods_injected(snap: Snapshot) -> Result:
         count = f"{len(missing)} {'pod' if len(missing) == 1 else 'pods'}"
         return error(CATEGORY, title, f"{count} without it", details=[_pod(p) for p in missing],
                      hint="they were created while the webhook was down or before it was installed, and run without "
-                          "their certificate: restart their workloads (kubectl -n <ns> rollout restart "
-                          "deployment/<workload>), or delete bare pods and create them again")
+                          f"their certificate: restart their workloads ({_restart(missing[0])}), or delete bare pods "
+                          "and create them again")
     return ok(CATEGORY, title, f"{sum(_should_be_injected(snap, p) for p in snap.observed.pods)} pods")
 
 

@@ -60,7 +60,9 @@ def test_a_webhook_serving_a_certificate_from_another_ca_fails_the_served_check(
         port = server.url.rpartition(":")[2]
         out = doctor(cluster, capsys, "--webhook-address", f"127.0.0.1:{port}", address=False)
     found = failed(out, "every caBundle trusts the certificate the webhook serves")
-    assert "MutatingWebhookConfiguration tls-injector entry namespace-opt-in.pods.tls-injector.io" in found
+    assert ("MutatingWebhookConfiguration tls-injector entry namespace-opt-in.pods.tls-injector.io: its caBundle does "
+            f"not hold the issuer of the certificate for {SERVICE_DNS} (issued by CN=someone else's CA; caBundle "
+            "holds CN=tls-injector webhook CA)") in found
     assert "rollout restart deployment/tls-injector" in found
     assert "break glass" in found
     # The Secret itself is still right: the check that reads it passes, which points at the pods.
@@ -180,7 +182,7 @@ def test_a_pod_created_while_the_webhook_was_down_fails_with_a_restart_hint(
     out = doctor(cluster, capsys)
     found = failed(out, "opted-in pods carry the injection")
     assert f"shop/{missed['metadata']['name']} (Deployment/web)" in found
-    assert "rollout restart" in found
+    assert "kubectl -n shop rollout restart deployment/web" in found
 
 
 def test_a_pod_mounting_a_secret_that_does_not_exist_fails(cluster: Cluster,
