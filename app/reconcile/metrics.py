@@ -35,6 +35,10 @@ class ReconcileMetrics:
                              "Certificates to issue or renew that wait for a CA that may sign (last pass).",
                              registry=r)
         self.leader = Gauge("tls_injector_leader", "1 while this replica holds the leader lease.", registry=r)
+        self.pod_certificates = Counter("tls_injector_pod_certificate_requests",
+                                        "PodCertificateRequests answered by the signer tls-injector.io/serving, "
+                                        "by verdict (Issued, or the Denied/Failed reason).",
+                                        ["verdict"], registry=r)
         self.serving_trusted = Gauge(
             "tls_injector_cabundle_trusts_serving_cert",
             "1 when every entry's caBundle verifies the certificate the webhook serves, 0 when one does not "

@@ -224,6 +224,8 @@ class Reconciler:
         report.writes["update"] += outcome.writes
         report.reasons["pod-certificate:issued"] += outcome.issued
         report.reasons["pod-certificate:denied"] += outcome.denied
+        for verdict, count in outcome.verdicts.items():
+            self.metrics.pod_certificates.labels(verdict).inc(count)
         report.failed += outcome.failed
 
     def _guard(self) -> None:

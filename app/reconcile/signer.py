@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -102,6 +103,7 @@ class Outcome:
     issued: int = 0
     denied: int = 0
     failed: list[str] = field(default_factory=list)
+    verdicts: Counter[str] = field(default_factory=Counter)  # Issued, or the reason of a denial
 
 
 def observe(api: KubeApi, native: NativeApis) -> NativeView | None:
@@ -198,6 +200,7 @@ def _record(api: KubeApi, request: Obj, pod: Obj | None, verdict: podcerts.Verdi
                if isinstance(verdict, podcerts.Issue) else
                f"PodCertificateRequest {meta.get('name')}: {verdict.reason}: {verdict.message}")
     verdict_name = "Issued" if isinstance(verdict, podcerts.Issue) else verdict.reason
+    outcome.verdicts[verdict_name] += 1
     log.info("pod certificate request answered", extra={"namespace": meta.get("namespace"), "object": meta.get("name"),
                                                         "verdict": verdict_name})
     if pod is not None:

@@ -44,8 +44,11 @@ def test_an_opted_in_pods_request_is_issued_for_its_workloads_names_and_verifies
         cluster: Emulator, clock: Clock) -> None:
     pod = kubelet.pod(cluster, "web", "demo", annotations={"tls-injector.io/service-names": "web,api"})
     req = kubelet.request(cluster, pod)
-    report = reconciler(cluster, clock).run_pass()
+    rec = reconciler(cluster, clock)
+    report = rec.run_pass()
     assert report.converged, report
+    assert rec.metrics.registry.get_sample_value("tls_injector_pod_certificate_requests_total",
+                                                 {"verdict": "Issued"}) == 1
     status = kubelet.status(cluster, req)
     assert kubelet.condition(cluster, req)["type"] == "Issued"
     chain = load_certificates(status["certificateChain"].encode())
@@ -109,9 +112,12 @@ def test_requests_the_signer_cannot_vouch_for_are_denied_with_a_reason(
                           user_annotations={"example.com/wish": "x"} if case == "user-annotation" else None)
     if case == "pod-gone":
         cluster.store.delete(cluster.resource("pods"), pod["metadata"]["namespace"], pod["metadata"]["name"])
-    assert reconciler(cluster, clock).run_pass().converged
+    rec = reconciler(cluster, clock)
+    assert rec.run_pass().converged
     cond = kubelet.condition(cluster, req)
     assert (cond["type"], cond["reason"]) == ("Denied", reason)
+    assert rec.metrics.registry.get_sample_value("tls_injector_pod_certificate_requests_total",
+                                                 {"verdict": reason}) == 1
     assert cond["message"]
     assert set(kubelet.status(cluster, req)) == {"conditions"}
     if reason == "UnsupportedKeyType":
