@@ -4,20 +4,29 @@ Old and new are files (multi-document YAML or JSON, `kind: List` expanded) or di
 so a whole git diff of manifests can be checked at once. Objects are paired by apiVersion, kind,
 namespace and name; each pair goes through parse_review and the very handler `serve` uses. An object
 only in NEW is a CREATE and one only in OLD a DELETE: both always allowed, so they are only counted.
+
+An object in a namespace labelled tls-injector.io/inject=enabled is also judged by the rules scoped to
+enabled namespaces (the apiserver sends it to /validate/enabled-namespace as well). Offline there is no
+cluster to ask, so a namespace counts as enabled when named with --namespace-enabled, or when the input
+holds its Namespace labelled so in OLD or in NEW: `kubectl apply` creates and updates Namespaces before
+what lives in them, and a Namespace losing the label is itself rejected, so the objects meet an enabled
+namespace either way.
 """
 
 from __future__ import annotations
 
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from app.admission import AdmissionResponse, Handler, parse_review
+from app.admission import AdmissionResponse, Handler, allowed, denied, parse_review
+
+NAMESPACE_OPT_IN = ("tls-injector.io/inject", "enabled")
 
 Key = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
@@ -62,10 +71,46 @@ class Report:
         return tuple(o for o in self.outcomes if not o.response["allowed"])
 
 
-def check(old: dict[Key, dict[str, Any]], new: dict[Key, dict[str, Any]], handler: Handler) -> Report:
-    outcomes = tuple(Outcome(key, handler(parse_review(_update_review(key, old[key], obj))))
-                     for key, obj in new.items() if key in old)
-    return Report(outcomes, created=len(new.keys() - old.keys()), deleted=len(old.keys() - new.keys()))
+def check(old: dict[Key, dict[str, Any]], new: dict[Key, dict[str, Any]], handler: Handler, *,
+          enabled_handler: Handler | None = None, enabled: frozenset[str] = frozenset()) -> Report:
+    """Each pair judged by `handler`, and also by `enabled_handler` when its namespace is in `enabled`."""
+    outcomes = []
+    for key, obj in new.items():
+        if key not in old:
+            continue
+        request = parse_review(_update_review(key, old[key], obj))
+        response = handler(request)
+        if enabled_handler is not None and key[2] in enabled:
+            response = _both(response, enabled_handler(request))
+        outcomes.append(Outcome(key, response))
+    return Report(tuple(outcomes), created=len(new.keys() - old.keys()), deleted=len(old.keys() - new.keys()))
+
+
+def enabled_namespaces(old: dict[Key, dict[str, Any]], new: dict[Key, dict[str, Any]], *,
+                       named: Iterable[str] = ()) -> frozenset[str]:
+    """The namespaces judged as enabled: those `named`, and every Namespace labelled so in OLD or NEW."""
+    labelled = {key[3] for objects in (old, new) for key, obj in objects.items()
+                if key[:2] == ("v1", "Namespace") and _labels(obj).get(NAMESPACE_OPT_IN[0]) == NAMESPACE_OPT_IN[1]}
+    return frozenset(named) | labelled
+
+
+def _labels(obj: dict[str, Any]) -> dict[str, Any]:
+    metadata = obj.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, dict) else None
+    return labels if isinstance(labels, dict) else {}
+
+
+def _both(first: AdmissionResponse, second: AdmissionResponse) -> AdmissionResponse:
+    """Two webhooks' answers to one request as the user meets them: any denial denies (all are shown
+    here, where the apiserver stops at one); an allowed request carries both sets of warnings."""
+    denials = [r for r in (first, second) if not r["allowed"]]
+    if not denials:
+        return allowed(first["uid"], warnings=[*first.get("warnings", []), *second.get("warnings", [])])
+    if len(denials) == 1:
+        return denials[0]
+    status = denials[0]["status"]
+    message = "\n".join(r["status"]["message"] for r in denials)
+    return denied(first["uid"], message, code=status["code"], reason=status["reason"])
 
 
 def load_manifests(location: str) -> dict[Key, dict[str, Any]]:

@@ -27,7 +27,7 @@ from app.injection.names import MODE_ANNOTATION, MODE_SECRET, MODES
 from app.injection.preview import with_preview
 from app.logs import configure_logging
 from app.pki.serving import ServingPairError
-from app.rules import export_documents, make_validate_handler
+from app.rules import SCOPE_ENABLED_NAMESPACES, export_documents, make_validate_handler
 from app.rulesfile import RulesFileError, load_rule_set
 from app.settings import ServeSettings
 
@@ -271,12 +271,13 @@ def _run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     bundle = BundleFingerprints(settings.trust_bundle_file) if settings.trust_bundle_file else None
     metrics, health = ServerMetrics(), Health()
     try:  # anything unusable stops the start in one line, before any request is served
-        mutate, validate = build_handlers(settings, ca_fingerprints=bundle or no_fingerprints)
+        handlers = admission_handlers(settings, ca_fingerprints=bundle or no_fingerprints)
         background, reconciler = _reconciler_in_background(args, metrics, health)
         if bundle is not None:
             background.append(functools.partial(bundle.poll_forever, settings.reload_interval_seconds))
-        server = build_server(settings, mutate=mutate, validate=validate, metrics=metrics, background=background,
-                              health=health)
+        server = build_server(settings, mutate=handlers.mutate, validate=handlers.validate,
+                              validate_enabled_namespace=handlers.validate_enabled_namespace, metrics=metrics,
+                              background=background, health=health)
     except (RulesFileError, ServingPairError, SelfSignedError, _UnusableCluster) as error:
         print(f"tls-injector: {error}", file=sys.stderr)
         return 2
@@ -361,17 +362,40 @@ def _run_inject(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     return EXIT_OK
 
 
+@dataclasses.dataclass(frozen=True)
+class AdmissionHandlers:
+    """One handler per admission path: /mutate, /validate, /validate/enabled-namespace."""
+
+    mutate: Handler
+    validate: Handler
+    validate_enabled_namespace: Handler
+
+
 def build_handlers(
     settings: ServeSettings, *, ca_fingerprints: FingerprintSource = no_fingerprints
 ) -> tuple[Handler, Handler]:
-    """The /mutate and /validate handlers; raises RulesFileError for a bad `settings.rules_file`.
+    """The /mutate and /validate handlers; raises RulesFileError for a bad `settings.rules_file`."""
+    handlers = admission_handlers(settings, ca_fingerprints=ca_fingerprints)
+    return handlers.mutate, handlers.validate
 
-    /validate enforces the built-in transition rules plus the rules file's. /mutate injects; its record
-    carries the CA fingerprints `ca_fingerprints` returns (serve feeds it from --trust-bundle-file).
+
+def admission_handlers(
+    settings: ServeSettings, *, ca_fingerprints: FingerprintSource = no_fingerprints
+) -> AdmissionHandlers:
+    """Every admission handler; raises RulesFileError for a bad `settings.rules_file`.
+
+    /validate enforces the built-in transition rules plus the rules file's; /validate/enabled-namespace
+    the rules scoped to enabled namespaces (the apiserver sends it only requests from those). /mutate
+    injects; its record carries the CA fingerprints `ca_fingerprints` returns (serve feeds it from
+    --trust-bundle-file). Only /validate adds the dry-run preview line, so kubectl shows it once.
     """
     options = InjectionOptions(pod_certificates=settings.pod_certificates, default_mode=settings.default_mode)
-    mutate = make_mutate_handler(options, ca_fingerprints=ca_fingerprints)
-    return mutate, with_preview(make_validate_handler(load_rule_set(settings.rules_file)), options)
+    rule_set = load_rule_set(settings.rules_file)
+    return AdmissionHandlers(
+        mutate=make_mutate_handler(options, ca_fingerprints=ca_fingerprints),
+        validate=with_preview(make_validate_handler(rule_set), options),
+        validate_enabled_namespace=make_validate_handler(rule_set, SCOPE_ENABLED_NAMESPACES),
+    )
 
 
 def _injection_options(args: argparse.Namespace) -> InjectionOptions:
@@ -407,17 +431,24 @@ def _add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     check.add_argument("--old", required=True, help="the manifests before the change")
     check.add_argument("--new", required=True, help="the manifests after the change")
     check.add_argument("--rules", type=Path, help="YAML rules file (added to the built-in rules)")
+    check.add_argument("--namespace-enabled", action="append", default=[], metavar="NAMESPACE",
+                       help="judge this namespace's objects as in a namespace labelled tls-injector.io/inject="
+                            "enabled (also /validate/enabled-namespace's rules); repeat for more. A Namespace "
+                            "object labelled so in OLD or NEW counts too")
     check.set_defaults(run=_run_check)
 
 
 def _run_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from app.check import InputError, check, load_manifests, render  # noqa: PLC0415 - keeps `serve` lean
+    from app.check import InputError, check, enabled_namespaces, load_manifests, render  # noqa: PLC0415
 
     if args.old == "-" and args.new == "-":
         parser.error("only one of --old and --new can be read from stdin")
     try:
-        _, validate = build_handlers(ServeSettings(rules_file=args.rules))
-        report = check(load_manifests(args.old), load_manifests(args.new), validate)
+        handlers = admission_handlers(ServeSettings(rules_file=args.rules))
+        old, new = load_manifests(args.old), load_manifests(args.new)
+        enabled = enabled_namespaces(old, new, named=args.namespace_enabled)
+        report = check(old, new, handlers.validate, enabled_handler=handlers.validate_enabled_namespace,
+                       enabled=enabled)
     except (RulesFileError, InputError) as error:
         print(f"tls-injector check: {error}", file=sys.stderr)
         return 2

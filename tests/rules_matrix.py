@@ -89,3 +89,59 @@ def sei_node(tls: dict[str, Any] | None, *, sidecar: bool = True, name: str = "n
         spec["sidecar"] = {"image": "proxy:1"} | ({"tls": tls} if tls is not None else {})
     return {"apiVersion": "example.com/v1", "kind": "SeiNode", "metadata": {"name": name, "namespace": "chain"},
             "spec": spec}
+
+
+def cronjob(state: TlsState, *, name: str = "nightly", image: str = "busybox:1.36") -> dict[str, Any]:
+    """A batch/v1 CronJob whose jobTemplate's pod template carries `state`."""
+    template = workload("Deployment", state, name=name, image=image)["spec"]["template"]
+    template["spec"]["restartPolicy"] = "OnFailure"
+    return {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": name, "namespace": "shop"},
+            "spec": {"schedule": "0 3 * * *", "jobTemplate": {"spec": {"template": template}}}}
+
+
+def namespace(label: str | None, *, name: str = "shop", team: str = "payments") -> dict[str, Any]:
+    """A Namespace with the opt-in label at `label` (None = absent), beside the labels any namespace has."""
+    labels = {"kubernetes.io/metadata.name": name, "team": team} | ({INJECT_LABEL: label} if label else {})
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+
+
+NAMESPACE_FIX = "delete and recreate the namespace without the label"
+NAMESPACE_ENABLED_WARNING = "TLS enabled for the namespace"
+# A Namespace's opt-in label: None = absent.
+NAMESPACE_TRANSITIONS: list[tuple[str, str | None, str | None, bool]] = [
+    ("off stays off", None, None, True),
+    ("enable", None, "enabled", True),
+    ("enable from another value", "disabled", "enabled", True),
+    ("unchanged", "enabled", "enabled", True),
+    ("disable by removing the label", "enabled", None, False),
+    ("disable by changing the label", "enabled", "disabled", False),
+]
+
+# Pod-template TLS states in a namespace labelled enabled, where TLS is on unless the label is "false".
+UNLABELLED_X: TlsState = (None, "x-tls")
+UNLABELLED_Y: TlsState = (None, "y-tls")
+OPTED_OUT: TlsState = ("false", None)
+OPTED_OUT_Y: TlsState = ("false", "y-tls")
+
+ENABLED_NAMESPACE_TRANSITIONS = [
+    Transition("unlabelled stays unlabelled", OFF, OFF, allowed=True),
+    Transition("unlabelled, named secret unchanged", UNLABELLED_X, UNLABELLED_X, allowed=True),
+    Transition("opted out stays opted out while its name changes", OPTED_OUT_X, OPTED_OUT_Y, allowed=True),
+    Transition("enable by dropping the opt-out", OPTED_OUT_X, UNLABELLED_X, allowed=True, warns=True),
+    Transition("enable by turning the opt-out to true", OPTED_OUT_X, ON_X, allowed=True, warns=True),
+    # /validate cannot see the namespace, so it takes the added "true" for an enable and says so.
+    Transition("label an unlabelled template true", OFF, ON_DEFAULT, allowed=True, warns=True),
+    Transition("disable an unlabelled template", OFF, OPTED_OUT, allowed=False),
+    Transition("disable a named unlabelled template", UNLABELLED_X, OPTED_OUT_X, allowed=False),
+    Transition("disable a template labelled true", ON_X, OPTED_OUT_X, allowed=False),
+    Transition("swap on an unlabelled template", UNLABELLED_X, UNLABELLED_Y, allowed=False),
+    Transition("name the default secret", OFF, UNLABELLED_X, allowed=False),
+    Transition("swap on a template labelled true", ON_X, ON_Y, allowed=False),
+]
+ENABLED_NAMESPACE_RULES = {"CronJob": "enabled-namespace-cronjob-tls-transition"} | {
+    kind: "enabled-namespace-workload-tls-transition" for kind in WORKLOAD_KINDS}
+
+
+def templated(kind: str, state: TlsState) -> dict[str, Any]:
+    """A workload of `kind` (the three apps kinds or CronJob) whose pod template carries `state`."""
+    return cronjob(state) if kind == "CronJob" else workload(kind, state)

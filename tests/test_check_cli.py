@@ -13,7 +13,26 @@ import pytest
 import yaml
 
 from app.cli import main
-from tests.rules_matrix import EXAMPLE_RULES, FIX, OFF, ON_X, ON_Y, ROLL, ROOT, sei_node, workload
+from tests.rules_matrix import (
+    ENABLED_NAMESPACE_TRANSITIONS,
+    EXAMPLE_RULES,
+    FIX,
+    NAMESPACE_ENABLED_WARNING,
+    NAMESPACE_FIX,
+    NAMESPACE_TRANSITIONS,
+    OFF,
+    ON_X,
+    ON_Y,
+    OPTED_OUT,
+    ROLL,
+    ROOT,
+    Transition,
+    cronjob,
+    namespace,
+    sei_node,
+    templated,
+    workload,
+)
 
 
 def write(path: Path, *objects: dict[str, Any]) -> Path:
@@ -130,3 +149,74 @@ def test_unquoted_dates_stay_strings_as_kubernetes_reads_yaml(
     after.write_text(text)
     status, out, _ = run(capsys, "--old", str(before), "--new", str(after), "--rules", str(EXAMPLE_RULES))
     assert (status, out.splitlines()[0]) == (0, "allowed: example.com/v1 SeiNode n")
+
+
+@pytest.mark.parametrize(
+    "case",
+    [("unchanged", ON_X, ON_X, 0, "allowed: batch/v1 CronJob shop/nightly"), ("enable", OFF, ON_X, 0, ROLL),
+     ("swap", ON_X, ON_Y, 1, "cronjob-tls-transition"), ("disable", ON_X, OFF, 1, FIX)],
+    ids=lambda case: case[0],
+)
+def test_a_cronjob_is_judged_on_its_job_template(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: tuple[str, Any, Any, int, str]
+) -> None:
+    _, old, new, code, says = case
+    status, out, _ = run(capsys, "--old", str(write(tmp_path / "old.yaml", cronjob(old))),
+                         "--new", str(write(tmp_path / "new.yaml", cronjob(new))))
+    assert (status, says in out) == (code, True), out
+
+
+@pytest.mark.parametrize("case", NAMESPACE_TRANSITIONS, ids=lambda case: case[0])
+def test_a_namespace_may_gain_the_opt_in_but_not_lose_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: tuple[str, str | None, str | None, bool]
+) -> None:
+    _, old_label, new_label, allowed = case
+    status, out, _ = run(capsys, "--old", str(write(tmp_path / "old.yaml", namespace(old_label))),
+                         "--new", str(write(tmp_path / "new.yaml", namespace(new_label, team="checkout"))))
+    assert status == (0 if allowed else 1), out
+    assert (NAMESPACE_FIX in out) is not allowed
+    assert (NAMESPACE_ENABLED_WARNING in out) is (old_label != "enabled" and new_label == "enabled")
+
+
+@pytest.mark.parametrize("how", ["flag", "namespace-in-old", "namespace-in-new", "namespace-enabled-by-the-change"])
+@pytest.mark.parametrize("kind", ["Deployment", "CronJob"])
+@pytest.mark.parametrize("transition", ENABLED_NAMESPACE_TRANSITIONS, ids=lambda t: t.name)
+def test_a_workload_in_an_enabled_namespace_is_judged_by_the_enabled_namespace_rules_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], transition: Transition, kind: str, how: str
+) -> None:
+    old_objects, new_objects = [templated(kind, transition.old)], [templated(kind, transition.new)]
+    flags: list[str] = []
+    if how == "flag":
+        flags = ["--namespace-enabled", "other", "--namespace-enabled", "shop"]
+    else:
+        old_label = None if how == "namespace-enabled-by-the-change" else "enabled"
+        old_objects.append(namespace(old_label))
+        new_objects.append(namespace(None if how == "namespace-in-old" else "enabled"))
+    status, out, _ = run(capsys, "--old", str(write(tmp_path / "old.yaml", *old_objects)),
+                         "--new", str(write(tmp_path / "new.yaml", *new_objects)), *flags)
+    title = f"{'batch/v1 CronJob shop/nightly' if kind == 'CronJob' else 'apps/v1 Deployment shop/web'}"
+    assert f"{'allowed' if transition.allowed else 'REJECTED'}: {title}" in out
+    assert (ROLL in out) is transition.warns
+    # A Namespace losing its label is itself rejected, which is why OLD's label counts as enabled.
+    assert status == (0 if transition.allowed and how != "namespace-in-old" else 1), out
+
+
+def test_without_the_namespace_being_enabled_an_opt_out_is_allowed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old, new = write(tmp_path / "old.yaml", workload("Deployment", OFF)), write(
+        tmp_path / "new.yaml", workload("Deployment", OPTED_OUT))
+    assert run(capsys, "--old", str(old), "--new", str(new))[0] == 0
+    status, out, _ = run(capsys, "--old", str(old), "--new", str(new), "--namespace-enabled", "shop")
+    assert status == 1
+    assert 'rule "enabled-namespace-workload-tls-transition"' in out
+    assert run(capsys, "--old", str(old), "--new", str(new), "--namespace-enabled", "elsewhere")[0] == 0
+
+
+def test_two_failing_rules_from_both_paths_are_both_shown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    old, new = write(tmp_path / "old.yaml", workload("Deployment", ON_X)), write(
+        tmp_path / "new.yaml", workload("Deployment", ("false", "x-tls")))
+    status, out, _ = run(capsys, "--old", str(old), "--new", str(new), "--namespace-enabled", "shop")
+    assert status == 1
+    assert 'rule "workload-tls-transition"' in out
+    assert 'rule "enabled-namespace-workload-tls-transition"' in out

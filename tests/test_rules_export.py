@@ -17,38 +17,50 @@ import yaml
 
 from app.admission import AdmissionRequest, GroupVersionKind
 from app.cli import main
-from app.rules import export_documents, make_validate_handler
+from app.rules import SCOPE_ENABLED_NAMESPACES, export_documents, make_validate_handler
 from app.rules.cel import Environment, EvalError, to_cel
 from app.rules.export import guess_resource
 from app.rulesfile import load_rule_set
 from tests.rules_matrix import (
+    ENABLED_NAMESPACE_TRANSITIONS,
     EXAMPLE_CRD,
     EXAMPLE_RULES,
+    NAMESPACE_TRANSITIONS,
+    OFF,
     SIDECAR_MATRIX,
     WORKLOAD_KINDS,
     WORKLOAD_TRANSITIONS,
     X,
+    cronjob,
+    namespace,
     sei_node,
+    templated,
     workload,
 )
+from tests.shipping.test_webhooks import matches
 
 RULES = load_rule_set(EXAMPLE_RULES)
 VALIDATE = make_validate_handler(RULES)
+VALIDATE_ENABLED = make_validate_handler(RULES, SCOPE_ENABLED_NAMESPACES)
 POLICIES = export_documents(RULES, fmt="vap")
 VAP_ENV = Environment(["object", "oldObject", "variables"])
 CRD_ENV = Environment(["self", "oldSelf"])
 RESOURCES = {"Deployment": "deployments", "StatefulSet": "statefulsets", "DaemonSet": "daemonsets",
-             "SeiNode": "seinodes"}
+             "SeiNode": "seinodes", "CronJob": "cronjobs", "Namespace": "namespaces"}
+PLAIN_NAMESPACE = {"kubernetes.io/metadata.name": "shop"}
+ENABLED_NAMESPACE = PLAIN_NAMESPACE | {"tls-injector.io/inject": "enabled"}
 
 
-def webhook(old: dict[str, Any], new: dict[str, Any]) -> tuple[bool, bool]:
-    """(allowed, warned) from the /validate handler."""
+def webhook(old: dict[str, Any], new: dict[str, Any], *, enabled: bool = False) -> tuple[bool, bool]:
+    """(allowed, warned) from /validate, and from /validate/enabled-namespace too when the object lives in
+    an enabled namespace (the apiserver calls both; any denial denies, warnings only when allowed)."""
     group, _, version = new["apiVersion"].rpartition("/")
     request = AdmissionRequest(
         uid=str(uuid.uuid4()), kind=GroupVersionKind(group=group, version=version, kind=new["kind"]),
         operation="UPDATE", namespace="ns", name="n", object=new, old_object=old, dry_run=False, raw={})
-    response = VALIDATE(request)
-    return response["allowed"], bool(response.get("warnings"))
+    responses = [VALIDATE(request), *([VALIDATE_ENABLED(request)] if enabled else [])]
+    allowed = all(r["allowed"] for r in responses)
+    return allowed, allowed and any(r.get("warnings") for r in responses)
 
 
 def policy_applies(policy: dict[str, Any], obj: dict[str, Any]) -> bool:
@@ -67,12 +79,19 @@ def validation_fails(policy: dict[str, Any], old: dict[str, Any], new: dict[str,
     return any(result is not True for result in results)  # false or an error: failurePolicy is Fail
 
 
-def exported(old: dict[str, Any], new: dict[str, Any]) -> tuple[bool, bool]:
-    """(allowed, warned) from the exported policies, as the apiserver would evaluate them."""
-    actions = {d["spec"]["policyName"]: d["spec"]["validationActions"]
-               for d in POLICIES if d["kind"] == "ValidatingAdmissionPolicyBinding"}
+def exported(old: dict[str, Any], new: dict[str, Any], *, enabled: bool = False) -> tuple[bool, bool]:
+    """(allowed, warned) from the exported policies, as the apiserver would evaluate them: a binding
+    applies where its namespaceSelector matches the namespace's labels (for a Namespace, its own)."""
+    bindings = {d["spec"]["policyName"]: d["spec"] for d in POLICIES if d["kind"] == "ValidatingAdmissionPolicyBinding"}
+    ns_labels = ENABLED_NAMESPACE if enabled else PLAIN_NAMESPACE
+    if new["kind"] == "Namespace":
+        ns_labels = new["metadata"].get("labels") or {}
+    actions = {name: spec["validationActions"] for name, spec in bindings.items()
+               if matches(spec["matchResources"]["namespaceSelector"], ns_labels)}
     denied = warned = False
     for policy in (d for d in POLICIES if d["kind"] == "ValidatingAdmissionPolicy"):
+        if policy["metadata"]["name"] not in actions:
+            continue
         if policy_applies(policy, new) and validation_fails(policy, old, new):
             denied |= "Deny" in actions[policy["metadata"]["name"]]
             warned |= "Warn" in actions[policy["metadata"]["name"]]
@@ -95,6 +114,15 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
      {**sei_node(None), "spec": {"sidecar": "s"}}),
     ("Deployment: no template metadata", {**workload("Deployment", (None, None)), "spec": {"template": {}}},
      workload("Deployment", ("true", "x"))),
+    *[(f"CronJob: {t.name}", cronjob(t.old), cronjob(t.new)) for t in WORKLOAD_TRANSITIONS],
+    *[(f"Namespace: {name}", namespace(old), namespace(new)) for name, old, new, _ in NAMESPACE_TRANSITIONS],
+    ("CronJob: no jobTemplate spec", {**cronjob(OFF), "spec": {"jobTemplate": {}}}, cronjob(("true", "x"))),
+]
+ENABLED_CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    *[(f"{kind} in an enabled namespace: {t.name}", templated(kind, t.old), templated(kind, t.new))
+      for kind in (*WORKLOAD_KINDS, "CronJob") for t in ENABLED_NAMESPACE_TRANSITIONS],
+    ("Deployment in an enabled namespace: no template metadata",
+     {**workload("Deployment", OFF), "spec": {"template": {}}}, workload("Deployment", ("false", None))),
 ]
 
 
@@ -103,11 +131,25 @@ def test_the_exported_policy_and_the_webhook_agree(case: str, old: dict[str, Any
     assert exported(old, new) == webhook(old, new)
 
 
+@pytest.mark.parametrize(("case", "old", "new"), ENABLED_CASES, ids=[c[0] for c in ENABLED_CASES])
+def test_the_exported_policy_and_the_webhook_agree_in_an_enabled_namespace(case: str, old: dict[str, Any],
+                                                                           new: dict[str, Any]) -> None:
+    assert exported(old, new, enabled=True) == webhook(old, new, enabled=True)
+
+
+def test_the_enabled_namespace_policies_bind_only_in_enabled_namespaces() -> None:
+    """An opt-out outside enabled namespaces is nobody's business; inside, the exported policy denies it."""
+    old, new = workload("Deployment", OFF), workload("Deployment", ("false", None))
+    assert exported(old, new) == webhook(old, new) == (True, False)
+    assert exported(old, new, enabled=True) == webhook(old, new, enabled=True) == (False, False)
+
+
 def test_the_agreement_matrix_has_both_verdicts_and_warnings() -> None:
     """Guards the test above against passing vacuously (e.g. every case allowed)."""
-    verdicts = [webhook(old, new) for _, old, new in CASES]
-    assert {allowed for allowed, _ in verdicts} == {True, False}
-    assert any(warned for _, warned in verdicts)
+    for cases, enabled in ((CASES, False), (ENABLED_CASES, True)):
+        verdicts = [webhook(old, new, enabled=enabled) for _, old, new in cases]
+        assert {allowed for allowed, _ in verdicts} == {True, False}
+        assert any(warned for _, warned in verdicts)
 
 
 @pytest.mark.parametrize(("name", "old_tls", "new_tls", "allowed"), SIDECAR_MATRIX)

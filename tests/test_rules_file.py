@@ -74,17 +74,33 @@ def test_every_problem_is_reported_in_one_pass() -> None:
     assert "my-rules.yaml:6: rules[1] (b): unknown field 'extra'" in message
 
 
-def test_the_built_in_rules_cover_the_three_workload_kinds() -> None:
-    rules = default_rule_set().rules
-    assert [r.name for r in rules] == ["workload-tls-transition", "workload-tls-mode-transition"]
-    for rule in rules:
-        assert {(m.group, m.version, m.kind) for m in rule.match} == {
-            ("apps", "v1", "Deployment"), ("apps", "v1", "StatefulSet"), ("apps", "v1", "DaemonSet")}
+BUILT_IN = ["workload-tls-transition", "cronjob-tls-transition", "namespace-tls-transition",
+            "enabled-namespace-workload-tls-transition", "enabled-namespace-cronjob-tls-transition",
+            "workload-tls-mode-transition"]
+APPS_KINDS = {("apps", "v1", "Deployment"), ("apps", "v1", "StatefulSet"), ("apps", "v1", "DaemonSet")}
+
+
+def test_the_built_in_rules_cover_the_workload_kinds_cronjobs_and_namespaces() -> None:
+    rules = {r.name: r for r in default_rule_set().rules}
+    assert list(rules) == BUILT_IN
+    kinds = {name: {(m.group, m.version, m.kind) for m in rule.match} for name, rule in rules.items()}
+    cronjobs = {("batch", "v1", "CronJob")}
+    assert kinds == {"workload-tls-transition": APPS_KINDS, "cronjob-tls-transition": cronjobs,
+                     "namespace-tls-transition": {("", "v1", "Namespace")},
+                     "enabled-namespace-workload-tls-transition": APPS_KINDS,
+                     "enabled-namespace-cronjob-tls-transition": cronjobs,
+                     "workload-tls-mode-transition": APPS_KINDS}
+    assert {name for name, rule in rules.items() if rule.scope == "enabled-namespaces"} == {
+        "enabled-namespace-workload-tls-transition", "enabled-namespace-cronjob-tls-transition"}
+
+
+def test_a_scope_other_than_all_or_enabled_namespaces_is_refused() -> None:
+    message = problems_in("rules:\n" + GOOD_RULE + "    scope: everywhere\n")
+    assert "rules[0] (keep-tls) scope: must be one of all, enabled-namespaces" in message
 
 
 def test_a_rules_file_adds_to_the_built_in_rules_unless_it_says_otherwise(tmp_path: Path) -> None:
-    assert [r.name for r in load_rule_set(EXAMPLE_RULES)] == [
-        "workload-tls-transition", "workload-tls-mode-transition", "sidecar-tls-transition"]
+    assert [r.name for r in load_rule_set(EXAMPLE_RULES)] == [*BUILT_IN, "sidecar-tls-transition"]
     alone = tmp_path / "alone.yaml"
     alone.write_text("includeDefaults: false\nrules:\n" + GOOD_RULE)
     assert [r.name for r in load_rule_set(alone)] == ["keep-tls"]

@@ -8,18 +8,27 @@ from typing import Any
 import httpx
 import pytest
 
-from app.cli import build_handlers
+from app.cli import admission_handlers
 from app.settings import ServeSettings
 from tests.rules_matrix import (
+    ENABLED_NAMESPACE_RULES,
+    ENABLED_NAMESPACE_TRANSITIONS,
     EXAMPLE_RULES,
     FIX,
+    NAMESPACE_ENABLED_WARNING,
+    NAMESPACE_FIX,
+    NAMESPACE_TRANSITIONS,
     ON_X,
+    ON_Y,
     ROLL,
     SIDECAR_MATRIX,
     WORKLOAD_KINDS,
     WORKLOAD_TRANSITIONS,
     Transition,
+    cronjob,
+    namespace,
     sei_node,
+    templated,
     with_image,
     workload,
 )
@@ -32,8 +41,9 @@ SEI = ("example.com", "v1", "SeiNode")
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    _, validate = build_handlers(ServeSettings(rules_file=EXAMPLE_RULES))
-    with running_server(tmp_path_factory.mktemp("srv"), validate=validate) as running:
+    handlers = admission_handlers(ServeSettings(rules_file=EXAMPLE_RULES))
+    with running_server(tmp_path_factory.mktemp("srv"), validate=handlers.validate,
+                        validate_enabled_namespace=handlers.validate_enabled_namespace) as running:
         yield running
 
 
@@ -43,8 +53,8 @@ def client(server: RunningServer) -> Iterator[httpx.Client]:
         yield c
 
 
-def post(client: httpx.Client, sent: dict[str, Any]) -> dict[str, Any]:
-    response = client.post("/validate", json=sent)
+def post(client: httpx.Client, sent: dict[str, Any], path: str = "/validate") -> dict[str, Any]:
+    response = client.post(path, json=sent)
     assert response.status_code == 200, response.text
     body: dict[str, Any] = response.json()
     assert body["response"]["uid"] == sent["request"]["uid"]
@@ -138,3 +148,80 @@ def test_a_dry_run_gets_the_very_same_answer_as_the_real_request(client: httpx.C
     real_answer, dry_answer = post(client, real), post(client, dry)
     assert real_answer["allowed"] is False
     assert {**dry_answer, "uid": real_answer["uid"]} == real_answer
+
+
+BATCH_CRONJOB = ("batch", "v1", "CronJob")
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["real", "dry-run"])
+@pytest.mark.parametrize("transition", WORKLOAD_TRANSITIONS, ids=lambda t: t.name)
+def test_cronjob_updates_get_the_transition_verdict_on_the_job_template(
+    client: httpx.Client, transition: Transition, dry_run: bool
+) -> None:
+    old, new = cronjob(transition.old), cronjob(transition.new, image="busybox:1.37")
+    sent = review(operation="UPDATE", obj=new, old=old, kind=BATCH_CRONJOB, namespace="shop", dry_run=dry_run)
+    assert_verdict(post(client, sent), allowed=transition.allowed, warns=transition.warns,
+                   rule="cronjob-tls-transition")
+
+
+def test_a_cronjob_denial_names_the_job_template_field(client: httpx.Client) -> None:
+    sent = review(operation="UPDATE", obj=cronjob(ON_Y), old=cronjob(ON_X), kind=BATCH_CRONJOB, namespace="shop")
+    message = post(client, sent)["status"]["message"]
+    assert ('spec.jobTemplate.spec.template.metadata.annotations["tls-injector.io/secret-name"]: '
+            '"x-tls" -> "y-tls"') in message
+    assert "batch/v1 CronJob shop/nightly" in message
+
+
+@pytest.mark.parametrize("case", NAMESPACE_TRANSITIONS, ids=lambda case: case[0])
+def test_namespace_updates_may_add_the_opt_in_but_not_remove_or_change_it(
+    client: httpx.Client, case: tuple[str, str | None, str | None, bool]
+) -> None:
+    _, old_label, new_label, allowed = case
+    old, new = namespace(old_label), namespace(new_label, team="checkout")
+    # For a Namespace the apiserver sends its own name as the request's namespace.
+    sent = review(operation="UPDATE", obj=new, old=old, kind=("", "v1", "Namespace"), namespace="shop")
+    answer = post(client, sent)
+    assert answer["allowed"] is allowed, answer
+    if allowed:
+        enables = old_label != "enabled" and new_label == "enabled"
+        assert any(NAMESPACE_ENABLED_WARNING in w for w in answer.get("warnings", [])) is enables
+        return
+    assert answer["status"]["code"] == 422
+    message = answer["status"]["message"]
+    assert "update of v1 Namespace shop/shop rejected by 1 rule(s):" in message
+    assert 'rule "namespace-tls-transition"' in message
+    assert 'metadata.labels["tls-injector.io/inject"]: "enabled" -> ' in message
+    assert NAMESPACE_FIX in message
+
+
+def both_paths(client: httpx.Client, sent: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What the apiserver asks for an object in an enabled namespace: /validate and the enabled entry."""
+    return post(client, sent), post(client, sent, "/validate/enabled-namespace")
+
+
+@pytest.mark.parametrize("kind", [*WORKLOAD_KINDS, "CronJob"])
+@pytest.mark.parametrize("transition", ENABLED_NAMESPACE_TRANSITIONS, ids=lambda t: t.name)
+def test_workloads_in_an_enabled_namespace_may_not_opt_out_or_swap(
+    client: httpx.Client, transition: Transition, kind: str
+) -> None:
+    old, new = templated(kind, transition.old), templated(kind, transition.new)
+    gvk = BATCH_CRONJOB if kind == "CronJob" else (*APPS, kind)
+    general, enabled = both_paths(client, review(operation="UPDATE", obj=new, old=old, kind=gvk, namespace="shop"))
+    assert (general["allowed"] and enabled["allowed"]) is transition.allowed, (general, enabled)
+    warnings = [*general.get("warnings", []), *enabled.get("warnings", [])]
+    if transition.allowed:
+        assert any(ROLL in w for w in warnings) is transition.warns
+        return
+    # The enabled-namespace rule is what catches a disable or swap the label alone would not reveal.
+    assert_verdict(enabled, allowed=False, warns=False, rule=ENABLED_NAMESPACE_RULES[kind])
+
+
+def test_the_enabled_namespace_path_judges_only_its_own_rules(client: httpx.Client) -> None:
+    """Outside an enabled namespace an opt-out of an unlabelled template is allowed, and the
+    enabled-namespace path never runs the general rules (no duplicate verdicts)."""
+    old, new = workload("Deployment", (None, None)), workload("Deployment", ("false", None))
+    sent = review(operation="UPDATE", obj=new, old=old, kind=(*APPS, "Deployment"), namespace="shop")
+    assert post(client, sent)["allowed"] is True
+    assert post(client, sent, "/validate/enabled-namespace")["allowed"] is False
+    disable = review(operation="UPDATE", obj=namespace(None), old=namespace("enabled"), kind=("", "v1", "Namespace"))
+    assert post(client, disable, "/validate/enabled-namespace")["allowed"] is True

@@ -7,11 +7,25 @@ compiled once; judging an update is a function of the rule set and the two objec
 from app.rules.export import crd_validation_snippets, export_documents, validating_admission_policies
 from app.rules.handler import DENIED_CODE, DENIED_REASON, denial_message, make_validate_handler
 from app.rules.judge import Change, Failure, Verdict, judge, self_value
-from app.rules.model import Match, Problem, Rule, RulesError, RuleSet, RuleWarning, build_rule_set
+from app.rules.model import (
+    SCOPE_ALL,
+    SCOPE_ENABLED_NAMESPACES,
+    SCOPES,
+    Match,
+    Problem,
+    Rule,
+    RulesError,
+    RuleSet,
+    RuleWarning,
+    build_rule_set,
+)
 
 __all__ = [
     "DENIED_CODE",
     "DENIED_REASON",
+    "SCOPES",
+    "SCOPE_ALL",
+    "SCOPE_ENABLED_NAMESPACES",
     "Change",
     "Failure",
     "Match",

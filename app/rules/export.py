@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from app.rules.handler import DENIED_REASON
-from app.rules.model import Match, Rule, RuleSet
+from app.rules.model import SCOPE_ENABLED_NAMESPACES, Match, Rule, RuleSet
 from app.rules.paths import cel_value_or_empty, format_path
 
 ADMISSIONREGISTRATION = "admissionregistration.k8s.io/v1"
@@ -31,6 +31,8 @@ ExportFormat = Literal["vap", "crd"]
 SYSTEM_NAMESPACES = ("kube-system", "kube-node-lease", "kube-public")
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 DEFAULT_OWN_NAMESPACE = "tls-injector"
+# A rule scoped to enabled namespaces binds only there, as its webhook entry selects them.
+NAMESPACE_OPT_IN_LABELS = {"tls-injector.io/inject": "enabled"}
 
 
 def export_documents(rule_set: RuleSet, *, fmt: ExportFormat,
@@ -50,12 +52,12 @@ def validating_admission_policies(rule_set: RuleSet, *,
         name = NAME_PREFIX + rule.name
         validation = {"expression": vap_expression(rule.expression.source), "reason": DENIED_REASON,
                       "message": _one_line(f'rule "{rule.name}": {rule.message}')}
-        documents += [_policy(rule, name, validation), _binding(name, "Deny", excluded)]
+        documents += [_policy(rule, name, validation), _binding(name, "Deny", excluded, rule.scope)]
         if rule.warning is not None:
             warn = {"expression": vap_expression(f"!({rule.warning.when.source})"),
                     "message": _one_line(rule.warning.message)}
             documents += [_policy(rule, f"{name}.warnings", warn),
-                          _binding(f"{name}.warnings", "Warn", excluded)]
+                          _binding(f"{name}.warnings", "Warn", excluded, rule.scope)]
     return documents
 
 
@@ -116,14 +118,17 @@ def _policy(rule: Rule, name: str, validation: dict[str, str]) -> dict[str, Any]
     }
 
 
-def _binding(name: str, action: Literal["Deny", "Warn"], excluded: list[str]) -> dict[str, Any]:
+def _binding(name: str, action: Literal["Deny", "Warn"], excluded: list[str], scope: str) -> dict[str, Any]:
     outside = {"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": excluded}
+    selector: dict[str, Any] = {"matchExpressions": [outside]}
+    if scope == SCOPE_ENABLED_NAMESPACES:
+        selector["matchLabels"] = dict(NAMESPACE_OPT_IN_LABELS)
     return {
         "apiVersion": ADMISSIONREGISTRATION,
         "kind": "ValidatingAdmissionPolicyBinding",
         "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "tls-injector"}},
         "spec": {"policyName": name, "validationActions": [action],
-                 "matchResources": {"namespaceSelector": {"matchExpressions": [outside]}}},
+                 "matchResources": {"namespaceSelector": selector}},
     }
 
 

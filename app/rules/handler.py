@@ -11,23 +11,26 @@ from __future__ import annotations
 
 from app.admission import AdmissionRequest, AdmissionResponse, Handler, allowed, denied
 from app.rules.judge import Verdict, judge
-from app.rules.model import RuleSet
+from app.rules.model import SCOPE_ALL, RuleSet
 
 DENIED_CODE = 422
 DENIED_REASON = "Invalid"
 
 
-def make_validate_handler(rule_set: RuleSet) -> Handler:
+def make_validate_handler(rule_set: RuleSet, scope: str = SCOPE_ALL) -> Handler:
     """Only UPDATE is judged: CREATE and DELETE are always allowed, CONNECT is ignored (allowed).
+
+    Only the rules of `scope` run: each webhook path serves one scope (see model.SCOPES).
 
     dryRun is not looked at: the handler has no side effects, so a server-side dry run gets the very
     verdict, message and warnings of the real request.
     """
+    rules = rule_set.scoped(scope)
 
     def validate(request: AdmissionRequest) -> AdmissionResponse:
         if request.operation != "UPDATE" or request.object is None or request.old_object is None:
             return allowed(request.uid)
-        verdict = judge(rule_set, request.kind, old=request.old_object, new=request.object)
+        verdict = judge(rules, request.kind, old=request.old_object, new=request.object)
         if verdict.allowed:
             return allowed(request.uid, warnings=verdict.warnings)
         return denied(request.uid, denial_message(request, verdict), code=DENIED_CODE, reason=DENIED_REASON)

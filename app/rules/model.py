@@ -19,7 +19,14 @@ from app.rules.paths import BadPath, Path, parse_path
 RULE_VARIABLES = ("self", "oldSelf")
 # Rule names become parts of exported object names, so they follow the DNS label rules (63 characters).
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_RULE_FIELDS = frozenset({"name", "match", "self", "expression", "message", "fields", "warnWhen", "warning"})
+_RULE_FIELDS = frozenset({"name", "match", "self", "expression", "message", "fields", "warnWhen", "warning",
+                          "scope"})
+# Where a rule holds. `all`: every namespace the webhook sees (the /validate entry). `enabled-namespaces`:
+# only namespaces labelled tls-injector.io/inject=enabled; the apiserver sends those requests to their own
+# path (/validate/enabled-namespace), selected by that label, so the webhook knows without reading the API.
+SCOPE_ALL = "all"
+SCOPE_ENABLED_NAMESPACES = "enabled-namespaces"
+SCOPES = (SCOPE_ALL, SCOPE_ENABLED_NAMESPACES)
 _REQUIRED = ("name", "match", "expression", "message")
 _MATCH_FIELDS = frozenset({"group", "version", "kind", "resource"})
 _TOP_FIELDS = frozenset({"rules", "includeDefaults"})
@@ -80,6 +87,7 @@ class Rule:
     message: str
     fields: tuple[Path, ...] = ()
     warning: RuleWarning | None = None
+    scope: str = SCOPE_ALL
 
     def applies_to(self, kind: GroupVersionKind) -> bool:
         return any(m.matches(kind) for m in self.match)
@@ -101,6 +109,10 @@ class RuleSet:
 
     def __iter__(self) -> Iterator[Rule]:
         return iter(self.rules)
+
+    def scoped(self, scope: str) -> RuleSet:
+        """Only the rules that hold in `scope` (one handler per webhook path)."""
+        return RuleSet(tuple(r for r in self.rules if r.scope == scope), include_defaults=self.include_defaults)
 
     def merged_with(self, other: RuleSet) -> RuleSet:
         """This set followed by `other`; a name in both is an error (two rules, one name in messages)."""
@@ -156,10 +168,13 @@ def _build_rule(entry: object, index: int, env: Environment, problems: list[Prob
     fields = tuple(_path(p, f"fields[{i}]", out) for i, p in enumerate(_list(entry.get("fields", []), "fields", out)))
     expression = _program(entry.get("expression"), "expression", env, out)
     warning = _warning(entry, env, out)
+    scope = entry.get("scope", SCOPE_ALL)
+    if scope not in SCOPES:
+        out.add("scope", f"must be one of {', '.join(SCOPES)}")
     if out.count or name is None or expression is None:
         return None
     return Rule(name=name, match=match, self_path=self_path, expression=expression,
-                message=str(entry["message"]).strip(), fields=fields, warning=warning)
+                message=str(entry["message"]).strip(), fields=fields, warning=warning, scope=str(scope))
 
 
 def _check_shape(entry: Mapping[str, Any], out: _Collector) -> None:

@@ -38,7 +38,8 @@ class Health:
 
 
 class AdmissionApp:
-    """Routes POST /mutate and /validate straight to their endpoints; the rest goes to FastAPI."""
+    """Routes POST /mutate, /validate and /validate/enabled-namespace straight to their endpoints; the
+    rest goes to FastAPI."""
 
     def __init__(self, routes: dict[str, AdmissionEndpoint], fallback: FastAPI) -> None:
         self.routes, self.fallback = routes, fallback
@@ -56,6 +57,7 @@ def create_app(
     mutate: Handler,
     validate: Handler,
     metrics: ServerMetrics,
+    validate_enabled_namespace: Handler | None = None,
     health: Health,
     background: Sequence[BackgroundTask] = (),
     max_body: int = MAX_BODY_BYTES,
@@ -87,8 +89,11 @@ def create_app(
     async def metrics_endpoint() -> Response:
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    # /validate/enabled-namespace is served only when given a handler: its rules differ from /validate's,
+    # and a 404 fails closed (failurePolicy Fail) where a stand-in would judge with the wrong rules.
+    handlers = {"mutate": mutate, "validate": validate, "validate/enabled-namespace": validate_enabled_namespace}
     endpoints = {
         f"/{name}": AdmissionEndpoint(name=name, handler=handler, metrics=metrics, max_body=max_body)
-        for name, handler in (("mutate", mutate), ("validate", validate))
+        for name, handler in handlers.items() if handler is not None
     }
     return AdmissionApp(endpoints, api)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 OUTCOMES = ("allowed", "patched", "denied", "bad_request", "error")
-ENDPOINTS = ("mutate", "validate")
+ENDPOINTS = ("mutate", "validate", "validate/enabled-namespace")
 # Admission calls cost well under a millisecond; the apiserver times out at 10 s by default.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 10.0)
 

@@ -24,6 +24,7 @@ def build_server(
     *,
     mutate: Handler,
     validate: Handler,
+    validate_enabled_namespace: Handler | None = None,
     metrics: ServerMetrics | None = None,
     background: Sequence[BackgroundTask] = (),
     health: Health | None = None,
@@ -39,7 +40,8 @@ def build_server(
             await asyncio.sleep(settings.reload_interval_seconds)
             reloader.poll()
 
-    app = create_app(mutate=mutate, validate=validate, metrics=metrics, health=health,
+    app = create_app(mutate=mutate, validate=validate, validate_enabled_namespace=validate_enabled_namespace,
+                     metrics=metrics, health=health,
                      background=[poll_certificates, *background])
     config = uvicorn.Config(
         app,

@@ -8,7 +8,22 @@ from typing import Any
 import pytest
 from cel_expr_python import cel
 
+from app.admission import parse_review
+from app.cli import admission_handlers
 from app.injection.names import INJECT_LABEL, NAMESPACE_OPT_IN, POD_OPT_IN, POD_OPT_OUT
+from app.settings import ServeSettings
+from tests.rules_matrix import (
+    ENABLED_NAMESPACE_TRANSITIONS,
+    NAMESPACE_TRANSITIONS,
+    OFF,
+    WORKLOAD_TRANSITIONS,
+    Transition,
+    namespace,
+    templated,
+    with_image,
+    workload,
+)
+from tests.support.reviews import review
 from tests.shipping.support import RENDERINGS, ROOT, Obj, installed, of_kind, only, render, webhook
 
 SYSTEM_NAMESPACES = {"kube-system", "kube-node-lease", "kube-public"}
@@ -54,8 +69,8 @@ def _expression(expr: Obj, labels: dict[str, str]) -> bool:
     return bool(tests[op]())
 
 
-@pytest.mark.parametrize(("rendering", "validating"), [("manifests/base", 1), ("manifests/overlays/example", 1),
-                                                      ("examples/sidecar-tls/overlay", 2)])
+@pytest.mark.parametrize(("rendering", "validating"), [("manifests/base", 5), ("manifests/overlays/example", 5),
+                                                      ("examples/sidecar-tls/overlay", 6)])
 def test_each_rendering_has_four_mutating_entries_and_its_validating_ones(rendering: str, validating: int) -> None:
     kinds = [kind for kind, _ in _webhooks(rendering)]
     assert kinds.count("MutatingWebhookConfiguration") == 4
@@ -93,8 +108,9 @@ def test_every_webhook_entry_calls_the_shipped_service_on_443_which_reaches_the_
     ref = hook["clientConfig"]["service"]
     service = only(objects, "Service", ref["name"])
     assert service["metadata"]["namespace"] == ref["namespace"] == _injector_namespace()
-    paths = {"MutatingWebhookConfiguration": "/mutate", "ValidatingWebhookConfiguration": "/validate"}
-    assert ref["path"] == paths[kind]
+    paths = {"MutatingWebhookConfiguration": {"/mutate"},
+             "ValidatingWebhookConfiguration": {"/validate", "/validate/enabled-namespace"}}
+    assert ref["path"] in paths[kind]
     port = next(p for p in service["spec"]["ports"] if p["port"] == ref.get("port", 443))
     pod = webhook(objects)["spec"]["template"]
     assert matches({"matchLabels": service["spec"]["selector"]}, pod["metadata"]["labels"])
@@ -257,5 +273,98 @@ def test_the_admission_policy_bindings_skip_the_same_namespaces_as_the_webhooks(
         assert [(e["key"], e["operator"], set(e["values"])) for e in selector["matchExpressions"]] == [
             (NAME_LABEL, "NotIn", excluded)]
         for namespace in excluded:
-            assert not matches(selector, {NAME_LABEL: namespace})
-        assert matches(selector, {NAME_LABEL: "shop"})
+            assert not matches(selector, {NAME_LABEL: namespace, INJECT_LABEL: NAMESPACE_OPT_IN})
+        assert matches(selector, {NAME_LABEL: "shop", INJECT_LABEL: NAMESPACE_OPT_IN})
+        # The enabled-namespace policies, like their webhook entries, bind in enabled namespaces only.
+        enabled_only = binding["metadata"]["name"].startswith("tls-injector.enabled-namespace-")
+        assert matches(selector, {NAME_LABEL: "shop"}) is not enabled_only
+
+
+ENABLED_PATH = "/validate/enabled-namespace"
+
+
+def _entries_for(resource: str, path: str) -> list[Obj]:
+    return [hook for kind, hook in _webhooks() if kind == "ValidatingWebhookConfiguration"
+            and hook["clientConfig"]["service"]["path"] == path
+            and any(resource in rule["resources"] for rule in hook["rules"])]
+
+
+def _sent_to(resource: str, path: str, old: Obj, new: Obj, ns_labels: dict[str, str]) -> int:
+    """How many entries send this update to `path`: namespaceSelector, then matchConditions."""
+    return sum(matches(h["namespaceSelector"], ns_labels) and reaches_webhook(old, new, h)
+               for h in _entries_for(resource, path))
+
+
+def _judged(handler_path: str, kind: str, old: Obj, new: Obj) -> tuple[bool, bool]:
+    """(allowed, warned) from the handler serve mounts at `handler_path`."""
+    handlers = admission_handlers(ServeSettings())
+    handler = handlers.validate if handler_path == "/validate" else handlers.validate_enabled_namespace
+    group, _, version = new["apiVersion"].rpartition("/")
+    sent = review(operation="UPDATE", obj=new, old=old, kind=(group, version, kind), namespace="shop")
+    answer = handler(parse_review(sent))
+    return answer["allowed"], bool(answer.get("warnings"))
+
+
+PLAIN_NS = {NAME_LABEL: "shop"}
+ENABLED_NS = PLAIN_NS | {INJECT_LABEL: NAMESPACE_OPT_IN}
+TEMPLATE_CASES = [(f"{kind}: {t.name}", kind, t) for kind in ("Deployment", "CronJob") for t in WORKLOAD_TRANSITIONS]
+ENABLED_CASES = [(f"{kind}: {t.name}", kind, t) for kind in ("StatefulSet", "CronJob")
+                 for t in ENABLED_NAMESPACE_TRANSITIONS]
+
+
+@pytest.mark.parametrize(("case", "kind", "transition"), TEMPLATE_CASES, ids=[c[0] for c in TEMPLATE_CASES])
+def test_every_template_update_that_matters_reaches_validate_once(case: str, kind: str,
+                                                                 transition: Transition) -> None:
+    """Denied or warned -> the shipped entries send it to /validate, exactly once, in any namespace."""
+    old, new = templated(kind, transition.old), templated(kind, transition.new)
+    resource = "cronjobs" if kind == "CronJob" else "statefulsets" if kind == "StatefulSet" else "deployments"
+    matters = _judged("/validate", kind, old, new) != (True, False)
+    assert matters is (not transition.allowed or transition.warns)
+    for ns_labels in (PLAIN_NS, ENABLED_NS):
+        sent = _sent_to(resource, "/validate", old, new, ns_labels)
+        assert sent == 1 if matters else sent <= 1
+
+
+@pytest.mark.parametrize(("case", "kind", "transition"), ENABLED_CASES, ids=[c[0] for c in ENABLED_CASES])
+def test_every_update_in_an_enabled_namespace_that_matters_reaches_the_enabled_path(
+    case: str, kind: str, transition: Transition
+) -> None:
+    old, new = templated(kind, transition.old), templated(kind, transition.new)
+    resource = "cronjobs" if kind == "CronJob" else "statefulsets"
+    matters = _judged(ENABLED_PATH, kind, old, new) != (True, False)
+    assert _sent_to(resource, ENABLED_PATH, old, new, ENABLED_NS) == 1 if matters else 0 <= _sent_to(
+        resource, ENABLED_PATH, old, new, ENABLED_NS) <= 1
+    # Outside an enabled namespace the path is never called: its rules take the namespace as enabled.
+    assert _sent_to(resource, ENABLED_PATH, old, new, PLAIN_NS) == 0
+    assert _sent_to(resource, ENABLED_PATH, old, new, {NAME_LABEL: "shop", INJECT_LABEL: "disabled"}) == 0
+
+
+def test_an_enabled_namespace_template_without_label_or_secret_name_is_not_sent() -> None:
+    """Nothing to judge there (TLS on with the default name on both sides), so an outage cannot block it."""
+    old, new = with_image(workload("Deployment", OFF), "a:1"), with_image(workload("Deployment", OFF), "a:2")
+    assert _sent_to("deployments", ENABLED_PATH, old, new, ENABLED_NS) == 0
+    assert _judged(ENABLED_PATH, "Deployment", old, new) == (True, False)
+
+
+@pytest.mark.parametrize("case", NAMESPACE_TRANSITIONS, ids=lambda case: case[0])
+def test_every_namespace_update_that_matters_reaches_validate(case: tuple[str, str | None, str | None, bool]) -> None:
+    """For a Namespace the selector sees the object's own new labels: the entry must not select on the
+    opt-in label, or the update removing it would never be sent."""
+    _, old_label, new_label, allowed = case
+    old, new = namespace(old_label), namespace(new_label, team="checkout")
+    verdict = _judged("/validate", "Namespace", old, new)
+    assert verdict[0] is allowed
+    sent = _sent_to("namespaces", "/validate", old, new, new["metadata"]["labels"])
+    assert sent == 1 if verdict != (True, False) else sent <= 1
+    assert _sent_to("namespaces", ENABLED_PATH, old, new, new["metadata"]["labels"]) == 0
+
+
+def test_a_namespace_update_without_the_opt_in_label_on_either_side_is_not_sent() -> None:
+    old, new = namespace(None), namespace(None, team="checkout")
+    assert _sent_to("namespaces", "/validate", old, new, new["metadata"]["labels"]) == 0
+
+
+@pytest.mark.parametrize("name", sorted(SYSTEM_NAMESPACES))
+def test_a_system_namespace_object_is_never_sent(name: str) -> None:
+    old, new = namespace("enabled", name=name), namespace(None, name=name)
+    assert _sent_to("namespaces", "/validate", old, new, new["metadata"]["labels"]) == 0

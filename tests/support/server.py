@@ -44,6 +44,7 @@ def running_server(
     *,
     mutate: Handler = allow_all,
     validate: Handler = allow_all,
+    validate_enabled_namespace: Handler | None = None,
     cert_file: Path | None = None,
     key_file: Path | None = None,
     ca_file: Path | None = None,
@@ -61,7 +62,8 @@ def running_server(
         drain_seconds=drain_seconds,
     )
     metrics = ServerMetrics()
-    server = build_server(settings, mutate=mutate, validate=validate, metrics=metrics)
+    server = build_server(settings, mutate=mutate, validate=validate,
+                          validate_enabled_namespace=validate_enabled_namespace, metrics=metrics)
     thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
     thread.start()
     try:
