@@ -18,13 +18,15 @@ from tests.rules_matrix import (
     OFF,
     WORKLOAD_TRANSITIONS,
     Transition,
-    namespace,
     templated,
     with_image,
     workload,
 )
-from tests.support.reviews import review
+from tests.rules_matrix import (
+    namespace as namespace_object,
+)
 from tests.shipping.support import RENDERINGS, ROOT, Obj, installed, of_kind, only, render, webhook
+from tests.support.reviews import review
 
 SYSTEM_NAMESPACES = {"kube-system", "kube-node-lease", "kube-public"}
 NAME_LABEL = "kubernetes.io/metadata.name"
@@ -351,7 +353,7 @@ def test_every_namespace_update_that_matters_reaches_validate(case: tuple[str, s
     """For a Namespace the selector sees the object's own new labels: the entry must not select on the
     opt-in label, or the update removing it would never be sent."""
     _, old_label, new_label, allowed = case
-    old, new = namespace(old_label), namespace(new_label, team="checkout")
+    old, new = namespace_object(old_label), namespace_object(new_label, team="checkout")
     verdict = _judged("/validate", "Namespace", old, new)
     assert verdict[0] is allowed
     sent = _sent_to("namespaces", "/validate", old, new, new["metadata"]["labels"])
@@ -360,11 +362,11 @@ def test_every_namespace_update_that_matters_reaches_validate(case: tuple[str, s
 
 
 def test_a_namespace_update_without_the_opt_in_label_on_either_side_is_not_sent() -> None:
-    old, new = namespace(None), namespace(None, team="checkout")
+    old, new = namespace_object(None), namespace_object(None, team="checkout")
     assert _sent_to("namespaces", "/validate", old, new, new["metadata"]["labels"]) == 0
 
 
 @pytest.mark.parametrize("name", sorted(SYSTEM_NAMESPACES))
 def test_a_system_namespace_object_is_never_sent(name: str) -> None:
-    old, new = namespace("enabled", name=name), namespace(None, name=name)
+    old, new = namespace_object("enabled", name=name), namespace_object(None, name=name)
     assert _sent_to("namespaces", "/validate", old, new, new["metadata"]["labels"]) == 0
