@@ -18,7 +18,8 @@ import httpx
 import pytest
 
 from app.cli import main
-from tests.support.reviews import fixture
+from tests.rules_matrix import workload
+from tests.support.reviews import fixture, review
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,12 +66,17 @@ def test_serve_with_no_certificate_starts_prints_the_ca_and_stops_cleanly_on_sig
         with httpx.Client(base_url=url, verify=context) as kept_alive:  # left open across the shutdown
             body = fixture("synthetic/pod-create-from-replicaset.json")
             assert kept_alive.post("/mutate", json=body).json()["response"]["uid"] == body["request"]["uid"]
+            # serve mounts the enabled-namespace rules on their own path: an opt-out there is refused.
+            old, new = workload("Deployment", (None, None)), workload("Deployment", ("false", None))
+            opt_out = review(operation="UPDATE", obj=new, old=old, kind=("apps", "v1", "Deployment"), namespace="shop")
+            assert kept_alive.post("/validate/enabled-namespace", json=opt_out).json()["response"]["allowed"] is False
+            assert kept_alive.post("/validate", json=opt_out).json()["response"]["allowed"] is True
             process.send_signal(signal.SIGTERM)
             stdout, stderr = process.communicate(timeout=15)
     assert process.returncode == 0, stderr
     assert f"self-signed CA written to {ca_file}" in stdout
     assert "Traceback" not in stderr
-    log_lines = [line for line in stderr.splitlines() if '"msg":"admission"' in line]
+    log_lines = [line for line in stderr.splitlines() if '"msg":"admission"' in line and '"kind":"Pod"' in line]
     assert len(log_lines) == 1
     for field in ('"uid":', '"kind":"Pod"', '"operation":"CREATE"', '"verdict":', '"latency_ms":',
                   f'"namespace":"{body["request"]["namespace"]}"'):

@@ -42,6 +42,7 @@ def denial_message(request: AdmissionRequest, verdict: Verdict) -> str:
     """One line per failing rule, after a line naming the object, so each can be acted on."""
     kind = request.kind
     group_version = f"{kind['group']}/{kind['version']}" if kind["group"] else kind["version"]
-    where = f"{request.namespace}/{request.name}" if request.namespace else request.name
+    # For a Namespace the apiserver sends its own name as the namespace: "shop", not "shop/shop".
+    where = f"{request.namespace}/{request.name}" if request.namespace not in ("", request.name) else request.name
     head = f"update of {group_version} {kind['kind']} {where} rejected by {len(verdict.failures)} rule(s):"
     return "\n".join([head, *(f"- {failure.describe()}" for failure in verdict.failures)])

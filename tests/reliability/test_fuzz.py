@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.admission import AdmissionRequest, BadReview, Handler, parse_review
-from app.cli import build_handlers
+from app.cli import admission_handlers, build_handlers
 from app.settings import ServeSettings
 from tests.reliability.conftest import LONG
 from tests.support.reviews import fixture, review
@@ -114,7 +114,9 @@ def handlers() -> tuple[Handler, Handler]:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, handlers: tuple[Handler, Handler]) -> Iterator[RunningServer]:
     mutate, validate = handlers
-    with running_server(tmp_path_factory.mktemp("fuzz"), mutate=mutate, validate=validate) as running:
+    enabled = admission_handlers(ServeSettings()).validate_enabled_namespace
+    with running_server(tmp_path_factory.mktemp("fuzz"), mutate=mutate, validate=validate,
+                        validate_enabled_namespace=enabled) as running:
         yield running
 
 
@@ -158,7 +160,7 @@ def check_response(request: dict[str, Any], response: dict[str, Any]) -> None:
 
 
 @settings(FUZZ, max_examples=HTTPS_EXAMPLES)
-@given(document=documents, endpoint=st.sampled_from(["/mutate", "/validate"]))
+@given(document=documents, endpoint=st.sampled_from(["/mutate", "/validate", "/validate/enabled-namespace"]))
 def test_hostile_reviews_over_https_get_a_4xx_or_a_valid_answer_never_a_crash(
     client: httpx.Client, document: object, endpoint: str
 ) -> None:
@@ -176,6 +178,7 @@ def test_the_server_is_healthy_after_the_fuzzing(server: RunningServer, client: 
     metrics = client.get("/metrics").text
     assert 'tls_injector_admission_requests_total{endpoint="mutate",outcome="error"} 0.0' in metrics
     assert 'tls_injector_admission_requests_total{endpoint="validate",outcome="error"} 0.0' in metrics
+    assert 'tls_injector_admission_requests_total{endpoint="validate/enabled-namespace",outcome="error"} 0.0' in metrics
 
 
 @pytest.mark.parametrize(
