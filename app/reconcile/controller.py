@@ -95,7 +95,8 @@ class Controller:
         for resource, selector in WATCHED:
             threading.Thread(target=self._watch, args=(resource, selector, wake, stop), daemon=True,
                              name=f"watch-{resource.plural}").start()
-        self._watch_pod_certificates(wake, stop)
+        sign = threading.Event()  # only a pod certificate request changed: the signer alone is enough
+        self._watch_pod_certificates(sign, stop)
         self._watch_user_ca(wake, stop)
         if self.elector:
             # Renewal runs beside the passes: a long pass must not let the lease lapse.
@@ -106,11 +107,16 @@ class Controller:
             if self.elector is None:
                 self.heartbeat = clock()
             if self._leading():
+                if sign.is_set() and not wake.is_set() and due:
+                    stop.wait(self.debounce_seconds)
+                    sign.clear()
+                    self._signer_pass()
                 if wake.is_set():
                     stop.wait(self.debounce_seconds)
                     wake.clear()
                     due = 0.0
                 if clock() >= due:
+                    sign.clear()  # a full pass answers the requests too
                     due = clock() + self._pass_and_next_delay()
             else:
                 due = 0.0  # whoever leads next starts with a full pass
@@ -126,6 +132,12 @@ class Controller:
             return RETRY_SECONDS
         return next_pass_delay(report, now=self.reconciler.clock(), resync_seconds=self.resync_seconds)
 
+    def _signer_pass(self) -> None:
+        try:
+            self.reconciler.run_signer_pass()
+        except Exception:
+            log.exception("signer pass crashed; the next full pass answers the requests")
+
     def _leading(self) -> bool:
         return self.elector is None or self.elector.is_leader(self.clock())
 
@@ -137,8 +149,8 @@ class Controller:
             stop.wait(RETRY_PERIOD.total_seconds())
 
     def _watch_pod_certificates(self, wake: threading.Event, stop: threading.Event) -> None:
-        """Requests to our signer wake a pass at once: their pod does not start until one is answered. The
-        API version is found at start; a cluster upgraded to serve it is picked up at the next restart."""
+        """Requests to our signer wake a signer pass at once: their pod does not start until one is answered.
+        The API version is found at start; a cluster upgraded to serve it is picked up at the next restart."""
         try:
             version = self.reconciler.native.version()
         except KubeError as e:

@@ -40,7 +40,7 @@ from app.kube import (
 from app.pki import BUNDLE_KEY, CaSet, CertKey, bundle_certificates, load_user_ca
 from app.reconcile import events, podcerts, signer
 from app.reconcile import ownership as own
-from app.reconcile.ca import CaPolicy, CaStep, CaUnusable, decide_ca
+from app.reconcile.ca import CaPolicy, CaStep, CaUnusable, decide_ca, load_ca_set
 from app.reconcile.discover import Target, discover, enabled_namespaces, missing_injection, opted_in
 from app.reconcile.metrics import ReconcileMetrics
 from app.reconcile.plan import (
@@ -215,6 +215,10 @@ class Reconciler:
                 self.api, native, cas, now=now, guard=self._guard)
         except ValueError as e:  # a bundle of our name that is not ours
             report.refused.append(str(e))
+        self._answer_requests(native, cas, observed, report, now)
+
+    def _answer_requests(self, native: signer.NativeView, cas: CaSet, observed: Observed, report: PassReport,
+                         now: datetime) -> None:
         signing = cas.signer()
         if signing is None:
             return
@@ -227,6 +231,24 @@ class Reconciler:
         for verdict, count in outcome.verdicts.items():
             self.metrics.pod_certificates.labels(verdict).inc(count)
         report.failed += outcome.failed
+
+    def run_signer_pass(self) -> PassReport:
+        """Only the pending pod certificate requests, signed by the CA set as stored: what the loop runs
+        when nothing but a request changed, so a pod waits for a few reads rather than a full pass (which
+        takes seconds to tens of seconds on thousands of workloads). The CA set is not stepped and the
+        bundle not written here; the next full pass does both."""
+        return self._guarded(self._signer_pass)
+
+    def _signer_pass(self, report: PassReport, now: datetime) -> None:
+        native = signer.observe(self.api, self.native)
+        if native is None or not any(podcerts.is_ours(r) for r in native.requests):
+            return
+        cas = load_ca_set(self._read_optional(SECRETS, self.settings.ca.secret_name), user_ca=self._user_ca(now))
+        observed = Observed()
+        selector = f"{names.INJECT_LABEL}={names.NAMESPACE_OPT_IN}"
+        observed.enabled = enabled_namespaces(self.api.list_objects(NAMESPACES, label_selector=selector).items)
+        observed.pods = read_candidate_pods(self.api, observed.enabled)
+        self._answer_requests(native, cas, observed, report, now)
 
     def _guard(self) -> None:
         if not self.may_write():
@@ -454,6 +476,15 @@ def truststore_namespaces(workloads: list[tuple[str, Obj]], pods: list[Obj], *, 
     return found
 
 
+def read_candidate_pods(api: KubeApi, enabled: set[str]) -> list[Obj]:
+    """Pods labelled in, anywhere, and every pod of the enabled namespaces (opt-outs are filtered later)."""
+    pods = api.list_objects(PODS, label_selector=f"{names.INJECT_LABEL}={names.POD_OPT_IN}").items
+    not_listed_yet = f"{names.INJECT_LABEL}!={names.POD_OPT_IN}"  # those were in the cluster-wide list
+    for ns in sorted(enabled):
+        pods += api.list_objects(PODS, namespace=ns, label_selector=not_listed_yet).items
+    return pods
+
+
 def read_cluster(api: KubeApi) -> Observed:
     """Everything a pass decides on. Workloads are listed whole (their pod template labels cannot be
     selected server-side); Secrets and ConfigMaps only by our ownership label."""
@@ -462,10 +493,7 @@ def read_cluster(api: KubeApi) -> Observed:
         observed.workloads += [(kind, obj) for obj in api.list_objects(resource).items]
     selector = f"{names.INJECT_LABEL}={names.NAMESPACE_OPT_IN}"
     observed.enabled = enabled_namespaces(api.list_objects(NAMESPACES, label_selector=selector).items)
-    observed.pods = api.list_objects(PODS, label_selector=f"{names.INJECT_LABEL}={names.POD_OPT_IN}").items
-    not_listed_yet = f"{names.INJECT_LABEL}!={names.POD_OPT_IN}"  # those were in the cluster-wide list
-    for ns in sorted(observed.enabled):
-        observed.pods += api.list_objects(PODS, namespace=ns, label_selector=not_listed_yet).items
+    observed.pods = read_candidate_pods(api, observed.enabled)
     for obj in api.list_objects(SECRETS, label_selector=own.owned_selector("leaf")).items:
         observed.leaves[obj["metadata"]["namespace"], obj["metadata"]["name"]] = obj
     for obj in api.list_objects(CONFIG_MAPS, label_selector=own.owned_selector("bundle")).items:

@@ -300,3 +300,21 @@ def test_the_running_loop_answers_a_new_request_at_once_not_at_the_resync(cluste
         stop.set()
         thread.join(timeout=10)
     assert not thread.is_alive()
+
+
+def test_a_signer_pass_answers_requests_with_a_few_reads_and_writes_nothing_else(
+        cluster: Emulator, clock: Clock) -> None:
+    deployment(cluster, "classic", "demo")
+    assert reconciler(cluster, clock).run_pass().converged  # the CA exists, the bundles are out
+    req = kubelet.request(cluster, kubelet.pod(cluster, "web", "demo"))
+    cluster.reset_log()
+    assert reconciler(cluster, clock).run_signer_pass().converged
+    assert kubelet.condition(cluster, req)["type"] == "Issued"
+    written = {(w.verb, w.resource) for w in cluster.writes()}
+    assert written == {("update", "podcertificaterequests/status.certificates.k8s.io"), ("create", "events")}
+    read = {e.resource for e in cluster.log if e.verb in ("get", "list")}
+    assert "deployments.apps" not in read  # no workload listing: that is what makes it fast
+    cluster.reset_log()
+    assert reconciler(cluster, clock).run_signer_pass().converged  # nothing pending: reads only the requests
+    assert [(e.verb, e.resource) for e in cluster.log] == [
+        ("get", "clustertrustbundles.certificates.k8s.io"), ("list", "podcertificaterequests.certificates.k8s.io")]
