@@ -33,6 +33,17 @@ def take(stream: Iterator[dict[str, Any]], count: int) -> list[tuple[str, str]]:
     return seen
 
 
+@pytest.fixture(autouse=True)
+def _collect_dropped_connections() -> Iterator[None]:
+    """These tests drop and abort watches on purpose, and urllib3 forgets such a connection without
+    closing its socket. Collect it when the test ends, where that is expected, so its ResourceWarning
+    cannot surface (as an error) at whatever line of a later test the garbage collector runs."""
+    yield
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
+
+
 class Background:
     """A watch consumed on a thread, so the test can write while it runs."""
 
@@ -167,8 +178,3 @@ def test_an_aborted_watch_surfaces_as_a_connection_error(kubeapi: Emulator, core
     kubeapi.drop_watches(abort=True)
     assert isinstance(bg.next(), urllib3.exceptions.HTTPError)
     bg.stop()
-    # urllib3 drops the aborted connection without closing its socket; collect it here, where that is
-    # expected, so its ResourceWarning cannot surface at a random line of a later test.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        gc.collect()
