@@ -11,7 +11,6 @@ import argparse
 import dataclasses
 import functools
 import logging
-import signal
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -283,19 +282,14 @@ def _run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         return 2
     log.info(f"starting: webhook on https://{settings.host}:{settings.port}; reconciler {reconciler}",
              extra={"webhook": f"{settings.host}:{settings.port}", "reconciler": reconciler})
-    # uvicorn drains on SIGTERM, then re-raises the signal to the handler it found; exiting 0 there tells
-    # the kubelet (and anyone reading the exit code) that the shutdown was the orderly one.
-    signal.signal(signal.SIGTERM, _exit_cleanly)
+    # The server drains on SIGTERM and returns: exit status 0 tells the kubelet (and anyone reading the
+    # exit code) that the shutdown was the orderly one.
     server.run()
     return 0
 
 
 class _UnusableCluster(Exception):
     """The configured cluster cannot be reached with what was given (kubeconfig missing or malformed)."""
-
-
-def _exit_cleanly(signum: int, frame: object) -> None:
-    raise SystemExit(0)
 
 
 def _reconciler_in_background(args: argparse.Namespace, metrics: ServerMetrics,

@@ -21,6 +21,8 @@ class ServeSettings:
     # Drain in-flight requests for up to this long after SIGTERM; the pod's grace period must exceed it.
     drain_seconds: int = 20
     log_level: str = "info"
+    # Plain-HTTP /healthz, /readyz and /metrics on a port and thread of their own; None: not opened.
+    probe_port: int | None = None
     # /mutate: whether pods may get pod certificates (the cluster serves them), and what pods that do not
     # choose get (names.MODES).
     pod_certificates: bool = False

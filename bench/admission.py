@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -271,18 +271,17 @@ def run_server(spec: ServerSpec, *, port: int, pki: Pki, context: ssl.SSLContext
 
 
 def app_path_us(endpoint: str, *, level: str, log_file: Path, n: int = 3000) -> float:
-    """CPU of the ASGI app alone per request (no TLS, no HTTP parsing), from this thread's CPU clock.
+    """CPU of the endpoint alone per request (no TLS, no HTTP parsing), from this thread's CPU clock.
 
     The thread's CPU clock does not count time spent preempted, so this figure holds on a busy machine
-    where the end-to-end ones do not; it isolates what the app adds, logging included or not.
+    where the end-to-end ones do not; it isolates what the endpoint adds, logging included or not.
     """
-    import asyncio
     import logging
 
     from app.cli import build_handlers
     from app.logs import configure_logging
     from app.settings import ServeSettings
-    from app.web.app import Health, create_app
+    from app.web.endpoints import AdmissionEndpoint
     from app.web.metrics import ServerMetrics
 
     configure_logging(level)
@@ -291,28 +290,16 @@ def app_path_us(endpoint: str, *, level: str, log_file: Path, n: int = 3000) -> 
     with log_file.open("w") as stream, contextlib.redirect_stderr(stream):
         handler.stream = stream  # type: ignore[attr-defined]
         mutate, validate = build_handlers(ServeSettings())
-        app = create_app(mutate=mutate, validate=validate, metrics=ServerMetrics(),
-                         health=Health(certificate_loaded=True))
+        target = AdmissionEndpoint(name=endpoint, handler=mutate if endpoint == "mutate" else validate,
+                                   metrics=ServerMetrics())
         body = encoded(ENDPOINTS[endpoint]())
-        scope = {"type": "http", "method": "POST", "path": f"/{endpoint}",
-                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}
-
-        async def receive() -> MutableMapping[str, Any]:
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        async def send(message: MutableMapping[str, Any]) -> None:
-            assert message.get("status", 200) == 200, message
-
-        async def timed() -> float:
+        try:
             for _ in range(200):  # warm: first calls fill caches and compile the rules
-                await app(scope, receive, send)
+                assert target.answer(b"POST", b"application/json", body)[0] == 200
             started = time.thread_time()
             for _ in range(n):
-                await app(scope, receive, send)
+                target.answer(b"POST", b"application/json", body)
             return (time.thread_time() - started) / n * 1e6
-
-        try:
-            return asyncio.run(timed())
         finally:
             logging.getLogger().handlers.clear()
 
@@ -368,7 +355,7 @@ def logging_cost(results: dict[str, Any]) -> list[str]:
         return []
     lines = []
     for endpoint, levels in results.get("app_path_us", {}).items():
-        lines.append(f"- ASGI app alone on {endpoint} (in process, thread CPU clock, no TLS/HTTP): "
+        lines.append(f"- The endpoint alone on {endpoint} (in process, thread CPU clock, no TLS/HTTP): "
                      f"{levels['info']:.0f} us at log level info, {levels['warning']:.0f} us at warning: the log "
                      f"line costs {levels['info'] - levels['warning']:.0f} us.")
     for endpoint in ENDPOINTS:

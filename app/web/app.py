@@ -1,21 +1,27 @@
-"""The ASGI application: admission endpoints on the fast path, FastAPI for everything else."""
+"""What the server answers besides reviews: health, readiness and metrics, for both listeners."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import FastAPI, Response
-from fastapi.responses import JSONResponse
+import orjson
 
-from app.admission import Handler
-from app.web.admission_asgi import MAX_BODY_BYTES, AdmissionEndpoint, Receive, Scope, Send
 from app.web.metrics import ServerMetrics
 
 BackgroundTask = Callable[[], Coroutine[Any, Any, None]]
+# (status, content type, body)
+Plain = tuple[int, bytes, bytes]
+
+JSON = b"application/json"
+PROMETHEUS = b"text/plain; version=0.0.4; charset=utf-8"
+# The event loop beats at least once a second (the connection sweeper); a loop that has not for this long
+# is wedged, and /healthz on the probe listener says so. Handling the largest review (5 MiB) takes well
+# under a second, so 5 s is never a busy loop, and a kubelet liveness probe (10 s period, 3 failures)
+# restarts a wedged pod within about 30 s.
+STALL_SECONDS = 5.0
 
 
 def _unknown() -> bool | None:
@@ -31,69 +37,30 @@ class Health:
     certificate_loaded: bool = False
     shutting_down: bool = False
     serving_trusted: Callable[[], bool | None] = _unknown
+    heartbeat: float = field(default_factory=time.monotonic)
+    stall_seconds: float = STALL_SECONDS
 
     @property
     def ready(self) -> bool:
         return self.certificate_loaded and not self.shutting_down and self.serving_trusted() is not False
 
-
-class AdmissionApp:
-    """Routes POST /mutate, /validate and /validate/enabled-namespace straight to their endpoints; the
-    rest goes to FastAPI."""
-
-    def __init__(self, routes: dict[str, AdmissionEndpoint], fallback: FastAPI) -> None:
-        self.routes, self.fallback = routes, fallback
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        endpoint = self.routes.get(scope["path"]) if scope["type"] == "http" else None
-        if endpoint is None:
-            await self.fallback(scope, receive, send)
-        else:
-            await endpoint(scope, receive, send)
+    def stalled_for(self) -> float:
+        return max(0.0, time.monotonic() - self.heartbeat)
 
 
-def create_app(
-    *,
-    mutate: Handler,
-    validate: Handler,
-    metrics: ServerMetrics,
-    validate_enabled_namespace: Handler | None = None,
-    health: Health,
-    background: Sequence[BackgroundTask] = (),
-    max_body: int = MAX_BODY_BYTES,
-) -> AdmissionApp:
-    """Build the app; `background` tasks run for the server's lifetime and are cancelled at shutdown."""
+def plain_routes(health: Health, metrics: ServerMetrics) -> dict[bytes, Callable[[], Plain]]:
+    def healthz() -> Plain:
+        stalled = health.stalled_for()
+        if stalled > health.stall_seconds:
+            return 503, JSON, orjson.dumps({"status": "event loop stalled", "seconds": round(stalled, 1)})
+        return 200, JSON, b'{"status":"ok"}'
 
-    @contextlib.asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        tasks = [asyncio.create_task(task()) for task in background]
-        yield
-        health.shutting_down = True
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-    api = FastAPI(title="tls-injector", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
-
-    @api.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @api.get("/readyz")
-    async def readyz() -> JSONResponse:
+    def readyz() -> Plain:
         body = {"ready": health.ready, "certificate_loaded": health.certificate_loaded,
                 "shutting_down": health.shutting_down, "ca_bundle_trusts_serving_cert": health.serving_trusted()}
-        return JSONResponse(body, status_code=200 if health.ready else 503)
+        return (200 if health.ready else 503), JSON, orjson.dumps(body)
 
-    @api.get("/metrics")
-    async def metrics_endpoint() -> Response:
-        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+    def metrics_endpoint() -> Plain:
+        return 200, PROMETHEUS, metrics.render()
 
-    # /validate/enabled-namespace is served only when given a handler: its rules differ from /validate's,
-    # and a 404 fails closed (failurePolicy Fail) where a stand-in would judge with the wrong rules.
-    handlers = {"mutate": mutate, "validate": validate, "validate/enabled-namespace": validate_enabled_namespace}
-    endpoints = {
-        f"/{name}": AdmissionEndpoint(name=name, handler=handler, metrics=metrics, max_body=max_body)
-        for name, handler in handlers.items() if handler is not None
-    }
-    return AdmissionApp(endpoints, api)
+    return {b"/healthz": healthz, b"/readyz": readyz, b"/metrics": metrics_endpoint}

@@ -37,6 +37,17 @@ class ServerMetrics:
             ["result"],
             registry=self.registry,
         )
+        self.connections_closed = Counter(
+            "tls_injector_http_connections_closed",
+            "Connections the server closed on a limit, a timeout or shutdown, by reason.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.connections_open = Gauge(
+            "tls_injector_http_connections_open",
+            "Connections open on the admission port (handshake done).",
+            registry=self.registry,
+        )
         # Bound children up front: label lookup per request costs more than the increment itself.
         self._count = {(e, o): self.requests.labels(e, o) for e in ENDPOINTS for o in OUTCOMES}
         self._time = {e: self.latency.labels(e) for e in ENDPOINTS}

@@ -1,22 +1,44 @@
-"""Running the HTTPS server: uvicorn with a reloading TLS context and a graceful drain on SIGTERM."""
+"""Running the webhook: the HTTPS admission listener on uvloop, the probe listener, reload and drain.
+
+Lifecycle: listen (TLS context whose SNI callback serves the current certificate), start the
+background tasks (certificate poll, the sweeper that enforces deadlines and beats the heartbeat, and
+whatever the caller runs, e.g. the reconciler), serve until SIGTERM/SIGINT, then drain:
+stop listening (new connections are refused, so the apiserver tries another endpoint), close idle
+kept-alive connections at once, let requests in flight finish (answered with `Connection: close`) for
+at most the drain period, then close what is left. SIGHUP re-reads the certificate files now.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import resource
+import signal
+import threading
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-import uvicorn
+import uvloop
 
 from app.admission import Handler
 from app.settings import ServeSettings
-from app.web.app import BackgroundTask, Health, create_app
+from app.web.app import BackgroundTask, Health, plain_routes
+from app.web.endpoints import AdmissionEndpoint
+from app.web.http import Clock, ConnectionSet, HttpConnection, Limits, Routes
 from app.web.metrics import ServerMetrics
+from app.web.probes import ProbeListener
 from app.web.selfsigned import write_self_signed
 from app.web.tls import CertReloader, LoadedPair
 
 log = logging.getLogger("tls_injector.server")
+
+# The kernel's accept queue; Linux caps it at net.core.somaxconn (4096 on current kernels).
+BACKLOG = 1024
+# Closing a TLS connection sends close_notify and waits for the peer's; a peer that never answers is
+# dropped after this long.
+TLS_SHUTDOWN_SECONDS = 2.0
 
 
 def build_server(
@@ -28,62 +50,121 @@ def build_server(
     metrics: ServerMetrics | None = None,
     background: Sequence[BackgroundTask] = (),
     health: Health | None = None,
-) -> uvicorn.Server:
-    """Everything wired, nothing started: `.run()` serves until SIGTERM/SIGINT."""
+    limits: Limits | None = None,
+) -> WebhookServer:
+    """Everything wired, nothing started: `.run()` serves until SIGTERM/SIGINT or `.stop()`."""
     metrics = metrics or ServerMetrics()
+    limits = limits or Limits()
     health = health or Health()
     reloader = _reloader(settings, metrics)
     health.certificate_loaded = True
-
-    async def poll_certificates() -> None:
-        while True:
-            await asyncio.sleep(settings.reload_interval_seconds)
-            reloader.poll()
-
-    app = create_app(mutate=mutate, validate=validate, validate_enabled_namespace=validate_enabled_namespace,
-                     metrics=metrics, health=health,
-                     background=[poll_certificates, *background])
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        ssl_context_factory=lambda _config, _default: reloader.listening_context(),
-        log_config=None,
-        access_log=False,  # one structured line per admission call is logged by the endpoint instead
-        timeout_graceful_shutdown=settings.drain_seconds,
-        lifespan="on",
-        # The apiserver calls the webhook directly: no proxy headers to trust, and no need to name the
-        # server software in every response.
-        proxy_headers=False,
-        server_header=False,
-    )
-    return DrainingServer(config)
+    # /validate/enabled-namespace is served only when given a handler: its rules differ from /validate's,
+    # and a 404 fails closed (failurePolicy Fail) where a stand-in would judge with the wrong rules.
+    handlers = {"mutate": mutate, "validate": validate, "validate/enabled-namespace": validate_enabled_namespace}
+    endpoints = {
+        f"/{name}".encode(): AdmissionEndpoint(name=name, handler=handler, metrics=metrics,
+                                               max_body=limits.max_body_bytes)
+        for name, handler in handlers.items() if handler is not None
+    }
+    routes = Routes(admission=endpoints, plain=plain_routes(health, metrics))
+    return WebhookServer(settings, limits=limits, routes=routes, metrics=metrics, health=health,
+                         reloader=reloader, background=background)
 
 
-class DrainingServer(uvicorn.Server):
-    """uvicorn's graceful shutdown, minus the wait on idle kept-alive TLS connections.
+class WebhookServer:
+    def __init__(self, settings: ServeSettings, *, limits: Limits, routes: Routes, metrics: ServerMetrics,
+                 health: Health, reloader: CertReloader, background: Sequence[BackgroundTask]) -> None:
+        self.settings, self.limits, self.routes, self.metrics = settings, limits, routes, metrics
+        self.health, self.reloader, self.background = health, reloader, background
+        self.connections = ConnectionSet(limits, metrics)
+        metrics.connections_open.set_function(lambda: len(self.connections.open))
+        self.probes = (ProbeListener(settings.host, settings.probe_port, routes.plain)
+                       if settings.probe_port is not None else None)
+        self.started = False
+        self.port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
 
-    On SIGTERM uvicorn stops listening, lets in-flight requests finish (answering them with
-    `Connection: close`) and closes idle connections. Closing a TLS connection politely waits for the
-    peer's close_notify, which an idle pooled client (the apiserver keeps its connections alive) never
-    sends, so shutdown would hang for the whole drain period. Idle connections that are already closing
-    are aborted instead; connections with a request in flight are left to finish.
-    """
+    def run(self) -> None:
+        raise_open_files_limit()
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(self.serve())
 
-    async def _wait_tasks_to_complete(self) -> None:
-        while self.server_state.connections and not self.force_exit:
-            for connection in list(self.server_state.connections):
-                if _idle_and_closing(connection):
-                    connection.transport.abort()
+    def stop(self) -> None:
+        """Begin the drain; callable from any thread."""
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+
+    async def serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._loop, self._stop = loop, asyncio.Event()
+        listener = await loop.create_server(
+            lambda: HttpConnection(self.connections, self.routes),
+            self.settings.host, self.settings.port,
+            ssl=self.reloader.listening_context(), ssl_handshake_timeout=self.limits.handshake_seconds,
+            ssl_shutdown_timeout=TLS_SHUTDOWN_SECONDS, backlog=BACKLOG,
+        )
+        self.port = listener.sockets[0].getsockname()[1]
+        self._install_signals(loop)
+        tasks = [asyncio.create_task(task()) for task in (self._tick, self._poll_certificates, *self.background)]
+        if self.probes is not None:
+            self.probes.start()
+        self.started = True
+        try:
+            await self._stop.wait()
+        finally:
+            await self._drain(listener)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if self.probes is not None:
+                self.probes.stop()
+
+    async def _drain(self, listener: asyncio.Server) -> None:
+        self.health.shutting_down = True
+        listener.close()
+        self.connections.drain()
+        deadline = time.monotonic() + self.settings.drain_seconds
+        while self.connections.open and time.monotonic() < deadline:  # noqa: ASYNC110 - closes come from many paths; 50 ms is fine
             await asyncio.sleep(0.05)
-        await super()._wait_tasks_to_complete()
+        for connection in list(self.connections.open):
+            connection.abort("shutdown")
+        log.info("drained", extra={"left_open": len(self.connections.open)})
+
+    async def _tick(self) -> None:
+        """Enforce connection deadlines, refresh the Date header, and beat the heartbeat /healthz reads."""
+        interval = self.limits.tick_seconds
+        while True:
+            now = time.monotonic()
+            self.health.heartbeat = now
+            Clock.tick()
+            self.connections.sweep(now)
+            await asyncio.sleep(interval)
+
+    async def _poll_certificates(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.reload_interval_seconds)
+            self.reloader.poll()
+
+    def _install_signals(self, loop: asyncio.AbstractEventLoop) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # embedded (tests): the owner calls stop()
+        assert self._stop is not None
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self._stop.set)
+        loop.add_signal_handler(signal.SIGHUP, self._reload_now)
+
+    def _reload_now(self) -> None:
+        log.info("SIGHUP: re-reading the serving certificate")
+        self.reloader.poll()
 
 
-def _idle_and_closing(connection: object) -> bool:
-    transport = getattr(connection, "transport", None)
-    cycle = getattr(connection, "cycle", None)
-    idle = cycle is None or getattr(cycle, "response_complete", False)
-    return transport is not None and transport.is_closing() and idle
+def raise_open_files_limit() -> None:
+    """Every connection is a file descriptor: use all the container allows (soft limit up to hard)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def _reloader(settings: ServeSettings, metrics: ServerMetrics) -> CertReloader:

@@ -1,4 +1,4 @@
-"""Run the real server (uvicorn + TLS) in a thread on an ephemeral loopback port."""
+"""Run the real server (uvloop + TLS) in a thread on an ephemeral loopback port."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import uvicorn
 
 from app.admission import AdmissionRequest, AdmissionResponse, Handler, allowed
 from app.settings import ServeSettings
+from app.web.http import Limits
 from app.web.metrics import ServerMetrics
-from app.web.server import build_server
+from app.web.server import WebhookServer, build_server
 
 
 def allow_all(request: AdmissionRequest) -> AdmissionResponse:
@@ -27,8 +27,17 @@ def allow_all(request: AdmissionRequest) -> AdmissionResponse:
 class RunningServer:
     url: str
     ca_file: Path
-    server: uvicorn.Server
+    server: WebhookServer
     metrics: ServerMetrics
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def probe_url(self) -> str:
+        assert self.server.probes is not None, "started without a probe port"
+        return f"http://127.0.0.1:{self.server.probes.port}"
 
     def client_context(self) -> ssl.SSLContext:
         """What a careful client (the apiserver) does: verify the chain and the host name."""
@@ -50,6 +59,8 @@ def running_server(
     ca_file: Path | None = None,
     reload_interval: float = 0.05,
     drain_seconds: int = 5,
+    limits: Limits | None = None,
+    probes: bool = False,
 ) -> Iterator[RunningServer]:
     """Serve until the block ends. With no cert files the server makes its own self-signed CA."""
     settings = ServeSettings(
@@ -60,26 +71,25 @@ def running_server(
         self_signed_dir=tmp_path / "self-signed",
         reload_interval_seconds=reload_interval,
         drain_seconds=drain_seconds,
+        probe_port=0 if probes else None,
     )
     metrics = ServerMetrics()
     server = build_server(settings, mutate=mutate, validate=validate,
-                          validate_enabled_namespace=validate_enabled_namespace, metrics=metrics)
-    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
+                          validate_enabled_namespace=validate_enabled_namespace, metrics=metrics, limits=limits)
+    thread = threading.Thread(target=server.run, name="webhook", daemon=True)
     thread.start()
     try:
-        port = _wait_for_port(server, thread)
+        _wait_for_start(server, thread)
         ca = ca_file or settings.self_signed_dir / "ca.crt"  # type: ignore[operator]
-        yield RunningServer(f"https://localhost:{port}", ca, server, metrics)
+        yield RunningServer(f"https://localhost:{server.port}", ca, server, metrics)
     finally:
-        server.should_exit = True
+        server.stop()
         thread.join(timeout=15)
 
 
-def _wait_for_port(server: uvicorn.Server, thread: threading.Thread) -> int:
+def _wait_for_start(server: WebhookServer, thread: threading.Thread) -> None:
     deadline = time.monotonic() + 10
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
             raise RuntimeError("the server did not start")
         time.sleep(0.01)
-    port: int = server.servers[0].sockets[0].getsockname()[1]
-    return port

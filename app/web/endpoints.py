@@ -1,8 +1,7 @@
-"""The admission endpoints as plain ASGI apps: HTTP concerns only, the protocol is app.admission.
+"""The admission endpoints' HTTP semantics, independent of the connection that carries them.
 
-Plain ASGI rather than a FastAPI route because the request path is the product: measured here with a
-5 KB review over TLS, FastAPI with a dict body reaches ~2,900 req/s on a core and raw ASGI + orjson
-~10,600. The body is read with a cap as it arrives, never buffered whole first.
+`answer()` takes what the HTTP layer parsed (method, content type, body) and returns the status and the
+JSON body to send; the transport in app.web.http does the bytes. The protocol itself is app.admission.
 
 Two error channels, chosen on purpose:
 - A malformed call (wrong method or content type, oversize, empty, invalid JSON, not an AdmissionReview)
@@ -18,8 +17,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
 
 import orjson
 
@@ -27,22 +24,24 @@ from app.admission import AdmissionRequest, AdmissionResponse, BadReview, Handle
 from app.logs import AccessLog
 from app.web.metrics import ServerMetrics
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-
-# An AdmissionReview carries the object and its old version, each up to the apiserver's 3 MiB request
-# limit, plus the envelope: 7 MiB admits every real review and refuses anything larger before parsing.
-MAX_BODY_BYTES = 7 * 1024 * 1024
+# The apiserver refuses request bodies over 3 MiB, and etcd stores objects up to 1.5 MiB. A review carries
+# the object being written (≤ 3 MiB, it is not stored yet) and, on UPDATE, the stored old object
+# (≤ 1.5 MiB) plus a small envelope: 5 MiB admits every review the apiserver can send and refuses
+# anything larger before it is parsed. (Worst case held in memory: this times the connection cap, for at
+# most the body timeout.)
+MAX_BODY_BYTES = 5 * 1024 * 1024
+# What a refusal may quote of the client's input (a JSON error names a position, never the whole body).
+MAX_ECHO_CHARS = 200
 
 log = logging.getLogger("tls_injector.admission")
 
+Headers = tuple[tuple[bytes, bytes], ...]
+
 
 class HttpError(Exception):
-    def __init__(self, status: int, message: str, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    def __init__(self, status: int, message: str, headers: Headers = ()) -> None:
         super().__init__(message)
-        self.status, self.message, self.headers = status, message, headers
+        self.status, self.message, self.headers = status, message[:MAX_ECHO_CHARS], headers
 
 
 class AdmissionEndpoint:
@@ -52,40 +51,30 @@ class AdmissionEndpoint:
         self.name, self.handler, self.metrics, self.max_body = name, handler, metrics, max_body
         self.access_log = AccessLog(log.name)  # the level is read once, after logging is configured
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def answer(self, method: bytes, content_type: bytes, body: bytes) -> tuple[int, bytes, Headers]:
+        """(status, JSON body, extra headers) for one call; never raises."""
         started = time.perf_counter()
         try:
-            request = _parse(await self._read(scope, receive))
+            check_call(method, content_type)
+            request = _parse(body)
         except HttpError as error:
-            await self._refuse(send, error, started)
-            return
+            return self.refuse(error, started)
         try:
             response = self.handler(request)
         except Exception:  # a bug in a handler: see the module docstring for why this is a 500
             log.exception("admission handler failed", extra=_fields(self.name, request))
-            await _send_json(send, 500, {"error": "internal error while handling the review", "uid": request.uid})
             self.metrics.observe(self.name, "error", time.perf_counter() - started)
-            return
-        await _send_json(send, 200, review_envelope(response))
+            return 500, orjson.dumps({"error": "internal error while handling the review", "uid": request.uid}), ()
+        encoded = orjson.dumps(review_envelope(response))
         self._record(request, response, started)
+        return 200, encoded, ()
 
-    async def _read(self, scope: Scope, receive: Receive) -> bytes:
-        if scope["method"] != "POST":
-            raise HttpError(405, "use POST", ((b"allow", b"POST"),))
-        headers = dict(scope["headers"])
-        content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
-        if content_type != b"application/json":
-            raise HttpError(415, "Content-Type must be application/json")
-        declared = headers.get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.max_body):
-            raise HttpError(413 if declared.isdigit() else 400, "body larger than the limit or invalid length")
-        return await _read_capped(receive, self.max_body)
-
-    async def _refuse(self, send: Send, error: HttpError, started: float) -> None:
+    def refuse(self, error: HttpError, started: float | None = None) -> tuple[int, bytes, Headers]:
         log.warning("refused a malformed admission call", extra={"endpoint": self.name, "status": error.status,
                                                                  "reason": error.message})
-        await _send_json(send, error.status, {"error": error.message}, error.headers)
-        self.metrics.observe(self.name, "bad_request", time.perf_counter() - started)
+        elapsed = 0.0 if started is None else time.perf_counter() - started
+        self.metrics.observe(self.name, "bad_request", elapsed)
+        return error.status, orjson.dumps({"error": error.message}), error.headers
 
     def _record(self, request: AdmissionRequest, response: AdmissionResponse, started: float) -> None:
         elapsed = time.perf_counter() - started
@@ -93,6 +82,14 @@ class AdmissionEndpoint:
         self.metrics.observe(self.name, outcome, elapsed)
         fields = {**_fields(self.name, request), "verdict": outcome, "latency_ms": round(elapsed * 1000, 3)}
         self.access_log.info("admission", fields)
+
+
+def check_call(method: bytes, content_type: bytes) -> None:
+    """What can be refused from the head alone, before any body is read."""
+    if method != b"POST":
+        raise HttpError(405, "use POST", ((b"allow", b"POST"),))
+    if content_type.split(b";")[0].strip().lower() != b"application/json":
+        raise HttpError(415, "Content-Type must be application/json")
 
 
 def _parse(body: bytes) -> AdmissionRequest:
@@ -108,22 +105,6 @@ def _parse(body: bytes) -> AdmissionRequest:
         raise HttpError(400, f"not a valid AdmissionReview: {error}") from None
 
 
-async def _read_capped(receive: Receive, cap: int) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise HttpError(400, "client disconnected before sending the whole body")
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > cap:
-            raise HttpError(413, f"body larger than {cap} bytes")
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
 def _fields(endpoint: str, request: AdmissionRequest) -> dict[str, object]:
     return {
         "endpoint": endpoint,
@@ -134,16 +115,3 @@ def _fields(endpoint: str, request: AdmissionRequest) -> dict[str, object]:
         "operation": request.operation,
         "dry_run": request.dry_run,
     }
-
-
-async def _send_json(
-    send: Send, status: int, payload: object, headers: tuple[tuple[bytes, bytes], ...] = ()
-) -> None:
-    body = orjson.dumps(payload)
-    await send({
-        "type": "http.response.start",
-        "status": status,
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers],
-    })
-    await send({"type": "http.response.body", "body": body})
-

@@ -1,0 +1,342 @@
+"""A small HTTP/1.1 server for the admission port: asyncio protocol on uvloop, httptools for parsing.
+
+Why not a general ASGI server: the request path is the product. Per request this does one parse, one
+synchronous handler call and one `write` of precomputed header bytes plus the JSON body; no message
+dicts, no tasks, no per-request timers. Keep-alive and pipelining are HTTP/1.1's own.
+
+Bounded from the first byte (values and reasons in `Limits` and docs/serving.md): the request head's size
+and header count, the body's size, the time allowed for the TLS handshake, the head, the body and an idle
+kept-alive connection, and the number of open connections. A limit that trips answers with a status
+(431, 413, 408) where the client can still read one, then closes.
+
+Timeouts are deadlines on each connection, checked by one sweeper task (`ConnectionSet.sweep`) rather
+than a timer per request: a kept-alive request then costs one `monotonic()` call, not a timer handle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from email.utils import formatdate
+
+import httptools
+import orjson
+
+from app.web.app import JSON, Plain
+from app.web.endpoints import MAX_BODY_BYTES, AdmissionEndpoint, Headers, HttpError, check_call
+from app.web.metrics import ServerMetrics
+
+log = logging.getLogger("tls_injector.http")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Every bound of the admission port. docs/serving.md gives each value's reason."""
+
+    # Request line + headers. The apiserver sends ~10 short headers (< 1 KiB); Go's own server allows
+    # 1 MiB, nginx 8 KiB per line: 32 KiB is generous for any real client and small to hold.
+    max_head_bytes: int = 32 * 1024
+    # The apiserver sends about ten; a hundred leaves room for proxies' additions.
+    max_headers: int = 100
+    max_body_bytes: int = MAX_BODY_BYTES
+    # From accept to a finished handshake: a few round trips, milliseconds in a cluster.
+    handshake_seconds: float = 5.0
+    # From the connection's start (or the first byte of a kept-alive request) to the end of the head:
+    # the apiserver writes a request in one go, so seconds here is only ever a slow or hostile client.
+    head_seconds: float = 5.0
+    # From the end of the head to the end of the body: 5 MiB at a slow 10 Mbit/s takes 4 s.
+    body_seconds: float = 10.0
+    # Idle keep-alive. Go's http.Transport (the apiserver's client) drops idle connections after 90 s;
+    # keeping ours longer means the client always closes first, so it never sends a review on a
+    # connection this side is closing (a POST is not retried on that race).
+    idle_seconds: float = 120.0
+    # Open connections after the handshake. An apiserver keeps a few per webhook; 1,000 needs ~1,000 fds
+    # and a few tens of MiB. When full, the longest-idle kept-alive connection makes room; with none idle
+    # the new connection is closed.
+    max_connections: int = 1000
+    # After an error answered before the request's end, the rest of what the client sends is read and
+    # dropped for this long before closing: closing with unread input resets the connection, and the
+    # reset can destroy the answer before the client reads it.
+    linger_seconds: float = 1.0
+
+    @property
+    def tick_seconds(self) -> float:
+        """How often deadlines are checked: a quarter of the shortest, between 50 ms and 1 s."""
+        shortest = min(self.handshake_seconds, self.head_seconds, self.body_seconds, self.idle_seconds,
+                       self.linger_seconds)
+        return max(0.05, min(1.0, shortest / 4))
+
+
+
+
+@dataclass(frozen=True)
+class Routes:
+    admission: dict[bytes, AdmissionEndpoint]
+    plain: dict[bytes, Callable[[], Plain]]
+
+
+REASONS = {100: b"Continue", 200: b"OK", 400: b"Bad Request", 404: b"Not Found", 405: b"Method Not Allowed",
+           408: b"Request Timeout", 413: b"Content Too Large", 415: b"Unsupported Media Type",
+           431: b"Request Header Fields Too Large", 500: b"Internal Server Error", 503: b"Service Unavailable"}
+_KEEP, _CLOSE = b"\r\n\r\n", b"\r\nconnection: close\r\n\r\n"
+
+
+class Clock:
+    """The Date header, formatted once a second by the sweeper rather than once per response."""
+
+    date = b""
+
+    @classmethod
+    def tick(cls) -> None:
+        cls.date = formatdate(usegmt=True).encode()
+
+
+Clock.tick()
+
+
+def response_bytes(status: int, content_type: bytes, body: bytes, *, close: bool, headers: Headers = ()) -> bytes:
+    extra = b"".join(b"%s: %s\r\n" % pair for pair in headers)
+    head = b"HTTP/1.1 %d %s\r\ndate: %s\r\ncontent-type: %s\r\n%scontent-length: %d" % (
+        status, REASONS.get(status, b"Error"), Clock.date, content_type, extra, len(body))
+    return head + (_CLOSE if close else _KEEP) + body
+
+
+class _Stop(Exception):
+    pass
+
+
+# Connection phases; each has its own deadline.
+NEW, HEAD, BODY, IDLE, LINGER = "new", "head", "body", "idle", "linger"
+
+
+class ConnectionSet:
+    """The open connections of one server, their cap, and the sweeper that enforces deadlines."""
+
+    def __init__(self, limits: Limits, metrics: ServerMetrics) -> None:
+        self.limits, self.metrics = limits, metrics
+        self.open: set[HttpConnection] = set()
+        self.draining = False
+
+    def admit(self, connection: HttpConnection) -> bool:
+        if self.draining:  # its handshake finished after the listener closed
+            self.metrics.connections_closed.labels("shutdown").inc()
+            return False
+        if len(self.open) >= self.limits.max_connections:
+            idle = [c for c in self.open if c.phase == IDLE]
+            if not idle:
+                self.metrics.connections_closed.labels("over_capacity").inc()
+                return False
+            oldest = min(idle, key=lambda c: c.deadline)
+            oldest.abort("evicted_idle")  # a kept-alive connection: its client reconnects when needed
+        self.open.add(connection)
+        return True
+
+    def sweep(self, now: float) -> None:
+        for connection in [c for c in self.open if c.deadline <= now]:
+            connection.expire()
+
+    def drain(self) -> None:
+        """Stop keeping connections alive: idle ones close now, busy ones after their answer."""
+        self.draining = True
+        for connection in list(self.open):
+            if connection.phase in (IDLE, NEW):
+                connection.abort("shutdown")
+
+
+class HttpConnection(asyncio.Protocol):
+    """One client connection. Parser callbacks (`on_*`) run inside `data_received`."""
+
+    def __init__(self, connections: ConnectionSet, routes: Routes) -> None:
+        self.connections, self.routes, self.limits = connections, routes, connections.limits
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.phase = NEW
+        self.deadline = 0.0
+        self.closing = False
+        self._reset()
+
+    def _reset(self) -> None:
+        self.url = b""
+        self.content_type = b""
+        self.content_length = b""
+        self.expect_continue = False
+        self.head_size = 0
+        self.header_count = 0
+        self.body: list[bytes] = []
+        self.body_size = 0
+        self.endpoint: AdmissionEndpoint | None = None
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        if not self.connections.admit(self):
+            transport.abort()  # type: ignore[attr-defined]
+            return
+        # The first request's head is due within head_seconds of the connection's start, not of its
+        # first byte: a client that connects and says nothing is a slow client too.
+        self.deadline = time.monotonic() + self.limits.head_seconds
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.connections.open.discard(self)
+        self.phase = LINGER
+
+    def data_received(self, data: bytes) -> None:
+        if self.phase == LINGER:
+            return  # an error was answered: what follows is dropped until the connection closes
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as error:
+            if not isinstance(error.__context__, _Stop):
+                raise
+        except httptools.HttpParserUpgrade:
+            self._fail(HttpError(400, "protocol upgrades are not served"))
+        except httptools.HttpParserError:
+            self._fail(HttpError(400, "malformed HTTP request"))
+
+    def eof_received(self) -> bool | None:
+        return None  # close our side too
+
+    # parser callbacks
+
+    def on_message_begin(self) -> None:
+        if self.phase == IDLE:
+            self.deadline = time.monotonic() + self.limits.head_seconds
+        self.phase = HEAD
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+        self._count_head(len(url))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.header_count += 1
+        self._count_head(len(name) + len(value) + 4)
+        if self.header_count > self.limits.max_headers:
+            self._fail(HttpError(431, f"more than {self.limits.max_headers} header fields"))
+            raise _Stop
+        lowered = name.lower()
+        if lowered == b"content-type":
+            self.content_type = value
+        elif lowered == b"content-length":
+            self.content_length = value
+        elif lowered == b"expect":
+            self.expect_continue = value.lower() == b"100-continue"
+
+    def _count_head(self, size: int) -> None:
+        self.head_size += size
+        if self.head_size > self.limits.max_head_bytes:
+            self.connections.metrics.connections_closed.labels("head_too_large").inc()
+            self._fail(HttpError(431, f"request head larger than {self.limits.max_head_bytes} bytes"))
+            raise _Stop
+
+    def on_headers_complete(self) -> None:
+        self.phase = BODY
+        self.deadline = time.monotonic() + self.limits.body_seconds
+        path = self.url.split(b"?", 1)[0]
+        self.endpoint = self.routes.admission.get(path)
+        if self.endpoint is None:
+            return
+        try:
+            check_call(self.parser.get_method(), self.content_type)
+            declared = self.content_length
+            if declared and (not declared.isdigit() or int(declared) > self.limits.max_body_bytes):
+                raise HttpError(413 if declared.isdigit() else 400, "body larger than the limit or invalid length")
+        except HttpError as error:
+            self._answer_early(self.endpoint, error)
+            raise _Stop from None
+        if self.expect_continue:
+            self._write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def on_body(self, chunk: bytes) -> None:
+        self.body_size += len(chunk)
+        if self.body_size > self.limits.max_body_bytes:
+            error = HttpError(413, f"body larger than {self.limits.max_body_bytes} bytes")
+            if self.endpoint is None:
+                self._fail(error)
+            else:
+                self._answer_early(self.endpoint, error)
+            raise _Stop
+        if self.endpoint is not None:
+            self.body.append(chunk)
+
+    def on_message_complete(self) -> None:
+        close = self.closing or self.connections.draining or not self.parser.should_keep_alive()
+        if self.endpoint is not None:
+            body = self.body[0] if len(self.body) == 1 else b"".join(self.body)
+            status, payload, headers = self.endpoint.answer(self.parser.get_method(), self.content_type, body)
+            self._write(response_bytes(status, JSON, payload, close=close, headers=headers))
+        else:
+            self._write(self._plain(close))
+        self._reset()
+        if close:
+            self.closing = True
+            self.phase = LINGER
+            if self.transport is not None:
+                self.transport.close()
+            raise _Stop  # anything pipelined after a close is not answered
+        self.phase = IDLE
+        self.deadline = time.monotonic() + self.limits.idle_seconds
+
+    def _plain(self, close: bool) -> bytes:
+        route = self.routes.plain.get(self.url.split(b"?", 1)[0])
+        if route is None:
+            return response_bytes(404, JSON, b'{"error":"not found"}', close=close)
+        if self.parser.get_method() != b"GET":
+            return response_bytes(405, JSON, b'{"error":"use GET"}', close=close, headers=((b"allow", b"GET"),))
+        status, content_type, body = route()
+        return response_bytes(status, content_type, body, close=close)
+
+    # ending a request early
+
+    def _answer_early(self, endpoint: AdmissionEndpoint, error: HttpError) -> None:
+        status, payload, headers = endpoint.refuse(error)
+        self._linger(response_bytes(status, JSON, payload, close=True, headers=headers))
+
+    def _fail(self, error: HttpError) -> None:
+        body = orjson.dumps({"error": error.message})
+        self._linger(response_bytes(error.status, JSON, body, close=True, headers=error.headers))
+
+    def _linger(self, response: bytes) -> None:
+        self._write(response)
+        self.phase = LINGER
+        self.closing = True
+        self.deadline = time.monotonic() + self.limits.linger_seconds
+
+    def _write(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    def expire(self) -> None:
+        """The current phase's deadline passed."""
+        if self.phase == LINGER:
+            self.connections.metrics.connections_closed.labels("linger_end").inc()
+            self._close_after_write()
+        elif self.phase in (HEAD, NEW):
+            self._timeout("head_timeout", 408, "request head not received in time")
+        elif self.phase == BODY:
+            self._timeout("body_timeout", 408, "request body not received in time")
+        else:
+            self.abort("idle_timeout")
+
+    def _timeout(self, reason: str, status: int, message: str) -> None:
+        self.connections.metrics.connections_closed.labels(reason).inc()
+        self._write(response_bytes(status, JSON, orjson.dumps({"error": message}), close=True))
+        self._close_after_write()
+
+    def _close_after_write(self) -> None:
+        self.connections.open.discard(self)
+        self.phase = LINGER
+        self.deadline = float("inf")
+        if self.transport is not None:
+            self.transport.close()  # flushes what was written; the TLS shutdown is bounded by the server
+
+    def abort(self, reason: str) -> None:
+        self.connections.metrics.connections_closed.labels(reason).inc()
+        self.connections.open.discard(self)
+        self.phase = LINGER
+        self.deadline = float("inf")
+        if self.transport is not None:
+            self.transport.abort()
