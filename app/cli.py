@@ -28,7 +28,7 @@ from app.logs import configure_logging
 from app.pki.serving import ServingPairError
 from app.rules import SCOPE_ENABLED_NAMESPACES, export_documents, make_validate_handler
 from app.rulesfile import RulesFileError, load_rule_set
-from app.settings import ServeSettings
+from app.settings import Limits, ServeSettings
 
 if TYPE_CHECKING:
     from app.web.app import BackgroundTask, Health
@@ -110,9 +110,42 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     serve.add_argument("--no-reconciler", action="store_true",
                        help="never run the reconciler here, even with a cluster configured: the webhook then makes "
                             "no API call (the split install runs `tls-injector reconcile` as its own Deployment)")
+    serve.add_argument("--probe-port", type=int,
+                       help="also serve /healthz, /readyz and /metrics over plain HTTP on this port, from a thread "
+                            "of its own (probes keep an answer when the HTTPS port is saturated or its event loop "
+                            "is stalled; /healthz there fails when the loop is); not opened when not given")
+    _limit_flags(serve)
     _mode_flag(serve)
     _cluster_flags(serve)
     serve.set_defaults(run=_run_serve)
+
+
+# (flag, Limits field, type, help): every bound of the HTTPS port; docs/serving.md gives each value's reason.
+_LIMIT_FLAGS: tuple[tuple[str, str, type, str], ...] = (
+    ("--max-connections", "max_connections", int, "open connections; when full the longest-idle one is closed"),
+    ("--max-header-bytes", "max_head_bytes", int, "request line + headers (431 beyond)"),
+    ("--max-headers", "max_headers", int, "header fields per request (431 beyond)"),
+    ("--max-body-bytes", "max_body_bytes", int, "request body (413 beyond)"),
+    ("--handshake-timeout", "handshake_seconds", float, "seconds from accept to a finished TLS handshake"),
+    ("--header-timeout", "head_seconds", float, "seconds for a request's head, from the connection's start or "
+                                                "from a kept-alive request's first byte"),
+    ("--body-timeout", "body_seconds", float, "seconds for a request's body, from the end of its head"),
+    ("--idle-timeout", "idle_seconds", float, "seconds a kept-alive connection may stay idle"),
+)
+
+
+def _limit_flags(command: argparse.ArgumentParser) -> None:
+    defaults = Limits()
+    for flag, field, kind, text in _LIMIT_FLAGS:
+        command.add_argument(flag, type=kind, default=getattr(defaults, field), help=text)
+
+
+def _limits(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Limits:
+    values = {field: getattr(args, flag[2:].replace("-", "_")) for flag, field, _, _ in _LIMIT_FLAGS}
+    for flag, field, _, _ in _LIMIT_FLAGS:
+        if values[field] <= 0:
+            parser.error(f"{flag} must be positive")
+    return Limits(**values)
 
 
 def _mode_flag(command: argparse.ArgumentParser) -> None:
@@ -256,7 +289,9 @@ def _run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         drain_seconds=args.drain_seconds,
         log_level=args.log_level,
         default_mode=args.default_mode,
+        probe_port=args.probe_port,
     )
+    limits = _limits(args, parser)
     configure_logging(settings.log_level)
     pod_certificates, why = _webhook_pod_certificates(args)
     settings = dataclasses.replace(settings, pod_certificates=pod_certificates)
@@ -276,15 +311,25 @@ def _run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
             background.append(functools.partial(bundle.poll_forever, settings.reload_interval_seconds))
         server = build_server(settings, mutate=handlers.mutate, validate=handlers.validate,
                               validate_enabled_namespace=handlers.validate_enabled_namespace, metrics=metrics,
-                              background=background, health=health)
+                              background=background, health=health, limits=limits)
     except (RulesFileError, ServingPairError, SelfSignedError, _UnusableCluster) as error:
         print(f"tls-injector: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:  # the probe port is taken or not ours to bind
+        print(f"tls-injector: cannot listen on probe port {settings.probe_port}: {error.strerror}", file=sys.stderr)
         return 2
     log.info(f"starting: webhook on https://{settings.host}:{settings.port}; reconciler {reconciler}",
              extra={"webhook": f"{settings.host}:{settings.port}", "reconciler": reconciler})
     # The server drains on SIGTERM and returns: exit status 0 tells the kubelet (and anyone reading the
     # exit code) that the shutdown was the orderly one.
-    server.run()
+    try:
+        server.run()
+    except OSError as error:
+        if server.started:
+            raise
+        # the webhook port is taken or not ours to bind
+        print(f"tls-injector: cannot listen on {settings.host}:{settings.port}: {error.strerror}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -5,6 +5,54 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+# The apiserver refuses request bodies over 3 MiB, and etcd stores objects up to 1.5 MiB. A review carries
+# the object being written (<= 3 MiB, it is not stored yet) and, on UPDATE, the stored old object
+# (<= 1.5 MiB) plus a small envelope: 5 MiB admits every review the apiserver can send and refuses
+# anything larger before it is parsed. (Worst case held in memory: this times the connection cap, for at
+# most the body timeout.)
+MAX_BODY_BYTES = 5 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Every bound of the admission port (app.web.http). docs/serving.md gives each value's reason."""
+
+    # Request line + headers. The apiserver sends ~10 short headers (< 1 KiB); Go's own server allows
+    # 1 MiB, nginx 8 KiB per line: 32 KiB is generous for any real client and small to hold.
+    max_head_bytes: int = 32 * 1024
+    # The apiserver sends about ten; a hundred leaves room for proxies' additions.
+    max_headers: int = 100
+    max_body_bytes: int = MAX_BODY_BYTES
+    # From accept to a finished handshake: a few round trips, milliseconds in a cluster.
+    handshake_seconds: float = 5.0
+    # From the connection's start (or the first byte of a kept-alive request) to the end of the head:
+    # the apiserver writes a request in one go, so seconds here is only ever a slow or hostile client.
+    head_seconds: float = 5.0
+    # From the end of the head to the end of the body: 5 MiB at a slow 10 Mbit/s takes 4 s.
+    body_seconds: float = 10.0
+    # Idle keep-alive. Go's http.Transport (the apiserver's client) drops idle connections after 90 s;
+    # keeping ours longer means the client always closes first, so it never sends a review on a
+    # connection this side is closing (a POST is not retried on that race).
+    idle_seconds: float = 120.0
+    # Open connections after the handshake. An apiserver keeps a few per webhook; 1,000 needs ~1,000 fds
+    # and a few tens of MiB. When full, the longest-idle kept-alive connection makes room; with none idle
+    # the new connection is closed.
+    max_connections: int = 1000
+    # After an error answered before the request's end, the rest of what the client sends is read and
+    # dropped for this long before closing: closing with unread input resets the connection, and the
+    # reset can destroy the answer before the client reads it.
+    linger_seconds: float = 1.0
+
+    @property
+    def tick_seconds(self) -> float:
+        """How often deadlines are checked: a quarter of the shortest, between 50 ms and 1 s."""
+        shortest = min(self.handshake_seconds, self.head_seconds, self.body_seconds, self.idle_seconds,
+                       self.linger_seconds)
+        return max(0.05, min(1.0, shortest / 4))
+
+
+
+
 
 @dataclass(frozen=True)
 class ServeSettings:

@@ -22,14 +22,9 @@ import orjson
 
 from app.admission import AdmissionRequest, AdmissionResponse, BadReview, Handler, parse_review, review_envelope
 from app.logs import AccessLog
+from app.settings import MAX_BODY_BYTES
 from app.web.metrics import ServerMetrics
 
-# The apiserver refuses request bodies over 3 MiB, and etcd stores objects up to 1.5 MiB. A review carries
-# the object being written (≤ 3 MiB, it is not stored yet) and, on UPDATE, the stored old object
-# (≤ 1.5 MiB) plus a small envelope: 5 MiB admits every review the apiserver can send and refuses
-# anything larger before it is parsed. (Worst case held in memory: this times the connection cap, for at
-# most the body timeout.)
-MAX_BODY_BYTES = 5 * 1024 * 1024
 # What a refusal may quote of the client's input (a JSON error names a position, never the whole body).
 MAX_ECHO_CHARS = 200
 

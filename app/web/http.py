@@ -4,10 +4,10 @@ Why not a general ASGI server: the request path is the product. Per request this
 synchronous handler call and one `write` of precomputed header bytes plus the JSON body; no message
 dicts, no tasks, no per-request timers. Keep-alive and pipelining are HTTP/1.1's own.
 
-Bounded from the first byte (values and reasons in `Limits` and docs/serving.md): the request head's size
-and header count, the body's size, the time allowed for the TLS handshake, the head, the body and an idle
-kept-alive connection, and the number of open connections. A limit that trips answers with a status
-(431, 413, 408) where the client can still read one, then closes.
+Bounded from the first byte (values and reasons in app.settings.Limits and docs/serving.md): the request
+head's size and header count, the body's size, the time allowed for the TLS handshake, the head, the
+body and an idle kept-alive connection, and the number of open connections. A limit that trips answers
+with a status (431, 413, 408) where the client can still read one, then closes.
 
 Timeouts are deadlines on each connection, checked by one sweeper task (`ConnectionSet.sweep`) rather
 than a timer per request: a kept-alive request then costs one `monotonic()` call, not a timer handle.
@@ -25,51 +25,12 @@ from email.utils import formatdate
 import httptools
 import orjson
 
+from app.settings import Limits
 from app.web.app import JSON, Plain
-from app.web.endpoints import MAX_BODY_BYTES, AdmissionEndpoint, Headers, HttpError, check_call
+from app.web.endpoints import AdmissionEndpoint, Headers, HttpError, check_call
 from app.web.metrics import ServerMetrics
 
 log = logging.getLogger("tls_injector.http")
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Every bound of the admission port. docs/serving.md gives each value's reason."""
-
-    # Request line + headers. The apiserver sends ~10 short headers (< 1 KiB); Go's own server allows
-    # 1 MiB, nginx 8 KiB per line: 32 KiB is generous for any real client and small to hold.
-    max_head_bytes: int = 32 * 1024
-    # The apiserver sends about ten; a hundred leaves room for proxies' additions.
-    max_headers: int = 100
-    max_body_bytes: int = MAX_BODY_BYTES
-    # From accept to a finished handshake: a few round trips, milliseconds in a cluster.
-    handshake_seconds: float = 5.0
-    # From the connection's start (or the first byte of a kept-alive request) to the end of the head:
-    # the apiserver writes a request in one go, so seconds here is only ever a slow or hostile client.
-    head_seconds: float = 5.0
-    # From the end of the head to the end of the body: 5 MiB at a slow 10 Mbit/s takes 4 s.
-    body_seconds: float = 10.0
-    # Idle keep-alive. Go's http.Transport (the apiserver's client) drops idle connections after 90 s;
-    # keeping ours longer means the client always closes first, so it never sends a review on a
-    # connection this side is closing (a POST is not retried on that race).
-    idle_seconds: float = 120.0
-    # Open connections after the handshake. An apiserver keeps a few per webhook; 1,000 needs ~1,000 fds
-    # and a few tens of MiB. When full, the longest-idle kept-alive connection makes room; with none idle
-    # the new connection is closed.
-    max_connections: int = 1000
-    # After an error answered before the request's end, the rest of what the client sends is read and
-    # dropped for this long before closing: closing with unread input resets the connection, and the
-    # reset can destroy the answer before the client reads it.
-    linger_seconds: float = 1.0
-
-    @property
-    def tick_seconds(self) -> float:
-        """How often deadlines are checked: a quarter of the shortest, between 50 ms and 1 s."""
-        shortest = min(self.handshake_seconds, self.head_seconds, self.body_seconds, self.idle_seconds,
-                       self.linger_seconds)
-        return max(0.05, min(1.0, shortest / 4))
-
-
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,10 @@ from datetime import UTC, datetime
 import uvloop
 
 from app.admission import Handler
-from app.settings import ServeSettings
+from app.settings import Limits, ServeSettings
 from app.web.app import BackgroundTask, Health, plain_routes
 from app.web.endpoints import AdmissionEndpoint
-from app.web.http import Clock, ConnectionSet, HttpConnection, Limits, Routes
+from app.web.http import Clock, ConnectionSet, HttpConnection, Routes
 from app.web.metrics import ServerMetrics
 from app.web.probes import ProbeListener
 from app.web.selfsigned import write_self_signed

@@ -97,13 +97,16 @@ def test_replicas_prefer_different_nodes() -> None:
     assert term["labelSelector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
 
 
-def test_probes_use_readyz_for_readiness_and_healthz_for_liveness_over_https() -> None:
+def test_probes_use_readyz_for_readiness_and_healthz_for_liveness_on_the_probe_port() -> None:
+    """The probe listener has its own thread and port, so a saturated HTTPS port cannot starve probes."""
     container = _container(_deployment()["spec"]["template"]["spec"])
-    port = container["ports"][0]
+    https, probes = container["ports"]
     for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
         get = container[probe]["httpGet"]
-        assert get == {"path": path, "port": port["name"], "scheme": "HTTPS"}
-    assert port["containerPort"] == _parsed(_deployment()["spec"]["template"]["spec"]).port
+        assert get == {"path": path, "port": probes["name"]}  # plain HTTP: the kubelet's default scheme
+    parsed = _parsed(_deployment()["spec"]["template"]["spec"])
+    assert https["containerPort"] == parsed.port
+    assert probes["containerPort"] == parsed.probe_port
 
 
 def test_the_tls_flags_point_into_the_serving_secret_mounted_whole_without_subpath() -> None:

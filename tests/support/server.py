@@ -13,8 +13,7 @@ from pathlib import Path
 import httpx
 
 from app.admission import AdmissionRequest, AdmissionResponse, Handler, allowed
-from app.settings import ServeSettings
-from app.web.http import Limits
+from app.settings import Limits, ServeSettings
 from app.web.metrics import ServerMetrics
 from app.web.server import WebhookServer, build_server
 
