@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-# The apiserver refuses request bodies over 3 MiB, and etcd stores objects up to 1.5 MiB. A review carries
-# the object being written (<= 3 MiB, it is not stored yet) and, on UPDATE, the stored old object
-# (<= 1.5 MiB) plus a small envelope: 5 MiB admits every review the apiserver can send and refuses
-# anything larger before it is parsed. (Worst case held in memory: this times the connection cap, for at
-# most the body timeout.)
-MAX_BODY_BYTES = 5 * 1024 * 1024
+# A review carries the object being written and, on UPDATE, the stored old one. The apiserver takes
+# request bodies up to 3 MiB and etcd stores up to 1.5 MiB by default, but etcd's limit is configurable
+# and an object sent as protobuf or YAML grows when the review re-encodes it as JSON: 2 x 3 MiB + 1 MiB
+# for the envelope admits every review whatever the cluster's storage settings, and refuses anything
+# larger before it is parsed. Held in memory for at most the body timeout.
+MAX_BODY_BYTES = 7 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class Limits:
     # From the connection's start (or the first byte of a kept-alive request) to the end of the head:
     # the apiserver writes a request in one go, so seconds here is only ever a slow or hostile client.
     head_seconds: float = 5.0
-    # From the end of the head to the end of the body: 5 MiB at a slow 10 Mbit/s takes 4 s.
+    # From the end of the head to the end of the body: 7 MiB at a slow 10 Mbit/s takes 6 s.
     body_seconds: float = 10.0
     # Idle keep-alive. Go's http.Transport (the apiserver's client) drops idle connections after 90 s;
     # keeping ours longer means the client always closes first, so it never sends a review on a

@@ -18,7 +18,7 @@ Plain = tuple[int, bytes, bytes]
 JSON = b"application/json"
 PROMETHEUS = b"text/plain; version=0.0.4; charset=utf-8"
 # The event loop beats at least once a second (the connection sweeper); a loop that has not for this long
-# is wedged, and /healthz on the probe listener says so. Handling the largest review (5 MiB) takes well
+# is wedged, and /healthz on the probe listener says so. Handling the largest review (7 MiB) takes well
 # under a second, so 5 s is never a busy loop, and a kubelet liveness probe (10 s period, 3 failures)
 # restarts a wedged pod within about 30 s.
 STALL_SECONDS = 5.0

@@ -25,9 +25,6 @@ from app.logs import AccessLog
 from app.settings import MAX_BODY_BYTES
 from app.web.metrics import ServerMetrics
 
-# What a refusal may quote of the client's input (a JSON error names a position, never the whole body).
-MAX_ECHO_CHARS = 200
-
 log = logging.getLogger("tls_injector.admission")
 
 Headers = tuple[tuple[bytes, bytes], ...]
@@ -36,7 +33,7 @@ Headers = tuple[tuple[bytes, bytes], ...]
 class HttpError(Exception):
     def __init__(self, status: int, message: str, headers: Headers = ()) -> None:
         super().__init__(message)
-        self.status, self.message, self.headers = status, message[:MAX_ECHO_CHARS], headers
+        self.status, self.message, self.headers = status, message, headers
 
 
 class AdmissionEndpoint:

@@ -125,6 +125,7 @@ class HttpConnection(asyncio.Protocol):
         self.content_length = b""
         self.expect_continue = False
         self.head_size = 0
+        self.unparsed_head = 0
         self.header_count = 0
         self.body: list[bytes] = []
         self.body_size = 0
@@ -148,6 +149,10 @@ class HttpConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.phase == LINGER:
             return  # an error was answered: what follows is dropped until the connection closes
+        if self.phase != BODY:
+            # The parser reports a header only once it is complete: a head that never ends is counted
+            # here, as received, and checked once this read is parsed.
+            self.unparsed_head += len(data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as error:
@@ -157,6 +162,13 @@ class HttpConnection(asyncio.Protocol):
             self._fail(HttpError(400, "protocol upgrades are not served"))
         except httptools.HttpParserError:
             self._fail(HttpError(400, "malformed HTTP request"))
+        else:
+            if self.phase in (NEW, HEAD) and self.unparsed_head > self.limits.max_head_bytes:
+                self._head_too_large()
+
+    def _head_too_large(self) -> None:
+        self.connections.metrics.connections_closed.labels("head_too_large").inc()
+        self._fail(HttpError(431, f"request head larger than {self.limits.max_head_bytes} bytes"))
 
     def eof_received(self) -> bool | None:
         return None  # close our side too
@@ -189,12 +201,12 @@ class HttpConnection(asyncio.Protocol):
     def _count_head(self, size: int) -> None:
         self.head_size += size
         if self.head_size > self.limits.max_head_bytes:
-            self.connections.metrics.connections_closed.labels("head_too_large").inc()
-            self._fail(HttpError(431, f"request head larger than {self.limits.max_head_bytes} bytes"))
+            self._head_too_large()
             raise _Stop
 
     def on_headers_complete(self) -> None:
         self.phase = BODY
+        self.unparsed_head = 0
         self.deadline = time.monotonic() + self.limits.body_seconds
         path = self.url.split(b"?", 1)[0]
         self.endpoint = self.routes.admission.get(path)

@@ -1,0 +1,168 @@
+"""One test per way a client can try to hurt the HTTPS port: each must be bounded by a limit, answered
+with a status where one can still be read, and must not slow anyone else down. The server's limits are
+set small (tests.support.attack.SMALL); /healthz on the probe listener is watched throughout."""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import ssl
+import threading
+import time
+from pathlib import Path
+
+from tests.support.attack import SMALL, ProbeWatch, closed, closed_within, mutate_once, small_server, tls_connect
+from tests.support.process import read_response
+
+# For the connection-cap tests: deadlines far from the few seconds it takes to open the flood, so only
+# the cap closes connections.
+PATIENT = dataclasses.replace(SMALL, handshake_seconds=30, head_seconds=30, body_seconds=30, idle_seconds=60)
+
+
+def test_a_huge_header_is_431_within_milliseconds_and_others_are_not_held_up(tmp_path: Path) -> None:
+    with small_server(tmp_path) as server, ProbeWatch(server) as probes, tls_connect(server) as other:
+        assert mutate_once(other) == 200
+        with tls_connect(server) as attacker:
+            started = time.monotonic()
+            attacker.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (SMALL.max_head_bytes * 4))
+            status, _ = read_response(attacker)
+            answered = time.monotonic() - started
+            assert status == 431
+            assert answered < 1.0, f"431 after {answered:.2f} s"
+            assert closed_within(attacker, 2) is not None
+        assert mutate_once(other) == 200
+    probes.assert_healthy()
+
+
+def test_too_many_header_fields_is_431(tmp_path: Path) -> None:
+    with small_server(tmp_path) as server, tls_connect(server) as attacker:
+        fields = b"".join(b"X-%d: y\r\n" % i for i in range(SMALL.max_headers + 1))
+        attacker.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + fields + b"\r\n")
+        assert read_response(attacker)[0] == 431
+
+
+def test_slowloris_on_the_head_is_closed_at_the_head_timeout(tmp_path: Path) -> None:
+    with small_server(tmp_path) as server, ProbeWatch(server) as probes, tls_connect(server) as attacker:
+        stop = threading.Event()
+
+        def trickle() -> None:  # one header byte every 50 ms: the head never ends
+            attacker.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\n")
+            while not stop.wait(0.05):
+                try:
+                    attacker.sendall(b"X")
+                except OSError:
+                    return
+
+        thread = threading.Thread(target=trickle, daemon=True)
+        started = time.monotonic()
+        thread.start()
+        elapsed = closed_within(attacker, 5)
+        stop.set()
+        thread.join(timeout=2)
+        assert elapsed is not None, "a trickled head kept its connection"
+        assert SMALL.head_seconds * 0.9 <= time.monotonic() - started < SMALL.head_seconds + 2.0
+        with tls_connect(server) as other:
+            assert mutate_once(other) == 200
+    probes.assert_healthy()
+
+
+def test_slowloris_on_the_body_is_closed_at_the_body_timeout(tmp_path: Path) -> None:
+    with small_server(tmp_path) as server, ProbeWatch(server) as probes, tls_connect(server) as attacker:
+        attacker.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 100000\r\n\r\n{")
+        started = time.monotonic()
+        for _ in range(5):
+            attacker.sendall(b" ")
+            time.sleep(0.05)
+        status, _ = read_response(attacker)
+        assert status == 408
+        assert closed_within(attacker, 2) is not None
+        assert SMALL.body_seconds * 0.9 <= time.monotonic() - started < SMALL.body_seconds + 2.0
+    probes.assert_healthy()
+
+
+def test_a_connection_that_never_completes_its_handshake_is_closed_at_the_handshake_timeout(tmp_path: Path) -> None:
+    with small_server(tmp_path) as server, ProbeWatch(server) as probes:
+        with socket.create_connection(("127.0.0.1", server.port)) as raw:
+            raw.sendall(b"\x16\x03\x01")  # the start of a ClientHello, then nothing
+            elapsed = closed_within(raw, 5)
+        assert elapsed is not None, "a stalled handshake kept its connection"
+        assert SMALL.handshake_seconds * 0.9 <= elapsed < SMALL.handshake_seconds + 2.0
+    probes.assert_healthy()
+
+
+def test_a_connection_that_says_nothing_after_its_handshake_is_closed_at_the_head_timeout(tmp_path: Path) -> None:
+    with small_server(tmp_path) as server, tls_connect(server) as silent:
+        elapsed = closed_within(silent, 5)
+        assert elapsed is not None
+        assert elapsed < SMALL.head_seconds + 2.0
+
+
+def test_an_idle_kept_alive_connection_is_closed_at_the_idle_timeout(tmp_path: Path) -> None:
+    with small_server(tmp_path) as server, tls_connect(server) as idle:
+        assert mutate_once(idle) == 200
+        elapsed = closed_within(idle, 5)
+        assert elapsed is not None
+        assert SMALL.idle_seconds * 0.9 <= elapsed < SMALL.idle_seconds + 2.0
+
+
+def test_a_flood_of_idle_connections_beyond_the_cap_cannot_lock_out_a_client(tmp_path: Path) -> None:
+    with small_server(tmp_path, PATIENT) as server, ProbeWatch(server) as probes:
+        flood = [tls_connect(server) for _ in range(PATIENT.max_connections)]
+        try:
+            for sock in flood:  # every slot now holds a kept-alive idle connection
+                assert mutate_once(sock) == 200
+            with tls_connect(server) as newcomer:  # the cap is reached: the longest-idle one makes room
+                assert mutate_once(newcomer) == 200
+            assert closed_within(flood[0], 1) is not None, "the longest-idle connection was not the one closed"
+            assert closed(server, "evicted_idle") >= 1
+        finally:
+            for sock in flood:
+                sock.close()
+    probes.assert_healthy()
+
+
+def test_connections_beyond_the_cap_with_none_idle_are_closed_and_do_not_stall_the_probes(tmp_path: Path) -> None:
+    with small_server(tmp_path, PATIENT) as server, ProbeWatch(server) as probes:
+        silent = [tls_connect(server) for _ in range(PATIENT.max_connections)]  # each awaits its head: busy
+        try:
+            with tls_connect(server) as extra:
+                assert closed_within(extra, 1) is not None, "a connection over the cap was kept"
+            assert closed(server, "over_capacity") >= 1
+        finally:
+            for sock in silent:
+                sock.close()
+    probes.assert_healthy()
+
+
+def test_a_big_body_in_flight_does_not_hold_up_other_reviews(tmp_path: Path) -> None:
+    with small_server(tmp_path) as server, ProbeWatch(server) as probes, tls_connect(server) as big, \
+            tls_connect(server) as other:
+        size = SMALL.max_body_bytes - 1024
+        big.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n" % size)
+        sent, latencies = 0, []
+        deadline = time.monotonic() + SMALL.body_seconds * 0.6
+        while time.monotonic() < deadline:  # the big body arrives in slices, a review between each
+            big.sendall(b" " * (size // 20))
+            sent += size // 20
+            started = time.monotonic()
+            assert mutate_once(other) == 200
+            latencies.append(time.monotonic() - started)
+        assert max(latencies) < 0.5, f"a review took {max(latencies):.2f} s beside a big body"
+        big.sendall(b" " * (size - sent))  # all whitespace: a 400 after the whole body, not a hang
+        assert read_response(big)[0] == 400
+    probes.assert_healthy()
+
+
+def test_a_body_over_the_cap_is_413_and_the_answer_survives_the_unread_rest(tmp_path: Path) -> None:
+    with small_server(tmp_path) as server, tls_connect(server) as attacker:
+        attacker.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n")
+        chunk = b"x" * 65536
+        try:
+            for _ in range(SMALL.max_body_bytes // len(chunk) + 4):
+                attacker.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        except (ssl.SSLError, ConnectionError):
+            pass  # the server may close once its linger ends; the answer is already on the wire
+        assert read_response(attacker)[0] == 413
