@@ -157,3 +157,15 @@ def _der() -> object:
     from cryptography.hazmat.primitives.serialization import Encoding
 
     return Encoding.DER
+
+
+def test_alpn_settles_a_client_offering_http2_on_http_1_1(tmp_path: Path) -> None:
+    """What Go's client (the apiserver's) offers by default: h2 first; the server picks HTTP/1.1."""
+    with running_server(tmp_path) as server:
+        context = server.client_context()
+        context.set_alpn_protocols(["h2", "http/1.1"])
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw, \
+                context.wrap_socket(raw, server_hostname="localhost") as tls:
+            assert tls.selected_alpn_protocol() == "http/1.1"
+            tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            assert tls.recv(64).startswith(b"HTTP/1.1 200")

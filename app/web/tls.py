@@ -33,6 +33,8 @@ def server_context(cert_file: Path, key_file: Path) -> ssl.SSLContext:
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.set_ciphers(TLS12_CIPHERS)
     context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE
+    # HTTP/1.1 only, said by ALPN: a client offering h2 (Go's, the apiserver's) then settles on HTTP/1.1.
+    context.set_alpn_protocols(["http/1.1"])
     context.load_cert_chain(cert_file, key_file)
     return context
 

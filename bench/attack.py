@@ -1,0 +1,75 @@
+"""Hold connections open against a TLS server, as a hostile or careless client would, until killed.
+
+    python -m bench.attack --port 8443 --idle 500 --trickle 50
+
+- idle: connect, complete the TLS handshake, send one GET /healthz, then say nothing (a kept-alive
+  connection left in a pool); reconnect when the server closes it.
+- trickle: connect and send a request head one byte every half second, never finishing it
+  (slowloris); reconnect when the server closes it.
+Prints how many connections were opened and closed by the server when it exits (SIGTERM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import ssl
+
+HEAD = b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nX-Slow: " + b"a" * 4096
+
+
+class Tally:
+    opened = 0
+    closed_by_server = 0
+
+
+async def idle(port: int, context: ssl.SSLContext, tally: Tally) -> None:
+    while True:
+        with contextlib.suppress(OSError, asyncio.IncompleteReadError, ssl.SSLError):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="localhost")
+            tally.opened += 1
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            await reader.readuntil(b"\r\n\r\n")
+            while await reader.read(65536):  # the body, then nothing until the server closes
+                pass
+            tally.closed_by_server += 1
+        await asyncio.sleep(0.1)
+
+
+async def trickle(port: int, context: ssl.SSLContext, tally: Tally) -> None:
+    while True:
+        with contextlib.suppress(OSError, asyncio.IncompleteReadError, ssl.SSLError):
+            _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="localhost")
+            tally.opened += 1
+            for byte in HEAD:
+                writer.write(bytes([byte]))
+                await writer.drain()
+                await asyncio.sleep(0.5)
+            tally.closed_by_server += 1
+        await asyncio.sleep(0.1)
+
+
+async def main(port: int, n_idle: int, n_trickle: int) -> None:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # the attacker does not care who answers
+    tally = Tally()
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    tasks = [asyncio.create_task(idle(port, context, tally)) for _ in range(n_idle)]
+    tasks += [asyncio.create_task(trickle(port, context, tally)) for _ in range(n_trickle)]
+    await stop.wait()
+    for task in tasks:
+        task.cancel()
+    print(f"opened {tally.opened} closed_by_server {tally.closed_by_server}", flush=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m bench.attack", description=__doc__)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--idle", type=int, default=500)
+    parser.add_argument("--trickle", type=int, default=50)
+    args = parser.parse_args()
+    asyncio.run(main(args.port, args.idle, args.trickle))
