@@ -158,6 +158,8 @@ def _documents(text: str, source: str) -> Iterator[tuple[str, dict[str, Any]]]:
         documents = list(yaml.load_all(text, Loader=_KubernetesYamlLoader))
     except yaml.YAMLError as error:
         raise InputError(f"{source}: not valid YAML or JSON: {error}") from None
+    except RecursionError:  # PyYAML composes nested nodes recursively: a crafted `[[[[...` ends here
+        raise InputError(f"{source}: not usable YAML: nested too deeply") from None
     for number, document in enumerate(documents, start=1):
         where = f"{source} (document {number})"
         if document is None:

@@ -267,7 +267,11 @@ def _run_bootstrap(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
     if cluster is None:
         print("tls-injector: no cluster configured (no in-cluster account, no kubeconfig)", file=sys.stderr)
         return 2
-    result = bootstrap(connect(cluster), settings, now=datetime.now(UTC))
+    try:
+        result = bootstrap(connect(cluster), settings, now=datetime.now(UTC))
+    except runner.KubeError as error:  # configuration that cannot be loaded: a message, not a traceback
+        print(f"tls-injector bootstrap: {error}", file=sys.stderr)
+        return EXIT_USAGE
     print(runner.summary(result.report), flush=True)
     for problem in result.problems:
         print(f"tls-injector bootstrap: {problem}", file=sys.stderr)

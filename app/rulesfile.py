@@ -54,6 +54,8 @@ def _parse(text: str, source: str) -> tuple[RuleSet, list[int]]:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:
         raise RulesFileError(f"{source}: not valid YAML: {error}") from None
+    except RecursionError:  # PyYAML composes nested nodes recursively: a crafted `[[[[...` ends here
+        raise RulesFileError(f"{source}: not usable YAML: nested too deeply") from None
     lines = _rule_lines(node)
     try:
         return build_rule_set(data), lines

@@ -54,7 +54,9 @@ def api_client(cluster: ClusterConfig) -> client.ApiClient:
             )
         else:
             config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    except (config.ConfigException, OSError, ValueError, TypeError, KeyError, AttributeError, yaml.YAMLError) as e:
+    # RecursionError: the kubeconfig is YAML, composed recursively, so a crafted deep nesting ends here.
+    except (config.ConfigException, OSError, ValueError, TypeError, KeyError, AttributeError, yaml.YAMLError,
+            RecursionError) as e:
         # One line: YAML errors span several lines (the marker and the context).
         reason = " ".join(str(e).split())
         raise KubeError(f"cannot load the cluster configuration ({cluster.describe}): {reason}") from e
