@@ -5,8 +5,8 @@ so a whole git diff of manifests can be checked at once. Objects are paired by a
 namespace and name; each pair goes through parse_review and the very handler `serve` uses. An object
 only in NEW is a CREATE and one only in OLD a DELETE: both always allowed, so they are only counted.
 
-An object in a namespace labelled tls-injector.io/inject=enabled is also judged by the rules scoped to
-enabled namespaces (the apiserver sends it to /validate/enabled-namespace as well). Offline there is no
+An object in a namespace labelled tls-injector.io/inject=enabled is judged by the handler of
+/validate/enabled-namespace instead, where the shipped entries send it. Offline there is no
 cluster to ask, so a namespace counts as enabled when named with --namespace-enabled, or when the input
 holds its Namespace labelled so in OLD or in NEW: `kubectl apply` creates and updates Namespaces before
 what lives in them, and a Namespace losing the label is itself rejected, so the objects meet an enabled
@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from app.admission import AdmissionResponse, Handler, allowed, denied, parse_review
+from app.admission import AdmissionResponse, Handler, parse_review
 
 NAMESPACE_OPT_IN = ("tls-injector.io/inject", "enabled")
 
@@ -73,16 +73,13 @@ class Report:
 
 def check(old: dict[Key, dict[str, Any]], new: dict[Key, dict[str, Any]], handler: Handler, *,
           enabled_handler: Handler | None = None, enabled: frozenset[str] = frozenset()) -> Report:
-    """Each pair judged by `handler`, and also by `enabled_handler` when its namespace is in `enabled`."""
+    """Each pair judged by `enabled_handler` when its namespace is in `enabled`, else by `handler`."""
     outcomes = []
     for key, obj in new.items():
         if key not in old:
             continue
-        request = parse_review(_update_review(key, old[key], obj))
-        response = handler(request)
-        if enabled_handler is not None and key[2] in enabled:
-            response = _both(response, enabled_handler(request))
-        outcomes.append(Outcome(key, response))
+        judge = enabled_handler if enabled_handler is not None and key[2] in enabled else handler
+        outcomes.append(Outcome(key, judge(parse_review(_update_review(key, old[key], obj)))))
     return Report(tuple(outcomes), created=len(new.keys() - old.keys()), deleted=len(old.keys() - new.keys()))
 
 
@@ -98,19 +95,6 @@ def _labels(obj: dict[str, Any]) -> dict[str, Any]:
     metadata = obj.get("metadata")
     labels = metadata.get("labels") if isinstance(metadata, dict) else None
     return labels if isinstance(labels, dict) else {}
-
-
-def _both(first: AdmissionResponse, second: AdmissionResponse) -> AdmissionResponse:
-    """Two webhooks' answers to one request as the user meets them: any denial denies (all are shown
-    here, where the apiserver stops at one); an allowed request carries both sets of warnings."""
-    denials = [r for r in (first, second) if not r["allowed"]]
-    if not denials:
-        return allowed(first["uid"], warnings=[*first.get("warnings", []), *second.get("warnings", [])])
-    if len(denials) == 1:
-        return denials[0]
-    status = denials[0]["status"]
-    message = "\n".join(r["status"]["message"] for r in denials)
-    return denied(first["uid"], message, code=status["code"], reason=status["reason"])
 
 
 def load_manifests(location: str) -> dict[Key, dict[str, Any]]:

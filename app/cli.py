@@ -427,17 +427,19 @@ def admission_handlers(
 ) -> AdmissionHandlers:
     """Every admission handler; raises RulesFileError for a bad `settings.rules_file`.
 
-    /validate enforces the built-in transition rules plus the rules file's; /validate/enabled-namespace
-    the rules scoped to enabled namespaces (the apiserver sends it only requests from those). /mutate
-    injects; its record carries the CA fingerprints `ca_fingerprints` returns (serve feeds it from
-    --trust-bundle-file). Only /validate adds the dry-run preview line, so kubectl shows it once.
+    /validate enforces the built-in transition rules plus the rules file's that hold outside enabled
+    namespaces, /validate/enabled-namespace those that hold in them (the shipped entries send each
+    workload update to one of the two, by the namespace's label). /mutate injects; its record carries
+    the CA fingerprints `ca_fingerprints` returns (serve feeds it from --trust-bundle-file). Both
+    validate paths add the dry-run preview line: a workload update reaches only one of them.
     """
     options = InjectionOptions(pod_certificates=settings.pod_certificates, default_mode=settings.default_mode)
     rule_set = load_rule_set(settings.rules_file)
     return AdmissionHandlers(
         mutate=make_mutate_handler(options, ca_fingerprints=ca_fingerprints),
         validate=with_preview(make_validate_handler(rule_set), options),
-        validate_enabled_namespace=make_validate_handler(rule_set, SCOPE_ENABLED_NAMESPACES),
+        validate_enabled_namespace=with_preview(make_validate_handler(rule_set, SCOPE_ENABLED_NAMESPACES),
+                                                options),
     )
 
 

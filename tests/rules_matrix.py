@@ -129,8 +129,10 @@ ENABLED_NAMESPACE_TRANSITIONS = [
     Transition("opted out stays opted out while its name changes", OPTED_OUT_X, OPTED_OUT_Y, allowed=True),
     Transition("enable by dropping the opt-out", OPTED_OUT_X, UNLABELLED_X, allowed=True, warns=True),
     Transition("enable by turning the opt-out to true", OPTED_OUT_X, ON_X, allowed=True, warns=True),
-    # /validate cannot see the namespace, so it takes the added "true" for an enable and says so.
-    Transition("label an unlabelled template true", OFF, ON_DEFAULT, allowed=True, warns=True),
+    # TLS is on either way in an enabled namespace: "true" <-> absent changes nothing, so no warning.
+    Transition("label an unlabelled template true", OFF, ON_DEFAULT, allowed=True),
+    Transition("drop a redundant true", ON_X, UNLABELLED_X, allowed=True),
+    Transition("drop a redundant true, default secret", ON_DEFAULT, OFF, allowed=True),
     Transition("disable an unlabelled template", OFF, OPTED_OUT, allowed=False),
     Transition("disable a named unlabelled template", UNLABELLED_X, OPTED_OUT_X, allowed=False),
     Transition("disable a template labelled true", ON_X, OPTED_OUT_X, allowed=False),

@@ -181,7 +181,7 @@ def test_a_namespace_may_gain_the_opt_in_but_not_lose_it(
 @pytest.mark.parametrize("how", ["flag", "namespace-in-old", "namespace-in-new", "namespace-enabled-by-the-change"])
 @pytest.mark.parametrize("kind", ["Deployment", "CronJob"])
 @pytest.mark.parametrize("transition", ENABLED_NAMESPACE_TRANSITIONS, ids=lambda t: t.name)
-def test_a_workload_in_an_enabled_namespace_is_judged_by_the_enabled_namespace_rules_too(
+def test_a_workload_in_an_enabled_namespace_is_judged_by_the_enabled_namespace_rules(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], transition: Transition, kind: str, how: str
 ) -> None:
     old_objects, new_objects = [templated(kind, transition.old)], [templated(kind, transition.new)]
@@ -213,10 +213,18 @@ def test_without_the_namespace_being_enabled_an_opt_out_is_allowed(
     assert run(capsys, "--old", str(old), "--new", str(new), "--namespace-enabled", "elsewhere")[0] == 0
 
 
-def test_two_failing_rules_from_both_paths_are_both_shown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_enabled_namespace_is_judged_by_its_own_rules_only(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Dropping a "true" disables TLS elsewhere, but in an enabled namespace TLS stays on: the
+    apiserver sends that update to /validate/enabled-namespace only, and check does the same."""
     old, new = write(tmp_path / "old.yaml", workload("Deployment", ON_X)), write(
-        tmp_path / "new.yaml", workload("Deployment", ("false", "x-tls")))
-    status, out, _ = run(capsys, "--old", str(old), "--new", str(new), "--namespace-enabled", "shop")
+        tmp_path / "new.yaml", workload("Deployment", (None, "x-tls")))
+    status, out, _ = run(capsys, "--old", str(old), "--new", str(new))
     assert status == 1
     assert 'rule "workload-tls-transition"' in out
+    assert run(capsys, "--old", str(old), "--new", str(new), "--namespace-enabled", "shop")[0] == 0
+    opted_out = write(tmp_path / "out.yaml", workload("Deployment", ("false", "x-tls")))
+    status, out, _ = run(capsys, "--old", str(old), "--new", str(opted_out), "--namespace-enabled", "shop")
+    assert status == 1
     assert 'rule "enabled-namespace-workload-tls-transition"' in out
+    assert 'rule "workload-tls-transition"' not in out

@@ -90,13 +90,28 @@ def test_the_built_in_rules_cover_the_workload_kinds_cronjobs_and_namespaces() -
                      "enabled-namespace-workload-tls-transition": APPS_KINDS,
                      "enabled-namespace-cronjob-tls-transition": cronjobs,
                      "workload-tls-mode-transition": APPS_KINDS}
-    assert {name for name, rule in rules.items() if rule.scope == "enabled-namespaces"} == {
-        "enabled-namespace-workload-tls-transition", "enabled-namespace-cronjob-tls-transition"}
+    assert {name: rule.scope for name, rule in rules.items()} == {
+        "workload-tls-transition": "other-namespaces", "cronjob-tls-transition": "other-namespaces",
+        "namespace-tls-transition": "all", "workload-tls-mode-transition": "all",
+        "enabled-namespace-workload-tls-transition": "enabled-namespaces",
+        "enabled-namespace-cronjob-tls-transition": "enabled-namespaces"}
 
 
-def test_a_scope_other_than_all_or_enabled_namespaces_is_refused() -> None:
+def test_each_path_runs_the_rules_of_its_kind_of_namespace_and_those_of_all() -> None:
+    rules = default_rule_set()
+    assert [r.name for r in rules.scoped("enabled-namespaces")] == [
+        "namespace-tls-transition", "enabled-namespace-workload-tls-transition",
+        "enabled-namespace-cronjob-tls-transition", "workload-tls-mode-transition"]
+    assert [r.name for r in rules.scoped("other-namespaces")] == [
+        "workload-tls-transition", "cronjob-tls-transition", "namespace-tls-transition",
+        "workload-tls-mode-transition"]
+    with pytest.raises(ValueError, match="not all"):
+        rules.scoped("all")
+
+
+def test_an_unknown_scope_is_refused() -> None:
     message = problems_in("rules:\n" + GOOD_RULE + "    scope: everywhere\n")
-    assert "rules[0] (keep-tls) scope: must be one of all, enabled-namespaces" in message
+    assert "rules[0] (keep-tls) scope: must be one of all, enabled-namespaces, other-namespaces" in message
 
 
 def test_a_rules_file_adds_to_the_built_in_rules_unless_it_says_otherwise(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from app.cli import admission_handlers
+from app.injection.names import MODE_ANNOTATION, MODE_POD_CERTIFICATE
 from app.settings import ServeSettings
 from tests.rules_matrix import (
     ENABLED_NAMESPACE_RULES,
@@ -18,6 +19,7 @@ from tests.rules_matrix import (
     NAMESPACE_ENABLED_WARNING,
     NAMESPACE_FIX,
     NAMESPACE_TRANSITIONS,
+    OFF,
     ON_X,
     ON_Y,
     ROLL,
@@ -194,34 +196,42 @@ def test_namespace_updates_may_add_the_opt_in_but_not_remove_or_change_it(
     assert NAMESPACE_FIX in message
 
 
-def both_paths(client: httpx.Client, sent: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """What the apiserver asks for an object in an enabled namespace: /validate and the enabled entry."""
-    return post(client, sent), post(client, sent, "/validate/enabled-namespace")
+ENABLED_PATH = "/validate/enabled-namespace"
 
 
+@pytest.mark.parametrize("dry_run", [False, True], ids=["real", "dry-run"])
 @pytest.mark.parametrize("kind", [*WORKLOAD_KINDS, "CronJob"])
 @pytest.mark.parametrize("transition", ENABLED_NAMESPACE_TRANSITIONS, ids=lambda t: t.name)
 def test_workloads_in_an_enabled_namespace_may_not_opt_out_or_swap(
-    client: httpx.Client, transition: Transition, kind: str
+    client: httpx.Client, transition: Transition, kind: str, dry_run: bool
 ) -> None:
+    """The apiserver sends an update from an enabled namespace to this path alone: its answer is the verdict."""
     old, new = templated(kind, transition.old), templated(kind, transition.new)
     gvk = BATCH_CRONJOB if kind == "CronJob" else (*APPS, kind)
-    general, enabled = both_paths(client, review(operation="UPDATE", obj=new, old=old, kind=gvk, namespace="shop"))
-    assert (general["allowed"] and enabled["allowed"]) is transition.allowed, (general, enabled)
-    warnings = [*general.get("warnings", []), *enabled.get("warnings", [])]
-    if transition.allowed:
-        assert any(ROLL in w for w in warnings) is transition.warns
-        return
-    # The enabled-namespace rule is what catches a disable or swap the label alone would not reveal.
-    assert_verdict(enabled, allowed=False, warns=False, rule=ENABLED_NAMESPACE_RULES[kind])
+    sent = review(operation="UPDATE", obj=new, old=old, kind=gvk, namespace="shop", dry_run=dry_run)
+    assert_verdict(post(client, sent, ENABLED_PATH), allowed=transition.allowed, warns=transition.warns,
+                   rule=ENABLED_NAMESPACE_RULES[kind])
 
 
-def test_the_enabled_namespace_path_judges_only_its_own_rules(client: httpx.Client) -> None:
-    """Outside an enabled namespace an opt-out of an unlabelled template is allowed, and the
-    enabled-namespace path never runs the general rules (no duplicate verdicts)."""
+def test_each_path_judges_by_its_own_kind_of_namespace(client: httpx.Client) -> None:
+    """An opt-out of an unlabelled template is nobody's business outside an enabled namespace, and a
+    disable inside one; dropping a "true" is the reverse. Neither path runs the other's rules."""
     old, new = workload("Deployment", (None, None)), workload("Deployment", ("false", None))
     sent = review(operation="UPDATE", obj=new, old=old, kind=(*APPS, "Deployment"), namespace="shop")
     assert post(client, sent)["allowed"] is True
-    assert post(client, sent, "/validate/enabled-namespace")["allowed"] is False
-    disable = review(operation="UPDATE", obj=namespace(None), old=namespace("enabled"), kind=("", "v1", "Namespace"))
-    assert post(client, disable, "/validate/enabled-namespace")["allowed"] is True
+    assert post(client, sent, ENABLED_PATH)["allowed"] is False
+    old, new = workload("Deployment", ON_X), workload("Deployment", (None, "x-tls"))
+    sent = review(operation="UPDATE", obj=new, old=old, kind=(*APPS, "Deployment"), namespace="shop")
+    assert_verdict(post(client, sent), allowed=False, warns=False, rule="workload-tls-transition")
+    assert post(client, sent, ENABLED_PATH) == {"uid": sent["request"]["uid"], "allowed": True}
+
+
+def test_the_rules_of_every_namespace_hold_on_the_enabled_path_too(client: httpx.Client) -> None:
+    """An unlabelled template in an enabled namespace has TLS, so moving it back from pod certificates to
+    the Secret is refused there as anywhere (workload-tls-mode-transition holds in all namespaces)."""
+    old, new = workload("Deployment", OFF), workload("Deployment", OFF)
+    old["spec"]["template"]["metadata"]["annotations"] = {MODE_ANNOTATION: MODE_POD_CERTIFICATE}
+    sent = review(operation="UPDATE", obj=new, old=old, kind=(*APPS, "Deployment"), namespace="shop")
+    answer = post(client, sent, ENABLED_PATH)
+    assert answer["allowed"] is False
+    assert 'rule "workload-tls-mode-transition"' in answer["status"]["message"]

@@ -10,6 +10,7 @@ from app.rules.judge import Change, Failure, Verdict, judge, self_value
 from app.rules.model import (
     SCOPE_ALL,
     SCOPE_ENABLED_NAMESPACES,
+    SCOPE_OTHER_NAMESPACES,
     SCOPES,
     Match,
     Problem,
@@ -26,6 +27,7 @@ __all__ = [
     "SCOPES",
     "SCOPE_ALL",
     "SCOPE_ENABLED_NAMESPACES",
+    "SCOPE_OTHER_NAMESPACES",
     "Change",
     "Failure",
     "Match",

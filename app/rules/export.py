@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from app.rules.handler import DENIED_REASON
-from app.rules.model import SCOPE_ENABLED_NAMESPACES, Match, Rule, RuleSet
+from app.rules.model import SCOPE_ENABLED_NAMESPACES, SCOPE_OTHER_NAMESPACES, Match, Rule, RuleSet
 from app.rules.paths import cel_value_or_empty, format_path
 
 ADMISSIONREGISTRATION = "admissionregistration.k8s.io/v1"
@@ -31,8 +31,8 @@ ExportFormat = Literal["vap", "crd"]
 SYSTEM_NAMESPACES = ("kube-system", "kube-node-lease", "kube-public")
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 DEFAULT_OWN_NAMESPACE = "tls-injector"
-# A rule scoped to enabled namespaces binds only there, as its webhook entry selects them.
-NAMESPACE_OPT_IN_LABELS = {"tls-injector.io/inject": "enabled"}
+# A rule scoped to enabled (other) namespaces binds only in (outside) those, as its webhook entry selects.
+NAMESPACE_OPT_IN_LABEL, NAMESPACE_OPT_IN = "tls-injector.io/inject", "enabled"
 
 
 def export_documents(rule_set: RuleSet, *, fmt: ExportFormat,
@@ -122,7 +122,10 @@ def _binding(name: str, action: Literal["Deny", "Warn"], excluded: list[str], sc
     outside = {"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": excluded}
     selector: dict[str, Any] = {"matchExpressions": [outside]}
     if scope == SCOPE_ENABLED_NAMESPACES:
-        selector["matchLabels"] = dict(NAMESPACE_OPT_IN_LABELS)
+        selector["matchLabels"] = {NAMESPACE_OPT_IN_LABEL: NAMESPACE_OPT_IN}
+    elif scope == SCOPE_OTHER_NAMESPACES:  # NotIn also matches a namespace without the label
+        selector["matchExpressions"].append(
+            {"key": NAMESPACE_OPT_IN_LABEL, "operator": "NotIn", "values": [NAMESPACE_OPT_IN]})
     return {
         "apiVersion": ADMISSIONREGISTRATION,
         "kind": "ValidatingAdmissionPolicyBinding",

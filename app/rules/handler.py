@@ -11,21 +11,22 @@ from __future__ import annotations
 
 from app.admission import AdmissionRequest, AdmissionResponse, Handler, allowed, denied
 from app.rules.judge import Verdict, judge
-from app.rules.model import SCOPE_ALL, RuleSet
+from app.rules.model import SCOPE_OTHER_NAMESPACES, RuleSet
 
 DENIED_CODE = 422
 DENIED_REASON = "Invalid"
 
 
-def make_validate_handler(rule_set: RuleSet, scope: str = SCOPE_ALL) -> Handler:
+def make_validate_handler(rule_set: RuleSet, namespaces: str = SCOPE_OTHER_NAMESPACES) -> Handler:
     """Only UPDATE is judged: CREATE and DELETE are always allowed, CONNECT is ignored (allowed).
 
-    Only the rules of `scope` run: each webhook path serves one scope (see model.SCOPES).
+    Only the rules that hold in `namespaces` run (see RuleSet.scoped): /validate serves the namespaces
+    not labelled enabled, /validate/enabled-namespace the enabled ones.
 
     dryRun is not looked at: the handler has no side effects, so a server-side dry run gets the very
     verdict, message and warnings of the real request.
     """
-    rules = rule_set.scoped(scope)
+    rules = rule_set.scoped(namespaces)
 
     def validate(request: AdmissionRequest) -> AdmissionResponse:
         if request.operation != "UPDATE" or request.object is None or request.old_object is None:

@@ -21,12 +21,14 @@ RULE_VARIABLES = ("self", "oldSelf")
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _RULE_FIELDS = frozenset({"name", "match", "self", "expression", "message", "fields", "warnWhen", "warning",
                           "scope"})
-# Where a rule holds. `all`: every namespace the webhook sees (the /validate entry). `enabled-namespaces`:
-# only namespaces labelled tls-injector.io/inject=enabled; the apiserver sends those requests to their own
-# path (/validate/enabled-namespace), selected by that label, so the webhook knows without reading the API.
+# Where a rule holds. `enabled-namespaces`: only namespaces labelled tls-injector.io/inject=enabled;
+# `other-namespaces`: only the rest; `all`: both. The apiserver tells the two apart for us: the built-in
+# entries select by that label and send each to its own path (/validate/enabled-namespace, /validate), so
+# the webhook knows without reading the API, and each request is judged on exactly one path.
 SCOPE_ALL = "all"
 SCOPE_ENABLED_NAMESPACES = "enabled-namespaces"
-SCOPES = (SCOPE_ALL, SCOPE_ENABLED_NAMESPACES)
+SCOPE_OTHER_NAMESPACES = "other-namespaces"
+SCOPES = (SCOPE_ALL, SCOPE_ENABLED_NAMESPACES, SCOPE_OTHER_NAMESPACES)
 _REQUIRED = ("name", "match", "expression", "message")
 _MATCH_FIELDS = frozenset({"group", "version", "kind", "resource"})
 _TOP_FIELDS = frozenset({"rules", "includeDefaults"})
@@ -110,9 +112,13 @@ class RuleSet:
     def __iter__(self) -> Iterator[Rule]:
         return iter(self.rules)
 
-    def scoped(self, scope: str) -> RuleSet:
-        """Only the rules that hold in `scope` (one handler per webhook path)."""
-        return RuleSet(tuple(r for r in self.rules if r.scope == scope), include_defaults=self.include_defaults)
+    def scoped(self, namespaces: str) -> RuleSet:
+        """The rules that hold in `namespaces` (enabled- or other-namespaces): theirs and those of scope
+        all. One handler per webhook path, one path per kind of namespace."""
+        if namespaces == SCOPE_ALL:
+            raise ValueError("a path serves enabled-namespaces or other-namespaces, not all")
+        kept = tuple(r for r in self.rules if r.scope in (SCOPE_ALL, namespaces))
+        return RuleSet(kept, include_defaults=self.include_defaults)
 
     def merged_with(self, other: RuleSet) -> RuleSet:
         """This set followed by `other`; a name in both is an error (two rules, one name in messages)."""

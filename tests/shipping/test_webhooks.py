@@ -10,12 +10,21 @@ from cel_expr_python import cel
 
 from app.admission import parse_review
 from app.cli import admission_handlers
-from app.injection.names import INJECT_LABEL, NAMESPACE_OPT_IN, POD_OPT_IN, POD_OPT_OUT
+from app.injection.names import (
+    INJECT_LABEL,
+    MODE_ANNOTATION,
+    MODE_POD_CERTIFICATE,
+    NAMESPACE_OPT_IN,
+    POD_OPT_IN,
+    POD_OPT_OUT,
+)
+from app.rulesfile import load_rule_set
 from app.settings import ServeSettings
 from tests.rules_matrix import (
     ENABLED_NAMESPACE_TRANSITIONS,
     NAMESPACE_TRANSITIONS,
     OFF,
+    WORKLOAD_KINDS,
     WORKLOAD_TRANSITIONS,
     Transition,
     templated,
@@ -270,16 +279,20 @@ def test_the_admission_policy_bindings_skip_the_same_namespaces_as_the_webhooks(
     bindings = list(of_kind(objects, "ValidatingAdmissionPolicyBinding"))
     assert bindings
     excluded = SYSTEM_NAMESPACES | {_injector_namespace()}
+    scopes = {rule.name: rule.scope for rule in load_rule_set(None)}
+    assert set(scopes.values()) == {"all", "enabled-namespaces", "other-namespaces"}
     for binding in bindings:
         selector = binding["spec"]["matchResources"]["namespaceSelector"]
-        assert [(e["key"], e["operator"], set(e["values"])) for e in selector["matchExpressions"]] == [
-            (NAME_LABEL, "NotIn", excluded)]
+        first = selector["matchExpressions"][0]
+        assert (first["key"], first["operator"], set(first["values"])) == (NAME_LABEL, "NotIn", excluded)
         for namespace in excluded:
-            assert not matches(selector, {NAME_LABEL: namespace, INJECT_LABEL: NAMESPACE_OPT_IN})
-        assert matches(selector, {NAME_LABEL: "shop", INJECT_LABEL: NAMESPACE_OPT_IN})
-        # The enabled-namespace policies, like their webhook entries, bind in enabled namespaces only.
-        enabled_only = binding["metadata"]["name"].startswith("tls-injector.enabled-namespace-")
-        assert matches(selector, {NAME_LABEL: "shop"}) is not enabled_only
+            for inject in ({}, {INJECT_LABEL: NAMESPACE_OPT_IN}):
+                assert not matches(selector, {NAME_LABEL: namespace} | inject)
+        # Like their webhook entries, the scoped policies bind in enabled namespaces only, or outside them.
+        scope = scopes[binding["spec"]["policyName"].removeprefix("tls-injector.").removesuffix(".warnings")]
+        assert matches(selector, ENABLED_NS) is (scope != "other-namespaces")
+        for other in OTHER_NAMESPACES:
+            assert matches(selector, other) is (scope != "enabled-namespaces")
 
 
 ENABLED_PATH = "/validate/enabled-namespace"
@@ -309,43 +322,62 @@ def _judged(handler_path: str, kind: str, old: Obj, new: Obj) -> tuple[bool, boo
 
 PLAIN_NS = {NAME_LABEL: "shop"}
 ENABLED_NS = PLAIN_NS | {INJECT_LABEL: NAMESPACE_OPT_IN}
+OTHER_NAMESPACES = (PLAIN_NS, PLAIN_NS | {INJECT_LABEL: "disabled"})
 TEMPLATE_CASES = [(f"{kind}: {t.name}", kind, t) for kind in ("Deployment", "CronJob") for t in WORKLOAD_TRANSITIONS]
-ENABLED_CASES = [(f"{kind}: {t.name}", kind, t) for kind in ("StatefulSet", "CronJob")
+ENABLED_CASES = [(f"{kind}: {t.name}", kind, t) for kind in (*WORKLOAD_KINDS, "CronJob")
                  for t in ENABLED_NAMESPACE_TRANSITIONS]
+RESOURCES = {"Deployment": "deployments", "StatefulSet": "statefulsets", "DaemonSet": "daemonsets",
+             "CronJob": "cronjobs"}
 
 
 @pytest.mark.parametrize(("case", "kind", "transition"), TEMPLATE_CASES, ids=[c[0] for c in TEMPLATE_CASES])
 def test_every_template_update_that_matters_reaches_validate_once(case: str, kind: str,
                                                                  transition: Transition) -> None:
-    """Denied or warned -> the shipped entries send it to /validate, exactly once, in any namespace."""
+    """Denied or warned -> outside enabled namespaces the shipped entries send it to /validate, exactly
+    once, and never to /validate/enabled-namespace; from an enabled namespace never to /validate."""
     old, new = templated(kind, transition.old), templated(kind, transition.new)
-    resource = "cronjobs" if kind == "CronJob" else "statefulsets" if kind == "StatefulSet" else "deployments"
+    resource = RESOURCES[kind]
     matters = _judged("/validate", kind, old, new) != (True, False)
     assert matters is (not transition.allowed or transition.warns)
-    for ns_labels in (PLAIN_NS, ENABLED_NS):
+    for ns_labels in OTHER_NAMESPACES:
         sent = _sent_to(resource, "/validate", old, new, ns_labels)
         assert sent == 1 if matters else sent <= 1
+        assert _sent_to(resource, ENABLED_PATH, old, new, ns_labels) == 0
+    assert _sent_to(resource, "/validate", old, new, ENABLED_NS) == 0
 
 
 @pytest.mark.parametrize(("case", "kind", "transition"), ENABLED_CASES, ids=[c[0] for c in ENABLED_CASES])
-def test_every_update_in_an_enabled_namespace_that_matters_reaches_the_enabled_path(
+def test_every_update_in_an_enabled_namespace_that_matters_reaches_the_enabled_path_once(
     case: str, kind: str, transition: Transition
 ) -> None:
+    """/validate's rules take TLS to be the label "true", which is wrong here (dropping a "true" changes
+    nothing): the update must reach the enabled path, which judges it alone."""
     old, new = templated(kind, transition.old), templated(kind, transition.new)
-    resource = "cronjobs" if kind == "CronJob" else "statefulsets"
-    matters = _judged(ENABLED_PATH, kind, old, new) != (True, False)
-    assert _sent_to(resource, ENABLED_PATH, old, new, ENABLED_NS) == 1 if matters else 0 <= _sent_to(
-        resource, ENABLED_PATH, old, new, ENABLED_NS) <= 1
+    resource = RESOURCES[kind]
+    verdict = _judged(ENABLED_PATH, kind, old, new)
+    assert verdict == (transition.allowed, transition.warns)
+    sent = _sent_to(resource, ENABLED_PATH, old, new, ENABLED_NS)
+    assert sent == 1 if verdict != (True, False) else sent <= 1
+    assert _sent_to(resource, "/validate", old, new, ENABLED_NS) == 0
     # Outside an enabled namespace the path is never called: its rules take the namespace as enabled.
-    assert _sent_to(resource, ENABLED_PATH, old, new, PLAIN_NS) == 0
-    assert _sent_to(resource, ENABLED_PATH, old, new, {NAME_LABEL: "shop", INJECT_LABEL: "disabled"}) == 0
+    for ns_labels in OTHER_NAMESPACES:
+        assert _sent_to(resource, ENABLED_PATH, old, new, ns_labels) == 0
 
 
-def test_an_enabled_namespace_template_without_label_or_secret_name_is_not_sent() -> None:
-    """Nothing to judge there (TLS on with the default name on both sides), so an outage cannot block it."""
+def test_an_enabled_namespace_template_without_label_or_annotations_is_not_sent() -> None:
+    """Nothing to judge there (TLS on with the default name and mode on both sides), so an outage cannot
+    block it."""
     old, new = with_image(workload("Deployment", OFF), "a:1"), with_image(workload("Deployment", OFF), "a:2")
     assert _sent_to("deployments", ENABLED_PATH, old, new, ENABLED_NS) == 0
     assert _judged(ENABLED_PATH, "Deployment", old, new) == (True, False)
+
+
+def test_an_unlabelled_template_moving_back_from_pod_certificates_in_an_enabled_namespace_is_sent() -> None:
+    """It has TLS there without the label, so the mode rule must see it: the mode annotation alone sends it."""
+    old, new = workload("Deployment", OFF), workload("Deployment", OFF)
+    old["spec"]["template"]["metadata"]["annotations"] = {MODE_ANNOTATION: MODE_POD_CERTIFICATE}
+    assert _judged(ENABLED_PATH, "Deployment", old, new) == (False, False)
+    assert _sent_to("deployments", ENABLED_PATH, old, new, ENABLED_NS) == 1
 
 
 @pytest.mark.parametrize("case", NAMESPACE_TRANSITIONS, ids=lambda case: case[0])
