@@ -27,6 +27,7 @@ import re
 import shutil
 import socket
 import ssl
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -229,6 +230,104 @@ def fixed_rate_run(*, pid: int, port: int, context: ssl.SSLContext, path: str, b
     return summary
 
 
+# The Go reference webhook (net/http, TLS, keep-alive; the same injection): a binary taking
+# `<host:port> <cert> <key>` and serving POST /mutate and GET /healthz, named by this variable.
+GO_REFERENCE_ENV = "TLS_INJECTOR_GO_REFERENCE"
+AB_ROUNDS = 5
+ATTACK_IDLE, ATTACK_TRICKLE, ATTACK_RATE = 500, 50, 200
+
+
+def go_reference() -> tuple[str | None, str]:
+    """(binary, why not) for the Go reference row."""
+    binary = os.environ.get(GO_REFERENCE_ENV)
+    if not binary:
+        return None, f"{GO_REFERENCE_ENV} not set: no Go reference row"
+    if not os.access(binary, os.X_OK):
+        return None, f"{GO_REFERENCE_ENV} is not an executable: no Go reference row"
+    return binary, f"from {GO_REFERENCE_ENV}"
+
+
+def head_to_head(*, pki: Pki, context: ssl.SSLContext, wrk: str | None, workdir: Path,
+                 seconds: float) -> dict[str, Any]:
+    """tls-injector (log info) against the Go reference on /mutate: A/B rounds of the same wrk run,
+    alternating which goes first, each server pinned to the same core; medians. Then /mutate at a fixed
+    200 req/s while bench.attack holds 500 idle and 50 slowloris connections against the same server."""
+    binary, why = go_reference()
+    body_file = workdir / "h2h-mutate.json"
+    body = encoded(pod_create_review())
+    body_file.write_bytes(body)
+    ours_port, go_port = free_port(), free_port()
+    specs = [ServerSpec("tls-injector", [sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port",
+                                        str(ours_port), "--tls-cert-file", str(pki.cert_file),
+                                        "--tls-private-key-file", str(pki.key_file), "--log-level", "info"])]
+    if binary:
+        specs.append(ServerSpec("Go net/http reference",
+                                [binary, f"127.0.0.1:{go_port}", str(pki.cert_file), str(pki.key_file)]))
+    ports = {"tls-injector": ours_port, "Go net/http reference": go_port}
+    out: dict[str, Any] = {"go_reference": why, "rounds": AB_ROUNDS, "servers": {}}
+    with contextlib.ExitStack() as stack:
+        pids = {spec.label: stack.enter_context(serving(spec, port=ports[spec.label], context=context,
+                                                        log=workdir / f"h2h-{spec.label[:6]}.log"))
+                for spec in specs}
+        runs: dict[str, list[tuple[float, float]]] = {label: [] for label in pids}
+        for label in pids:
+            out["servers"][label] = {"verdict": sample_verdict(ports[label], context, "/mutate", body)}
+            saturate(wrk=wrk, port=ports[label], context=context, path="/mutate", body_file=body_file,
+                     seconds=2.0)  # warm
+        for round_ in range(AB_ROUNDS):
+            order = list(pids) if round_ % 2 == 0 else list(reversed(pids))
+            for label in order:
+                before = cpu_seconds(pids[label])
+                total, _, wall, _ = saturate(wrk=wrk, port=ports[label], context=context, path="/mutate",
+                                             body_file=body_file, seconds=max(1, round(seconds / 2)))
+                runs[label].append((total / wall, (cpu_seconds(pids[label]) - before) / total * 1e6))
+        for label, pid in pids.items():
+            row = out["servers"][label]
+            row.update(rps_median=statistics.median(r[0] for r in runs[label]),
+                       cpu_us_median=statistics.median(r[1] for r in runs[label]), runs=runs[label])
+            row["under_attack"] = under_attack(pid=pid, port=ports[label], context=context, body=body,
+                                               seconds=seconds)
+    if binary:
+        ours, go = out["servers"]["tls-injector"], out["servers"]["Go net/http reference"]
+        out["ratio_rps"] = ours["rps_median"] / go["rps_median"]
+        out["ratio_cpu"] = ours["cpu_us_median"] / go["cpu_us_median"]
+    out["load_average"] = os.getloadavg()
+    return out
+
+
+def under_attack(*, pid: int, port: int, context: ssl.SSLContext, body: bytes, seconds: float) -> dict[str, Any]:
+    attacker = subprocess.Popen(pinned([sys.executable, "-m", "bench.attack", "--port", str(port), "--idle",
+                                        str(ATTACK_IDLE), "--trickle", str(ATTACK_TRICKLE)], CLIENT_CORE),
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                cwd=Path(__file__).resolve().parents[1])
+    try:
+        time.sleep(3)  # the attack's connections are open (handshakes done) before measuring
+        summary: dict[str, Any] = dict(fixed_rate_run(pid=pid, port=port, context=context,
+                                                      path="/mutate?timeout=10s", body=body, rate=ATTACK_RATE,
+                                                      seconds=seconds))
+    finally:
+        attacker.terminate()
+        tally, _ = attacker.communicate(timeout=30)
+    summary["attacker"] = tally.strip()
+    return summary
+
+
+def head_to_head_markdown(h2h: dict[str, Any]) -> list[str]:
+    lines = [f"Head to head on /mutate ({h2h['rounds']} A/B rounds of `wrk -t1 -c16`, alternating order, medians; "
+             f"load average {' '.join(f'{x:.2f}' for x in h2h['load_average'])}). Go reference: "
+             f"{h2h['go_reference']}.", "",
+             "| server | answer | req/s (median) | CPU us/req (median) | under attack: p50 / p99 ms @200 req/s | "
+             "failed | attacker |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for label, row in h2h["servers"].items():
+        attack = row["under_attack"]
+        lines.append(f"| {label} | {row['verdict']} | {row['rps_median']:,.0f} | {row['cpu_us_median']:.0f} | "
+                     f"{attack['p50_ms']:.2f} / {attack['p99_ms']:.2f} | {attack['failed']} | {attack['attacker']} |")
+    if "ratio_rps" in h2h:
+        lines += ["", f"tls-injector / Go: throughput **{h2h['ratio_rps']:.2f}x**, CPU per request "
+                      f"{h2h['ratio_cpu']:.2f}x (target: throughput >= 1.5x)."]
+    return lines
+
+
 def client_context(pki: Pki) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=str(pki.ca_file))
 
@@ -244,13 +343,15 @@ def run(seconds: float = 10.0) -> dict[str, Any]:
             workdir = Path(tmp)
             pki = make_pki(workdir)
             context = client_context(pki)
+            h2h = head_to_head(pki=pki, context=context, wrk=wrk, workdir=workdir, seconds=seconds)
             servers = [run_server(spec, port=port, pki=pki, context=context, wrk=wrk, workdir=workdir,
                                   seconds=seconds)
                        for port in [free_port()] for spec in server_specs(pki, port)]
             in_process = app_path(workdir)
     finally:
         os.sched_setaffinity(0, original)
-    return {"seconds_per_run": seconds, "wrk": wrk or "missing", "servers": servers, "app_path_us": in_process}
+    return {"seconds_per_run": seconds, "wrk": wrk or "missing", "servers": servers, "app_path_us": in_process,
+            "head_to_head": h2h}
 
 
 def run_server(spec: ServerSpec, *, port: int, pki: Pki, context: ssl.SSLContext, wrk: str | None,
@@ -368,7 +469,8 @@ def logging_cost(results: dict[str, Any]) -> list[str]:
 
 
 def markdown(results: dict[str, Any]) -> str:
-    lines = ["| server | endpoint | body | answer | saturation req/s (best of 3) | CPU us/req (sat., best) | "
+    lines = [*head_to_head_markdown(results["head_to_head"]), "",
+             "| server | endpoint | body | answer | saturation req/s (best of 3) | CPU us/req (sat., best) | "
              "p50 / p99 ms @200 | p50 / p99 ms @1000 | CPU us/req @1000 | errors |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for server in results["servers"]:
