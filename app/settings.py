@@ -42,12 +42,6 @@ class Limits:
     # dropped for this long before closing: closing with unread input resets the connection, and the
     # reset can destroy the answer before the client reads it.
     linger_seconds: float = 1.0
-    # A body larger than this is parsed and judged on a worker thread, not on the event loop. Measured:
-    # judging a review costs ~40 ms per MB (a 6 MB /validate ~300 ms), and every other connection waits
-    # while the loop is busy; 256 KiB (~10 ms) is far above any ordinary review (4-20 KB) and keeps each
-    # step of the loop short. The worker holds the GIL only in turns (Python switches threads every 5 ms),
-    # so the loop keeps answering. Such a connection is closed after its answer.
-    off_loop_bytes: int = 256 * 1024
 
     @property
     def tick_seconds(self) -> float:

@@ -10,9 +10,11 @@ import httpx
 import orjson
 import pytest
 
+from app.admission import parse_review
 from app.cli import build_handlers
-from app.rules.judge import MAX_SELF_DEPTH, nesting_depth
+from app.rules.judge import MAX_SELF_DEPTH, MAX_SELF_VALUES, measure, nesting_depth
 from app.settings import ServeSettings
+from tests.support.reviews import review
 from tests.support.server import RunningServer, running_server
 
 INJECT = "tls-injector.io/inject"
@@ -81,3 +83,22 @@ def test_nesting_depth_counts_without_recursion_and_stops_past_the_limit() -> No
     assert nesting_depth(value, limit=10) == 11
     assert nesting_depth({"a": [{"b": 1}], "c": {}}, limit=10) == 3
     assert nesting_depth("text", limit=10) == 0
+
+
+def test_measure_counts_values_at_every_depth_and_stops_past_either_limit() -> None:
+    assert measure({"a": [1, 2], "b": {"c": 3}}, max_depth=10, max_values=100) == (2, 5)
+    depth, values = measure({str(i): i for i in range(1000)}, max_depth=10, max_values=10)
+    assert (depth, values) == (1, 1000)  # one level read whole, then it stops
+
+
+@pytest.mark.parametrize(("labels", "denied"), [(MAX_SELF_VALUES - 10, False), (MAX_SELF_VALUES + 1, True)])
+def test_a_self_with_more_values_than_the_limit_is_denied_unevaluated(labels: int, denied: bool) -> None:
+    _, validate = build_handlers(ServeSettings())
+    many = {"tls-injector.io/inject": "true", **{f"k{i}": "v" for i in range(labels)}}
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+                  "spec": {"template": {"metadata": {"labels": many}}}}
+    answer = validate(parse_review(review(operation="UPDATE", obj=deployment, old=deployment,
+                                          kind=("apps", "v1", "Deployment"))))
+    assert answer["allowed"] is not denied
+    if denied:
+        assert f"holds more than {MAX_SELF_VALUES:,} values" in answer["status"]["message"]

@@ -9,6 +9,7 @@ let a disable or swap slip through. An error in a `warnWhen` only turns into a w
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,11 @@ MAX_VALUE_CHARS = 80
 # every real object and keeps the recursive walks (to_cel, diff, ==) far below Python's recursion limit
 # (1000), which a body nested up to orjson's 1024 levels would otherwise hit: a 500 instead of a verdict.
 MAX_SELF_DEPTH = 100
+# And how many values (object members and array items, at any depth) it may hold. A pod template's
+# metadata has tens; large CRD specs a few thousand. Each value costs the rule's conversions ~1-2 us, so
+# 20,000 bounds a review's evaluation near 50 ms, where a 6 MB body of labels took 0.7-1 s of the event
+# loop, during which no other review was answered.
+MAX_SELF_VALUES = 20_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,9 +80,9 @@ def judge(rule_set: RuleSet, kind: GroupVersionKind, *, old: Mapping[str, Any], 
     failures: list[Failure] = []
     warnings: list[str] = []
     for rule in rule_set.for_kind(kind):
-        too_deep = _too_deep(old, new, rule)
-        if too_deep is not None:
-            failures.append(too_deep)
+        too_big = _too_big(old, new, rule)
+        if too_big is not None:
+            failures.append(too_big)
             continue
         old_self, new_self = self_value(old, rule.self_path), self_value(new, rule.self_path)
         variables = {"self": new_self, "oldSelf": old_self}
@@ -98,25 +104,35 @@ def self_value(obj: Mapping[str, Any], path: Path) -> object:
     return {} if value is MISSING or value is None else to_cel(value)
 
 
-def nesting_depth(value: object, *, limit: int) -> int:
-    """Levels of objects and arrays in a JSON value, counted level by level without recursion; stops
-    past `limit`. Exact type checks: parsed JSON holds only dict and list, and an ABC check per node
-    cost more than the rule's evaluation."""
-    depth, level = 0, [value]
-    while depth <= limit:
+def measure(value: object, *, max_depth: int, max_values: int) -> tuple[int, int]:
+    """(levels, values) of a JSON value, counted level by level without recursion; stops as soon as
+    either passes its limit. Exact type checks: parsed JSON holds only dict and list, and an ABC check
+    per node cost more than the rule's evaluation."""
+    depth, values, level = 0, 0, [value]
+    while depth <= max_depth and values <= max_values:
         containers = [node for node in level if (type(node) is dict or type(node) is list) and node]
         if not containers:
             break
         depth += 1
         level = [child for node in containers for child in (node.values() if type(node) is dict else node)]
-    return depth
+        values += len(level)
+    return depth, values
 
 
-def _too_deep(old: Mapping[str, Any], new: Mapping[str, Any], rule: Rule) -> Failure | None:
+def nesting_depth(value: object, *, limit: int) -> int:
+    return measure(value, max_depth=limit, max_values=sys.maxsize)[0]
+
+
+def _too_big(old: Mapping[str, Any], new: Mapping[str, Any], rule: Rule) -> Failure | None:
     for value in (get_path(old, rule.self_path), get_path(new, rule.self_path)):
-        if nesting_depth(value, limit=MAX_SELF_DEPTH) > MAX_SELF_DEPTH:
+        depth, values = measure(value, max_depth=MAX_SELF_DEPTH, max_values=MAX_SELF_VALUES)
+        if depth > MAX_SELF_DEPTH:
             reason = (f"{format_path(rule.self_path)} is nested deeper than {MAX_SELF_DEPTH} "
                       "levels, more than any Kubernetes object")
+            return Failure(rule, (), 0, reason)
+        if values > MAX_SELF_VALUES:
+            reason = (f"{format_path(rule.self_path)} holds more than {MAX_SELF_VALUES:,} values, more than "
+                      "tls-injector evaluates a rule on")
             return Failure(rule, (), 0, reason)
     return None
 

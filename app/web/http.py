@@ -16,7 +16,6 @@ than a timer per request: a kept-alive request then costs one `monotonic()` call
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import time
 from collections.abc import Callable
@@ -70,11 +69,8 @@ class _Stop(Exception):
     pass
 
 
-# Connection phases; each has its own deadline. WORKING: a large review is being judged off the loop.
-NEW, HEAD, BODY, IDLE, LINGER, WORKING = "new", "head", "body", "idle", "linger", "working"
-# One thread judges large reviews, one at a time: with the GIL, more threads would not make them faster,
-# and one keeps the loop's share of the interpreter predictable.
-_OFF_LOOP = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tls-injector-review")
+# Connection phases; each has its own deadline.
+NEW, HEAD, BODY, IDLE, LINGER = "new", "head", "body", "idle", "linger"
 
 
 class ConnectionSet:
@@ -243,9 +239,6 @@ class HttpConnection(asyncio.Protocol):
         close = self.closing or self.connections.draining or not self.parser.should_keep_alive()
         if self.endpoint is not None:
             body = self.body[0] if len(self.body) == 1 else b"".join(self.body)
-            if len(body) > self.limits.off_loop_bytes:
-                self._answer_off_loop(self.endpoint, body)
-                raise _Stop  # nothing pipelined behind a large review is read: the connection closes after it
             status, payload, headers = self.endpoint.answer(self.parser.get_method(), self.content_type, body)
             self._write(response_bytes(status, JSON, payload, close=close, headers=headers))
         else:
@@ -259,20 +252,6 @@ class HttpConnection(asyncio.Protocol):
             raise _Stop  # anything pipelined after a close is not answered
         self.phase = IDLE
         self.deadline = time.monotonic() + self.limits.idle_seconds
-
-    def _answer_off_loop(self, endpoint: AdmissionEndpoint, body: bytes) -> None:
-        method, content_type = self.parser.get_method(), self.content_type
-        self._reset()
-        self.phase, self.closing, self.deadline = WORKING, True, float("inf")  # the answer ends it
-        if self.transport is not None:
-            self.transport.pause_reading()
-        future = asyncio.get_running_loop().run_in_executor(_OFF_LOOP, endpoint.answer, method, content_type, body)
-        future.add_done_callback(self._answered_off_loop)
-
-    def _answered_off_loop(self, future: asyncio.Future[tuple[int, bytes, Headers]]) -> None:
-        status, payload, headers = future.result()  # answer() never raises
-        self._write(response_bytes(status, JSON, payload, close=True, headers=headers))
-        self._close_after_write()
 
     def _plain(self, close: bool) -> bytes:
         route = self.routes.plain.get(self.url.split(b"?", 1)[0])
