@@ -93,7 +93,7 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     serve = _command(sub, "serve", help="run the HTTPS admission webhook server")
     defaults = ServeSettings()
     serve.add_argument("--host", default=defaults.host, help="address to listen on")
-    serve.add_argument("--port", type=int, default=defaults.port, help="HTTPS port for the webhook")
+    serve.add_argument("--port", type=_port, default=defaults.port, help="HTTPS port for the webhook")
     serve.add_argument("--tls-cert-file", type=Path, help="PEM certificate chain; reloaded when it changes")
     serve.add_argument("--tls-private-key-file", type=Path, help="PEM private key; reloaded when it changes")
     serve.add_argument("--self-signed-dir", type=Path,
@@ -183,6 +183,13 @@ def _connection_flags(command: argparse.ArgumentParser) -> None:
                               "/etc/resolv.conf, else cluster.local)")
 
 
+def _port(value: str) -> int:
+    """A TCP port, 0 meaning any free one: out of range, the socket layer would wrap it (99999 binds 34463)."""
+    if not value.isdigit() or int(value) > 65535:  # the largest TCP port
+        raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {value[:20]!r}")
+    return int(value)
+
+
 def _cluster_domain(value: str) -> str:
     from app.pki.names import check_cluster_domain  # noqa: PLC0415 - loads the PKI only when the flag is given
 
@@ -209,7 +216,7 @@ def _add_reconcile(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     _cluster_flags(reconcile)
     reconcile.add_argument("--metrics-host", default="0.0.0.0",  # noqa: S104 - Prometheus and the kubelet
                            help="address of the plain-HTTP port serving /metrics and /healthz")
-    reconcile.add_argument("--metrics-port", type=int, default=8080,
+    reconcile.add_argument("--metrics-port", type=_port, default=8080,
                            help="port for /metrics and /healthz (0: none); not used with --once")
     reconcile.add_argument("--log-level", default="info", choices=LOG_LEVELS, help="least severe level logged")
     reconcile.set_defaults(run=_run_reconcile)
@@ -221,7 +228,7 @@ def _run_reconcile(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
     configure_logging(args.log_level)
     cluster = runner.find_cluster(kubeconfig=args.kubeconfig, server=args.server)
     if cluster is None:
-        print("tls-injector: no cluster configured (no in-cluster account, no kubeconfig)", file=sys.stderr)
+        print("tls-injector reconcile: no cluster configured (no in-cluster account, no kubeconfig)", file=sys.stderr)
         return 2
     settings = runner.settings_for(args)
     try:
@@ -236,7 +243,7 @@ def _run_reconcile(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
               file=sys.stderr)
         return 2
     except runner.KubeError as error:  # configuration that cannot be loaded: a message, not a traceback
-        print(f"tls-injector: {error}", file=sys.stderr)
+        print(f"tls-injector reconcile: {error}", file=sys.stderr)
         return 2
     return 0
 
@@ -265,7 +272,7 @@ def _run_bootstrap(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
         parser.error("--webhook-configurations must name at least one webhook configuration")
     cluster = runner.find_cluster(kubeconfig=args.kubeconfig, server=args.server)
     if cluster is None:
-        print("tls-injector: no cluster configured (no in-cluster account, no kubeconfig)", file=sys.stderr)
+        print("tls-injector bootstrap: no cluster configured (no in-cluster account, no kubeconfig)", file=sys.stderr)
         return 2
     try:
         result = bootstrap(connect(cluster), settings, now=datetime.now(UTC))
@@ -317,10 +324,11 @@ def _run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
                               validate_enabled_namespace=handlers.validate_enabled_namespace, metrics=metrics,
                               background=background, health=health, limits=limits)
     except (RulesFileError, ServingPairError, SelfSignedError, _UnusableCluster) as error:
-        print(f"tls-injector: {error}", file=sys.stderr)
+        print(f"tls-injector serve: {error}", file=sys.stderr)
         return 2
     except OSError as error:  # the probe port is taken or not ours to bind
-        print(f"tls-injector: cannot listen on probe port {settings.probe_port}: {error.strerror}", file=sys.stderr)
+        print(f"tls-injector serve: cannot listen on probe port {settings.probe_port}: {error.strerror}",
+              file=sys.stderr)
         return 2
     log.info(f"starting: webhook on https://{settings.host}:{settings.port}; reconciler {reconciler}",
              extra={"webhook": f"{settings.host}:{settings.port}", "reconciler": reconciler})
@@ -332,7 +340,8 @@ def _run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         if server.started:
             raise
         # the webhook port is taken or not ours to bind
-        print(f"tls-injector: cannot listen on {settings.host}:{settings.port}: {error.strerror}", file=sys.stderr)
+        print(f"tls-injector serve: cannot listen on {settings.host}:{settings.port}: {error.strerror}",
+              file=sys.stderr)
         return 2
     return 0
 

@@ -52,3 +52,36 @@ def test_an_unusable_input_file_is_one_line_and_exit_2(argv: list[str], inputs: 
     assert len(err) == 1, err
     assert err[0].startswith("tls-injector"), err
     assert any(path in err[0] for path in inputs.values()) or "nested too deeply" in err[0], err
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["serve", "--rules", "{missing}", "--no-reconciler", "--pod-certificates", "off"], "serve"),
+        (["reconcile", "--once", "--kubeconfig", "{missing}"], "reconcile"),
+        (["bootstrap", "--kubeconfig", "{missing}"], "bootstrap"),
+        (["doctor", "--kubeconfig", "{missing}"], "doctor"),
+        (["check", "--old", "{missing}", "--new", "{missing}"], "check"),
+        (["export-policy", "--rules", "{missing}"], "export-policy"),
+        (["inject", "-f", "{missing}"], "inject"),
+    ],
+)
+def test_every_error_line_names_its_command(argv: list[str], command: str, inputs: dict[str, str],
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _exit([a.format(**inputs) for a in argv], capsys)
+    assert code == 2
+    assert err[0].startswith(f"tls-injector {command}: "), err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    # A missing rules file too, so that a port let through stops the start rather than serving.
+    [["serve", "--port", port, "--rules", "/nonexistent/rules.yaml", "--no-reconciler"]
+     for port in ("99999", "-1", "8443x")]
+    + [["reconcile", "--once", "--metrics-port", "65536", "--kubeconfig", "/nonexistent/kubeconfig"]],
+)
+def test_a_port_out_of_range_is_a_usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _exit(argv, capsys)
+    assert (code, out) == (2, "")
+    assert f"usage: tls-injector {argv[0]}" in "\n".join(err)
+    assert "expected a port from" in err[-1]

@@ -54,7 +54,7 @@ def test_a_kubeconfig_that_cannot_be_loaded_is_a_message_and_exit_two(
     broken.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\n")
     assert main(["reconcile", "--once", "--kubeconfig", str(broken), "--log-level", "error"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("tls-injector: cannot load the cluster configuration (kubeconfig ")
+    assert err.startswith("tls-injector reconcile: cannot load the cluster configuration (kubeconfig ")
     assert "Traceback" not in err
 
 

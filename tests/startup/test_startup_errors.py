@@ -69,7 +69,7 @@ def test_serve_refuses_an_unusable_serving_pair_in_one_line(case: str, tmp_path:
     reason, file_name = SERVE_CASES[case]
     assert code == 2
     assert len(lines) == 1, lines
-    assert lines[0].startswith(f"tls-injector: {tmp_path / file_name}: ")
+    assert lines[0].startswith(f"tls-injector serve: {tmp_path / file_name}: ")
     assert reason in lines[0]
 
 
@@ -83,7 +83,8 @@ def test_an_unusable_kubeconfig_is_one_line_naming_it(command: tuple[str, ...], 
     code, lines = run(*command, "--kubeconfig", str(path), cwd=tmp_path)
     assert code == 2
     assert len(lines) == 1, lines
-    assert lines[0].startswith(f"tls-injector: cannot load the cluster configuration (kubeconfig {path}): ")
+    expected = f"tls-injector {command[0]}: cannot load the cluster configuration (kubeconfig {path}): "
+    assert lines[0].startswith(expected)
 
 
 def test_a_symlinked_self_signed_dir_is_refused_in_one_line(tmp_path: Path) -> None:
@@ -92,6 +93,6 @@ def test_a_symlinked_self_signed_dir_is_refused_in_one_line(tmp_path: Path) -> N
     (tmp_path / "certs").symlink_to(elsewhere)
     code, lines = run("serve", "--port", "0", "--self-signed-dir", str(tmp_path / "certs"), cwd=tmp_path)
     assert code == 2
-    assert lines == [f"tls-injector: {tmp_path / 'certs'}: --self-signed-dir is a symbolic link; give a real "
+    assert lines == [f"tls-injector serve: {tmp_path / 'certs'}: --self-signed-dir is a symbolic link; give a real "
                      "directory"]
     assert list(elsewhere.iterdir()) == []
