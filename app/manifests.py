@@ -73,8 +73,9 @@ def inject_manifests(
     would pick their pods; `include_unlabelled` acts as if the namespace were opted in (all but "false").
     """
     result = Injected("")
-    run = _Run(options, ca_fingerprints, include_unlabelled, result.warnings)
     prefix, documents = _documents(text)
+    enabled = _enabled_namespaces(document for _, document in documents)
+    run = _Run(options, ca_fingerprints, include_unlabelled, result.warnings, enabled)
     parts = []
     for segment, document in documents:
         if _inject_node(document, run, depth=0):
@@ -126,6 +127,7 @@ class _Run:
     cas: Sequence[str]
     include_unlabelled: bool
     warnings: list[str]
+    enabled_namespaces: frozenset[str] = frozenset()
 
 
 def _inject_node(document: Any, run: _Run, *, depth: int) -> bool:
@@ -147,7 +149,8 @@ def _inject_workload(document: Mapping[str, Any], kind: str, run: _Run) -> bool:
     if template is None:
         return False
     plain = _plain(template, budget=[MAX_TEMPLATE_NODES], where=f"{kind} {name!r}")
-    if not _selected(plain, run.include_unlabelled):
+    namespace = _dict(document.get("metadata")).get("namespace")
+    if not _selected(plain, run.include_unlabelled or namespace in run.enabled_namespaces):
         return False
     metadata = _dict(plain.get("metadata"))
     # A CronJob's pods belong to one Job per run, so the template is pinned to the CronJob's Secret
@@ -199,6 +202,19 @@ def _scalar(node: Any) -> Any:
 
 def _dict(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def _enabled_namespaces(documents: Iterable[Any]) -> frozenset[str]:
+    """Namespaces the input itself labels `tls-injector.io/inject: enabled`: `kubectl apply` creates a
+    Namespace before what lives in it, so the webhook meets those pods in an opted-in namespace."""
+    enabled = set()
+    for document in documents:
+        if isinstance(document, Mapping) and document.get("kind") == "Namespace":
+            metadata = _dict(document.get("metadata"))
+            labels = metadata.get("labels")
+            if isinstance(labels, Mapping) and labels.get(names.INJECT_LABEL) == names.NAMESPACE_OPT_IN:
+                enabled.add(str(metadata.get("name")))
+    return frozenset(enabled)
 
 
 def _selected(template: Mapping[str, Any], include_unlabelled: bool) -> bool:

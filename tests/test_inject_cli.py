@@ -162,6 +162,22 @@ def test_all_injects_unlabelled_templates_as_an_opted_in_namespace_would(
     assert "volumes" not in out_doc["spec"]["template"]["spec"]
 
 
+def test_a_namespace_the_input_opts_in_injects_its_unlabelled_templates(run: Cli, tmp_path: Path) -> None:
+    namespace = "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop, labels: {tls-injector.io/inject: enabled}}\n"
+    inside = UNLABELLED.replace("{name: plain}", "{name: plain, namespace: shop}")
+    elsewhere = UNLABELLED.replace("{name: plain}", "{name: other, namespace: default}")
+    opted_out = inside.replace("name: plain,", "name: out,").replace(
+        "{app: plain}}", '{app: plain, tls-injector.io/inject: "false"}}')
+    path = tmp_path / "m.yaml"
+    path.write_text("---\n".join([namespace, inside, elsewhere, opted_out]))
+    code, out, _ = run("-f", str(path))
+    assert code == 0
+    _, shop, other, out_doc = yaml.safe_load_all(out)
+    assert shop["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"] == "plain-tls"
+    assert "volumes" not in other["spec"]["template"]["spec"]
+    assert "volumes" not in out_doc["spec"]["template"]["spec"]
+
+
 @pytest.mark.parametrize(
     ("content", "says"),
     [
