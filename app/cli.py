@@ -175,7 +175,8 @@ def _cluster_flags(command: argparse.ArgumentParser) -> None:
 def _connection_flags(command: argparse.ArgumentParser) -> None:
     command.add_argument("--kubeconfig", type=Path,
                          help="kubeconfig file (default: in-cluster service account, then $KUBECONFIG/~/.kube/config)")
-    command.add_argument("--server", help="API server URL without credentials (for tests against an emulator)")
+    command.add_argument("--server", type=_server_url,
+                         help="API server URL without credentials (for tests against an emulator)")
     command.add_argument("--namespace", help="the injector's own namespace, where its CAs live "
                                              "(default: the pod's service-account namespace)")
     command.add_argument("--cluster-domain", type=_cluster_domain,
@@ -188,6 +189,14 @@ def _port(value: str) -> int:
     if not value.isdigit() or int(value) > 65535:  # the largest TCP port
         raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {value[:20]!r}")
     return int(value)
+
+
+def _server_url(value: str) -> str:
+    """http(s)://HOST[:PORT][/path]: without a scheme urllib3 guesses plain HTTP (and warns on stderr)."""
+    scheme, _, rest = value.partition("://")
+    if scheme not in ("http", "https") or not rest.split("/", 1)[0]:
+        raise argparse.ArgumentTypeError(f"expected http(s)://HOST[:PORT], got {value[:100]!r}")
+    return value
 
 
 def _cluster_domain(value: str) -> str:

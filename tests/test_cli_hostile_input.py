@@ -85,3 +85,14 @@ def test_a_port_out_of_range_is_a_usage_error(argv: list[str], capsys: pytest.Ca
     assert (code, out) == (2, "")
     assert f"usage: tls-injector {argv[0]}" in "\n".join(err)
     assert "expected a port from" in err[-1]
+
+
+@pytest.mark.parametrize("command", ["doctor", "reconcile", "bootstrap", "serve"])
+@pytest.mark.parametrize("server", ["notaurl", "127.0.0.1:6443", "ftp://host", "https://"])
+def test_a_server_that_is_no_url_is_a_usage_error(command: str, server: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    # A missing rules file too, so that a server let through stops serve's start rather than serving.
+    extra = {"serve": ["--rules", "/nonexistent/rules.yaml", "--no-reconciler"], "reconcile": ["--once"]}
+    code, out, err = _exit([command, "--server", server, *extra.get(command, [])], capsys)
+    assert (code, out) == (2, "")
+    assert "expected http(s)://HOST[:PORT]" in err[-1], err
