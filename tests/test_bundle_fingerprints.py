@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 from pathlib import Path
 
 import jsonpatch
+import pytest
 
 from app.cli import build_handlers
 from app.injection.names import INJECTED_ANNOTATION
@@ -51,3 +53,14 @@ def test_a_missing_or_unreadable_bundle_means_no_fingerprints_not_a_failure(tmp_
     bundle.poll()
     assert bundle() == ()
     assert bundle.poll() is False  # unchanged content is not read again
+
+
+def test_a_bundle_without_any_ca_is_a_warning_naming_the_file(tmp_path: Path,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "no-such-bundle.crt"
+    with caplog.at_level(logging.INFO, logger="tls_injector.bundle"):
+        BundleFingerprints(path)
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING
+    assert "no CA certificate" in record.getMessage()
+    assert record.__dict__["path"] == str(path)

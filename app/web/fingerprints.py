@@ -40,7 +40,11 @@ class BundleFingerprints:
         self._digest = digest
         fingerprints = tuple(sorted({fingerprint(cert) for cert in load_certificates(pem)}))
         changed, self._fingerprints = fingerprints != self._fingerprints, fingerprints
-        log.info("trust bundle read", extra={"path": str(self.path), "cas": len(fingerprints)})
+        if fingerprints:
+            log.info("trust bundle read", extra={"path": str(self.path), "cas": len(fingerprints)})
+        else:  # normal until the reconciler first mirrors it; a wrong --trust-bundle-file looks the same
+            log.warning("trust bundle has no CA certificate (missing, unreadable or not PEM): injected pods "
+                        "record no CA fingerprints", extra={"path": str(self.path)})
         return changed
 
     async def poll_forever(self, interval: float) -> None:
