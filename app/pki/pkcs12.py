@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.serialization import PrivateFormat, pkcs12
+from cryptography.hazmat.primitives.serialization import KeySerializationEncryption, PrivateFormat, pkcs12
 
 from app.pki.certs import CertKey, fingerprint, is_self_signed
 
@@ -27,13 +27,7 @@ def to_pkcs12(
     if not password:
         # An empty password makes some readers (Java's keytool among them) skip the MAC check entirely.
         raise ValueError("a PKCS#12 keystore needs a non-empty password")
-    encryption = (
-        PrivateFormat.PKCS12.encryption_builder()
-        .kdf_rounds(KDF_ROUNDS)
-        .key_cert_algorithm(pkcs12.PBES.PBESv2SHA256AndAES256CBC)
-        .hmac_hash(hashes.SHA256())
-        .build(password)
-    )
+    encryption = _modern_encryption(password)
     intermediates = [c for c in leaf.chain if not is_self_signed(c)]
     extra = [c for c in trusted if c not in intermediates]
     return pkcs12.serialize_key_and_certificates(
@@ -52,13 +46,7 @@ def to_truststore(cas: Sequence[x509.Certificate], *, password: bytes = TRUSTSTO
     OpenSSL 3 read and write by default. Each CA is one entry, named by its SHA-256 prefix."""
     if not cas:
         raise ValueError("a truststore needs at least one CA")
-    encryption = (
-        PrivateFormat.PKCS12.encryption_builder()
-        .kdf_rounds(KDF_ROUNDS)
-        .key_cert_algorithm(pkcs12.PBES.PBESv2SHA256AndAES256CBC)
-        .hmac_hash(hashes.SHA256())
-        .build(password)
-    )
+    encryption = _modern_encryption(password)
     entries = [pkcs12.PKCS12Certificate(c, fingerprint(c)[:16].encode()) for c in cas]
     return pkcs12.serialize_java_truststore(entries, encryption)
 
@@ -71,3 +59,14 @@ def truststore_fingerprints(data: bytes, *, password: bytes = TRUSTSTORE_PASSWOR
     except (ValueError, TypeError):
         return frozenset()
     return frozenset(fingerprint(c.certificate) for c in stored.additional_certs)
+
+
+def _modern_encryption(password: bytes) -> KeySerializationEncryption:
+    """PBES2 (PBKDF2-HMAC-SHA256, AES-256-CBC) with an HMAC-SHA256 MAC: Java 11.0.12+ and OpenSSL 3's default."""
+    return (
+        PrivateFormat.PKCS12.encryption_builder()
+        .kdf_rounds(KDF_ROUNDS)
+        .key_cert_algorithm(pkcs12.PBES.PBESv2SHA256AndAES256CBC)
+        .hmac_hash(hashes.SHA256())
+        .build(password)
+    )
