@@ -63,12 +63,16 @@ def check_ca_bundle_trusts_secret(snap: Snapshot) -> Result:
         return error(CATEGORY, title, f"Secret {where} {state}",
                      hint="run the bootstrap Job (kubectl apply -k manifests/overlays/<yours>/bootstrap) or "
                           "`tls-injector bootstrap`; the webhook pods cannot start without it")
+    count = sum(1 for _ in entries(snap))
+    if count == 0:  # nothing was checked: no configuration entry holds a caBundle to verify against
+        return warning(CATEGORY, title, "not checked: no webhook configuration entry to check",
+                       hint="see the checks above")
     problems = _entry_problems(snap, chain)
     if problems:
         return error(CATEGORY, title, f"{len(problems)} entries would refuse it", details=problems,
                      hint="the reconciler rewrites every caBundle on its next pass; if it is not running, run "
                           "`tls-injector bootstrap` (or the bootstrap Job) now")
-    return ok(CATEGORY, title, f"Secret {where}, {sum(1 for _ in entries(snap))} entries")
+    return ok(CATEGORY, title, f"Secret {where}, {count} entries")
 
 
 def check_served_certificate(snap: Snapshot) -> Result:

@@ -13,7 +13,7 @@ from app.doctor import DoctorSettings, Snapshot, render_json, render_text, run_c
 from app.doctor.ca import check_ca
 from app.doctor.model import TEXT_DETAILS, Result, error
 from app.doctor.reconciler import check_lease
-from app.doctor.webhook import check_served_certificate
+from app.doctor.webhook import check_ca_bundle_trusts_secret, check_served_certificate
 from app.pki import CaSet, CaState, encode, make_ca
 from app.pki.trust import CaRecord
 from app.reconcile import ownership as own
@@ -119,3 +119,12 @@ def test_long_reports_are_cut_in_text_and_counted_in_json() -> None:
     report = orjson.loads(render_json(results))
     assert report["checks"][0]["details"] == details
     assert report["checks"][0]["details_omitted"] == 0
+
+
+def test_the_ca_bundle_check_is_no_pass_when_no_configuration_entry_was_there_to_check() -> None:
+    ca = make_ca(common_name="webhook CA", now=NOW - timedelta(days=1), validity=YEAR)
+    secret = {"metadata": {"name": "tls-injector-webhook-tls", "namespace": "tls-injector"},
+              "data": {"tls.crt": base64.b64encode(ca.cert_pem).decode()}}
+    result = check_ca_bundle_trusts_secret(_snapshot(serving_secret=secret))
+    assert result.status == "warning"
+    assert "not checked" in result.message
