@@ -7,7 +7,7 @@ function, on the same reads), so the doctor and the reconciler never disagree ab
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from app.doctor.model import Result, error, ok
@@ -67,21 +67,27 @@ def _leaves(snap: Snapshot, wanted: list[Target]) -> Iterator[tuple[Target, list
 
 def check_trusted_by_bundle(snap: Snapshot, wanted: list[Target]) -> Result:
     title = "every certificate verifies against its namespace's trust bundle"
-    problems: list[str] = []
-    bad: list[Target] = []
-    checked = 0
-    for target, chain in _leaves(snap, wanted):
-        checked += 1
-        problem = _untrusted(snap, target, chain)
-        if problem:
-            problems.append(f"{_who(target)}: {problem}")
-            bad.append(target)
+    checked, problems, bad = _leaf_problems(snap, wanted, lambda target, chain: _untrusted(snap, target, chain))
     if problems:
         example = _RENEW.format(ns=bad[0].namespace, name=bad[0].secret_name)
         return error(CATEGORY, title, f"{len(problems)} of {checked} not trusted", details=problems,
                      hint="clients in that namespace refuse these servers. The reconciler re-issues a certificate its "
                           "CA set does not trust and rewrites the bundles each pass; to force one now: " + example)
     return ok(CATEGORY, title, f"{checked} certificates")
+
+
+def _leaf_problems(
+    snap: Snapshot, wanted: list[Target], problem_of: Callable[[Target, list[Any]], str]
+) -> tuple[int, list[str], list[Target]]:
+    """(leaves checked, one line per leaf with a problem, their targets) for one per-leaf check."""
+    checked, problems, bad = 0, [], []
+    for target, chain in _leaves(snap, wanted):
+        checked += 1
+        problem = problem_of(target, chain)
+        if problem:
+            problems.append(f"{_who(target)}: {problem}")
+            bad.append(target)
+    return checked, problems, bad
 
 
 def _untrusted(snap: Snapshot, target: Target, chain: list[Any]) -> str:
@@ -99,21 +105,18 @@ def _untrusted(snap: Snapshot, target: Target, chain: list[Any]) -> str:
 
 def check_service_names(snap: Snapshot, wanted: list[Target]) -> Result:
     title = "every certificate covers its workload's Service names"
-    problems: list[str] = []
-    bad: list[Target] = []
-    checked = 0
-    for target, chain in _leaves(snap, wanted):
-        checked += 1
-        missing = sorted(set(target.dns_names) - set(dns_sans(chain[0])))
-        if missing:
-            problems.append(f"{_who(target)}: no SAN for {', '.join(missing)}")
-            bad.append(target)
+    checked, problems, bad = _leaf_problems(snap, wanted, _missing_names)
     if problems:
         return error(CATEGORY, title, f"{len(problems)} of {checked} lack names", details=problems,
                      hint="clients calling those names fail the host name check. The reconciler renews a certificate "
                           "whose names changed on its next pass; to force it: "
                           + _RENEW.format(ns=bad[0].namespace, name=bad[0].secret_name))
     return ok(CATEGORY, title, f"{checked} certificates")
+
+
+def _missing_names(target: Target, chain: list[Any]) -> str:
+    missing = sorted(set(target.dns_names) - set(dns_sans(chain[0])))
+    return f"no SAN for {', '.join(missing)}" if missing else ""
 
 
 def _should_be_injected(snap: Snapshot, pod: Obj) -> bool:
