@@ -9,8 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.admission import BadReview, JsonPatchOp, allowed, denied, parse_review, patched, review_envelope
+from app.admission.review import review_problems
 from tests.support.reviews import FIXTURES, fixture
 
 API_TESTDATA = sorted(FIXTURES.glob("k8s-api-testdata*/*.json"))
@@ -97,3 +100,70 @@ def test_the_envelope_names_the_api_version_and_kind() -> None:
     envelope: dict[str, Any] = review_envelope(allowed("u4"))
     assert envelope == {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                         "response": {"uid": "u4", "allowed": True}}
+
+
+# A review the apiserver would send, and for each field values it sends and values it never does: the
+# generated reviews change a few fields of the good one, so they cross every check in both directions.
+_GOOD: dict[str, Any] = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+         "request": {"uid": "0f1e", "operation": "CREATE", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                     "namespace": "team-a", "name": "web", "object": {}, "oldObject": None, "dryRun": False}}
+_TEXT = st.sampled_from(["", "v1", "Pod", "x" * 253, "x" * 254])
+_ODD = st.one_of(st.none(), st.booleans(), st.integers(), _TEXT, st.just([]), st.just({}), st.just({"a": 1}))
+_DROPPED = object()
+_REQUEST_FIELDS = {
+    "uid": st.one_of(_ODD, st.sampled_from(["u" * 128, "u" * 129])),
+    "operation": st.one_of(_ODD, st.sampled_from(["UPDATE", "DELETE", "CONNECT", "create"])),
+    "kind": st.one_of(_ODD, st.fixed_dictionaries({}, optional={k: _ODD for k in ("group", "version", "kind")})),
+    **{field: _ODD for field in ("object", "oldObject", "namespace", "name", "dryRun")},
+}
+_ENVELOPE_FIELDS = {"apiVersion": st.sampled_from(["admission.k8s.io/v1beta1", 1]),
+                    "kind": st.sampled_from(["Pod", None]), "request": _ODD}
+
+
+@st.composite
+def _reviews(draw: st.DrawFn) -> object:
+    body: dict[str, Any] = copy.deepcopy(_GOOD)
+    for name in draw(st.lists(st.sampled_from(sorted(_REQUEST_FIELDS)), max_size=2, unique=True)):
+        value = draw(st.one_of(st.just(_DROPPED), _REQUEST_FIELDS[name]))
+        body["request"].pop(name) if value is _DROPPED else body["request"].update({name: value})
+    if draw(st.integers(0, 9)) == 0:  # now and then the envelope itself is wrong
+        name = draw(st.sampled_from(sorted(_ENVELOPE_FIELDS)))
+        body[name] = draw(_ENVELOPE_FIELDS[name])
+    return body if draw(st.integers(0, 49)) else draw(_ODD)
+
+
+@given(_reviews())
+@settings(max_examples=500, deadline=None)
+def test_the_quick_acceptance_agrees_with_the_itemised_checks(body: object) -> None:
+    """parse_review accepts with one boolean test and itemises problems separately: the two must agree,
+    or a review would be accepted that the checks refuse (or refused with no reason given)."""
+    problems = review_problems(body)
+    if problems:
+        with pytest.raises(BadReview) as refused:
+            parse_review(body)
+        assert str(refused.value) == "; ".join(problems)
+    else:
+        parse_review(body)
+
+
+_SINGLE_ODD_VALUES = [None, True, 0, 1.5, "", "v1", "create", "x" * 253, "x" * 254, [], {}, {"a": 1}, _DROPPED]
+_GOOD_KIND: dict[str, str] = _GOOD["request"]["kind"]
+_ODD_TEXT: tuple[object, ...] = (None, 1, "x" * 253, "x" * 254, [])
+_EXTRA_VALUES: dict[str, list[object]] = {
+    "uid": ["u" * 128, "u" * 129],
+    "kind": [*({k: v for k, v in _GOOD_KIND.items() if k != part} for part in _GOOD_KIND),
+             *({**_GOOD_KIND, part: odd} for part in _GOOD_KIND for odd in _ODD_TEXT)],
+}
+
+
+@pytest.mark.parametrize("field", sorted(_REQUEST_FIELDS))
+def test_every_single_field_change_is_judged_alike_both_ways(field: str) -> None:
+    """Every field changed alone to each odd value: exhaustive where the generated reviews above sample."""
+    for value in [*_SINGLE_ODD_VALUES, *_EXTRA_VALUES.get(field, [])]:
+        body: dict[str, Any] = copy.deepcopy(_GOOD)
+        body["request"].pop(field) if value is _DROPPED else body["request"].update({field: value})
+        if review_problems(body):
+            with pytest.raises(BadReview):
+                parse_review(body)
+        else:
+            parse_review(body)  # accepted: raising here fails the test

@@ -6,8 +6,7 @@ HTTP edge turns into a 400 (a malformed call, so the apiserver's failurePolicy d
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypedDict, cast
+from typing import Any, Literal, NamedTuple, Protocol, TypedDict, cast
 
 from app.admission.clip import shown
 from app.admission.responses import AdmissionResponse
@@ -35,9 +34,12 @@ class BadReview(ValueError):
     """The request is not a usable AdmissionReview; the message says what is wrong."""
 
 
-@dataclass(frozen=True, slots=True)
-class AdmissionRequest:
-    """The parts of `request` that handlers need; `raw` keeps the rest, untouched."""
+class AdmissionRequest(NamedTuple):
+    """The parts of `request` that handlers need; `raw` keeps the rest, untouched.
+
+    Immutable like a frozen dataclass, and built in a fifth of its time (a frozen dataclass sets each
+    field through object.__setattr__): one is made per admission call.
+    """
 
     uid: str
     kind: GroupVersionKind
@@ -57,9 +59,38 @@ class Handler(Protocol):
 
 
 def parse_review(body: object) -> AdmissionRequest:
-    """Validate the envelope and return the request; raise BadReview with every problem found."""
+    """Validate the envelope and return the request; raise BadReview with every problem found.
+
+    What the apiserver sends is always well formed, so that case is one boolean test; only a review
+    that fails it is walked again to name every problem (`review_problems`).
+    """
+    if isinstance(body, dict) and body.get("apiVersion") == API_VERSION and body.get("kind") == KIND:
+        request = body.get("request")
+        if isinstance(request, dict) and _well_formed(request):
+            return _to_request(request)
+    raise BadReview("; ".join(review_problems(body)))
+
+
+def _well_formed(request: dict[str, Any]) -> bool:
+    """True exactly when `review_problems` finds nothing in this request (a test holds the two together)."""
+    uid, operation, kind = request.get("uid"), request.get("operation"), request.get("kind")
+    namespace, name, dry_run = request.get("namespace"), request.get("name"), request.get("dryRun")
+    new, old = request.get("object"), request.get("oldObject")
+    return (
+        isinstance(uid, str) and 0 < len(uid) <= MAX_UID_LENGTH
+        and isinstance(operation, str) and operation in OPERATIONS
+        and isinstance(kind, dict)
+        and _short_text(kind.get("group")) and _short_text(kind.get("version")) and _short_text(kind.get("kind"))
+        and (new is None or isinstance(new, dict)) and (old is None or isinstance(old, dict))
+        and (namespace is None or _short_text(namespace)) and (name is None or _short_text(name))
+        and (dry_run is None or isinstance(dry_run, bool))
+    )
+
+
+def review_problems(body: object) -> list[str]:
+    """Every way `body` is not a usable AdmissionReview; empty when it is one."""
     if not isinstance(body, dict):
-        raise BadReview(f"an AdmissionReview must be a JSON object, got {_json_type(body)}")
+        return [f"an AdmissionReview must be a JSON object, got {_json_type(body)}"]
     problems: list[str] = []
     if body.get("apiVersion") != API_VERSION:
         problems.append(f"apiVersion must be {API_VERSION!r}, got {shown(body.get('apiVersion'))}")
@@ -68,14 +99,12 @@ def parse_review(body: object) -> AdmissionRequest:
     request = body.get("request")
     if not isinstance(request, dict):
         problems.append(f"request must be an object, got {_json_type(request)}")
-        raise BadReview("; ".join(problems))
+        return problems
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid or len(uid) > MAX_UID_LENGTH:
         problems.append(f"request.uid must be a non-empty string of at most {MAX_UID_LENGTH} characters")
     problems.extend(_request_problems(request))
-    if problems:
-        raise BadReview("; ".join(problems))
-    return _to_request(request)
+    return problems
 
 
 def _request_problems(request: dict[str, Any]) -> list[str]:
