@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 import orjson
 
@@ -59,19 +62,77 @@ class JsonFormatter(logging.Formatter):
         return f"Traceback (most recent call last):\n{frames}{where[0]}: {clip(str(error))}"
 
 
+# Access lines are gathered and written together: a write(2) per admission call cost ~15 us of a /mutate's
+# ~125 us of server CPU (measured over HTTPS with the log going to a file). A batch goes out when the next
+# line would take it past BATCH_BYTES, before any other log record (so the order of lines holds), at every
+# tick of the server (at most 1 s) and at exit. 4096 bytes is PIPE_BUF: a write to a pipe of at most that
+# size is atomic, so the lines of several worker processes sharing the container's stdout never interleave.
+# A process killed by SIGKILL loses at most one batch (a dozen lines).
+BATCH_BYTES = 4096
+
+
+class AccessBatch:
+    """Access lines waiting to be written to `stream()` (the process's stderr)."""
+
+    def __init__(self, stream: Callable[[], TextIO] = lambda: sys.stderr) -> None:
+        self.stream = stream
+        self.lines = bytearray()
+        self.lock = threading.Lock()  # records of other threads (probes, the reconciler) flush it too
+
+    def add(self, line: bytes) -> None:
+        with self.lock:
+            if len(self.lines) + len(line) > BATCH_BYTES:
+                self._write()
+            self.lines += line
+
+    def flush(self) -> None:
+        if self.lines:
+            with self.lock:
+                self._write()
+
+    def _write(self) -> None:
+        if not self.lines:
+            return
+        stream = self.stream()
+        buffer: BinaryIO | None = getattr(stream, "buffer", None)
+        with contextlib.suppress(OSError, ValueError):  # stderr closed or gone: nowhere to write them
+            if buffer is not None:
+                stream.flush()  # text written directly to the stream goes first
+                buffer.write(self.lines)
+                buffer.flush()
+            else:
+                stream.write(self.lines.decode())
+                stream.flush()
+        self.lines.clear()
+
+
+ACCESS_BATCH = AccessBatch()
+
+
+def flush_access_lines() -> None:
+    """Write the access lines gathered so far (the server calls this on its tick and at exit)."""
+    ACCESS_BATCH.flush()
+
+
+atexit.register(flush_access_lines)
+
+
 class AccessLog:
-    """One JSON line per admission call, in the same shape as JsonFormatter's, written straight out.
+    """One JSON line per admission call, in the same shape as JsonFormatter's, written in batches.
 
     Measured here, a `logging` call with `extra=` fields cost ~60 us of CPU per admission request,
-    as much as the admission work itself; building the line with orjson and writing it whole costs a
-    few microseconds. The level still follows the logger, so `--log-level warning` turns it off.
+    as much as the admission work itself; building the line with orjson costs a few microseconds, and
+    the batch (BATCH_BYTES) spares the write per line. The level still follows the logger, so
+    `--log-level warning` turns it off. With a `stream`, each line is written to it at once (tests).
     """
 
-    def __init__(self, name: str, stream: TextIO | None = None) -> None:
+    def __init__(self, name: str, stream: TextIO | None = None, batch: AccessBatch | None = None) -> None:
         self.name = name
+        self._batch = batch or ACCESS_BATCH
         self.enabled = logging.getLogger(name).isEnabledFor(logging.INFO)
         self._stream = stream
         self._second, self._stamp = -1, ""
+        self._milli, self._time = -1, ""
 
     def info(self, msg: str, fields: dict[str, object]) -> None:
         if not self.enabled:
@@ -79,18 +140,25 @@ class AccessLog:
         # The fields are bounded where they come from: parse_review refuses a name, namespace or kind
         # longer than any the apiserver sends, so nothing is clipped here, once per request.
         line: dict[str, object] = {"time": self._now(), "level": "info", "logger": self.name, "msg": msg, **fields}
-        # One write of a whole line: lines from other threads never interleave inside it.
-        (self._stream or sys.stderr).write(orjson.dumps(line, default=str, option=orjson.OPT_APPEND_NEWLINE).decode())
+        encoded = orjson.dumps(line, default=str, option=orjson.OPT_APPEND_NEWLINE)
+        if self._stream is None:
+            self._batch.add(encoded)
+        else:
+            self._stream.write(encoded.decode())
 
     def _now(self) -> str:
-        """The same ISO 8601 text as JsonFormatter's; the date and time are formatted once a second (a
-        datetime per line was a third of the line's cost)."""
+        """The same ISO 8601 text as JsonFormatter's. The date and time are formatted once a second (a
+        datetime per line was a third of the line's cost), the whole text once a millisecond."""
         now = time.time()
-        second = int(now)
+        milli = int(now * 1000)
+        if milli == self._milli:
+            return self._time
+        second = milli // 1000
         if second != self._second:
             self._second = second
             self._stamp = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
-        return f"{self._stamp}.{int((now - second) * 1000):03d}+00:00"
+        self._milli, self._time = milli, f"{self._stamp}.{milli % 1000:03d}+00:00"
+        return self._time
 
 
 def _bounded(value: object) -> object:
@@ -98,8 +166,20 @@ def _bounded(value: object) -> object:
     return clip(value) if isinstance(value, str) else value
 
 
+class LogHandler(logging.StreamHandler[TextIO]):
+    """Writes the access lines gathered so far before its own record, so the log stays in order."""
+
+    def __init__(self, stream: TextIO, batch: AccessBatch | None = None) -> None:
+        super().__init__(stream)
+        self.batch = batch or ACCESS_BATCH
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.batch.flush()
+        super().emit(record)
+
+
 def configure_logging(level: str = "info") -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    handler = LogHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]

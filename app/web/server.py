@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 import uvloop
 
 from app.admission import Handler
+from app.logs import flush_access_lines
 from app.settings import Limits, ServeSettings
 from app.web.app import BackgroundTask, Health, plain_routes
 from app.web.endpoints import AdmissionEndpoint
@@ -129,16 +130,18 @@ class WebhookServer:
             await asyncio.sleep(0.05)
         for connection in list(self.connections.open):
             connection.abort("shutdown")
-        log.info("drained", extra={"left_open": len(self.connections.open)})
+        log.info("drained", extra={"left_open": len(self.connections.open)})  # also writes the access lines
 
     async def _tick(self) -> None:
-        """Enforce connection deadlines, refresh the Date header, and beat the heartbeat /healthz reads."""
+        """Enforce connection deadlines, refresh the Date header, write the access lines gathered (app.logs),
+        and beat the heartbeat /healthz reads."""
         interval = self.limits.tick_seconds
         while True:
             now = time.monotonic()
             self.health.heartbeat = now
             Clock.tick()
             self.connections.sweep(now)
+            flush_access_lines()
             await asyncio.sleep(interval)
 
     async def _poll_certificates(self) -> None:
