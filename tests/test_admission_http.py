@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
+import ssl
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ import httpx
 import pytest
 
 from app.admission import AdmissionRequest, AdmissionResponse, JsonPatchOp, patched
+from tests.support.process import post_head, read_response
 from tests.support.reviews import fixture, review
 from tests.support.server import RunningServer, running_server
 
@@ -158,3 +161,28 @@ def test_metrics_count_requests_by_endpoint_and_outcome(tmp_path: Path) -> None:
     assert 'tls_injector_admission_requests_total{endpoint="mutate",outcome="bad_request"} 1.0' in text
     assert 'tls_injector_admission_requests_total{endpoint="validate",outcome="error"} 1.0' in text
     assert 'tls_injector_admission_duration_seconds_count{endpoint="mutate"} 2.0' in text
+
+
+def test_requests_arriving_in_pieces_on_several_connections_are_each_answered_from_their_own_bytes(
+        server: RunningServer) -> None:
+    """Every connection reads into one buffer the server shares (app.web.http): a request that arrives in
+    pieces, with other connections' requests read in between, must still be answered from its own bytes."""
+    def body_for(uid: str) -> bytes:
+        sent = fixture("synthetic/pod-create-from-replicaset.json")
+        sent["request"]["uid"] = uid
+        return json.dumps(sent).encode()
+
+    def connect() -> ssl.SSLSocket:
+        raw = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        return server.client_context().wrap_socket(raw, server_hostname="localhost")
+
+    with connect() as slow, connect() as quick:
+        slow_request = post_head("/mutate", len(body_for("slow-0"))) + body_for("slow-0")
+        pieces = [slow_request[i:i + 700] for i in range(0, len(slow_request), 700)]
+        for n, piece in enumerate(pieces):
+            slow.sendall(piece)
+            quick.sendall(post_head("/mutate", len(body_for(f"quick-{n}"))) + body_for(f"quick-{n}"))
+            status, answer = read_response(quick)
+            assert (status, json.loads(answer)["response"]["uid"]) == (200, f"quick-{n}")
+        status, answer = read_response(slow)
+        assert (status, json.loads(answer)["response"]["uid"]) == (200, "slow-0")
