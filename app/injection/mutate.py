@@ -21,6 +21,7 @@ from app.injection.choices import InjectionOptions, InjectionRefused
 from app.injection.jobs import job_pin_ops
 from app.injection.patch import patch_ops
 from app.injection.plan import plan_injection
+from app.injection.quick import QuickMutate
 
 FingerprintSource = Callable[[], Sequence[str]]
 
@@ -51,6 +52,8 @@ def make_mutate_handler(options: InjectionOptions, *, ca_fingerprints: Fingerpri
         return patched(uid, patch_ops(plan), warnings=plan.warnings)
 
     mutate.answers = answers  # type: ignore[attr-defined]  # for tests and the benchmark
+    # The HTTP endpoint tries this first: another replica's answer without decoding the pod.
+    mutate.quick = QuickMutate(ca_fingerprints)  # type: ignore[attr-defined]
     return mutate
 
 

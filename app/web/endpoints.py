@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Protocol
 
 import orjson
 
 from app.admission import AdmissionRequest, AdmissionResponse, BadReview, Handler, parse_review, review_envelope
+from app.injection.quick import PodReview
 from app.logs import AccessLog
 from app.settings import MAX_BODY_BYTES
 from app.web.metrics import ServerMetrics
@@ -36,18 +38,38 @@ class HttpError(Exception):
         self.status, self.message, self.headers = status, message, headers
 
 
+class QuickPath(Protocol):
+    """A way to answer some reviews from the body alone (app.injection.quick), tried before the full path."""
+
+    def pod_review(self, body: bytes) -> PodReview | None: ...
+    def answer(self, review: PodReview) -> AdmissionResponse | None: ...
+    def remember(self, review: PodReview, response: AdmissionResponse) -> None: ...
+
+
 class AdmissionEndpoint:
     def __init__(
         self, *, name: str, handler: Handler, metrics: ServerMetrics, max_body: int = MAX_BODY_BYTES
     ) -> None:
         self.name, self.handler, self.metrics, self.max_body = name, handler, metrics, max_body
         self.access_log = AccessLog(log.name)  # the level is read once, after logging is configured
+        # /mutate's handler brings its quick path along (app.injection.mutate); others have none.
+        self.quick: QuickPath | None = getattr(handler, "quick", None)
 
     def answer(self, method: bytes, content_type: bytes, body: bytes) -> tuple[int, bytes, Headers]:
         """(status, JSON body, extra headers) for one call; never raises."""
         started = time.perf_counter()
         try:
             check_call(method, content_type)
+        except HttpError as error:
+            return self.refuse(error, started)
+        pod = self.quick.pod_review(body) if self.quick is not None else None
+        if pod is not None:
+            remembered = self.quick.answer(pod)  # type: ignore[union-attr]  # pod is only made by it
+            if remembered is not None:
+                encoded = orjson.dumps(review_envelope(remembered))
+                self._record(_pod_fields(self.name, pod), remembered, started)
+                return 200, encoded, ()
+        try:
             request = _parse(body)
         except HttpError as error:
             return self.refuse(error, started)
@@ -58,7 +80,9 @@ class AdmissionEndpoint:
             self.metrics.observe(self.name, "error", time.perf_counter() - started)
             return 500, orjson.dumps({"error": "internal error while handling the review", "uid": request.uid}), ()
         encoded = orjson.dumps(review_envelope(response))
-        self._record(request, response, started)
+        if pod is not None:
+            self.quick.remember(pod, response)  # type: ignore[union-attr]
+        self._record(_fields(self.name, request), response, started)
         return 200, encoded, ()
 
     def refuse(self, error: HttpError, started: float | None = None) -> tuple[int, bytes, Headers]:
@@ -68,11 +92,11 @@ class AdmissionEndpoint:
         self.metrics.observe(self.name, "bad_request", elapsed)
         return error.status, orjson.dumps({"error": error.message}), error.headers
 
-    def _record(self, request: AdmissionRequest, response: AdmissionResponse, started: float) -> None:
+    def _record(self, fields: dict[str, object], response: AdmissionResponse, started: float) -> None:
         elapsed = time.perf_counter() - started
         outcome = ("patched" if "patch" in response else "allowed") if response["allowed"] else "denied"
         self.metrics.observe(self.name, outcome, elapsed)
-        fields = {**_fields(self.name, request), "verdict": outcome, "latency_ms": round(elapsed * 1000, 3)}
+        fields.update(verdict=outcome, latency_ms=round(elapsed * 1000, 3))
         self.access_log.info("admission", fields)
 
 
@@ -95,6 +119,12 @@ def _parse(body: bytes) -> AdmissionRequest:
         return parse_review(decoded)
     except BadReview as error:
         raise HttpError(400, f"not a valid AdmissionReview: {error}") from None
+
+
+def _pod_fields(endpoint: str, pod: PodReview) -> dict[str, object]:
+    """The same fields as `_fields` gives for the full path's request of a Pod CREATE."""
+    return {"endpoint": endpoint, "uid": pod.uid, "kind": "Pod", "namespace": pod.namespace,
+            "object_name": pod.name, "operation": "CREATE", "dry_run": pod.dry_run}
 
 
 def _fields(endpoint: str, request: AdmissionRequest) -> dict[str, object]:

@@ -1,0 +1,168 @@
+"""/mutate's quick path (app/injection/quick.py) answers exactly what the full path answers, byte for byte.
+
+Two endpoints over one set of bodies: one whose handler brings the quick path (as `serve` runs it), one
+whose handler does not (the same handler wrapped, so only the full path runs). Every body, well formed
+or broken, must get the same status and the same bytes from both, and the same access-log fields.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import orjson
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.admission import AdmissionRequest, AdmissionResponse
+from app.injection import InjectionOptions, make_mutate_handler
+from app.injection.quick import QuickMutate
+from app.web.endpoints import AdmissionEndpoint
+from app.web.metrics import ServerMetrics
+from tests.support.reviews import fixture, review
+from tests.support.workloads import build
+from tests.test_mutate_answers import replica
+from tests.test_naming_chain import NAMESPACE, Cluster, admit_job, shapes
+
+JSON = b"application/json"
+FINGERPRINTS = ("9f86d081884c7d65",)
+
+
+class Pair:
+    """The same handler behind two endpoints: with its quick path, and wrapped so it has none."""
+
+    def __init__(self) -> None:
+        handler = make_mutate_handler(InjectionOptions(), ca_fingerprints=lambda: FINGERPRINTS)
+        self.quick: QuickMutate = handler.quick  # type: ignore[attr-defined]
+
+        def full_only(request: AdmissionRequest) -> AdmissionResponse:
+            return handler(request)
+
+        self.with_quick = AdmissionEndpoint(name="mutate", handler=handler, metrics=ServerMetrics())
+        self.without = AdmissionEndpoint(name="mutate", handler=full_only, metrics=ServerMetrics())
+        self.logged: list[tuple[str, dict[str, object]]] = []
+        for endpoint in (self.with_quick, self.without):
+            endpoint.access_log.enabled = True
+            endpoint.access_log.info = lambda msg, fields: self.logged.append((msg, fields))  # type: ignore[method-assign]
+
+    def both(self, body: bytes) -> tuple[tuple[int, bytes], tuple[int, bytes]]:
+        quick_status, quick_body, _ = self.with_quick.answer(b"POST", JSON, body)
+        full_status, full_body, _ = self.without.answer(b"POST", JSON, body)
+        return (quick_status, quick_body), (full_status, full_body)
+
+
+def pod_review(pod: dict[str, Any], uid: str) -> bytes:
+    body = review(obj=copy.deepcopy(pod), namespace=NAMESPACE)
+    body["request"]["uid"] = uid
+    return orjson.dumps(body)
+
+
+def without_timing(fields: dict[str, object]) -> dict[str, object]:
+    return {k: v for k, v in fields.items() if k != "latency_ms"}
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(shapes(), min_size=1, max_size=4))
+def test_replicas_get_the_full_paths_answer_from_the_quick_path(drawn: list[Any]) -> None:
+    pair = Pair()
+    pods = [build(shape, NAMESPACE, create=Cluster().create, admit_job=admit_job) for shape, _ in drawn]
+    for round_ in range(3):
+        for index, pod in enumerate(pods):
+            body = pod_review(replica(pod, round_ * 10 + index), f"uid-{round_}-{index}")
+            pair.logged.clear()
+            quick, full = pair.both(body)
+            assert quick == full
+            assert [without_timing(f) for _, f in pair.logged[:1]] == [without_timing(f) for _, f in pair.logged[1:]]
+    if any(enabled or "tls-injector.io/inject" in shape.labels for shape, enabled in drawn):
+        assert pair.quick.hits > 0  # the path was taken, not merely skipped
+
+
+def test_the_second_replica_is_answered_without_the_full_path() -> None:
+    pair = Pair()
+    sent = fixture("synthetic/pod-create-from-replicaset.json")
+    first = orjson.dumps(sent)
+    sent["request"]["uid"] = "second"
+    sent["request"]["object"]["metadata"]["name"] = "web-7d4b9c-zzzzz"
+    second = orjson.dumps(sent)
+    pair.both(first)
+    assert (pair.quick.hits, pair.quick.misses) == (0, 1)
+    quick, full = pair.both(second)
+    assert quick == full
+    assert (pair.quick.hits, pair.quick.misses) == (1, 1)
+    assert json.loads(quick[1])["response"]["uid"] == "second"
+
+
+# Ways a body differs from a good Pod CREATE review: the generated bodies change one to three places of
+# a primed one (its shape already remembered), so a wrong acceptance would be answered from memory.
+_ODD = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.sampled_from(["", "Pod", "CREATE", "x" * 254]),
+                 st.just([]), st.just({}), st.just({"a": [1]}))
+_PLACES = [("apiVersion",), ("kind",), ("request",), ("request", "uid"), ("request", "operation"),
+           ("request", "kind"), ("request", "kind", "group"), ("request", "kind", "kind"),
+           ("request", "kind", "version"), ("request", "namespace"), ("request", "name"), ("request", "dryRun"),
+           ("request", "subResource"), ("request", "oldObject"), ("request", "object"),
+           ("request", "object", "metadata"), ("request", "object", "metadata", "labels"),
+           ("request", "object", "spec"), ("request", "userInfo"), ("request", "object", "status")]
+
+
+@st.composite
+def _broken(draw: st.DrawFn, good: dict[str, Any]) -> bytes:
+    body = copy.deepcopy(good)
+    for place in draw(st.lists(st.sampled_from(_PLACES), min_size=1, max_size=3)):
+        target = body
+        for key in place[:-1]:
+            target = target.get(key) if isinstance(target, dict) else None  # type: ignore[assignment]
+        if isinstance(target, dict):
+            if draw(st.booleans()):
+                target.pop(place[-1], None)
+            else:
+                target[place[-1]] = draw(_ODD)
+    encoded = orjson.dumps(body)
+    cut = draw(st.sampled_from(["none", "none", "truncate", "non-ascii", "deep"]))
+    if cut == "truncate":
+        return encoded[: draw(st.integers(0, len(encoded) - 1))]
+    if cut == "non-ascii":  # invalid UTF-8 in a field the quick path skips
+        return encoded.replace(b'"request":{', b'"request":{"userInfo":{"username":"\xff"},', 1)
+    if cut == "deep":  # deeper than either decoder takes, in a field the quick path skips
+        return encoded.replace(b'"request":{', b'"request":{"options":' + b"[" * 1100 + b"]" * 1100 + b",", 1)
+    return encoded
+
+
+GOOD = fixture("synthetic/pod-create-from-replicaset.json")
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(_broken(GOOD))
+def test_a_body_that_is_not_a_replica_gets_the_same_answer_both_ways(body: bytes) -> None:
+    pair = Pair()
+    pair.both(orjson.dumps(GOOD))  # the good review's shape is remembered
+    quick, full = pair.both(body)
+    assert quick == full
+
+
+def test_a_pod_too_large_to_remember_is_planned_every_time() -> None:
+    handler = make_mutate_handler(InjectionOptions())
+    quick: QuickMutate = handler.quick  # type: ignore[attr-defined]
+    sent = fixture("synthetic/pod-create-from-replicaset.json")
+    sent["request"]["object"]["metadata"]["annotations"]["example.com/big"] = "x" * (quick.max_key_bytes + 1)
+    assert quick.pod_review(orjson.dumps(sent)) is None
+
+
+_VARIANTS: list[object] = [None, True, 0, 2, "", "Pod", "CREATE", "v1", "admission.k8s.io/v1beta1", "x" * 254, [], {},
+                           {"a": [1]}, {"tls-injector.io/inject": "false"}]
+_DROP = object()
+
+
+def test_every_place_changed_alone_gets_the_same_answer_both_ways() -> None:
+    """Exhaustive where the generated bodies above sample: each place dropped or set to each variant."""
+    pair = Pair()
+    pair.both(orjson.dumps(GOOD))
+    for place in _PLACES:
+        for value in [_DROP, *_VARIANTS]:
+            body = copy.deepcopy(GOOD)
+            target = body
+            for key in place[:-1]:
+                target = target[key]
+            target.pop(place[-1], None) if value is _DROP else target.update({place[-1]: value})
+            quick, full = pair.both(orjson.dumps(body))
+            assert quick == full, (place, value)
