@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -166,3 +168,22 @@ def test_every_place_changed_alone_gets_the_same_answer_both_ways() -> None:
             target.pop(place[-1], None) if value is _DROP else target.update({place[-1]: value})
             quick, full = pair.both(orjson.dumps(body))
             assert quick == full, (place, value)
+
+
+@pytest.mark.parametrize("depth", [900, 1023, 1024, 1100, 5000])
+@pytest.mark.parametrize("limit", [None, 20_000])
+def test_nesting_in_a_skipped_field_is_judged_by_the_full_decode(depth: int, limit: int | None) -> None:
+    """Nesting the full decode refuses must never be answered from memory: under the interpreter's own
+    recursion limit (a server's) and under a raised one (as test runners run)."""
+    pair = Pair()
+    pair.both(orjson.dumps(GOOD))
+    deep = orjson.dumps(GOOD).replace(b'"request":{', b'"request":{"options":' + b"[" * depth + b"]" * depth + b",", 1)
+    before = sys.getrecursionlimit()
+    try:
+        if limit is not None:
+            sys.setrecursionlimit(limit)
+        quick, full = pair.both(deep)
+    finally:
+        sys.setrecursionlimit(before)
+    assert quick == full
+    assert full[0] == (200 if depth + 2 <= 1024 else 400)  # the envelope and request are two levels
