@@ -33,6 +33,7 @@ from app.settings import Limits, ServeSettings
 if TYPE_CHECKING:
     from app.web.app import BackgroundTask, Health
     from app.web.metrics import ServerMetrics
+    from app.web.workers import WorkerSlot
 
 log = logging.getLogger("tls_injector")
 LOG_LEVELS = ["debug", "info", "warning", "error"]
@@ -51,6 +52,7 @@ EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # `serve --workers N` starts workers with it
     if not hasattr(args, "run"):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
@@ -114,10 +116,26 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                        help="also serve /healthz, /readyz and /metrics over plain HTTP on this port, from a thread "
                             "of its own (probes keep an answer when the HTTPS port is saturated or its event loop "
                             "is stalled; /healthz there fails when the loop is); not opened when not given")
+    serve.add_argument("--workers", type=_workers, default=1, metavar="N",
+                       help="worker processes answering on the HTTPS port, one per core the pod is given ('auto': "
+                            "the cores this process may run on); above 1 a supervisor process starts, restarts and "
+                            "drains them, serves the probe port and sums their metrics; needs --no-reconciler")
+    # How a supervisor starts a worker (app.web.workers); not for people.
+    serve.add_argument("--worker-fd", type=int, help=argparse.SUPPRESS)
+    serve.add_argument("--worker-state", type=Path, help=argparse.SUPPRESS)
     _limit_flags(serve)
     _mode_flag(serve)
     _cluster_flags(serve)
     serve.set_defaults(run=_run_serve)
+
+
+def _workers(value: str) -> int:
+    from app.web.workers import worker_count  # noqa: PLC0415 - only serving loads the web stack
+
+    try:
+        return worker_count(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of at least 1 or 'auto', got {value!r}") from None
 
 
 # (flag, Limits field, type, help): every bound of the HTTPS port; docs/serving.md gives each value's reason.
@@ -312,6 +330,8 @@ def _run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         probe_port=args.probe_port,
     )
     limits = _limits(args, parser)
+    if args.workers > 1 and args.worker_fd is None:
+        return _run_supervisor(args, settings)
     configure_logging(settings.log_level)
     pod_certificates, why = _webhook_pod_certificates(args)
     settings = dataclasses.replace(settings, pod_certificates=pod_certificates)
@@ -331,7 +351,7 @@ def _run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
             background.append(functools.partial(bundle.poll_forever, settings.reload_interval_seconds))
         server = build_server(settings, mutate=handlers.mutate, validate=handlers.validate,
                               validate_enabled_namespace=handlers.validate_enabled_namespace, metrics=metrics,
-                              background=background, health=health, limits=limits)
+                              background=background, health=health, limits=limits, worker=_worker_slot(args))
     except (RulesFileError, ServingPairError, SelfSignedError, _UnusableCluster) as error:
         print(f"tls-injector serve: {error}", file=sys.stderr)
         return 2
@@ -353,6 +373,62 @@ def _run_serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
               file=sys.stderr)
         return 2
     return 0
+
+
+def _worker_slot(args: argparse.Namespace) -> WorkerSlot | None:
+    if args.worker_fd is None:
+        return None
+    from app.web.workers import WorkerSlot  # noqa: PLC0415
+
+    return WorkerSlot(args.worker_fd, args.worker_state)
+
+
+def _run_supervisor(args: argparse.Namespace, settings: ServeSettings) -> int:
+    """`serve --workers N`, N > 1: check what the workers will need, listen, then start and watch them."""
+    from app.web.selfsigned import SelfSignedError, write_self_signed  # noqa: PLC0415
+    from app.web.tls import CertReloader  # noqa: PLC0415
+    from app.web.workers import Supervisor, strip_flags  # noqa: PLC0415
+
+    def fail(message: str) -> int:
+        print(f"tls-injector serve: {message}", file=sys.stderr)
+        return 2
+
+    if not args.no_reconciler:
+        return fail("--workers above 1 needs --no-reconciler: run the reconciler as its own Deployment "
+                    "(tls-injector reconcile), as the shipped manifests do")
+    configure_logging(settings.log_level)
+    extra: list[str] = []
+    try:  # every worker would fail the same way: find it here, once, in one line
+        admission_handlers(settings)
+        if settings.tls_cert_file is None or settings.tls_private_key_file is None:
+            files = write_self_signed(settings.self_signed_dir, now=datetime.now(UTC))
+            print(f"tls-injector: self-signed CA written to {files.ca_file}", flush=True)
+            extra = ["--tls-cert-file", str(files.cert_file), "--tls-private-key-file", str(files.key_file)]
+            CertReloader(files.cert_file, files.key_file)
+        else:
+            CertReloader(settings.tls_cert_file, settings.tls_private_key_file)
+    except (RulesFileError, ServingPairError, SelfSignedError) as error:
+        return fail(str(error))
+    passed_on = strip_flags(args.argv, {"--workers": 1, "--probe-port": 1})
+
+    def worker_argv(index: int, fd: int, state: Path) -> list[str]:
+        return [sys.executable, "-m", "app", *passed_on, *extra, "--worker-fd", str(fd), "--worker-state", str(state)]
+
+    try:  # the workers' state and metrics files live in a directory of their own under $TMPDIR
+        supervisor = Supervisor(count=args.workers, host=settings.host, port=settings.port,
+                                probe_port=settings.probe_port, drain_seconds=settings.drain_seconds,
+                                worker_argv=worker_argv)
+    except OSError as error:
+        return fail(f"cannot make the workers' directory in {error.filename or 'the temp directory'}: "
+                    f"{error.strerror} (a read-only root file system needs an emptyDir at /tmp)")
+    try:
+        supervisor.bind()
+    except OSError as error:
+        return fail(f"cannot listen on {settings.host}:{settings.port} or probe port {settings.probe_port}: "
+                    f"{error.strerror}")
+    log.info(f"starting: {args.workers} workers on https://{settings.host}:{settings.port}",
+             extra={"webhook": f"{settings.host}:{settings.port}", "workers": args.workers})
+    return supervisor.run()
 
 
 class _UnusableCluster(Exception):

@@ -1,8 +1,22 @@
-"""Prometheus metrics of the server, in a registry of its own (no process-global state)."""
+"""Prometheus metrics of the server, in a registry of its own (no process-global state).
+
+With `serve --workers N` every worker process counts into files of its own in one directory, and a
+scrape of any worker (or of the supervisor's probe port) sums them: prometheus_client's multiprocess
+mode. Counters and histograms add up over every worker that ever ran, so they never go backwards when
+a worker is restarted; `connections_open` adds up the live workers; the certificate expiry is the
+earliest any live worker serves.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+import os
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, values
+from prometheus_client.multiprocess import MultiProcessCollector
+
+# Set by the supervisor of `serve --workers N` in each worker's environment (prometheus_client's own name).
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 OUTCOMES = ("allowed", "patched", "denied", "bad_request", "error")
 ENDPOINTS = ("mutate", "validate", "validate/enabled-namespace")
@@ -13,6 +27,9 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1
 class ServerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        self.shared_dir = os.environ.get(MULTIPROCESS_ENV) or None
+        if self.shared_dir is not None:  # a worker: values live in the shared files (see the module docstring)
+            values.ValueClass = values.MultiProcessValue()  # type: ignore[no-untyped-call]
         self.requests = Counter(
             "tls_injector_admission_requests",
             "Admission requests by endpoint and outcome.",
@@ -30,6 +47,7 @@ class ServerMetrics:
             "tls_injector_serving_cert_expiry_timestamp_seconds",
             "Expiry (Unix time) of the serving certificate currently in use.",
             registry=self.registry,
+            multiprocess_mode="livemin",
         )
         self.reloads = Counter(
             "tls_injector_serving_cert_reloads",
@@ -47,6 +65,7 @@ class ServerMetrics:
             "tls_injector_http_connections_open",
             "Connections open on the admission port (handshake done).",
             registry=self.registry,
+            multiprocess_mode="livesum",
         )
         # Bound children up front: label lookup per request costs more than the increment itself.
         self._count = {(e, o): self.requests.labels(e, o) for e in ENDPOINTS for o in OUTCOMES}
@@ -59,4 +78,11 @@ class ServerMetrics:
         self._time[endpoint].observe(seconds)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return generate_latest(self.registry) if self.shared_dir is None else render_shared(Path(self.shared_dir))
+
+
+def render_shared(directory: Path) -> bytes:
+    """Every worker's metrics in `directory`, summed as the module docstring says."""
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
+    return generate_latest(registry)

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import uvloop
 
@@ -32,6 +33,7 @@ from app.web.metrics import ServerMetrics
 from app.web.probes import ProbeListener
 from app.web.selfsigned import write_self_signed
 from app.web.tls import CertReloader, LoadedPair
+from app.web.workers import WorkerSlot
 
 log = logging.getLogger("tls_injector.server")
 
@@ -52,6 +54,7 @@ def build_server(
     background: Sequence[BackgroundTask] = (),
     health: Health | None = None,
     limits: Limits | None = None,
+    worker: WorkerSlot | None = None,
 ) -> WebhookServer:
     """Everything wired, nothing started: `.run()` serves until SIGTERM/SIGINT or `.stop()`."""
     metrics = metrics or ServerMetrics()
@@ -69,18 +72,21 @@ def build_server(
     }
     routes = Routes(admission=endpoints, plain=plain_routes(health, metrics))
     return WebhookServer(settings, limits=limits, routes=routes, metrics=metrics, health=health,
-                         reloader=reloader, background=background)
+                         reloader=reloader, background=background, worker=worker)
 
 
 class WebhookServer:
     def __init__(self, settings: ServeSettings, *, limits: Limits, routes: Routes, metrics: ServerMetrics,
-                 health: Health, reloader: CertReloader, background: Sequence[BackgroundTask]) -> None:
+                 health: Health, reloader: CertReloader, background: Sequence[BackgroundTask],
+                 worker: WorkerSlot | None = None) -> None:
         self.settings, self.limits, self.routes, self.metrics = settings, limits, routes, metrics
-        self.health, self.reloader, self.background = health, reloader, background
+        self.health, self.reloader, self.background, self.worker = health, reloader, background, worker
         self.connections = ConnectionSet(limits, metrics)
-        metrics.connections_open.set_function(lambda: len(self.connections.open))
+        if metrics.shared_dir is None:
+            metrics.connections_open.set_function(lambda: len(self.connections.open))
+        # A worker of `serve --workers N` has no probe listener: its supervisor serves the probe port.
         self.probes = (ProbeListener(settings.host, settings.probe_port, routes.plain)
-                       if settings.probe_port is not None else None)
+                       if settings.probe_port is not None and worker is None else None)
         self.started = False
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -99,11 +105,12 @@ class WebhookServer:
     async def serve(self) -> None:
         loop = asyncio.get_running_loop()
         self._loop, self._stop = loop, asyncio.Event()
+        where: dict[str, Any] = ({"sock": self.worker.listening_socket()} if self.worker is not None else
+                                 {"host": self.settings.host, "port": self.settings.port, "backlog": BACKLOG})
         listener = await loop.create_server(
             lambda: HttpConnection(self.connections, self.routes),
-            self.settings.host, self.settings.port,
             ssl=self.reloader.listening_context(), ssl_handshake_timeout=self.limits.handshake_seconds,
-            ssl_shutdown_timeout=TLS_SHUTDOWN_SECONDS, backlog=BACKLOG,
+            ssl_shutdown_timeout=TLS_SHUTDOWN_SECONDS, **where,
         )
         self.port = listener.sockets[0].getsockname()[1]
         self._install_signals(loop)
@@ -142,6 +149,9 @@ class WebhookServer:
             Clock.tick()
             self.connections.sweep(now)
             flush_access_lines()
+            if self.worker is not None:
+                self.metrics.connections_open.set(len(self.connections.open))
+                self.worker.beat(self.health)
             await asyncio.sleep(interval)
 
     async def _poll_certificates(self) -> None:
