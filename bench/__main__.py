@@ -5,7 +5,7 @@
     python -m bench all --quick       # short runs: checks that everything runs, numbers not to quote
 
 Admission runs in this process (bench.admission). The others (bench.pki, bench.rules, bench.mutate_cpu,
-bench.reconcile, bench.doctor) are run as `python -m bench.<name>` subprocesses and their printed output
+bench.reconcile, bench.doctor, bench.workers) are run as `python -m bench.<name>` subprocesses and their printed output
 is kept as is, so each owns its own arguments; one that is missing or fails is reported, and the rest still run.
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-OTHERS = ("pki", "rules", "mutate_cpu", "reconcile", "doctor")
+OTHERS = ("pki", "rules", "mutate_cpu", "reconcile", "doctor", "workers")
 NAMES = ("admission", *OTHERS)
 # A benchmark that runs longer than this is stuck, not slow: reconcile of 10,000 workloads is the
 # longest expected, at a few minutes.
