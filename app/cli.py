@@ -414,20 +414,22 @@ def _run_supervisor(args: argparse.Namespace, settings: ServeSettings) -> int:
     def worker_argv(index: int, fd: int, state: Path) -> list[str]:
         return [sys.executable, "-m", "app", *passed_on, *extra, "--worker-fd", str(fd), "--worker-state", str(state)]
 
-    try:  # the workers' state and metrics files live in a directory of their own under $TMPDIR
-        supervisor = Supervisor(count=args.workers, host=settings.host, port=settings.port,
-                                probe_port=settings.probe_port, drain_seconds=settings.drain_seconds,
-                                worker_argv=worker_argv)
-    except OSError as error:
-        return fail(f"cannot make the workers' directory in {error.filename or 'the temp directory'}: "
-                    f"{error.strerror} (a read-only root file system needs an emptyDir at /tmp)")
+    supervisor = Supervisor(count=args.workers, host=settings.host, port=settings.port,
+                            probe_port=settings.probe_port, drain_seconds=settings.drain_seconds,
+                            worker_argv=worker_argv)
     try:
         supervisor.bind()
     except OSError as error:
         return fail(f"cannot listen on {settings.host}:{settings.port} or probe port {settings.probe_port}: "
                     f"{error.strerror}")
+    try:  # the workers' state and metrics files live in a directory of their own under $TMPDIR
+        supervisor.make_state_dir()
+    except OSError as error:
+        return fail(f"cannot make the workers' directory in {error.filename or 'the temp directory'}: "
+                    f"{error.strerror} (a read-only root file system needs an emptyDir at /tmp)")
     log.info(f"starting: {args.workers} workers on https://{settings.host}:{settings.port}",
-             extra={"webhook": f"{settings.host}:{settings.port}", "workers": args.workers})
+             extra={"webhook": f"{settings.host}:{settings.port}", "workers": args.workers,
+                    "state_dir": str(supervisor.state_dir)})
     return supervisor.run()
 
 

@@ -105,11 +105,13 @@ def pool(tmp_path: Path) -> Iterator[Pool]:
         yield running
     finally:
         if process.poll() is None:
-            for pid in [w["pid"] for w in running.probe("/readyz").json()["workers"] if w["pid"]]:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGCONT)
-            process.kill()
-        process.wait(timeout=10)
+            process.send_signal(signal.SIGTERM)  # the orderly end removes the workers' directory
+            try:
+                process.wait(timeout=DRAIN_SECONDS + 10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+    assert not Path(re.search(r'"state_dir":"([^"]+)"', running.stderr()).group(1)).exists()  # type: ignore[union-attr]
 
 
 def test_both_workers_answer_and_every_scrape_sums_them(pool: Pool) -> None:

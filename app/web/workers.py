@@ -94,9 +94,7 @@ class Supervisor:
                  worker_argv: Callable[[int, int, Path], list[str]]) -> None:
         self.count, self.host, self.port, self.probe_port = count, host, port, probe_port
         self.drain_seconds, self.worker_argv = drain_seconds, worker_argv
-        self.state_dir = Path(tempfile.mkdtemp(prefix="tls-injector-workers-"))
-        self.metrics_dir = self.state_dir / "metrics"
-        self.metrics_dir.mkdir()
+        self.state_dir = self.metrics_dir = Path()
         self.workers = [_Worker(index) for index in range(count)]
         self.stopping = False
         self._wake = threading.Event()
@@ -109,11 +107,35 @@ class Supervisor:
         self.sock = socket.create_server((self.host, self.port), backlog=BACKLOG)
         self.sock.set_inheritable(True)
         if self.probe_port is not None:
-            self.probes = ProbeListener(self.host, self.probe_port, self.routes())
+            try:
+                self.probes = ProbeListener(self.host, self.probe_port, self.routes())
+            except OSError:
+                self.close()
+                raise
+
+    def make_state_dir(self) -> None:
+        """The workers' state and metrics files, in a directory of their own; OSError when it cannot be made."""
+        try:
+            self.state_dir = Path(tempfile.mkdtemp(prefix="tls-injector-workers-"))
+        except OSError:
+            self.close()
+            raise
+        self.metrics_dir = self.state_dir / "metrics"
+        self.metrics_dir.mkdir()
+
+    def close(self) -> None:
+        """Give back what bind() and make_state_dir() took (run() does this itself when it ends)."""
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        if self.probes is not None:
+            self.probes.server.server_close()
+            self.probes = None
 
     def run(self) -> int:
         """Serve until SIGTERM/SIGINT (then 0) or until a worker cannot start (then 2)."""
         assert self.sock is not None, "bind() first"
+        assert self.state_dir != Path(), "make_state_dir() first"
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self._on_stop)
         signal.signal(signal.SIGHUP, self._on_hangup)
