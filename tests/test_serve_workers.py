@@ -77,6 +77,20 @@ class Pool:
     def stderr(self) -> str:
         return self.stderr_file.read_text(errors="replace")
 
+    def state_dir(self) -> Path:
+        found = re.search(r'"state_dir":"([^"]+)"', self.stderr())
+        assert found, self.stderr()
+        return Path(found.group(1))
+
+
+def running(pid: int) -> bool:
+    """Still a process, and not one that has exited and waits to be reaped."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in status
+
 
 def wait_for(condition: object, seconds: float = 15) -> None:
     deadline = time.monotonic() + seconds
@@ -111,7 +125,7 @@ def pool(tmp_path: Path) -> Iterator[Pool]:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=10)
-    assert not Path(re.search(r'"state_dir":"([^"]+)"', running.stderr()).group(1)).exists()  # type: ignore[union-attr]
+    assert not running.state_dir().exists()
 
 
 def test_both_workers_answer_and_every_scrape_sums_them(pool: Pool) -> None:
@@ -205,3 +219,15 @@ def test_a_taken_port_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0, done.stderr
     assert "cannot listen" in done.stderr
+
+
+def test_workers_left_without_their_supervisor_drain_and_exit(pool: Pool) -> None:
+    """Killed outright (as the OOM killer would), the supervisor cannot stop its workers: they notice."""
+    pids = pool.worker_pids()
+    pool.process.kill()
+    pool.process.wait(timeout=10)
+    deadline = time.monotonic() + DRAIN_SECONDS + 5
+    while time.monotonic() < deadline and any(running(pid) for pid in pids):
+        time.sleep(0.1)
+    assert not any(running(pid) for pid in pids)
+    shutil.rmtree(pool.state_dir())  # nobody else will: its owner was killed

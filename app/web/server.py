@@ -152,6 +152,9 @@ class WebhookServer:
             if self.worker is not None:
                 self.metrics.connections_open.set(len(self.connections.open))
                 self.worker.beat(self.health)
+                if self.worker.orphaned() and self._stop is not None:
+                    log.warning("the supervisor is gone: draining and exiting")
+                    self._stop.set()
             await asyncio.sleep(interval)
 
     async def _poll_certificates(self) -> None:

@@ -65,11 +65,17 @@ class WorkerSlot:
 
     def __init__(self, fd: int, state_file: Path) -> None:
         self.fd, self.state_file = fd, state_file
+        self.supervisor = os.getppid()
 
     def listening_socket(self) -> socket.socket:
         sock = socket.socket(fileno=self.fd)
         sock.setblocking(False)
         return sock
+
+    def orphaned(self) -> bool:
+        """The supervisor is gone (killed outright, say by the OOM killer): the worker must not serve on
+        alone, unsupervised and unscraped; it drains and exits instead."""
+        return os.getppid() != self.supervisor
 
     def beat(self, health: Health) -> None:
         """Called every tick of the event loop (at least once a second)."""
