@@ -6,6 +6,10 @@ Prints the median over R repeats of N calls each, in microseconds of this proces
 (CPU time, not wall time, so other processes on a shared machine inflate the numbers less), for a Deployment UPDATE
 (a realistic 3-container pod template) with the built-in rules:
 - `handler`: make_validate_handler(rules)(request) — what /validate runs per request after parsing;
+  the same request again and again, so after the first call the rules' results come from the memo
+  (as for repeated updates of one workload);
+- `new values`: parse+handler on reviews whose pod-template metadata is new each time (a restartedAt
+  annotation that counts), cycling through more than the memo keeps: every call evaluates the rules;
 - `parse+handler`: orjson.loads + parse_review + handler, i.e. the whole request minus HTTP/TLS;
 - `cel only`: one evaluation of the built-in rule's compiled expression on prepared `self`/`oldSelf`;
 and the one-off cost of loading and compiling the built-in rules.
@@ -15,9 +19,10 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
@@ -25,10 +30,12 @@ import orjson
 
 from app.admission import AdmissionResponse, Handler, parse_review
 from app.rules import make_validate_handler, self_value
+from app.rules.memo import MEMO_ENTRIES
 from app.rulesfile import default_rule_set
 from bench.timing import per_call_us
 
 INJECT, SECRET = "tls-injector.io/inject", "tls-injector.io/secret-name"
+RESTARTED = "kubectl.kubernetes.io/restartedAt"
 
 
 def deployment(labels: dict[str, str], annotations: dict[str, str], image: str) -> dict[str, Any]:
@@ -56,6 +63,21 @@ def review_bytes(old: dict[str, Any], new: dict[str, Any]) -> bytes:
     return orjson.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
 
 
+def distinct_bodies(old: dict[str, Any], new: dict[str, Any]) -> list[bytes]:
+    """More reviews than the memo keeps, each with its own template metadata (rule outcome unchanged)."""
+    bodies = []
+    for i in range(2 * MEMO_ENTRIES + 1):
+        old_i, new_i = copy.deepcopy(old), copy.deepcopy(new)
+        for obj in (old_i, new_i):
+            obj["spec"]["template"]["metadata"]["annotations"][RESTARTED] = f"2026-11-23T05:{i // 60:02}:{i % 60:02}Z"
+        bodies.append(review_bytes(old_i, new_i))
+    return bodies
+
+
+def handle_next(handler: Handler, bodies: Iterator[bytes]) -> AdmissionResponse:
+    return parse_and_handle(handler, next(bodies))
+
+
 def parse_and_handle(handler: Handler, body: bytes) -> AdmissionResponse:
     return handler(parse_review(orjson.loads(body)))
 
@@ -78,20 +100,23 @@ def main() -> None:
         "swap secret (denied + message)": (on_x, ({INJECT: "true"}, {SECRET: "y-tls"})),
     }
     print(f"load + compile built-in rules: {load_ms:.1f} ms (once, at startup)")
-    print(f"{'Deployment UPDATE':40} {'handler':>10} {'parse+handler':>14} {'cel only':>10}   (us per call)")
+    print(f"{'Deployment UPDATE':40} {'handler':>10} {'parse+handler':>14} {'new values':>10} {'cel only':>10}"
+          "   (us per call)")
     size = 0
     for name, (old_state, new_state) in cases.items():
         old, new = deployment(*old_state, "app:1"), deployment(*new_state, "app:2")
         body = review_bytes(copy.deepcopy(old), copy.deepcopy(new))
         request = parse_review(orjson.loads(body))
         variables = {"self": self_value(new, rule.self_path), "oldSelf": self_value(old, rule.self_path)}
+        cycle = itertools.cycle(distinct_bodies(old, new))
         calls: list[Callable[[], object]] = [
             partial(handler, request),
             partial(parse_and_handle, handler, body),
+            partial(handle_next, handler, cycle),
             partial(rule.expression.evaluate, variables),
         ]
         timings = [per_call_us(call, number=args.number, repeat=args.repeat) for call in calls]
-        print(f"{name:40} {timings[0]:10.1f} {timings[1]:14.1f} {timings[2]:10.1f}")
+        print(f"{name:40} {timings[0]:10.1f} {timings[1]:14.1f} {timings[2]:10.1f} {timings[3]:10.1f}")
         size = len(body)
     print(f"review size: {size} bytes; median of {args.repeat} x {args.number} calls")
 

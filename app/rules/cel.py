@@ -55,6 +55,47 @@ class Environment:
         except RuntimeError as error:
             raise CelCompileError(_strip_status(str(error))) from None
 
+    def compile_batch(self, programs: Sequence[Program]) -> Batch | None:
+        """The programs as one list-valued program, or None when that does not compile."""
+        # Each source on its own lines and in parentheses: a trailing `// comment` ends at its newline,
+        # and a source that parses alone parses the same inside ( ) — so element i is program i.
+        source = "[\n" + ",\n".join(f"(\n{program.source}\n)" for program in programs) + "\n]"
+        try:
+            return Batch(self._env.compile(source), len(programs))
+        except RuntimeError:
+            return None
+
+
+class Batch:
+    """Several boolean programs over the same variables, evaluated in one call.
+
+    Why: every evaluation converts what it reads of the variables from Python into CEL again (~3 us per
+    call plus ~0.5 us per map entry read, measured on a pod template's metadata), so a rule and its
+    warnWhen, or two rules on the same `self`, cost one conversion instead of up to four: 4 evaluations
+    of the built-in workload rules 34 us, batched 17 us.
+
+    Exact: CEL has no side effects, so element i of the list literal has the value program i has alone.
+    When any element is an error (the list is then an error) or not a bool, `evaluate` answers None and
+    the caller evaluates each program alone, which yields each one's own value or error.
+    """
+
+    __slots__ = ("_expression", "size")
+
+    def __init__(self, expression: cel.Expression, size: int) -> None:
+        self._expression, self.size = expression, size
+
+    def evaluate(self, variables: Mapping[str, Any]) -> tuple[bool, ...] | None:
+        try:
+            result = self._expression.eval(data=variables)
+        except (RuntimeError, TypeError, ValueError):
+            return None
+        if result.type() == cel.Type.ERROR:
+            return None
+        values = result.plain_value()
+        if not isinstance(values, list) or len(values) != self.size or any(type(v) is not bool for v in values):
+            return None
+        return tuple(values)
+
 
 class Program:
     """A compiled boolean expression."""

@@ -27,6 +27,7 @@ def make_validate_handler(rule_set: RuleSet, namespaces: str = SCOPE_OTHER_NAMES
     verdict, message and warnings of the real request.
     """
     rules = rule_set.scoped(namespaces)
+    rules.prepare()
 
     def validate(request: AdmissionRequest) -> AdmissionResponse:
         if request.operation != "UPDATE" or request.object is None or request.old_object is None:

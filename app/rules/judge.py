@@ -10,7 +10,7 @@ let a disable or swap slip through. An error in a `warnWhen` only turns into a w
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +18,8 @@ import orjson
 
 from app.admission import GroupVersionKind, clip
 from app.rules.cel import EvalError, to_cel
-from app.rules.model import Rule, RuleSet
+from app.rules.memo import Key
+from app.rules.model import Group, Rule, RuleSet
 from app.rules.paths import MISSING, Path, format_path, get_path
 
 # A denial names what changed; a whole pod template can differ in many places, and kubectl shows the
@@ -65,6 +66,10 @@ class Failure:
         return f'rule "{self.rule.name}" failed on {listed}{more}. {self.rule.message}'
 
 
+# What one rule contributes: its failure, or the warnings of an allowed change.
+Outcome = Failure | list[str]
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     failures: tuple[Failure, ...] = ()
@@ -76,22 +81,30 @@ class Verdict:
 
 
 def judge(rule_set: RuleSet, kind: GroupVersionKind, *, old: Mapping[str, Any], new: Mapping[str, Any]) -> Verdict:
-    """The verdict on an UPDATE from `old` to `new`; warnings are kept only for an allowed update."""
-    failures: list[Failure] = []
-    warnings: list[str] = []
+    """The verdict on an UPDATE from `old` to `new`; warnings are kept only for an allowed update.
+
+    The rules sharing a `self` path are judged together (see Group): one limits check and one CEL call,
+    or a remembered result. The verdict is `judge_each`'s, exactly (tests/test_rules_batched.py).
+    """
+    outcomes: dict[str, Outcome] = {}
+    for group in rule_set.groups_for(kind):
+        outcomes.update(zip((rule.name for rule in group.rules), _judge_group(group, old, new), strict=True))
+    return _verdict(outcomes[rule.name] for rule in rule_set.for_kind(kind))
+
+
+def judge_each(rule_set: RuleSet, kind: GroupVersionKind, *, old: Mapping[str, Any],
+               new: Mapping[str, Any]) -> Verdict:
+    """The same verdict the plain way: every rule alone, each expression evaluated on its own, nothing
+    remembered. What `judge` must agree with; it falls back to the per-rule step when a batch cannot."""
+    outcomes: list[Outcome] = []
     for rule in rule_set.for_kind(kind):
         too_big = _too_big(old, new, rule)
         if too_big is not None:
-            failures.append(too_big)
+            outcomes.append(too_big)
             continue
-        old_self, new_self = self_value(old, rule.self_path), self_value(new, rule.self_path)
-        variables = {"self": new_self, "oldSelf": old_self}
-        result = rule.expression.evaluate(variables)
-        if result is True:
-            warnings.extend(_warnings(rule, variables))
-        else:
-            failures.append(_failure(rule, old_self, new_self, result))
-    return Verdict(tuple(failures), () if failures else tuple(warnings))
+        variables = {"self": self_value(new, rule.self_path), "oldSelf": self_value(old, rule.self_path)}
+        outcomes.append(_judge_rule(rule, variables))
+    return _verdict(outcomes)
 
 
 def self_value(obj: Mapping[str, Any], path: Path) -> object:
@@ -100,8 +113,7 @@ def self_value(obj: Mapping[str, Any], path: Path) -> object:
     `{}` rather than an error, so enabling TLS on an object that had no such block yet (nil -> X) is
     judged like any other transition — the same as a CRD rule placed on the parent node.
     """
-    value = get_path(obj, path)
-    return {} if value is MISSING or value is None else to_cel(value)
+    return _as_self(get_path(obj, path))
 
 
 def measure(value: object, *, max_depth: int, max_values: int) -> tuple[int, int]:
@@ -124,17 +136,93 @@ def nesting_depth(value: object, *, limit: int) -> int:
 
 
 def _too_big(old: Mapping[str, Any], new: Mapping[str, Any], rule: Rule) -> Failure | None:
-    for value in (get_path(old, rule.self_path), get_path(new, rule.self_path)):
+    reason = _limit_breach(get_path(old, rule.self_path), get_path(new, rule.self_path), rule.self_path)
+    return None if reason is None else Failure(rule, (), 0, reason)
+
+
+def _limit_breach(old_value: object, new_value: object, path: Path) -> str | None:
+    for value in (old_value, new_value):
         depth, values = measure(value, max_depth=MAX_SELF_DEPTH, max_values=MAX_SELF_VALUES)
         if depth > MAX_SELF_DEPTH:
-            reason = (f"{format_path(rule.self_path)} is nested deeper than {MAX_SELF_DEPTH} "
-                      "levels, more than any Kubernetes object")
-            return Failure(rule, (), 0, reason)
+            return f"{format_path(path)} is nested deeper than {MAX_SELF_DEPTH} levels, more than any Kubernetes object"
         if values > MAX_SELF_VALUES:
-            reason = (f"{format_path(rule.self_path)} holds more than {MAX_SELF_VALUES:,} values, more than "
-                      "tls-injector evaluates a rule on")
-            return Failure(rule, (), 0, reason)
+            return (f"{format_path(path)} holds more than {MAX_SELF_VALUES:,} values, more than "
+                    "tls-injector evaluates a rule on")
     return None
+
+
+def _judge_group(group: Group, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Outcome]:
+    """One outcome per rule of the group, in its order."""
+    old_value, new_value = get_path(old, group.self_path), get_path(new, group.self_path)
+    key = group.memo.key(old_value, new_value)
+    results = None if key is None else group.memo.get(key)
+    if results is not None:  # the same bytes as values that were within the limits and evaluated
+        return _read_results(group, results, old_value, new_value)
+    if key is not None and _key_within_limits(key):
+        # JSON without a null: nothing for to_cel to drop, so the values are `self` as they stand.
+        variables = {"self": _present(new_value), "oldSelf": _present(old_value)}
+    else:
+        reason = _limit_breach(old_value, new_value, group.self_path)
+        if reason is not None:
+            return [Failure(rule, (), 0, reason) for rule in group.rules]
+        variables = {"self": _as_self(new_value), "oldSelf": _as_self(old_value)}
+    results = None if group.batch is None else group.batch.evaluate(variables)
+    if results is None:  # an error or a non-bool somewhere: each rule alone reports its own
+        return [_judge_rule(rule, variables) for rule in group.rules]
+    if key is not None:
+        group.memo.put(key, results)
+    return _read_results(group, results, old_value, new_value)
+
+
+def _key_within_limits(key: Key) -> bool:
+    """The limits read off the JSON bytes, without a walk: every value takes at least one byte, and
+    every level of nesting opens at least one { or [ (brackets inside strings only overcount)."""
+    old, new = key
+    return (len(old) + len(new) <= MAX_SELF_VALUES
+            and old.count(b"{") + old.count(b"[") <= MAX_SELF_DEPTH
+            and new.count(b"{") + new.count(b"[") <= MAX_SELF_DEPTH)
+
+
+def _read_results(group: Group, results: tuple[bool, ...], old_value: object, new_value: object) -> list[Outcome]:
+    """The batch's bools as outcomes: per rule its expression, then its warnWhen when it has one."""
+    outcomes: list[Outcome] = []
+    position = 0
+    for rule in group.rules:
+        passed, position = results[position], position + 1
+        warned = False
+        if rule.warning is not None:
+            warned, position = results[position], position + 1
+        if not passed:
+            outcomes.append(_failure(rule, _as_self(old_value), _as_self(new_value), False))
+        else:
+            outcomes.append([rule.warning.message] if warned and rule.warning is not None else [])
+    return outcomes
+
+
+def _judge_rule(rule: Rule, variables: Mapping[str, object]) -> Outcome:
+    result = rule.expression.evaluate(variables)
+    if result is True:
+        return _warnings(rule, variables)
+    return _failure(rule, variables["oldSelf"], variables["self"], result)
+
+
+def _verdict(outcomes: Iterable[Outcome]) -> Verdict:
+    failures: list[Failure] = []
+    warnings: list[str] = []
+    for outcome in outcomes:
+        if isinstance(outcome, Failure):
+            failures.append(outcome)
+        else:
+            warnings.extend(outcome)
+    return Verdict(tuple(failures), () if failures else tuple(warnings))
+
+
+def _as_self(value: object) -> object:
+    return {} if value is MISSING or value is None else to_cel(value)
+
+
+def _present(value: object) -> object:
+    return {} if value is MISSING else value
 
 
 def _warnings(rule: Rule, variables: Mapping[str, object]) -> list[str]:

@@ -72,8 +72,8 @@ def format_path(path: Path) -> str:
 
 def get_path(value: object, path: Path) -> object:
     """The value at `path`, or MISSING when some step is absent or not an object."""
-    for segment in path:
-        if not isinstance(value, Mapping) or segment not in value:
+    for segment in path:  # parsed JSON holds plain dicts: the exact check first skips the ABC's ~0.5 us
+        if (type(value) is not dict and not isinstance(value, Mapping)) or segment not in value:
             return MISSING
         value = value[segment]
     return value
