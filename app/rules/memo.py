@@ -9,6 +9,7 @@ a hit costs ~1 us against ~17 us for converting and evaluating the built-in work
 
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict
 
 import orjson
@@ -52,16 +53,19 @@ class Memo:
             return None
         return key
 
+    # Each OrderedDict call is atomic under the interpreter lock, but a pair of them is not: should two
+    # threads share a memo, an entry may go between two calls, which must cost a miss, not a KeyError.
     def get(self, key: Key) -> tuple[bool, ...] | None:
-        results = self._results.get(key)
+        results = self._results.pop(key, None)
         if results is not None:
-            self._results.move_to_end(key)
+            self._results[key] = results  # back in as the most recently used
         return results
 
     def put(self, key: Key, results: tuple[bool, ...]) -> None:
         self._results[key] = results
         if len(self._results) > self.entries:
-            self._results.popitem(last=False)
+            with contextlib.suppress(KeyError):  # emptied meanwhile
+                self._results.popitem(last=False)
 
     def __len__(self) -> int:
         return len(self._results)
