@@ -5,12 +5,14 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.admission import AdmissionResponse, parse_review
-from app.injection import InjectionOptions, make_mutate_handler
-from app.injection.answers import Answers
+from app.injection import InjectionOptions, make_mutate_handler, names
+from app.injection.answers import TOKEN_PLACEHOLDER, Answers, shape_key
 from tests.support.reviews import review
 from tests.support.workloads import build
 from tests.test_naming_chain import NAMESPACE, Cluster, admit_job, shapes
@@ -29,14 +31,52 @@ def without_uid(response: AdmissionResponse) -> dict[str, Any]:
 
 
 def replica(pod: dict[str, Any], index: int) -> dict[str, Any]:
-    """Another pod of the same template, as its controller makes it: its own name, uid and timestamp."""
+    """Another pod of the same template, as the apiserver hands it to webhooks: its own name, uid and
+    timestamp, and its own API token volume."""
     other = copy.deepcopy(pod)
     metadata = other["metadata"]
     if "generateName" in metadata or any(r.get("controller") for r in metadata.get("ownerReferences", [])):
         metadata["name"] = f"{metadata.get('generateName') or metadata.get('name', 'p')}-r{index}"
     metadata["uid"] = f"pod-uid-{index}"
     metadata["creationTimestamp"] = f"2026-11-22T00:00:{index:02d}Z"
-    return other
+    return with_token_volume(other, token_suffix(index))
+
+
+TOKEN_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the apiserver's generateName draws from these
+TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def token_suffix(index: int) -> str:
+    return "".join(TOKEN_ALPHABET[(index * 7 + i * 13) % len(TOKEN_ALPHABET)] for i in range(5))
+
+
+def with_token_volume(pod: dict[str, Any], suffix: str) -> dict[str, Any]:
+    """What the ServiceAccount admission plugin does before any webhook sees the pod: a projected token
+    volume `kube-api-access-<5 random characters>`, mounted read-only in every container that does not
+    mount something at its path already; nothing when the pod turns automounting off."""
+    spec = pod.get("spec")
+    if not isinstance(spec, dict) or spec.get("automountServiceAccountToken") is False:
+        return pod
+    volumes = spec.setdefault("volumes", [])
+    if not isinstance(volumes, list):
+        return pod
+    name = f"kube-api-access-{suffix}"
+    given = [v for v in volumes if isinstance(v, dict) and str(v.get("name")).startswith("kube-api-access-")]
+    if given:  # a pod as an earlier plugin run left it (a fixture): this replica's volume has its own name
+        old = given[0]["name"]
+        return orjson.loads(orjson.dumps(pod).replace(f'"{old}"'.encode(), f'"{name}"'.encode()))  # type: ignore[no-any-return]
+    volumes.append({"name": name, "projected": {"defaultMode": 420, "sources": [
+        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}})
+    for field in ("initContainers", "containers"):
+        for container in spec.get(field) or []:
+            if not isinstance(container, dict):
+                continue
+            mounts = container.setdefault("volumeMounts", [])
+            if isinstance(mounts, list) and not any(isinstance(m, dict) and m.get("mountPath") == TOKEN_PATH
+                                                    for m in mounts):
+                mounts.append({"name": name, "readOnly": True, "mountPath": TOKEN_PATH})
+    return pod
 
 
 @settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -92,3 +132,44 @@ def test_the_store_is_bounded_in_entries_and_key_size() -> None:
     for _ in range(2):
         answers.respond("u", big, (), lambda: make("big"))
     assert made[-2:] == ["big", "big"]  # over the key size: planned every time, never stored
+
+
+def test_replicas_share_an_answer_though_each_has_its_own_token_volume() -> None:
+    handler = make_mutate_handler(OPTIONS)
+    answers: Answers = handler.answers  # type: ignore[attr-defined]
+    pod = bare("web")
+    first, second = (handler(parse_review(review(obj=replica(pod, i)))) for i in (1, 2))
+    assert (answers.hits, answers.misses) == (1, 1)
+    assert without_uid(first) == without_uid(second) == without_uid(fresh(replica(pod, 2)))
+
+
+def test_an_answer_that_names_the_token_volume_is_not_shared() -> None:
+    # The token volume mounted where the certificate goes: the refusal names that pod's own volume.
+    pod = bare("web")
+    pod["metadata"]["annotations"] = {names.CERT_PATH_ANNOTATION: TOKEN_PATH}
+    handler = make_mutate_handler(OPTIONS)
+    for index in (1, 2):
+        sent = replica(pod, index)
+        got = handler(parse_review(review(obj=sent)))
+        assert not got["allowed"]
+        assert f"kube-api-access-{token_suffix(index)}" in got["status"]["message"]
+        assert without_uid(got) == without_uid(fresh(sent))
+    assert handler.answers.hits == 0  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("text", "stands_in"), [
+    (b'{"volumes":[{"name":"kube-api-access-x2b4z"}],"m":[{"name":"kube-api-access-x2b4z"}]}', True),
+    (b'{"volumes":[{"name":"kube-api-access-x2b4z"},{"name":"kube-api-access-bbbbb"}]}', False),  # two
+    (b'{"volumes":[{"name":"kube-api-access-x2b4z"},{"name":"kube-api-access-*"}]}', False),  # placeholder
+    (b'{"volumes":[{"name":"kube-api-access-x2b4zz"}]}', False),  # not a generated name
+    (b'{"volumes":[{"name":"data"}]}', False),
+])
+def test_shape_keys_stand_in_for_exactly_one_token_volume_name(text: bytes, stands_in: bool) -> None:
+    key, token = shape_key(text)
+    assert (token is not None) == stands_in
+    if token is None:
+        assert key == b"=" + text
+    else:
+        assert key.replace(TOKEN_PLACEHOLDER, token)[1:] == text  # the key and the name give the text back
+        other = text.replace(token, b'"kube-api-access-q7r8s"')
+        assert shape_key(other)[0] == key

@@ -18,13 +18,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.admission import AdmissionRequest, AdmissionResponse
-from app.injection import InjectionOptions, make_mutate_handler
+from app.injection import InjectionOptions, make_mutate_handler, names
 from app.injection.quick import QuickMutate
 from app.web.endpoints import AdmissionEndpoint
 from app.web.metrics import ServerMetrics
 from tests.support.reviews import fixture, review
 from tests.support.workloads import build
-from tests.test_mutate_answers import replica
+from tests.test_mutate_answers import TOKEN_PATH, replica, token_suffix
 from tests.test_naming_chain import NAMESPACE, Cluster, admit_job, shapes
 
 JSON = b"application/json"
@@ -93,6 +93,23 @@ def test_the_second_replica_is_answered_without_the_full_path() -> None:
     assert quick == full
     assert (pair.quick.hits, pair.quick.misses) == (1, 1)
     assert json.loads(quick[1])["response"]["uid"] == "second"
+
+
+def test_replicas_with_their_own_token_volumes_share_the_answer_unless_it_names_the_volume() -> None:
+    pair = Pair()
+    pod = GOOD["request"]["object"]
+    for index in range(3):
+        quick, full = pair.both(pod_review(replica(pod, index), f"uid-{index}"))
+        assert quick == full
+    assert (pair.quick.hits, pair.quick.misses) == (2, 1)
+    # The token volume mounted where the certificate goes: each refusal names that pod's own volume.
+    pod = copy.deepcopy(pod)
+    pod["metadata"]["annotations"][names.CERT_PATH_ANNOTATION] = TOKEN_PATH
+    for index in range(3):
+        quick, full = pair.both(pod_review(replica(pod, index), f"uid-refused-{index}"))
+        assert quick == full
+        assert f"kube-api-access-{token_suffix(index)}".encode() in quick[1]
+    assert pair.quick.hits == 2
 
 
 # Ways a body differs from a good Pod CREATE review: the generated bodies change one to three places of

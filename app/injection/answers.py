@@ -8,10 +8,17 @@ the key and finding the answer ~5 us.
 
 Bounded on purpose, since the key is what a client sent: at most MAX_ENTRIES answers (the oldest is
 dropped first), and pods whose key is over MAX_KEY_BYTES are planned every time and never stored.
+
+One name in a pod's spec differs between replicas all the same: the ServiceAccount admission plugin, which
+runs before any webhook, adds the API token volume `kube-api-access-` + 5 random characters (the
+apiserver's generateName) and mounts it in every container. Keyed on the spec as sent, no replica would
+ever find its template's answer. So `shape_key` stands a placeholder in for that one name, and an answer
+is remembered under such a key only when it does not contain the name (see `shape_key`).
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -28,6 +35,40 @@ MAX_KEY_BYTES = 16 * 1024
 
 Answer = dict[str, Any]  # an AdmissionResponse without its uid
 
+# The token volume's name as JSON text: the apiserver's generated suffix is 5 lower-case letters and digits.
+TOKEN_PREFIX = b'"kube-api-access-'
+TOKEN_SUFFIX = re.compile(rb'[a-z0-9]{5}"')
+TOKEN_PLACEHOLDER = TOKEN_PREFIX + b'*"'  # not a valid volume name, so no pod carries it
+
+
+def shape_key(text: bytes) -> tuple[bytes, bytes | None]:
+    """(key, the token volume name it stands for) for a pod's key text (naming inputs, spec, CA
+    fingerprints as JSON).
+
+    The name is replaced only when the text holds exactly one distinct such name and no placeholder:
+    then the key and the name give back the text exactly, so two pods share a key only when their texts
+    differ in that one name, everywhere it occurs. The plan compares names only with each other and with
+    its own (`tls-injector-*`), so such pods get the same plan but for that name; an answer that contains
+    the name must therefore not be shared (`shareable`). Otherwise (no token volume, automount off; or
+    several candidates) the text is the key as it is, marked so the two kinds of key never meet."""
+    name = None
+    at = text.find(TOKEN_PREFIX)
+    while at >= 0:  # a scan with bytes.find: a regular expression over the whole text cost twice as much
+        end = at + len(TOKEN_PREFIX)
+        found = text[at:end + 6] if TOKEN_SUFFIX.match(text, end) else None
+        if found is None or (name is not None and found != name):  # the placeholder, or another name
+            return b"=" + text, None
+        name = found
+        at = text.find(TOKEN_PREFIX, end)
+    if name is None:
+        return b"=" + text, None
+    return b"~" + text.replace(name, TOKEN_PLACEHOLDER), name
+
+
+def shareable(answer: Answer, token: bytes | None) -> bool:
+    """May `answer`, made for a pod whose key stands in for `token`, serve that key's other pods?"""
+    return token is None or token[1:-1] not in orjson.dumps(answer)
+
 
 class Answers:
     def __init__(self, *, max_entries: int = MAX_ENTRIES, max_key_bytes: int = MAX_KEY_BYTES) -> None:
@@ -39,7 +80,8 @@ class Answers:
     def respond(self, uid: str, pod: Mapping[str, Any], fingerprints: Sequence[str],
                 make: Callable[[], AdmissionResponse]) -> AdmissionResponse:
         """The remembered answer for a pod of this shape with this uid, or `make()`'s, remembered."""
-        key = _key(pod, fingerprints)
+        text = _text(pod, fingerprints)
+        key, token = shape_key(text) if text is not None else (None, None)
         answer = self._entries.get(key) if key is not None else None
         if answer is not None:
             self.hits += 1
@@ -47,7 +89,9 @@ class Answers:
         self.misses += 1
         response = make()
         if key is not None and len(key) <= self.max_key_bytes:
-            self._store(key, {k: v for k, v in response.items() if k != "uid"})
+            answer = {k: v for k, v in response.items() if k != "uid"}
+            if shareable(answer, token):
+                self._store(key, answer)
         return response
 
     def _store(self, key: bytes, answer: Answer) -> None:
@@ -57,7 +101,7 @@ class Answers:
             self._entries[key] = answer
 
 
-def _key(pod: Mapping[str, Any], fingerprints: Sequence[str]) -> bytes | None:
+def _text(pod: Mapping[str, Any], fingerprints: Sequence[str]) -> bytes | None:
     metadata = pod.get("metadata")
     if not isinstance(metadata, dict):
         return None  # the plan refuses it anyway; not worth remembering

@@ -21,7 +21,8 @@ This path only ever answers what the full path (parse_review, then the handler) 
   so only then);
 - an answer is remembered only after the full path made it, for exactly this key, so a spec text is
   found only if it once decoded and planned; the answer never depends on the pod's name or uid (the uid
-  is put back per review).
+  is put back per review), and one that names the pod's API token volume is not shared with the pods
+  whose token volume has another name (app.injection.answers.shape_key).
 The one difference left, on purpose: a number beyond a double's range (1e400) in a field the answer does
 not read is refused by the full decode (400) and skipped here. It is valid JSON, the apiserver cannot send
 it (Go cannot encode it), and finding it would cost a scan of every body.
@@ -42,7 +43,7 @@ import orjson
 from app.admission import AdmissionResponse
 from app.admission.review import API_VERSION, KIND, MAX_NAME_LENGTH, MAX_UID_LENGTH
 from app.injection import names
-from app.injection.answers import MAX_ENTRIES, MAX_KEY_BYTES, Answer
+from app.injection.answers import MAX_ENTRIES, MAX_KEY_BYTES, Answer, shape_key, shareable
 from app.injection.workload import naming_inputs
 
 
@@ -91,6 +92,7 @@ class PodReview:
     name: str
     dry_run: bool
     key: bytes
+    token: bytes | None  # the token volume name the key stands a placeholder in for (answers.shape_key)
 
 
 class QuickMutate:
@@ -118,8 +120,9 @@ class QuickMutate:
         spec = bytes(request.object.spec)
         if len(head) + len(spec) > self.max_key_bytes:
             return None
+        key, token = shape_key(head + b"\0" + spec)
         return PodReview(request.uid, request.namespace or "", request.name or "", bool(request.dryRun),
-                         head + b"\0" + spec)
+                         key, token)
 
     def answer(self, review: PodReview) -> AdmissionResponse | None:
         """The remembered answer for this pod's shape, with its uid; None when there is none yet."""
@@ -134,10 +137,13 @@ class QuickMutate:
         """Keep the full path's answer to `review` for the next pod of its shape."""
         if response.get("uid") != review.uid:
             return
+        answer = {k: v for k, v in response.items() if k != "uid"}
+        if not shareable(answer, review.token):
+            return
         with self._lock:
             if len(self._entries) >= self.max_entries:
                 self._entries.pop(next(iter(self._entries)))
-            self._entries[review.key] = {k: v for k, v in response.items() if k != "uid"}
+            self._entries[review.key] = answer
 
 
 def _pod_create(body: bytes) -> _Request | None:
