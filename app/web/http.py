@@ -87,6 +87,7 @@ class ConnectionSet:
     def __init__(self, limits: Limits, metrics: ServerMetrics) -> None:
         self.limits, self.metrics = limits, metrics
         self.open: set[HttpConnection] = set()
+        self.closed = 0  # connections ended so far, however they ended
         self.draining = False
         self.read_buffer = memoryview(bytearray(READ_BUFFER_BYTES))
 
@@ -153,6 +154,7 @@ class HttpConnection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.connections.open.discard(self)
+        self.connections.closed += 1
         self.phase = LINGER
 
     def get_buffer(self, sizehint: int) -> memoryview:

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
+import os
 import resource
 import signal
 import threading
@@ -94,6 +96,7 @@ class WebhookServer:
 
     def run(self) -> None:
         raise_open_files_limit()
+        fix_malloc_thresholds()
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             runner.run(self.serve())
 
@@ -143,12 +146,14 @@ class WebhookServer:
         """Enforce connection deadlines, refresh the Date header, write the access lines gathered (app.logs),
         and beat the heartbeat /healthz reads."""
         interval = self.limits.tick_seconds
+        heap = HeapTrim()
         while True:
             now = time.monotonic()
             self.health.heartbeat = now
             Clock.tick()
             self.connections.sweep(now)
             flush_access_lines()
+            heap.tick(now, self.connections.closed)
             if self.worker is not None:
                 self.metrics.connections_open.set(len(self.connections.open))
                 self.worker.beat(self.health)
@@ -181,6 +186,56 @@ def raise_open_files_limit() -> None:
     if hard == resource.RLIM_INFINITY or soft < hard:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+# Memory that connections leave behind. Every TLS connection allocates outside Python's own allocator
+# (OpenSSL's state and record buffers, uvloop's 256 KiB read buffer) and frees it when it closes; with
+# glibc, the freed pages stay in the process, scattered between long-lived objects. Measured with 12 new
+# connections a second (python -m bench.soak, 10 minutes at 500 req/s): RSS grew 34 MiB and was still
+# growing, while the Python heap stayed the same (tracemalloc). Two remedies, both measured there:
+# - glibc raises its mmap threshold to the size of every large block freed (up to 32 MiB), and its trim
+#   threshold to twice that, so after the first connection closes the 256 KiB buffers are carved from
+#   the heap too. Fixed at glibc's starting values, each is mapped and unmapped with its connection;
+# - what smaller blocks free is given back by malloc_trim, at most every TRIM_SECONDS and only when
+#   connections closed meanwhile (an apiserver's kept-alive connections cause none). One call took
+#   40 us to 1.1 ms on the event loop in that soak.
+# The constants are glibc's malloc.h.
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+THRESHOLD_BYTES = 128 * 1024
+TRIM_SECONDS = 5.0
+
+
+class HeapTrim:
+    """Gives the heap's free pages back to the system after connections closed (see above)."""
+
+    def __init__(self, *, every: float = TRIM_SECONDS) -> None:
+        self.every, self.at, self.closed = every, 0.0, 0
+        self._trim = _glibc_function("malloc_trim")
+
+    def tick(self, now: float, closed: int) -> None:
+        if self._trim is not None and closed != self.closed and now - self.at >= self.every:
+            self.at, self.closed = now, closed
+            self._trim(0)
+
+
+def _glibc_function(name: str) -> Any:
+    """A function of the C library when it is glibc, else None."""
+    try:
+        return getattr(ctypes.CDLL(None), name) if os.confstr("CS_GNU_LIBC_VERSION") else None
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def fix_malloc_thresholds() -> bool:
+    """Fix glibc's mmap and trim thresholds where they start, and give back what the heap holds free above
+    them now; False where the C library is not glibc or the operator set a threshold in the environment
+    (MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_, which glibc reads itself)."""
+    mallopt, trim = _glibc_function("mallopt"), _glibc_function("malloc_trim")
+    if mallopt is None or trim is None or {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"} & os.environ.keys():
+        return False
+    fixed = all(mallopt(option, THRESHOLD_BYTES) for option in (M_MMAP_THRESHOLD, M_TRIM_THRESHOLD))
+    trim(0)
+    return fixed
 
 
 def _reloader(settings: ServeSettings, metrics: ServerMetrics) -> CertReloader:

@@ -1,0 +1,79 @@
+"""serve keeps glibc's mmap threshold fixed, so every TLS connection's 256 KiB read buffer (uvloop's) is
+mapped and unmapped with its connection instead of settling in the heap, which never shrinks back.
+
+Checked on the allocator itself, in a fresh interpreter: after a large block is freed, glibc serves the
+next one from the heap unless the threshold was fixed. (The RSS over a 10-minute soak is a benchmark,
+`python -m bench.soak`, not a test.)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+PROBE = """
+import ctypes, sys
+from app.web.server import fix_malloc_thresholds
+fixed = fix_malloc_thresholds() if sys.argv[1] == "fix" else False
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+def mapped(block):  # glibc marks a chunk served by its own mmap with bit 2 of its size field
+    return bool(ctypes.c_size_t.from_address(block - ctypes.sizeof(ctypes.c_size_t)).value & 2)
+seen = []
+for _ in range(3):  # a connection opens (its buffer) and closes (freed), three times
+    block = libc.malloc(256 * 1024)
+    seen.append(mapped(block))
+    libc.free(block)
+print(fixed, *seen)
+"""
+
+
+def probe(mode: str, **env: str) -> list[str]:
+    done = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, check=True,
+                          env={k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"} | env)
+    return done.stdout.split()
+
+
+needs_glibc = pytest.mark.skipif(not os.confstr("CS_GNU_LIBC_VERSION"), reason="glibc's allocator only")
+
+
+@needs_glibc
+def test_without_the_fix_buffers_come_from_the_heap_once_a_large_block_was_freed() -> None:
+    fixed, _, *later = probe("none")  # the first may be mapped or not: importing frees large blocks too
+    assert (fixed, later) == ("False", ["False", "False"])
+
+
+@needs_glibc
+def test_with_the_fix_every_connections_buffer_is_its_own_mapping() -> None:
+    assert probe("fix") == ["True", "True", "True", "True"]
+
+
+@needs_glibc
+def test_a_threshold_the_operator_set_in_the_environment_is_left_alone() -> None:
+    assert probe("fix", MALLOC_MMAP_THRESHOLD_="1048576")[0] == "False"
+
+
+def test_the_heap_is_trimmed_after_connections_closed_at_most_every_few_seconds() -> None:
+    from app.web.server import HeapTrim
+
+    heap = HeapTrim(every=5.0)
+    calls: list[int] = []
+    heap._trim = calls.append  # what it would hand to glibc's malloc_trim
+    heap.tick(10.0, 0)  # nothing closed yet
+    heap.tick(11.0, 3)  # trimmed
+    heap.tick(12.0, 9)  # more closed, but too soon
+    heap.tick(17.0, 9)  # trimmed: 5 s later, and connections closed since
+    heap.tick(30.0, 9)  # none closed since
+    assert calls == [0, 0]
+    assert (heap.at, heap.closed) == (17.0, 9)
+
+
+@needs_glibc
+def test_on_glibc_the_trim_is_the_c_librarys() -> None:
+    from app.web.server import HeapTrim
+
+    assert HeapTrim()._trim is not None
