@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 from typing import Any
 
@@ -173,3 +174,16 @@ def test_shape_keys_stand_in_for_exactly_one_token_volume_name(text: bytes, stan
         assert key.replace(TOKEN_PLACEHOLDER, token)[1:] == text  # the key and the name give the text back
         other = text.replace(token, b'"kube-api-access-q7r8s"')
         assert shape_key(other)[0] == key
+
+
+def test_pods_named_like_a_token_volume_keep_their_own_secret() -> None:
+    # No token volume (automount off), so the pod's own name is the one such name the key holds; the patch
+    # (base64) names the Secret after it, so the answer must not be shared.
+    handler = make_mutate_handler(OPTIONS)
+    for suffix in ("abcde", "zzzzz"):
+        pod = bare(f"kube-api-access-{suffix}")
+        pod["spec"]["automountServiceAccountToken"] = False
+        got = handler(parse_review(review(obj=pod)))
+        assert f"kube-api-access-{suffix}-tls".encode() in base64.b64decode(got["patch"])
+        assert without_uid(got) == without_uid(fresh(pod))
+    assert handler.answers.hits == 0  # type: ignore[attr-defined]

@@ -18,6 +18,7 @@ is remembered under such a key only when it does not contain the name (see `shap
 
 from __future__ import annotations
 
+import base64
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -66,8 +67,13 @@ def shape_key(text: bytes) -> tuple[bytes, bytes | None]:
 
 
 def shareable(answer: Answer, token: bytes | None) -> bool:
-    """May `answer`, made for a pod whose key stands in for `token`, serve that key's other pods?"""
-    return token is None or token[1:-1] not in orjson.dumps(answer)
+    """May `answer`, made for a pod whose key stands in for `token`, serve that key's other pods? Not when
+    the name is anywhere in it: in a message, a warning, or the patch (base64, so decoded to look)."""
+    if token is None:
+        return True
+    name = token[1:-1]
+    patch = answer.get("patch")
+    return name not in orjson.dumps(answer) and not (isinstance(patch, str) and name in base64.b64decode(patch))
 
 
 class Answers:
