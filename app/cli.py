@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import functools
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -123,6 +124,7 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     # How a supervisor starts a worker (app.web.workers); not for people.
     serve.add_argument("--worker-fd", type=int, help=argparse.SUPPRESS)
     serve.add_argument("--worker-state", type=Path, help=argparse.SUPPRESS)
+    serve.add_argument("--worker-supervisor", type=int, help=argparse.SUPPRESS)
     _limit_flags(serve)
     _mode_flag(serve)
     _cluster_flags(serve)
@@ -380,7 +382,7 @@ def _worker_slot(args: argparse.Namespace) -> WorkerSlot | None:
         return None
     from app.web.workers import WorkerSlot  # noqa: PLC0415
 
-    return WorkerSlot(args.worker_fd, args.worker_state)
+    return WorkerSlot(args.worker_fd, args.worker_state, args.worker_supervisor or os.getppid())
 
 
 def _run_supervisor(args: argparse.Namespace, settings: ServeSettings) -> int:
@@ -412,7 +414,8 @@ def _run_supervisor(args: argparse.Namespace, settings: ServeSettings) -> int:
     passed_on = strip_flags(args.argv, {"--workers": 1, "--probe-port": 1})
 
     def worker_argv(index: int, fd: int, state: Path) -> list[str]:
-        return [sys.executable, "-m", "app", *passed_on, *extra, "--worker-fd", str(fd), "--worker-state", str(state)]
+        return [sys.executable, "-m", "app", *passed_on, *extra, "--worker-fd", str(fd), "--worker-state", str(state),
+                "--worker-supervisor", str(os.getpid())]
 
     supervisor = Supervisor(count=args.workers, host=settings.host, port=settings.port,
                             probe_port=settings.probe_port, drain_seconds=settings.drain_seconds,

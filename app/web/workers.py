@@ -63,9 +63,10 @@ EXIT_CANNOT_START = 2
 class WorkerSlot:
     """A worker's side: the socket the supervisor handed over, and the state file it reads."""
 
-    def __init__(self, fd: int, state_file: Path) -> None:
-        self.fd, self.state_file = fd, state_file
-        self.supervisor = os.getppid()
+    def __init__(self, fd: int, state_file: Path, supervisor: int) -> None:
+        # The supervisor's pid comes on the command line: read from getppid() once the worker is up, it
+        # would already be init's if the supervisor died while the worker was starting.
+        self.fd, self.state_file, self.supervisor = fd, state_file, supervisor
 
     def listening_socket(self) -> socket.socket:
         sock = socket.socket(fileno=self.fd)
@@ -110,7 +111,8 @@ class Supervisor:
 
     def bind(self) -> None:
         """Listen on the admission port (and the probe port); OSError when either cannot be had."""
-        self.sock = socket.create_server((self.host, self.port), backlog=BACKLOG)
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET  # an IPv6 address, as for one server
+        self.sock = socket.create_server((self.host, self.port), family=family, backlog=BACKLOG)
         self.sock.set_inheritable(True)
         if self.probe_port is not None:
             try:
@@ -164,8 +166,8 @@ class Supervisor:
             self._wake.clear()
             if self._hangup:
                 self._hangup = False
-                log.info("SIGHUP: passed on to every worker")
-                self._signal_all(signal.SIGHUP)
+                log.info("SIGHUP: passed on to every worker that is up")
+                self._hang_up_running()
             now = time.monotonic()
             for worker in self.workers:
                 code = self._check(worker, now)
@@ -203,8 +205,15 @@ class Supervisor:
         state_file.unlink(missing_ok=True)
         env = {**os.environ, MULTIPROCESS_ENV: str(self.metrics_dir)}
         argv = self.worker_argv(worker.index, fd, state_file)  # this program, with the flags it was given
-        worker.process = subprocess.Popen(argv, pass_fds=(fd,), env=env)  # noqa: S603
         worker.started = time.monotonic()
+        try:
+            worker.process = subprocess.Popen(argv, pass_fds=(fd,), env=env)  # noqa: S603
+        except OSError as error:  # no process to be had now (a pid or memory limit): try again later
+            log.error("a worker could not be started; trying again", extra={
+                "worker": worker.index, "error": str(error), "restart_in_seconds": worker.pause})
+            worker.restart_at = worker.started + worker.pause
+            worker.pause = min(RESTART_MAX_SECONDS, worker.pause * 2)
+            return
         log.info("worker started", extra={"worker": worker.index, "pid": worker.process.pid})
 
     def _stop_all(self) -> None:
@@ -223,6 +232,15 @@ class Supervisor:
                 log.warning("a worker did not stop in time; killed", extra={"worker": worker.index})
                 worker.process.kill()
                 worker.process.wait()
+
+    def _hang_up_running(self) -> None:
+        """SIGHUP to the workers whose event loop has beaten. One still starting has no handler for it yet
+        (the default would end it), and it reads the certificate files as it starts anyway."""
+        up = {state["pid"] for state in self.states() if state["beat_age"] is not None}
+        for worker in self.workers:
+            if worker.process is not None and worker.process.pid in up and worker.process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    worker.process.send_signal(signal.SIGHUP)
 
     def _signal_all(self, signum: int) -> None:
         for worker in self.workers:
@@ -287,7 +305,12 @@ def worker_count(value: str) -> int:
 
 
 def _describe(status: int) -> str:
-    return f"signal {signal.Signals(-status).name}" if status < 0 else f"exit {status}"
+    if status >= 0:
+        return f"exit {status}"
+    try:
+        return f"signal {signal.Signals(-status).name}"
+    except ValueError:  # a real-time signal: only the first and last have names
+        return f"signal {-status}"
 
 
 def strip_flags(argv: Sequence[str], flags: dict[str, int]) -> list[str]:
