@@ -155,7 +155,14 @@ class HttpConnection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.connections.open.discard(self)
         self.connections.closed += 1
-        self.phase = LINGER
+        self.phase = LINGER  # nothing reads the parser from here on (`received` returns at once)
+        # Two reference cycles end here: this protocol -> its parser -> the parser's callbacks (this
+        # protocol's methods), and this protocol -> its transport -> this protocol. Left in place, a closed
+        # connection and the OpenSSL state and buffers its transport holds (~10 KiB outside Python's heap)
+        # waited for the next full garbage collection: in a soak with 12 new connections a second the C
+        # heap swung by 12 MiB every 15-20 s. Broken, reference counting frees them now.
+        self.transport = None
+        del self.parser
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.connections.read_buffer

@@ -188,11 +188,11 @@ def raise_open_files_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-# Memory that connections leave behind. Every TLS connection allocates outside Python's own allocator
+# Memory that connections leave behind. Every TLS connection allocates outside Python's allocator
 # (OpenSSL's state and record buffers, uvloop's 256 KiB read buffer) and frees it when it closes; with
-# glibc, the freed pages stay in the process, scattered between long-lived objects. Measured with 12 new
-# connections a second (python -m bench.soak, 10 minutes at 500 req/s): RSS grew 34 MiB and was still
-# growing, while the Python heap stayed the same (tracemalloc). Two remedies, both measured there:
+# glibc, freed pages stay in the process. Once closed connections are freed promptly (app.web.http,
+# HttpConnection.connection_lost), a soak with 12 new connections a second (python -m bench.soak) still
+# saw the C heap creep by ~0.4 MiB a minute; with the two remedies below it stayed flat:
 # - glibc raises its mmap threshold to the size of every large block freed (up to 32 MiB), and its trim
 #   threshold to twice that, so after the first connection closes the 256 KiB buffers are carved from
 #   the heap too. Fixed at glibc's starting values, each is mapped and unmapped with its connection;
@@ -202,7 +202,7 @@ def raise_open_files_limit() -> None:
 # The constants are glibc's malloc.h.
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 THRESHOLD_BYTES = 128 * 1024
-TRIM_SECONDS = 5.0
+TRIM_SECONDS = 1.0
 
 
 class HeapTrim:
