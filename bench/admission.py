@@ -39,10 +39,20 @@ from pathlib import Path
 from typing import Any
 
 from bench import loadgen
-from bench.payloads import deployment_update_review, encoded, pod_create_review
+from bench.payloads import (
+    deployment_update_review,
+    encoded,
+    pod_create_review,
+    pod_create_review_sized_like_update,
+    replica_stream,
+    template_stream,
+)
 
 SERVER_CORE, CLIENT_CORE = "0", "1"
-ENDPOINTS = {"mutate": pod_create_review, "validate": deployment_update_review}
+# Rows of the table: (path, review). The third compares /mutate with /validate at the same body size.
+ENDPOINTS = {"mutate": ("/mutate", pod_create_review), "validate": ("/validate", deployment_update_review),
+             "mutate, validate's size": ("/mutate", pod_create_review_sized_like_update)}
+IN_PROCESS = ("mutate", "validate")
 RATES = (200, 1000)
 SATURATION_REPEATS = 3
 # Targets from issue 8: 1.5x a Go net/http webhook (~4,700 req/s on one core of this machine kind).
@@ -166,12 +176,22 @@ def ensure_wrk() -> str | None:
     return shutil.which("wrk")
 
 
+# The bodies file holds one review per line (compact JSON has no newline); wrk sends them in turn, each
+# request formatted once at start, so a stream of distinct reviews costs the load generator no more.
 WRK_SCRIPT = """
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
-local f = io.open(os.getenv("BENCH_BODY"), "rb")
-wrk.body = f:read("*all")
-f:close()
+local requests, n, i = {}, 0, 0
+init = function(args)
+  for line in io.lines(os.getenv("BENCH_BODY")) do
+    n = n + 1
+    requests[n] = wrk.format(nil, nil, nil, line)
+  end
+end
+request = function()
+  i = i % n + 1
+  return requests[i]
+end
 """
 
 
@@ -197,8 +217,9 @@ def saturate(*, wrk: str | None, port: int, context: ssl.SSLContext, path: str, 
 
 def measure_endpoint(*, pid: int, port: int, context: ssl.SSLContext, wrk: str | None, endpoint: str,
                      workdir: Path, seconds: float) -> dict[str, Any]:
-    body = encoded(ENDPOINTS[endpoint]())
-    path = f"/{endpoint}?timeout=10s"
+    path, review = ENDPOINTS[endpoint]
+    body = encoded(review())
+    path += "?timeout=10s"
     body_file = workdir / f"{endpoint}.json"
     body_file.write_bytes(body)
     row: dict[str, Any] = {"endpoint": endpoint, "body_bytes": len(body),
@@ -233,6 +254,16 @@ def fixed_rate_run(*, pid: int, port: int, context: ssl.SSLContext, path: str, b
 # The Go reference webhook (net/http, TLS, keep-alive; the same injection): a binary taking
 # `<host:port> <cert> <key>` and serving POST /mutate and GET /healthz, named by this variable.
 GO_REFERENCE_ENV = "TLS_INJECTOR_GO_REFERENCE"
+# What the head to head sends. Every review the apiserver sends differs from the last at least in its uid
+# and the pod's token volume name, so no stream repeats one review; the two streams bound what a cluster
+# sends, from a rollout (replicas of one template) to pods that each come from a template of their own.
+STREAMS = {"replicas": replica_stream, "new templates": template_stream}
+STREAM_NOTES = {"replicas": "the pods of one ReplicaSet, each with its own uid and token volume name "
+                            "(a rollout or scale-up)",
+                "new templates": "every pod from a different template, so nothing can be remembered between "
+                                 "reviews (the worst case for tls-injector; the Go reference does the same "
+                                 "work for both)"}
+STREAM_LENGTH = 2000  # more than the 512 answers /mutate remembers, so "new templates" never finds one
 AB_ROUNDS = 5
 ATTACK_IDLE, ATTACK_TRICKLE, ATTACK_RATE = 500, 50, 200
 
@@ -253,9 +284,11 @@ def head_to_head(*, pki: Pki, context: ssl.SSLContext, wrk: str | None, workdir:
     alternating which goes first, each server pinned to the same core; medians. Then /mutate at a fixed
     200 req/s while bench.attack holds 500 idle and 50 slowloris connections against the same server."""
     binary, why = go_reference()
-    body_file = workdir / "h2h-mutate.json"
-    body = encoded(pod_create_review())
-    body_file.write_bytes(body)
+    body = replica_stream(1)[0]
+    bodies: dict[str, Path] = {}
+    for stream, reviews in STREAMS.items():
+        bodies[stream] = workdir / f"h2h-{len(bodies)}.jsonl"
+        bodies[stream].write_bytes(b"\n".join(reviews(STREAM_LENGTH)) + b"\n")
     ours_port, go_port = free_port(), free_port()
     specs = [ServerSpec("tls-injector", [sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port",
                                         str(ours_port), "--tls-cert-file", str(pki.cert_file),
@@ -269,28 +302,35 @@ def head_to_head(*, pki: Pki, context: ssl.SSLContext, wrk: str | None, workdir:
         pids = {spec.label: stack.enter_context(serving(spec, port=ports[spec.label], context=context,
                                                         log=workdir / f"h2h-{spec.label[:6]}.log"))
                 for spec in specs}
-        runs: dict[str, list[tuple[float, float]]] = {label: [] for label in pids}
         for label in pids:
-            out["servers"][label] = {"verdict": sample_verdict(ports[label], context, "/mutate", body)}
-            saturate(wrk=wrk, port=ports[label], context=context, path="/mutate", body_file=body_file,
-                     seconds=2.0)  # warm
-        for round_ in range(AB_ROUNDS):
-            order = list(pids) if round_ % 2 == 0 else list(reversed(pids))
-            for label in order:
-                before = cpu_seconds(pids[label])
-                total, _, wall, _ = saturate(wrk=wrk, port=ports[label], context=context, path="/mutate",
-                                             body_file=body_file, seconds=max(1, round(seconds / 2)))
-                runs[label].append((total / wall, (cpu_seconds(pids[label]) - before) / total * 1e6))
+            out["servers"][label] = {"verdict": sample_verdict(ports[label], context, "/mutate", body),
+                                     "streams": {}}
+        for stream, body_file in bodies.items():
+            runs: dict[str, list[tuple[float, float]]] = {label: [] for label in pids}
+            for label in pids:
+                saturate(wrk=wrk, port=ports[label], context=context, path="/mutate", body_file=body_file,
+                         seconds=2.0)  # warm
+            for round_ in range(AB_ROUNDS):
+                order = list(pids) if round_ % 2 == 0 else list(reversed(pids))
+                for label in order:
+                    before = cpu_seconds(pids[label])
+                    total, errors, wall, _ = saturate(wrk=wrk, port=ports[label], context=context, path="/mutate",
+                                                      body_file=body_file, seconds=max(1, round(seconds / 2)))
+                    if errors:
+                        raise RuntimeError(f"{label}: {errors} failed requests on {stream}")
+                    runs[label].append((total / wall, (cpu_seconds(pids[label]) - before) / total * 1e6))
+            for label in pids:
+                out["servers"][label]["streams"][stream] = {
+                    "rps_median": statistics.median(r[0] for r in runs[label]),
+                    "cpu_us_median": statistics.median(r[1] for r in runs[label]), "runs": runs[label]}
         for label, pid in pids.items():
-            row = out["servers"][label]
-            row.update(rps_median=statistics.median(r[0] for r in runs[label]),
-                       cpu_us_median=statistics.median(r[1] for r in runs[label]), runs=runs[label])
-            row["under_attack"] = under_attack(pid=pid, port=ports[label], context=context, body=body,
-                                               seconds=seconds)
+            out["servers"][label]["under_attack"] = under_attack(pid=pid, port=ports[label], context=context,
+                                                                 body=body, seconds=seconds)
     if binary:
-        ours, go = out["servers"]["tls-injector"], out["servers"]["Go net/http reference"]
-        out["ratio_rps"] = ours["rps_median"] / go["rps_median"]
-        out["ratio_cpu"] = ours["cpu_us_median"] / go["cpu_us_median"]
+        ours, go = out["servers"]["tls-injector"]["streams"], out["servers"]["Go net/http reference"]["streams"]
+        out["ratios"] = {stream: {"rps": ours[stream]["rps_median"] / go[stream]["rps_median"],
+                                  "cpu": ours[stream]["cpu_us_median"] / go[stream]["cpu_us_median"]}
+                         for stream in STREAMS}
     out["load_average"] = os.getloadavg()
     return out
 
@@ -313,18 +353,24 @@ def under_attack(*, pid: int, port: int, context: ssl.SSLContext, body: bytes, s
 
 
 def head_to_head_markdown(h2h: dict[str, Any]) -> list[str]:
-    lines = [f"Head to head on /mutate ({h2h['rounds']} A/B rounds of `wrk -t1 -c16`, alternating order, medians; "
-             f"load average {' '.join(f'{x:.2f}' for x in h2h['load_average'])}). Go reference: "
-             f"{h2h['go_reference']}.", "",
-             "| server | answer | req/s (median) | CPU us/req (median) | under attack: p50 / p99 ms @200 req/s | "
-             "failed | attacker |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [f"Head to head on /mutate ({h2h['rounds']} A/B rounds of `wrk -t1 -c16` per stream, alternating "
+             f"order, medians; load average {' '.join(f'{x:.2f}' for x in h2h['load_average'])}). Go reference: "
+             f"{h2h['go_reference']}. Streams of {STREAM_LENGTH:,} reviews, sent in turn: " + "; ".join(
+                 f"*{name}*: {text}" for name, text in STREAM_NOTES.items()) + ".", "",
+             "| server | answer | stream | req/s (median) | CPU us/req (median) |", "| --- | --- | --- | --- | --- |"]
+    for label, row in h2h["servers"].items():
+        for stream, figures in row["streams"].items():
+            lines.append(f"| {label} | {row['verdict']} | {stream} | {figures['rps_median']:,.0f} | "
+                         f"{figures['cpu_us_median']:.0f} |")
+    lines += ["", "| server | under attack: p50 / p99 ms @200 req/s | failed | attacker |", "| --- | --- | --- | --- |"]
     for label, row in h2h["servers"].items():
         attack = row["under_attack"]
-        lines.append(f"| {label} | {row['verdict']} | {row['rps_median']:,.0f} | {row['cpu_us_median']:.0f} | "
-                     f"{attack['p50_ms']:.2f} / {attack['p99_ms']:.2f} | {attack['failed']} | {attack['attacker']} |")
-    if "ratio_rps" in h2h:
-        lines += ["", f"tls-injector / Go: throughput **{h2h['ratio_rps']:.2f}x**, CPU per request "
-                      f"{h2h['ratio_cpu']:.2f}x (target: throughput >= 1.5x)."]
+        lines.append(f"| {label} | {attack['p50_ms']:.2f} / {attack['p99_ms']:.2f} | {attack['failed']} | "
+                     f"{attack['attacker']} |")
+    for stream, ratio in h2h.get("ratios", {}).items():
+        verdict = "met" if ratio["rps"] >= 1.5 else "NOT met"
+        lines += ["", f"tls-injector / Go on *{stream}*: throughput **{ratio['rps']:.2f}x**, CPU per request "
+                      f"{ratio['cpu']:.2f}x (target: throughput >= 1.5x: {verdict})."]
     return lines
 
 
@@ -393,7 +439,7 @@ def app_path_us(endpoint: str, *, level: str, log_file: Path, n: int = 3000) -> 
         mutate, validate = build_handlers(ServeSettings())
         target = AdmissionEndpoint(name=endpoint, handler=mutate if endpoint == "mutate" else validate,
                                    metrics=ServerMetrics())
-        body = encoded(ENDPOINTS[endpoint]())
+        body = encoded(ENDPOINTS[endpoint][1]())
         try:
             for _ in range(200):  # warm: first calls fill caches and compile the rules
                 assert target.answer(b"POST", b"application/json", body)[0] == 200
@@ -407,7 +453,7 @@ def app_path_us(endpoint: str, *, level: str, log_file: Path, n: int = 3000) -> 
 
 def app_path(workdir: Path) -> dict[str, dict[str, float]]:
     return {endpoint: {level: app_path_us(endpoint, level=level, log_file=workdir / f"app-{level}.log")
-                       for level in ("info", "warning")} for endpoint in ENDPOINTS}
+                       for level in ("info", "warning")} for endpoint in IN_PROCESS}
 
 
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -468,6 +514,21 @@ def logging_cost(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def same_size(results: dict[str, Any]) -> list[str]:
+    """Issue 14: /validate as fast as /mutate for the same body size, per tls-injector configuration."""
+    lines = []
+    for server in results["servers"]:
+        rows = {r["endpoint"]: r for r in server["endpoints"]}
+        if not server["server"].startswith("tls-injector") or "mutate, validate's size" not in rows:
+            continue
+        validate, mutate = rows["validate"], rows["mutate, validate's size"]
+        lines.append(f"- {server['server']}, same body size ({validate['body_bytes']} B): /validate "
+                     f"{validate['saturation_rps']:,.0f} req/s at {validate['cpu_us_per_request']:.0f} us, /mutate "
+                     f"{mutate['saturation_rps']:,.0f} req/s at {mutate['cpu_us_per_request']:.0f} us: /validate at "
+                     f"{validate['saturation_rps'] / mutate['saturation_rps']:.2f}x /mutate's throughput.")
+    return lines
+
+
 def markdown(results: dict[str, Any]) -> str:
     lines = [*head_to_head_markdown(results["head_to_head"]), "",
              "| server | endpoint | body | answer | saturation req/s (best of 3) | CPU us/req (sat., best) | "
@@ -484,7 +545,7 @@ def markdown(results: dict[str, Any]) -> str:
                 f"{high['cpu_us_per_request']:.0f} | {errors} |")
     lines += ["", "| ours / reference | throughput | CPU per request |", "| --- | --- | --- |"]
     lines += [f"| {k} | {v['throughput_x']:.2f}x | {v['cpu_x']:.2f}x |" for k, v in ratios(results).items()]
-    lines += ["", *logging_cost(results)]
+    lines += ["", *same_size(results), *logging_cost(results)]
     lines += ["", "| target (issue 8) | server | measured | wanted | met |", "| --- | --- | --- | --- | --- |"]
     lines += [f"| {c['target']} | {c['server']} | {c['measured']:,.1f} | {c['wanted']} | "
               f"{'yes' if c['met'] else '**no**'} |" for c in targets(results)]

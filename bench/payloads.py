@@ -140,3 +140,43 @@ def _review(
 def encoded(review: dict[str, Any]) -> bytes:
     """Compact JSON, as the apiserver sends it."""
     return json.dumps(review, separators=(",", ":")).encode()
+
+
+# The apiserver's generateName draws 5 characters from these: the token volume of each pod is
+# `kube-api-access-<5 of them>`, added by the ServiceAccount admission plugin before any webhook runs.
+_GENERATED = "bcdfghjklmnpqrstvwxz2456789"
+TOKEN_VOLUME = "kube-api-access-abcde"  # the name pod_create_review() carries
+
+
+def _generated(index: int) -> str:
+    return "".join(_GENERATED[(index // len(_GENERATED) ** i) % len(_GENERATED)] for i in range(5))
+
+
+def replica_stream(count: int) -> list[bytes]:
+    """`count` Pod CREATE reviews of one ReplicaSet's pods as the apiserver sends them during a rollout or
+    scale-up: each with its own uid and its own token volume name, otherwise the same template."""
+    text = encoded(pod_create_review())
+    return [text.replace(b"b2f6c1a0-5d3e-4c7a-9e1f-0a1b2c3d4e5f", f"b2f6c1a0-0000-4000-8000-{i:012d}".encode())
+                .replace(TOKEN_VOLUME.encode(), f"kube-api-access-{_generated(i)}".encode())
+            for i in range(count)]
+
+
+def template_stream(count: int) -> list[bytes]:
+    """`count` Pod CREATE reviews each from a different pod template (its own ReplicaSet, image and
+    token volume): no answer can be remembered from one to the next, every review is planned afresh."""
+    out = []
+    for i, body in enumerate(replica_stream(count)):
+        template = f"{i:010x}"
+        out.append(body.replace(b"7d4b9c8f6d", template.encode())
+                   .replace(b"registry.example/web:1.0", f"registry.example/web:1.0.{i}".encode()))
+    return out
+
+
+def pod_create_review_sized_like_update() -> dict[str, Any]:
+    """pod_create_review() grown, by one annotation, to the size of deployment_update_review(): /mutate and
+    /validate compared for the same body size."""
+    review = pod_create_review()
+    missing = len(encoded(deployment_update_review())) - len(encoded(review))
+    padding = '"example.com/notes":""'
+    review["request"]["object"]["metadata"]["annotations"]["example.com/notes"] = "x" * (missing - len(padding) - 1)
+    return review

@@ -25,6 +25,7 @@ from pathlib import Path
 from bench.admission import (
     CLIENT_CORE,
     SERVER_CORE,
+    STREAM_LENGTH,
     Pki,
     _wait_ready,
     client_context,
@@ -35,7 +36,7 @@ from bench.admission import (
     pinned,
     saturate,
 )
-from bench.payloads import encoded, pod_create_review
+from bench.payloads import replica_stream
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELLED = (4, 8)
@@ -98,7 +99,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         pki = make_pki(workdir)
-        (workdir / "mutate.json").write_bytes(encoded(pod_create_review()))
+        (workdir / "mutate.json").write_bytes(b"\n".join(replica_stream(STREAM_LENGTH)) + b"\n")
         runs: dict[int, list[tuple[float, float]]] = {1: [], 2: []}
         layout = {1: SERVER_CORE, 2: f"{SERVER_CORE},{CLIENT_CORE}"}
         for _ in range(args.rounds):  # alternating, so drift on the machine falls on both alike
@@ -108,7 +109,7 @@ def main() -> int:
     rps = {n: statistics.median(r[0] for r in runs[n]) for n in runs}
     cpu = {n: statistics.median(r[1] for r in runs[n]) for n in runs}
     print(f"`python -m bench.workers --seconds {args.seconds:g} --rounds {args.rounds}` (wrk -t1 -c16, /mutate, "
-          f"log level info; medians of {args.rounds} alternating rounds)\n")
+          f"the replicas stream of bench.admission, log level info; medians of {args.rounds} alternating rounds)\n")
     print("| workers | cores | req/s | CPU us per request (all processes) | |")
     print("| --- | --- | --- | --- | --- |")
     print(f"| 1 | {layout[1]} | {rps[1]:,.0f} | {cpu[1]:.0f} | measured; wrk on core {CLIENT_CORE} |")
