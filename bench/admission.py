@@ -119,12 +119,17 @@ def serving(spec: ServerSpec, *, port: int, context: ssl.SSLContext, log: Path) 
             _wait_ready(port, context, process)
             yield process.pid
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (the server drains), then SIGKILL if it is still there after 30 s."""
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _wait_ready(port: int, context: ssl.SSLContext, process: subprocess.Popen[bytes]) -> None:

@@ -38,7 +38,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import loadgen
-from bench.admission import CLIENT_CORE, SERVER_CORE, Pki, _wait_ready, client_context, free_port, make_pki, pinned
+from bench.admission import (
+    CLIENT_CORE,
+    SERVER_CORE,
+    Pki,
+    _wait_ready,
+    client_context,
+    free_port,
+    make_pki,
+    pinned,
+    stop,
+)
 from bench.payloads import deployment_update_review, encoded, pod_create_review
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -252,12 +262,7 @@ def main(argv: list[str] | None = None) -> int:
                              shapes=args.shapes, soak=soak))
             alive = process.poll() is None
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process)
     text, ok = report(soak, args=args)
     print(text)
     if not alive:

@@ -35,6 +35,7 @@ from bench.admission import (
     make_pki,
     pinned,
     saturate,
+    stop,
 )
 from bench.payloads import replica_stream
 
@@ -65,12 +66,7 @@ def pool(workers: int, cores: str, *, port: int, pki: Pki, workdir: Path) -> Ite
         time.sleep(1.0 if workers > 1 else 0)  # the last worker may still be starting after the first answers
         yield process.pid
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
 
 
 def measure(workers: int, cores: str, *, seconds: float, pki: Pki, wrk: str | None,
