@@ -158,9 +158,10 @@ class HttpConnection(asyncio.BufferedProtocol):
         self.phase = LINGER  # nothing reads the parser from here on (`received` returns at once)
         # Two reference cycles end here: this protocol -> its parser -> the parser's callbacks (this
         # protocol's methods), and this protocol -> its transport -> this protocol. Left in place, a closed
-        # connection and the OpenSSL state and buffers its transport holds (~10 KiB outside Python's heap)
-        # waited for the next full garbage collection: in a soak with 12 new connections a second the C
-        # heap swung by 12 MiB every 15-20 s. Broken, reference counting frees them now.
+        # connection and what its transport holds outside Python's heap (OpenSSL's state and buffers,
+        # uvloop's read buffer) waited for the next full garbage collection: in a soak with about 25 new
+        # connections a second the C heap swung by 12 MiB every 15-20 s. Broken, reference counting frees
+        # them now.
         self.transport = None
         del self.parser
 

@@ -191,8 +191,8 @@ def raise_open_files_limit() -> None:
 # Memory that connections leave behind. Every TLS connection allocates outside Python's allocator
 # (OpenSSL's state and record buffers, uvloop's 256 KiB read buffer) and frees it when it closes; with
 # glibc, freed pages stay in the process. Once closed connections are freed promptly (app.web.http,
-# HttpConnection.connection_lost), a soak with 12 new connections a second (python -m bench.soak) still
-# saw the C heap creep by ~0.4 MiB a minute; with the two remedies below it stayed flat:
+# HttpConnection.connection_lost), a soak with about 25 new connections a second (python -m bench.soak)
+# still saw the C heap creep by ~0.4 MiB a minute; with the two remedies below it stayed flat:
 # - glibc raises its mmap threshold to the size of every large block freed (up to 32 MiB), and its trim
 #   threshold to twice that, so after the first connection closes the 256 KiB buffers are carved from
 #   the heap too. Fixed at glibc's starting values, each is mapped and unmapped with its connection;
