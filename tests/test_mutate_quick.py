@@ -204,3 +204,13 @@ def test_nesting_in_a_skipped_field_is_judged_by_the_full_decode(depth: int, lim
         sys.setrecursionlimit(before)
     assert quick == full
     assert full[0] == (200 if depth + 2 <= 1024 else 400)  # the envelope and request are two levels
+
+
+def test_a_pod_the_quick_path_has_no_answer_for_is_planned_once_not_looked_up_twice() -> None:
+    handler = make_mutate_handler(InjectionOptions())
+    endpoint = AdmissionEndpoint(name="mutate", handler=handler, metrics=ServerMetrics())
+    body = orjson.dumps(GOOD)
+    assert endpoint.answer(b"POST", JSON, body)[0] == 200
+    assert (handler.quick.misses, handler.answers.hits, handler.answers.misses) == (1, 0, 0)  # type: ignore[attr-defined]
+    assert endpoint.answer(b"POST", JSON, body)[0] == 200
+    assert handler.quick.hits == 1  # type: ignore[attr-defined]

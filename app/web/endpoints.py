@@ -52,8 +52,10 @@ class AdmissionEndpoint:
     ) -> None:
         self.name, self.handler, self.metrics, self.max_body = name, handler, metrics, max_body
         self.access_log = AccessLog(log.name)  # the level is read once, after logging is configured
-        # /mutate's handler brings its quick path along (app.injection.mutate); others have none.
+        # /mutate's handler brings its quick path along (app.injection.mutate), and the way to answer what
+        # the quick path took but had no answer for without the handler's own memo; others have neither.
         self.quick: QuickPath | None = getattr(handler, "quick", None)
+        self.unremembered: Handler = getattr(handler, "unremembered", handler)
 
     def answer(self, method: bytes, content_type: bytes, body: bytes) -> tuple[int, bytes, Headers]:
         """(status, JSON body, extra headers) for one call; never raises."""
@@ -74,7 +76,7 @@ class AdmissionEndpoint:
         except HttpError as error:
             return self.refuse(error, started)
         try:
-            response = self.handler(request)
+            response = (self.unremembered if pod is not None else self.handler)(request)
         except Exception:  # a bug in a handler: see the module docstring for why this is a 500
             log.exception("admission handler failed", extra=_fields(self.name, request))
             self.metrics.observe(self.name, "error", time.perf_counter() - started)
