@@ -18,7 +18,7 @@ from app.settings import ServeSettings
 from tests.support.attack import SMALL, ProbeWatch, closed, closed_within, mutate_once, small_server, tls_connect
 from tests.support.process import post_head, read_response
 from tests.support.reviews import review
-from tests.support.server import running_server
+from tests.support.server import RunningServer, running_server
 
 # For the connection-cap tests: deadlines far from the few seconds it takes to open the flood, so only
 # the cap closes connections.
@@ -48,28 +48,33 @@ def test_too_many_header_fields_is_431(tmp_path: Path) -> None:
 
 
 def test_slowloris_on_the_head_is_closed_at_the_head_timeout(tmp_path: Path) -> None:
-    with small_server(tmp_path) as server, ProbeWatch(server) as probes, tls_connect(server) as attacker:
-        stop = threading.Event()
-
-        def trickle() -> None:  # one header byte every 50 ms: the head never ends
-            attacker.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\n")
-            while not stop.wait(0.05):
-                try:
-                    attacker.sendall(b"X")
-                except OSError:
-                    return
-
-        thread = threading.Thread(target=trickle, daemon=True)
-        started = time.monotonic()
-        thread.start()
-        elapsed = closed_within(attacker, 5)
-        stop.set()
-        thread.join(timeout=2)
-        assert elapsed is not None, "a trickled head kept its connection"
-        assert SMALL.head_seconds * 0.9 <= time.monotonic() - started < SMALL.head_seconds + 2.0
-        with tls_connect(server) as other:
-            assert mutate_once(other) == 200
+    with small_server(tmp_path) as server, ProbeWatch(server) as probes:
+        connected = time.monotonic()  # the head's deadline runs from the connection's start
+        with tls_connect(server) as attacker:
+            trickled_head_closes(server, attacker, connected)
     probes.assert_healthy()
+
+
+def trickled_head_closes(server: RunningServer, attacker: ssl.SSLSocket, connected: float) -> None:
+    stop = threading.Event()
+
+    def trickle() -> None:  # one header byte every 50 ms: the head never ends
+        attacker.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\n")
+        while not stop.wait(0.05):
+            try:
+                attacker.sendall(b"X")
+            except OSError:
+                return
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    elapsed = closed_within(attacker, 5)
+    stop.set()
+    thread.join(timeout=2)
+    assert elapsed is not None, "a trickled head kept its connection"
+    assert SMALL.head_seconds * 0.9 <= time.monotonic() - connected < SMALL.head_seconds + 2.0
+    with tls_connect(server) as other:
+        assert mutate_once(other) == 200
 
 
 def test_slowloris_on_the_body_is_closed_at_the_body_timeout(tmp_path: Path) -> None:
