@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.admission import AdmissionRequest, AdmissionResponse, Handler, allowed
+from app.admission.quick import Envelope
 from app.injection import names
 from app.injection.choices import InjectionOptions, InjectionRefused, read_choices
 from app.injection.workload import template_workload
@@ -63,4 +64,13 @@ def with_preview(validate: Handler, options: InjectionOptions) -> Handler:
             return response
         return allowed(request.uid, warnings=[*response.get("warnings", []), line])
 
+    # `validate`'s quick path (app.rules.quick) knows nothing of the preview line, so it answers no dry run.
+    quick = getattr(validate, "quick_answer", None)
+    if quick is not None:
+
+        def quick_answer(body: bytes) -> tuple[Envelope, AdmissionResponse] | None:
+            found: tuple[Envelope, AdmissionResponse] | None = quick(body)
+            return None if found is None or found[0].dry_run else found
+
+        handler.quick_answer = quick_answer  # type: ignore[attr-defined]
     return handler

@@ -9,29 +9,18 @@ spec stays the raw JSON text it arrived as: that text is the key, next to the me
 
 This path only ever answers what the full path (parse_review, then the handler) would answer the same:
 - it takes a review only when it is a well-formed Pod CREATE that opted in (the same checks as
-  parse_review and the handler make, on the same values); anything else returns None and goes the full
-  way, which also gives every malformed review its own 400;
-- a body that is not plain ASCII goes the full way: msgspec skips the fields outside the schema without
-  checking their UTF-8, where the full decode refuses invalid UTF-8 with a 400 (the apiserver's JSON
-  escapes nothing, so a pod with non-ASCII text simply takes the full path);
-- nothing nested as deep as the full decode refuses (orjson: 1024 levels) is answered here, even in a
-  field this path skips: msgspec counts each level against the interpreter's recursion limit (1000) and
-  fails, so the review goes the full way. Where that limit was raised past 1024 (test runners do), a
-  body with more than MAX_OPENINGS opening brackets goes the full way instead (counting them costs ~4 us,
-  so only then);
+  parse_review and the handler make, on the same values), decoded as app.admission.quick decodes (which
+  leaves every body the full decode would refuse to the full path); anything else returns None and goes
+  the full way, which also gives every malformed review its own 400;
 - an answer is remembered only after the full path made it, for exactly this key, so a spec text is
   found only if it once decoded and planned; the answer never depends on the pod's name or uid (the uid
   is put back per review), and one that names the pod's API token volume is not shared with the pods
   whose token volume has another name (app.injection.answers.shape_key).
-The one difference left, on purpose: a number beyond a double's range (1e400) in a field the answer does
-not read is refused by the full decode (400) and skipped here. It is valid JSON, the apiserver cannot send
-it (Go cannot encode it), and finding it would cost a scan of every body.
 Bounds: as `Answers` (MAX_ENTRIES answers, keys of at most MAX_KEY_BYTES; a larger pod goes the full way).
 """
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,16 +30,10 @@ import msgspec
 import orjson
 
 from app.admission import AdmissionResponse
-from app.admission.review import API_VERSION, KIND, MAX_NAME_LENGTH, MAX_UID_LENGTH
+from app.admission.quick import Kind, decode, well_formed
 from app.injection import names
 from app.injection.answers import MAX_ENTRIES, MAX_KEY_BYTES, Answer, shape_key, shareable
 from app.injection.workload import naming_inputs
-
-
-class _Kind(msgspec.Struct):
-    group: str
-    version: str
-    kind: str
 
 
 class _Pod(msgspec.Struct):
@@ -60,7 +43,7 @@ class _Pod(msgspec.Struct):
 
 class _Request(msgspec.Struct):
     uid: str
-    kind: _Kind
+    kind: Kind
     operation: str
     object: _Pod
     oldObject: None = None  # a CREATE has none (any other value: the full path)
@@ -77,10 +60,6 @@ class _Review(msgspec.Struct):
 
 
 _DECODER = msgspec.json.Decoder(_Review)
-# The full decode refuses nesting deeper than this (orjson's limit).
-FULL_DECODE_DEPTH = 1024
-# A pod's review has one to three hundred; see the module docstring for why there is a bound at all.
-MAX_OPENINGS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,25 +128,12 @@ class QuickMutate:
 def _pod_create(body: bytes) -> _Request | None:
     """The request when `body` is a review of a Pod CREATE, checked as parse_review and the handler check
     it before planning, on the same values; None otherwise."""
-    if not body.isascii():
-        return None
-    if sys.getrecursionlimit() > FULL_DECODE_DEPTH and body.count(b"{") + body.count(b"[") > MAX_OPENINGS:
-        return None
-    try:
-        review = _DECODER.decode(body)
-    except (msgspec.DecodeError, RecursionError):
+    review = decode(_DECODER, body)
+    if review is None:
         return None
     request, kind = review.request, review.request.kind
-    well_formed = (
-        review.apiVersion == API_VERSION and review.kind == KIND
-        and request.operation == "CREATE" and not request.subResource
-        and kind.group == "" and kind.kind == "Pod" and _short(kind.version)
-        and 0 < len(request.uid) <= MAX_UID_LENGTH
-        and (request.namespace is None or _short(request.namespace))
-        and (request.name is None or _short(request.name))
+    well_formed_pod = (
+        well_formed(review.apiVersion, review.kind, request)
+        and request.operation == "CREATE" and not request.subResource and kind.group == "" and kind.kind == "Pod"
     )
-    return request if well_formed else None
-
-
-def _short(text: str) -> bool:
-    return len(text) <= MAX_NAME_LENGTH
+    return request if well_formed_pod else None

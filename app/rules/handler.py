@@ -12,6 +12,7 @@ from __future__ import annotations
 from app.admission import AdmissionRequest, AdmissionResponse, Handler, allowed, denied
 from app.rules.judge import Verdict, judge
 from app.rules.model import SCOPE_OTHER_NAMESPACES, RuleSet
+from app.rules.quick import QuickValidate
 
 DENIED_CODE = 422
 DENIED_REASON = "Invalid"
@@ -37,6 +38,9 @@ def make_validate_handler(rule_set: RuleSet, namespaces: str = SCOPE_OTHER_NAMES
             return allowed(request.uid, warnings=verdict.warnings)
         return denied(request.uid, denial_message(request, verdict), code=DENIED_CODE, reason=DENIED_REASON)
 
+    # The HTTP endpoint tries this first: the same answer from the values the rules read, without
+    # building the two objects (app.rules.quick); None when only this handler may answer.
+    validate.quick_answer = QuickValidate(rules).answer  # type: ignore[attr-defined]
     return validate
 
 

@@ -10,7 +10,7 @@ let a disable or swap slip through. An error in a `warnWhen` only turns into a w
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,8 +88,66 @@ def judge(rule_set: RuleSet, kind: GroupVersionKind, *, old: Mapping[str, Any], 
     """
     outcomes: dict[str, Outcome] = {}
     for group in rule_set.groups_for(kind):
-        outcomes.update(zip((rule.name for rule in group.rules), _judge_group(group, old, new), strict=True))
+        old_value, new_value = get_path(old, group.self_path), get_path(new, group.self_path)
+        outcomes.update(zip((rule.name for rule in group.rules), _judge_group(group, old_value, new_value),
+                            strict=True))
     return _verdict(outcomes[rule.name] for rule in rule_set.for_kind(kind))
+
+
+# The JSON text of a value as it arrived, b"" for an absent path (as the memo writes MISSING).
+Texts = Callable[[Path], "tuple[bytes, bytes] | None"]
+
+
+def judge_texts(rule_set: RuleSet, kind: GroupVersionKind, texts: Texts) -> Verdict | None:
+    """`judge`'s verdict on an update whose `self` values are given as the JSON texts they arrived as
+    (`texts(path)`: oldSelf's and self's), when it allows the update; None when it does not, or the
+    texts cannot be had (`texts` gives None) or do not decode: then only `judge`, on the whole objects,
+    may answer (and it names the changes).
+
+    A pair of texts is first looked up in the memo as it stands: a text decodes to one value only, and
+    the memo's keys are JSON texts of exactly the values their results were evaluated on (`Memo.key`),
+    so a key equal to the texts holds those texts' results. A compact text the apiserver sent is the
+    memo's key for its value, so the lookup hits without decoding anything; otherwise the texts are
+    decoded and judged as `judge` judges the decoded values."""
+    outcomes: dict[str, Outcome] = {}
+    for group in rule_set.groups_for(kind):
+        pair = texts(group.self_path)
+        if pair is None:
+            return None
+        old_text, new_text = pair
+        results = group.memo.get((old_text, new_text))
+        if results is not None:
+            group_outcomes = _passed(group, results)
+            if group_outcomes is None:
+                return None
+        else:
+            try:
+                old_value, new_value = _decoded(old_text), _decoded(new_text)
+            except orjson.JSONDecodeError:
+                return None
+            group_outcomes = _judge_group(group, old_value, new_value)
+        outcomes.update(zip((rule.name for rule in group.rules), group_outcomes, strict=True))
+    verdict = _verdict(outcomes[rule.name] for rule in rule_set.for_kind(kind))
+    return verdict if verdict.allowed else None
+
+
+def _decoded(text: bytes) -> object:
+    return MISSING if text == b"" else orjson.loads(text)
+
+
+def _passed(group: Group, results: tuple[bool, ...]) -> list[Outcome] | None:
+    """`_read_results` for a group whose every rule passed; None when one failed."""
+    outcomes: list[Outcome] = []
+    position = 0
+    for rule in group.rules:
+        passed, position = results[position], position + 1
+        if not passed:
+            return None
+        warned = False
+        if rule.warning is not None:
+            warned, position = results[position], position + 1
+        outcomes.append([rule.warning.message] if warned and rule.warning is not None else [])
+    return outcomes
 
 
 def judge_each(rule_set: RuleSet, kind: GroupVersionKind, *, old: Mapping[str, Any],
@@ -151,9 +209,8 @@ def _limit_breach(old_value: object, new_value: object, path: Path) -> str | Non
     return None
 
 
-def _judge_group(group: Group, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Outcome]:
-    """One outcome per rule of the group, in its order."""
-    old_value, new_value = get_path(old, group.self_path), get_path(new, group.self_path)
+def _judge_group(group: Group, old_value: object, new_value: object) -> list[Outcome]:
+    """One outcome per rule of the group, in its order, given the values at its `self` path."""
     key = group.memo.key(old_value, new_value)
     results = None if key is None else group.memo.get(key)
     if results is not None:  # the same bytes as values that were within the limits and evaluated

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 import orjson
 
 from app.admission import AdmissionRequest, AdmissionResponse, BadReview, Handler, parse_review, review_envelope
+from app.admission.quick import Envelope
 from app.injection.quick import PodReview
 from app.logs import AccessLog
 from app.settings import MAX_BODY_BYTES
@@ -46,6 +48,9 @@ class QuickPath(Protocol):
     def remember(self, review: PodReview, response: AdmissionResponse) -> None: ...
 
 
+QuickAnswer = Callable[[bytes], "tuple[Envelope, AdmissionResponse] | None"]
+
+
 class AdmissionEndpoint:
     def __init__(
         self, *, name: str, handler: Handler, metrics: ServerMetrics, max_body: int = MAX_BODY_BYTES
@@ -56,6 +61,8 @@ class AdmissionEndpoint:
         # the quick path took but had no answer for without the handler's own memo; others have neither.
         self.quick: QuickPath | None = getattr(handler, "quick", None)
         self.unremembered: Handler = getattr(handler, "unremembered", handler)
+        # /validate's handler brings its own (app.rules.quick): the whole answer, or None.
+        self.quick_answer: QuickAnswer | None = getattr(handler, "quick_answer", None)
 
     def answer(self, method: bytes, content_type: bytes, body: bytes) -> tuple[int, bytes, Headers]:
         """(status, JSON body, extra headers) for one call; never raises."""
@@ -64,6 +71,13 @@ class AdmissionEndpoint:
             check_call(method, content_type)
         except HttpError as error:
             return self.refuse(error, started)
+        if self.quick_answer is not None:
+            found = self.quick_answer(body)
+            if found is not None:
+                envelope, response = found
+                encoded = orjson.dumps(review_envelope(response))
+                self._record(_envelope_fields(self.name, envelope), response, started)
+                return 200, encoded, ()
         pod = self.quick.pod_review(body) if self.quick is not None else None
         if pod is not None:
             remembered = self.quick.answer(pod)  # type: ignore[union-attr]  # pod is only made by it
@@ -127,6 +141,11 @@ def _pod_fields(endpoint: str, pod: PodReview) -> dict[str, object]:
     """The same fields as `_fields` gives for the full path's request of a Pod CREATE."""
     return {"endpoint": endpoint, "uid": pod.uid, "kind": "Pod", "namespace": pod.namespace,
             "object_name": pod.name, "operation": "CREATE", "dry_run": pod.dry_run}
+
+
+def _envelope_fields(endpoint: str, envelope: Envelope) -> dict[str, object]:
+    return {"endpoint": endpoint, "uid": envelope.uid, "kind": envelope.kind, "namespace": envelope.namespace,
+            "object_name": envelope.name, "operation": envelope.operation, "dry_run": envelope.dry_run}
 
 
 def _fields(endpoint: str, request: AdmissionRequest) -> dict[str, object]:
