@@ -214,3 +214,16 @@ def test_a_pod_the_quick_path_has_no_answer_for_is_planned_once_not_looked_up_tw
     assert (handler.quick.misses, handler.answers.hits, handler.answers.misses) == (1, 0, 0)  # type: ignore[attr-defined]
     assert endpoint.answer(b"POST", JSON, body)[0] == 200
     assert handler.quick.hits == 1  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("number", [b"123456789012345678901234567890", b"1e400", b"-0.0", b"1E2"])
+def test_numbers_the_two_decoders_read_differently_get_the_same_answer_both_ways(number: bytes) -> None:
+    """msgspec keeps an integer past 64 bits an int where orjson makes it a float: the quick path decodes
+    what the plan reads (metadata and spec) with orjson, as the full path does."""
+    pair = Pair()
+    pair.both(orjson.dumps(GOOD))
+    text = orjson.dumps(GOOD)
+    for place in (b'"metadata":{', b'"annotations":{', b'"spec":{'):
+        body = text.replace(place, place + b'"example.com/n":' + number + b",", 1)
+        quick, full = pair.both(body)
+        assert quick == full, (place, number)

@@ -12,10 +12,11 @@ This path only ever answers what the full path (parse_review, then the handler) 
   parse_review and the handler make, on the same values), decoded as app.admission.quick decodes (which
   leaves every body the full decode would refuse to the full path); anything else returns None and goes
   the full way, which also gives every malformed review its own 400;
-- an answer is remembered only after the full path made it, for exactly this key, so a spec text is
-  found only if it once decoded and planned; the answer never depends on the pod's name or uid (the uid
-  is put back per review), and one that names the pod's API token volume is not shared with the pods
-  whose token volume has another name (app.injection.answers.shape_key).
+- a pod of a shape not seen yet is planned by the handler's own plan (`make`) from what the plan reads,
+  the pod's metadata and spec, both decoded by orjson as the full path decodes them; the rest of the
+  review is not built. The answer is remembered for exactly this key; it never depends on the pod's name
+  or uid (the uid is put back per review), and one that names the pod's API token volume is not shared
+  with the pods whose token volume has another name (app.injection.answers.shape_key).
 Bounds: as `Answers` (MAX_ENTRIES answers, keys of at most MAX_KEY_BYTES; a larger pod goes the full way).
 """
 
@@ -37,7 +38,9 @@ from app.injection.workload import naming_inputs
 
 
 class _Pod(msgspec.Struct):
-    metadata: dict[str, Any]
+    # Both kept as text and decoded by orjson, as the full path decodes them: msgspec reads some numbers
+    # otherwise (an integer past 64 bits stays an int, where orjson makes it a float).
+    metadata: msgspec.Raw
     spec: msgspec.Raw = msgspec.Raw(b"null")
 
 
@@ -72,12 +75,20 @@ class PodReview:
     dry_run: bool
     key: bytes
     token: bytes | None  # the token volume name the key stands a placeholder in for (answers.shape_key)
+    metadata: dict[str, Any]
+    spec: bytes  # the spec's JSON text, decoded only when the answer must be made (`QuickMutate.make`)
+    fingerprints: tuple[str, ...]  # the CA fingerprints in the key: the answer is made with these
+
+
+# Makes the answer to a Pod CREATE (uid, the pod's metadata and spec, the CA fingerprints): the handler's.
+Plan = Callable[[str, dict[str, Any], Sequence[str]], AdmissionResponse]
 
 
 class QuickMutate:
-    def __init__(self, ca_fingerprints: Callable[[], Sequence[str]], *, max_entries: int = MAX_ENTRIES,
+    def __init__(self, ca_fingerprints: Callable[[], Sequence[str]], plan: Plan, *, max_entries: int = MAX_ENTRIES,
                  max_key_bytes: int = MAX_KEY_BYTES) -> None:
         self._fingerprints = ca_fingerprints
+        self._plan = plan
         self._entries: dict[bytes, Answer] = {}
         self._lock = threading.Lock()
         self.max_entries, self.max_key_bytes = max_entries, max_key_bytes
@@ -88,12 +99,12 @@ class QuickMutate:
         request = _pod_create(body)
         if request is None:
             return None
-        metadata = request.object.metadata
-        labels = metadata.get("labels")
-        if isinstance(labels, dict) and labels.get(names.INJECT_LABEL) == names.POD_OPT_OUT:
+        metadata = _opted_in(request.object.metadata)
+        if metadata is None:
             return None
+        fingerprints = tuple(self._fingerprints())
         try:
-            head = orjson.dumps([naming_inputs(metadata), list(self._fingerprints())])
+            head = orjson.dumps([naming_inputs(metadata), fingerprints])
         except (orjson.JSONEncodeError, TypeError):
             return None
         spec = bytes(request.object.spec)
@@ -101,7 +112,7 @@ class QuickMutate:
             return None
         key, token = shape_key(head + b"\0" + spec)
         return PodReview(request.uid, request.namespace or "", request.name or "", bool(request.dryRun),
-                         key, token)
+                         key, token, metadata, spec, fingerprints)
 
     def answer(self, review: PodReview) -> AdmissionResponse | None:
         """The remembered answer for this pod's shape, with its uid; None when there is none yet."""
@@ -112,8 +123,20 @@ class QuickMutate:
         self.hits += 1
         return cast(AdmissionResponse, {"uid": review.uid, **answer})
 
+    def make(self, review: PodReview) -> AdmissionResponse | None:
+        """The handler's answer to `review`, made from its metadata and spec (the only parts of the pod the
+        plan reads, decoded by orjson as the full path decodes them) and remembered; None when the spec
+        does not decode (then the full path refuses the body)."""
+        try:
+            spec = orjson.loads(review.spec)
+        except orjson.JSONDecodeError:
+            return None
+        response = self._plan(review.uid, {"metadata": review.metadata, "spec": spec}, review.fingerprints)
+        self.remember(review, response)
+        return response
+
     def remember(self, review: PodReview, response: AdmissionResponse) -> None:
-        """Keep the full path's answer to `review` for the next pod of its shape."""
+        """Keep the handler's answer to `review` for the next pod of its shape."""
         if response.get("uid") != review.uid:
             return
         answer = {k: v for k, v in response.items() if k != "uid"}
@@ -123,6 +146,20 @@ class QuickMutate:
             if len(self._entries) >= self.max_entries:
                 self._entries.pop(next(iter(self._entries)))
             self._entries[review.key] = answer
+
+
+def _opted_in(text: msgspec.Raw) -> dict[str, Any] | None:
+    """The pod's metadata, decoded, unless it is not an object or the pod opted out."""
+    try:
+        metadata = orjson.loads(memoryview(text))
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(metadata, dict):
+        return None
+    labels = metadata.get("labels")
+    if isinstance(labels, dict) and labels.get(names.INJECT_LABEL) == names.POD_OPT_OUT:
+        return None
+    return metadata
 
 
 def _pod_create(body: bytes) -> _Request | None:

@@ -45,7 +45,7 @@ class QuickPath(Protocol):
 
     def pod_review(self, body: bytes) -> PodReview | None: ...
     def answer(self, review: PodReview) -> AdmissionResponse | None: ...
-    def remember(self, review: PodReview, response: AdmissionResponse) -> None: ...
+    def make(self, review: PodReview) -> AdmissionResponse | None: ...
 
 
 QuickAnswer = Callable[[bytes], "tuple[Envelope, AdmissionResponse] | None"]
@@ -57,10 +57,8 @@ class AdmissionEndpoint:
     ) -> None:
         self.name, self.handler, self.metrics, self.max_body = name, handler, metrics, max_body
         self.access_log = AccessLog(log.name)  # the level is read once, after logging is configured
-        # /mutate's handler brings its quick path along (app.injection.mutate), and the way to answer what
-        # the quick path took but had no answer for without the handler's own memo; others have neither.
+        # /mutate's handler brings its quick path along (app.injection.mutate).
         self.quick: QuickPath | None = getattr(handler, "quick", None)
-        self.unremembered: Handler = getattr(handler, "unremembered", handler)
         # /validate's handler brings its own (app.rules.quick): the whole answer, or None.
         self.quick_answer: QuickAnswer | None = getattr(handler, "quick_answer", None)
 
@@ -71,35 +69,52 @@ class AdmissionEndpoint:
             check_call(method, content_type)
         except HttpError as error:
             return self.refuse(error, started)
-        if self.quick_answer is not None:
-            found = self.quick_answer(body)
-            if found is not None:
-                envelope, response = found
-                encoded = orjson.dumps(review_envelope(response))
-                self._record(_envelope_fields(self.name, envelope), response, started)
-                return 200, encoded, ()
-        pod = self.quick.pod_review(body) if self.quick is not None else None
-        if pod is not None:
-            remembered = self.quick.answer(pod)  # type: ignore[union-attr]  # pod is only made by it
-            if remembered is not None:
-                encoded = orjson.dumps(review_envelope(remembered))
-                self._record(_pod_fields(self.name, pod), remembered, started)
-                return 200, encoded, ()
+        quick = self._quickly(body, started)
+        if quick is not None:
+            return quick
         try:
             request = _parse(body)
         except HttpError as error:
             return self.refuse(error, started)
         try:
-            response = (self.unremembered if pod is not None else self.handler)(request)
+            response = self.handler(request)
         except Exception:  # a bug in a handler: see the module docstring for why this is a 500
-            log.exception("admission handler failed", extra=_fields(self.name, request))
-            self.metrics.observe(self.name, "error", time.perf_counter() - started)
-            return 500, orjson.dumps({"error": "internal error while handling the review", "uid": request.uid}), ()
+            return self._failed(_fields(self.name, request), request.uid, started)
         encoded = orjson.dumps(review_envelope(response))
-        if pod is not None:
-            self.quick.remember(pod, response)  # type: ignore[union-attr]
         self._record(_fields(self.name, request), response, started)
         return 200, encoded, ()
+
+    def _quickly(self, body: bytes, started: float) -> tuple[int, bytes, Headers] | None:
+        """The answer when a quick path can give it (the same as the full path's); None otherwise."""
+        fields: dict[str, object]
+        if self.quick_answer is not None:
+            found = self.quick_answer(body)
+            if found is None:
+                return None
+            envelope, response = found
+            fields = _envelope_fields(self.name, envelope)
+        elif self.quick is not None:
+            pod = self.quick.pod_review(body)
+            if pod is None:
+                return None
+            fields = _pod_fields(self.name, pod)
+            try:
+                made = self.quick.answer(pod) or self.quick.make(pod)
+            except Exception:  # a bug in the handler's plan: as for the full path's handler
+                return self._failed(fields, pod.uid, started)
+            if made is None:
+                return None
+            response = made
+        else:
+            return None
+        encoded = orjson.dumps(review_envelope(response))
+        self._record(fields, response, started)
+        return 200, encoded, ()
+
+    def _failed(self, fields: dict[str, object], uid: str, started: float) -> tuple[int, bytes, Headers]:
+        log.exception("admission handler failed", extra=fields)
+        self.metrics.observe(self.name, "error", time.perf_counter() - started)
+        return 500, orjson.dumps({"error": "internal error while handling the review", "uid": uid}), ()
 
     def refuse(self, error: HttpError, started: float | None = None) -> tuple[int, bytes, Headers]:
         log.warning("refused a malformed admission call", extra={"endpoint": self.name, "status": error.status,
