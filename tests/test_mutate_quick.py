@@ -227,3 +227,17 @@ def test_numbers_the_two_decoders_read_differently_get_the_same_answer_both_ways
         body = text.replace(place, place + b'"example.com/n":' + number + b",", 1)
         quick, full = pair.both(body)
         assert quick == full, (place, number)
+
+
+def test_a_bug_in_the_plan_on_the_quick_path_is_a_500_with_the_uid(caplog: pytest.LogCaptureFixture) -> None:
+    handler = make_mutate_handler(InjectionOptions())
+
+    def broken(uid: str, pod: dict[str, Any], fingerprints: Any) -> AdmissionResponse:
+        raise RuntimeError("hunter2")
+
+    handler.quick._plan = broken  # type: ignore[attr-defined]
+    endpoint = AdmissionEndpoint(name="mutate", handler=handler, metrics=ServerMetrics())
+    status, body, _ = endpoint.answer(b"POST", JSON, orjson.dumps(GOOD))
+    assert status == 500
+    assert orjson.loads(body) == {"error": "internal error while handling the review", "uid": GOOD["request"]["uid"]}
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == ["admission handler failed"]
