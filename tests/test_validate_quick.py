@@ -261,3 +261,37 @@ def test_nesting_in_a_skipped_field_is_judged_by_the_full_decode(depth: int, lim
         sys.setrecursionlimit(before)
     assert quick == full
     assert full[0] == (200 if depth + 2 <= 1024 else 400)  # the envelope and request are two levels
+
+
+WHOLE_AND_DEEPER = {"includeDefaults": False, "rules": [
+    {"name": "whole", "match": [{"group": "apps", "version": "v1", "kind": "Deployment"}],
+     "expression": "true", "message": "m"},
+    {"name": "labels", "match": [{"group": "apps", "version": "v1", "kind": "Deployment"}],
+     "self": "spec.template.metadata.labels", "expression": "true", "message": "m"},
+]}
+
+
+def test_nesting_within_the_limit_for_the_first_decode_but_not_for_a_rereading_one_is_answered() -> None:
+    """A rule on the whole object reads the other paths by decoding the object's text again, from a deeper
+    stack: nesting the first decode took just within the interpreter's recursion limit must not escape
+    as a RecursionError (the connection would be dropped unanswered), at any depth near that limit."""
+    pair = Pair(make_validate_handler(build_rule_set(WHOLE_AND_DEEPER)))
+    good = orjson.dumps(GOOD)
+    for depth in range(sys.getrecursionlimit() - 80, sys.getrecursionlimit() + 5):
+        body = good.replace(b'"object":{', b'"object":{"x":' + b"[" * depth + b"]" * depth + b",", 1)
+        quick, full = pair.both(body)
+        assert quick == full, depth
+
+
+def test_a_bug_in_the_quick_path_falls_back_to_the_full_path(caplog: pytest.LogCaptureFixture) -> None:
+    pair = Pair(example_handlers().validate)
+
+    def broken(body: bytes) -> Any:
+        raise RuntimeError("a bug")
+
+    pair.with_quick.quick_answer = broken
+    quick, full = pair.both(orjson.dumps(GOOD))
+    assert quick == full
+    assert quick[0] == 200
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
+        "quick path failed; the full path answers"]

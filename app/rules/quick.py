@@ -131,8 +131,8 @@ class _Reader:
         reader, decoder = self.below[prefix]
         try:
             inner = decoder.decode(text)
-        except msgspec.DecodeError:  # a step below is neither an object nor null
-            return None
+        except (msgspec.DecodeError, RecursionError):  # a step below is neither an object nor null; or
+            return None  # nesting the first decode took just within the recursion limit, from a deeper stack
         return reader.text(inner, path[len(prefix):])
 
 

@@ -69,7 +69,11 @@ class AdmissionEndpoint:
             check_call(method, content_type)
         except HttpError as error:
             return self.refuse(error, started)
-        quick = self._quickly(body, started)
+        try:
+            quick = self._quickly(body, started)
+        except Exception:  # a bug in a quick path: the full path still answers (and gives its own 500)
+            log.exception("quick path failed; the full path answers", extra={"endpoint": self.name})
+            quick = None
         if quick is not None:
             return quick
         try:
