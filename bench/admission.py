@@ -432,7 +432,7 @@ def app_path_us(endpoint: str, *, level: str, log_file: Path, n: int = 3000) -> 
     import logging
 
     from app.cli import build_handlers
-    from app.logs import configure_logging
+    from app.logs import configure_logging, flush_access_lines
     from app.settings import ServeSettings
     from app.web.endpoints import AdmissionEndpoint
     from app.web.metrics import ServerMetrics
@@ -454,6 +454,7 @@ def app_path_us(endpoint: str, *, level: str, log_file: Path, n: int = 3000) -> 
                 target.answer(b"POST", b"application/json", body)
             return (time.thread_time() - started) / n * 1e6
         finally:
+            flush_access_lines()  # into this file: the batch's last lines were written to the console at exit
             logging.getLogger().handlers.clear()
 
 
