@@ -17,9 +17,9 @@ must never be answered here. `decode` returns None (the full way, which gives th
   tests/test_mutate_quick.py holds both the default and a raised limit;
 - anything msgspec refuses: invalid JSON, or a value of another type than the schema's.
 The one difference left, on purpose: a number beyond a double's range (1e400, or an integer of 310
-digits, which orjson reads as a double) in a skipped field is refused by the full decode and skipped here. It is valid JSON, the apiserver cannot send it (Go cannot
-encode it), and finding it would cost a scan of every body. Duplicate keys are taken alike: the last wins
-in both decoders.
+digits, which orjson reads as a double) in a skipped field is refused by the full decode and skipped
+here. It is valid JSON, the apiserver cannot send it (Go cannot encode it), and finding it would cost a
+scan of every body. Duplicate keys are taken alike: the last wins in both decoders.
 """
 
 from __future__ import annotations
