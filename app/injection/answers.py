@@ -40,6 +40,10 @@ Answer = dict[str, Any]  # an AdmissionResponse without its uid
 TOKEN_PREFIX = b'"kube-api-access-'
 TOKEN_SUFFIX = re.compile(rb'[a-z0-9]{5}"')
 TOKEN_PLACEHOLDER = TOKEN_PREFIX + b'*"'  # not a valid volume name, so no pod carries it
+# A \u escape of a character a token name is written with ('"', '-', a-z, 0-9) could write one that the
+# text scan does not see. The apiserver never escapes these (Go escapes only <, >, &, U+2028/9 and
+# controls), so a text holding one was written by hand: it keeps its raw key.
+_HIDING_ESCAPE = re.compile(rb"\\u00(?:22|2[dD]|3[0-9]|6[1-9a-fA-F]|7[0-9aA])")
 
 
 def shape_key(text: bytes) -> tuple[bytes, bytes | None]:
@@ -52,6 +56,8 @@ def shape_key(text: bytes) -> tuple[bytes, bytes | None]:
     its own (`tls-injector-*`), so such pods get the same plan but for that name; an answer that contains
     the name must therefore not be shared (`shareable`). Otherwise (no token volume, automount off; or
     several candidates) the text is the key as it is, marked so the two kinds of key never meet."""
+    if b"\\" in text and _HIDING_ESCAPE.search(text):  # one byte is found with memchr: ~0.2 us for 4 KB
+        return b"=" + text, None
     name = None
     at = text.find(TOKEN_PREFIX)
     while at >= 0:  # a scan with bytes.find: a regular expression over the whole text cost twice as much
@@ -68,12 +74,14 @@ def shape_key(text: bytes) -> tuple[bytes, bytes | None]:
 
 def shareable(answer: Answer, token: bytes | None) -> bool:
     """May `answer`, made for a pod whose key stands in for `token`, serve that key's other pods? Not when
-    the name is anywhere in it: in a message, a warning, or the patch (base64, so decoded to look)."""
+    any part of the name is in it: in a message, a warning, or the patch (base64, so decoded to look).
+    The prefix is what is looked for, not the whole name: a message quotes values cut to a length, so it
+    may hold the prefix and only the first characters of the suffix, and still differ between pods."""
     if token is None:
         return True
-    name = token[1:-1]
+    part = TOKEN_PREFIX[1:]
     patch = answer.get("patch")
-    return name not in orjson.dumps(answer) and not (isinstance(patch, str) and name in base64.b64decode(patch))
+    return part not in orjson.dumps(answer) and not (isinstance(patch, str) and part in base64.b64decode(patch))
 
 
 class Answers:
