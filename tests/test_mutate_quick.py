@@ -241,3 +241,65 @@ def test_a_bug_in_the_plan_on_the_quick_path_is_a_500_with_the_uid(caplog: pytes
     assert status == 500
     assert orjson.loads(body) == {"error": "internal error while handling the review", "uid": GOOD["request"]["uid"]}
     assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == ["admission handler failed"]
+
+
+MODE = "tls-injector.io/mode"
+
+
+def with_token(pod: dict[str, Any], suffix: str) -> dict[str, Any]:
+    """`pod` whose token volume is kube-api-access-<suffix>, everywhere it is named."""
+    ours = f"kube-api-access-{token_suffix(0)}".encode()
+    text = orjson.dumps(pod).replace(ours, f"kube-api-access-{suffix}".encode())
+    out: dict[str, Any] = orjson.loads(text)
+    return out
+
+
+def test_a_refusal_quoting_part_of_the_token_name_is_not_shared() -> None:
+    """A message cuts a quoted value short, so it may hold the token's prefix and only the first letters
+    of its suffix: still another message for another pod, so it is not remembered for the others."""
+    pair = Pair()
+    pod = replica(GOOD["request"]["object"], 0)
+    answers = []
+    for index, suffix in enumerate(("abcde", "zbcde")):
+        mine = with_token(pod, suffix)
+        mine["metadata"]["annotations"][MODE] = "x" * 57 + f'"kube-api-access-{suffix}'
+        quick, full = pair.both(pod_review(mine, f"uid-cut-{index}"))
+        assert quick == full
+        answers.append(orjson.loads(quick[1])["response"]["status"]["message"])
+    assert "kube-api-access-a" in answers[0]
+    assert "kube-api-access-z" in answers[1]
+    assert pair.quick.hits == 0
+
+
+def test_a_token_name_written_with_escapes_keeps_the_pods_apart() -> None:
+    """The key's placeholder stands in for the token name as the text writes it; written with a \\u escape
+    (never by the apiserver), a name the scan cannot see would make two different pods one key."""
+    pair = Pair()
+    base = copy.deepcopy(GOOD["request"]["object"])
+    base["spec"]["volumes"] = [{"name": "data", "emptyDir": {}}, {"name": "x", "emptyDir": {}}]
+    base["spec"]["containers"] = [
+        {"name": "c0", "image": "i", "volumeMounts": [{"name": "data", "mountPath": '/etc/"kubeDASHapi-access-abcde'}]},
+        {"name": "c1", "image": "i", "volumeMounts": [{"name": "x", "mountPath": "/etc/tls-injector/trust"}]},
+    ]
+    for index, suffix in enumerate(("zzzzz", "abcde")):
+        pod = copy.deepcopy(base)
+        pod["metadata"]["annotations"][names.CERT_PATH_ANNOTATION] = f'/etc/"kube-api-access-{suffix}'
+        body = pod_review(pod, f"uid-escaped-{index}").replace(b"kubeDASHapi", b"kube\\u002dapi")
+        quick, full = pair.both(body)
+        assert quick == full, suffix
+    assert pair.quick.hits == 0
+
+
+def test_a_value_nested_deep_in_a_refusal_is_named_by_its_type() -> None:
+    """A mount whose name is an array nested near the recursion limit, at the certificate's path: the
+    refusal names it "an array" rather than turning it into text (which overflowed: a 500)."""
+    for depth in range(sys.getrecursionlimit() - 30, sys.getrecursionlimit() + 3):
+        pair = Pair()
+        sent = copy.deepcopy(GOOD)
+        sent["request"]["object"]["spec"]["containers"][0]["volumeMounts"].append(
+            {"name": "NESTED", "mountPath": "/etc/tls-injector/certs"})
+        body = orjson.dumps(sent).replace(b'"NESTED"', b"[" * depth + b"]" * depth)
+        quick, full = pair.both(body)
+        assert quick == full, depth
+        assert quick[0] == 200, depth
+        assert b"already mounts volume an array" in quick[1], depth

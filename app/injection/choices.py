@@ -27,7 +27,11 @@ class InjectionRefused(ValueError):
 
 
 def shown(value: object) -> str:
-    """A value from the pod, quoted for a message and cut short: kubectl prints the whole message."""
+    """A value from the pod, quoted for a message and cut short: kubectl prints the whole message. An
+    object or array is named by its type: made into text, a deeply nested one would exceed the recursion
+    limit (a 500 instead of the refusal), and a large one would be written out only to be cut."""
+    if isinstance(value, dict | list):
+        return "an object" if isinstance(value, dict) else "an array"
     text = repr(value) if isinstance(value, str) else repr(str(value))
     return text if len(text) <= _SHOWN else text[: _SHOWN - 4] + "...'"
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import orjson
 
@@ -51,6 +51,13 @@ class QuickPath(Protocol):
 QuickAnswer = Callable[[bytes], "tuple[Envelope, AdmissionResponse] | None"]
 
 
+class Quick(NamedTuple):
+    """A quick path's answer and the access log's fields for it."""
+
+    fields: dict[str, object]
+    response: AdmissionResponse
+
+
 class AdmissionEndpoint:
     def __init__(
         self, *, name: str, handler: Handler, metrics: ServerMetrics, max_body: int = MAX_BODY_BYTES
@@ -74,7 +81,11 @@ class AdmissionEndpoint:
         except Exception:  # a bug in a quick path: the full path still answers (and gives its own 500)
             log.exception("quick path failed; the full path answers", extra={"endpoint": self.name})
             quick = None
-        if quick is not None:
+        if isinstance(quick, Quick):
+            encoded = orjson.dumps(review_envelope(quick.response))
+            self._record(quick.fields, quick.response, started)
+            return 200, encoded, ()
+        if quick is not None:  # a 500 from the handler's plan, already logged and counted
             return quick
         try:
             request = _parse(body)
@@ -88,16 +99,16 @@ class AdmissionEndpoint:
         self._record(_fields(self.name, request), response, started)
         return 200, encoded, ()
 
-    def _quickly(self, body: bytes, started: float) -> tuple[int, bytes, Headers] | None:
-        """The answer when a quick path can give it (the same as the full path's); None otherwise."""
-        fields: dict[str, object]
+    def _quickly(self, body: bytes, started: float) -> Quick | tuple[int, bytes, Headers] | None:
+        """The answer when a quick path can give it (the same as the full path's), or the 500 for a bug in
+        the handler's plan reached through it; None when only the full path may answer."""
         if self.quick_answer is not None:
             found = self.quick_answer(body)
             if found is None:
                 return None
             envelope, response = found
-            fields = _envelope_fields(self.name, envelope)
-        elif self.quick is not None:
+            return Quick(_envelope_fields(self.name, envelope), response)
+        if self.quick is not None:
             pod = self.quick.pod_review(body)
             if pod is None:
                 return None
@@ -106,14 +117,8 @@ class AdmissionEndpoint:
                 made = self.quick.answer(pod) or self.quick.make(pod)
             except Exception:  # a bug in the handler's plan: as for the full path's handler
                 return self._failed(fields, pod.uid, started)
-            if made is None:
-                return None
-            response = made
-        else:
-            return None
-        encoded = orjson.dumps(review_envelope(response))
-        self._record(fields, response, started)
-        return 200, encoded, ()
+            return None if made is None else Quick(fields, made)
+        return None
 
     def _failed(self, fields: dict[str, object], uid: str, started: float) -> tuple[int, bytes, Headers]:
         log.exception("admission handler failed", extra=fields)
