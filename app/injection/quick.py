@@ -13,10 +13,11 @@ This path only ever answers what the full path (parse_review, then the handler) 
   leaves every body the full decode would refuse to the full path); anything else returns None and goes
   the full way, which also gives every malformed review its own 400;
 - a pod of a shape not seen yet is planned by the handler's own plan (`make`) from what the plan reads,
-  the pod's metadata and spec, both decoded by orjson as the full path decodes them; the rest of the
-  review is not built. The answer is remembered for exactly this key; it never depends on the pod's name
-  or uid (the uid is put back per review), and one that names the pod's API token volume is not shared
-  with the pods whose token volume has another name (app.injection.answers.shape_key).
+  the pod's metadata and spec, valued as the full path values them (the spec decoded by orjson; the
+  metadata as `_Pod` says); the rest of the review is not built. The answer is remembered for exactly
+  this key; it never depends on the pod's name or uid (the uid is put back per review), and one that
+  names the pod's API token volume is not shared with the pods whose token volume has another name
+  (app.injection.answers.shape_key).
 Bounds: as `Answers` (MAX_ENTRIES answers, keys of at most MAX_KEY_BYTES; a larger pod goes the full way).
 """
 
@@ -38,9 +39,13 @@ from app.injection.workload import naming_inputs
 
 
 class _Pod(msgspec.Struct):
-    # Both kept as text and decoded by orjson, as the full path decodes them: msgspec reads some numbers
-    # otherwise (an integer past 64 bits stays an int, where orjson makes it a float).
-    metadata: msgspec.Raw
+    # The spec stays text (the key, and planned from only for a new shape). The metadata is decoded by
+    # msgspec, which reads a few numbers otherwise than the full path's orjson: an integer past 64 bits
+    # stays an int (orjson: a float) and one past a double's range is refused (orjson: refused too). So
+    # the key is made only when orjson can write the metadata's naming inputs (no such integer), and on
+    # those the two decoders agree: the plan, which reads nothing else of the metadata, sees what the full
+    # path would give it.
+    metadata: dict[str, Any]
     spec: msgspec.Raw = msgspec.Raw(b"null")
 
 
@@ -125,8 +130,8 @@ class QuickMutate:
 
     def make(self, review: PodReview) -> AdmissionResponse | None:
         """The handler's answer to `review`, made from its metadata and spec (the only parts of the pod the
-        plan reads, decoded by orjson as the full path decodes them) and remembered; None when the spec
-        does not decode (then the full path refuses the body)."""
+        plan reads, valued as the full path values them) and remembered; None when the spec does not
+        decode (then the full path refuses the body)."""
         try:
             spec = orjson.loads(review.spec)
         except orjson.JSONDecodeError:
@@ -148,14 +153,8 @@ class QuickMutate:
             self._entries[review.key] = answer
 
 
-def _opted_in(text: msgspec.Raw) -> dict[str, Any] | None:
-    """The pod's metadata, decoded, unless it is not an object or the pod opted out."""
-    try:
-        metadata = orjson.loads(memoryview(text))
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(metadata, dict):
-        return None
+def _opted_in(metadata: dict[str, Any]) -> dict[str, Any] | None:
+    """The pod's metadata, unless the pod opted out."""
     labels = metadata.get("labels")
     if isinstance(labels, dict) and labels.get(names.INJECT_LABEL) == names.POD_OPT_OUT:
         return None
