@@ -22,6 +22,7 @@ from app.injection import InjectionOptions, make_mutate_handler, names
 from app.injection.quick import QuickMutate
 from app.web.endpoints import AdmissionEndpoint
 from app.web.metrics import ServerMetrics
+from tests.support.broken import broken, each_place_changed
 from tests.support.reviews import fixture, review
 from tests.support.workloads import build
 from tests.test_mutate_answers import TOKEN_PATH, replica, token_suffix
@@ -124,34 +125,11 @@ _PLACES = [("apiVersion",), ("kind",), ("request",), ("request", "uid"), ("reque
            ("request", "object", "spec"), ("request", "userInfo"), ("request", "object", "status")]
 
 
-@st.composite
-def _broken(draw: st.DrawFn, good: dict[str, Any]) -> bytes:
-    body = copy.deepcopy(good)
-    for place in draw(st.lists(st.sampled_from(_PLACES), min_size=1, max_size=3)):
-        target = body
-        for key in place[:-1]:
-            target = target.get(key) if isinstance(target, dict) else None  # type: ignore[assignment]
-        if isinstance(target, dict):
-            if draw(st.booleans()):
-                target.pop(place[-1], None)
-            else:
-                target[place[-1]] = draw(_ODD)
-    encoded = orjson.dumps(body)
-    cut = draw(st.sampled_from(["none", "none", "truncate", "non-ascii", "deep"]))
-    if cut == "truncate":
-        return encoded[: draw(st.integers(0, len(encoded) - 1))]
-    if cut == "non-ascii":  # invalid UTF-8 in a field the quick path skips
-        return encoded.replace(b'"request":{', b'"request":{"userInfo":{"username":"\xff"},', 1)
-    if cut == "deep":  # deeper than either decoder takes, in a field the quick path skips
-        return encoded.replace(b'"request":{', b'"request":{"options":' + b"[" * 1100 + b"]" * 1100 + b",", 1)
-    return encoded
-
-
 GOOD = fixture("synthetic/pod-create-from-replicaset.json")
 
 
 @settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(_broken(GOOD))
+@given(broken(GOOD, _PLACES, _ODD))
 def test_a_body_that_is_not_a_replica_gets_the_same_answer_both_ways(body: bytes) -> None:
     pair = Pair()
     pair.both(orjson.dumps(GOOD))  # the good review's shape is remembered
@@ -169,22 +147,15 @@ def test_a_pod_too_large_to_remember_is_planned_every_time() -> None:
 
 _VARIANTS: list[object] = [None, True, 0, 2, "", "Pod", "CREATE", "v1", "admission.k8s.io/v1beta1", "x" * 254, [], {},
                            {"a": [1]}, {"tls-injector.io/inject": "false"}]
-_DROP = object()
 
 
 def test_every_place_changed_alone_gets_the_same_answer_both_ways() -> None:
     """Exhaustive where the generated bodies above sample: each place dropped or set to each variant."""
     pair = Pair()
     pair.both(orjson.dumps(GOOD))
-    for place in _PLACES:
-        for value in [_DROP, *_VARIANTS]:
-            body = copy.deepcopy(GOOD)
-            target = body
-            for key in place[:-1]:
-                target = target[key]
-            target.pop(place[-1], None) if value is _DROP else target.update({place[-1]: value})
-            quick, full = pair.both(orjson.dumps(body))
-            assert quick == full, (place, value)
+    for place, value, body in each_place_changed(GOOD, _PLACES, _VARIANTS):
+        quick, full = pair.both(body)
+        assert quick == full, (place, value)
 
 
 @pytest.mark.parametrize("depth", [900, 1023, 1024, 1100, 5000])

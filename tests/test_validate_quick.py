@@ -39,6 +39,7 @@ from tests.rules_matrix import (
     with_image,
     workload,
 )
+from tests.support.broken import CUTS, broken, each_place_changed
 from tests.support.reviews import review
 
 JSON = b"application/json"
@@ -159,35 +160,15 @@ _PLACES = [("apiVersion",), ("kind",), ("request",), ("request", "uid"), ("reque
            *[("request", side, *place) for side in ("object", "oldObject") for place in _OBJECT_PLACES]]
 
 
-@st.composite
-def _broken(draw: st.DrawFn, good: dict[str, Any]) -> bytes:
-    body = copy.deepcopy(good)
-    for place in draw(st.lists(st.sampled_from(_PLACES), min_size=1, max_size=3)):
-        target = body
-        for key in place[:-1]:
-            target = target.get(key) if isinstance(target, dict) else None  # type: ignore[assignment]
-        if isinstance(target, dict):
-            if draw(st.booleans()):
-                target.pop(place[-1], None)
-            else:
-                target[place[-1]] = copy.deepcopy(draw(_ODD))  # st.just gives one object each time
-    encoded = orjson.dumps(body)
-    cut = draw(st.sampled_from(["none", "none", "truncate", "non-ascii", "deep", "spaced", "duplicate"]))
-    if cut == "truncate":
-        return encoded[: draw(st.integers(0, len(encoded) - 1))]
-    if cut == "non-ascii":  # invalid UTF-8 in a field the quick path skips
-        return encoded.replace(b'"request":{', b'"request":{"userInfo":{"username":"\xff"},', 1)
-    if cut == "deep":  # deeper than either decoder takes, in a field the quick path skips
-        return encoded.replace(b'"request":{', b'"request":{"options":' + b"[" * 1100 + b"]" * 1100 + b",", 1)
-    if cut == "spaced":  # the same values in other JSON text: not the memo's keys
-        return encoded.replace(b'":', b'" : ').replace(b",", b" ,\n")
-    if cut == "duplicate":  # a second template later in the object: the last one counts, in both decoders
-        return encoded.replace(b'"spec":{', b'"spec":{"template":{"metadata":{"labels":{}}},', 1)
-    return encoded
+# Beside the common cuts: the same values in other JSON text (not the memo's keys), and a second template
+# earlier in the object (the last one counts, in both decoders).
+_CUTS = {**CUTS, "spaced": lambda encoded: encoded.replace(b'":', b'" : ').replace(b",", b" ,\n"),
+         "duplicate": lambda encoded: encoded.replace(b'"spec":{',
+                                                      b'"spec":{"template":{"metadata":{"labels":{}}},', 1)}
 
 
 @settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(_broken(GOOD))
+@given(broken(GOOD, _PLACES, _ODD, _CUTS))
 def test_a_broken_or_unusual_body_gets_the_same_answer_both_ways(body: bytes) -> None:
     pair = Pair(example_handlers().validate)
     pair.both(orjson.dumps(GOOD))  # the good review's values are remembered
@@ -200,16 +181,9 @@ def test_every_place_changed_alone_gets_the_same_answer_both_ways() -> None:
     pair = Pair(example_handlers().validate)
     pair.both(orjson.dumps(GOOD))
     variants: list[object] = [None, True, 0, "", "x" * 254, [], {}, {"a": [1]}, "UPDATE", "Deployment"]
-    drop = object()
-    for place in _PLACES:
-        for value in [drop, *variants]:
-            body = copy.deepcopy(GOOD)
-            target = body
-            for key in place[:-1]:
-                target = target[key]
-            target.pop(place[-1], None) if value is drop else target.update({place[-1]: value})
-            quick, full = pair.both(orjson.dumps(body))
-            assert quick == full, (place, value)
+    for place, value, body in each_place_changed(GOOD, _PLACES, variants):
+        quick, full = pair.both(body)
+        assert quick == full, (place, value)
     assert pair.taken > len(_PLACES)
 
 

@@ -30,7 +30,7 @@ from typing import Protocol, TypeVar
 
 import msgspec
 
-from app.admission.review import API_VERSION, KIND, MAX_NAME_LENGTH, MAX_UID_LENGTH, OPERATIONS
+from app.admission.review import API_VERSION, KIND, MAX_UID_LENGTH, OPERATIONS, short_text
 
 # The full decode refuses nesting deeper than this (orjson's limit).
 FULL_DECODE_DEPTH = 1024
@@ -93,11 +93,7 @@ def well_formed(api_version: str, kind: str, request: Request) -> bool:
     return (
         api_version == API_VERSION and kind == KIND
         and 0 < len(request.uid) <= MAX_UID_LENGTH and request.operation in OPERATIONS
-        and short(request.kind.group) and short(request.kind.version) and short(request.kind.kind)
-        and (request.namespace is None or short(request.namespace))
-        and (request.name is None or short(request.name))
+        and short_text(request.kind.group) and short_text(request.kind.version) and short_text(request.kind.kind)
+        and (request.namespace is None or short_text(request.namespace))
+        and (request.name is None or short_text(request.name))
     )
-
-
-def short(text: str) -> bool:
-    return len(text) <= MAX_NAME_LENGTH

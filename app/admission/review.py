@@ -80,9 +80,9 @@ def _well_formed(request: dict[str, Any]) -> bool:
         isinstance(uid, str) and 0 < len(uid) <= MAX_UID_LENGTH
         and isinstance(operation, str) and operation in OPERATIONS
         and isinstance(kind, dict)
-        and _short_text(kind.get("group")) and _short_text(kind.get("version")) and _short_text(kind.get("kind"))
+        and short_text(kind.get("group")) and short_text(kind.get("version")) and short_text(kind.get("kind"))
         and (new is None or isinstance(new, dict)) and (old is None or isinstance(old, dict))
-        and (namespace is None or _short_text(namespace)) and (name is None or _short_text(name))
+        and (namespace is None or short_text(namespace)) and (name is None or short_text(name))
         and (dry_run is None or isinstance(dry_run, bool))
     )
 
@@ -114,14 +114,14 @@ def _request_problems(request: dict[str, Any]) -> list[str]:
     if not isinstance(operation, str) or operation not in OPERATIONS:
         problems.append(f"request.operation must be one of {sorted(OPERATIONS)}")
     kind = request.get("kind")
-    if not isinstance(kind, dict) or not all(_short_text(kind.get(k)) for k in ("group", "version", "kind")):
+    if not isinstance(kind, dict) or not all(short_text(kind.get(k)) for k in ("group", "version", "kind")):
         problems.append(f"request.kind must be an object with string group, version and kind of at most "
                         f"{MAX_NAME_LENGTH} characters")
     for field in ("object", "oldObject"):
         if request.get(field) is not None and not isinstance(request.get(field), dict):
             problems.append(f"request.{field} must be an object or null")
     for field in ("namespace", "name"):
-        if request.get(field) is not None and not _short_text(request.get(field)):
+        if request.get(field) is not None and not short_text(request.get(field)):
             problems.append(f"request.{field} must be a string of at most {MAX_NAME_LENGTH} characters")
     if request.get("dryRun") is not None and not isinstance(request.get("dryRun"), bool):
         problems.append("request.dryRun must be a boolean")
@@ -143,7 +143,7 @@ def _to_request(request: dict[str, Any]) -> AdmissionRequest:
     )
 
 
-def _short_text(value: object) -> bool:
+def short_text(value: object) -> bool:
     return isinstance(value, str) and len(value) <= MAX_NAME_LENGTH
 
 

@@ -104,8 +104,9 @@ class QuickMutate:
         request = _pod_create(body)
         if request is None:
             return None
-        metadata = _opted_in(request.object.metadata)
-        if metadata is None:
+        metadata = request.object.metadata
+        labels = metadata.get("labels")
+        if isinstance(labels, dict) and labels.get(names.INJECT_LABEL) == names.POD_OPT_OUT:
             return None
         fingerprints = tuple(self._fingerprints())
         try:
@@ -151,14 +152,6 @@ class QuickMutate:
             if len(self._entries) >= self.max_entries:
                 self._entries.pop(next(iter(self._entries)))
             self._entries[review.key] = answer
-
-
-def _opted_in(metadata: dict[str, Any]) -> dict[str, Any] | None:
-    """The pod's metadata, unless the pod opted out."""
-    labels = metadata.get("labels")
-    if isinstance(labels, dict) and labels.get(names.INJECT_LABEL) == names.POD_OPT_OUT:
-        return None
-    return metadata
 
 
 def _pod_create(body: bytes) -> _Request | None:

@@ -10,7 +10,7 @@ let a disable or swap slip through. An error in a `warnWhen` only turns into a w
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,17 +137,10 @@ def _decoded(text: bytes) -> object:
 
 def _passed(group: Group, results: tuple[bool, ...]) -> list[Outcome] | None:
     """`_read_results` for a group whose every rule passed; None when one failed."""
-    outcomes: list[Outcome] = []
-    position = 0
-    for rule in group.rules:
-        passed, position = results[position], position + 1
-        if not passed:
-            return None
-        warned = False
-        if rule.warning is not None:
-            warned, position = results[position], position + 1
-        outcomes.append([rule.warning.message] if warned and rule.warning is not None else [])
-    return outcomes
+    per_rule = list(_per_rule(group, results))
+    if not all(passed for _, passed, _ in per_rule):
+        return None
+    return [_warned(rule, warned) for rule, _, warned in per_rule]
 
 
 def judge_each(rule_set: RuleSet, kind: GroupVersionKind, *, old: Mapping[str, Any],
@@ -241,19 +234,24 @@ def _key_within_limits(key: Key) -> bool:
 
 
 def _read_results(group: Group, results: tuple[bool, ...], old_value: object, new_value: object) -> list[Outcome]:
-    """The batch's bools as outcomes: per rule its expression, then its warnWhen when it has one."""
-    outcomes: list[Outcome] = []
+    """The batch's bools as outcomes, one per rule."""
+    return [_failure(rule, _as_self(old_value), _as_self(new_value), False) if not passed
+            else _warned(rule, warned) for rule, passed, warned in _per_rule(group, results)]
+
+
+def _per_rule(group: Group, results: tuple[bool, ...]) -> Iterator[tuple[Rule, bool, bool]]:
+    """(rule, passed, warned) from a batch's bools: per rule its expression, then its warnWhen when it has one."""
     position = 0
     for rule in group.rules:
         passed, position = results[position], position + 1
         warned = False
         if rule.warning is not None:
             warned, position = results[position], position + 1
-        if not passed:
-            outcomes.append(_failure(rule, _as_self(old_value), _as_self(new_value), False))
-        else:
-            outcomes.append([rule.warning.message] if warned and rule.warning is not None else [])
-    return outcomes
+        yield rule, passed, warned
+
+
+def _warned(rule: Rule, warned: bool) -> list[str]:
+    return [rule.warning.message] if warned and rule.warning is not None else []
 
 
 def _judge_rule(rule: Rule, variables: Mapping[str, object]) -> Outcome:

@@ -163,22 +163,22 @@ def _parse(body: bytes) -> AdmissionRequest:
 
 def _pod_fields(endpoint: str, pod: PodReview) -> dict[str, object]:
     """The same fields as `_fields` gives for the full path's request of a Pod CREATE."""
-    return {"endpoint": endpoint, "uid": pod.uid, "kind": "Pod", "namespace": pod.namespace,
-            "object_name": pod.name, "operation": "CREATE", "dry_run": pod.dry_run}
+    return _log_fields(endpoint, uid=pod.uid, kind="Pod", namespace=pod.namespace, name=pod.name,
+                       operation="CREATE", dry_run=pod.dry_run)
 
 
 def _envelope_fields(endpoint: str, envelope: Envelope) -> dict[str, object]:
-    return {"endpoint": endpoint, "uid": envelope.uid, "kind": envelope.kind, "namespace": envelope.namespace,
-            "object_name": envelope.name, "operation": envelope.operation, "dry_run": envelope.dry_run}
+    return _log_fields(endpoint, uid=envelope.uid, kind=envelope.kind, namespace=envelope.namespace,
+                       name=envelope.name, operation=envelope.operation, dry_run=envelope.dry_run)
 
 
 def _fields(endpoint: str, request: AdmissionRequest) -> dict[str, object]:
-    return {
-        "endpoint": endpoint,
-        "uid": request.uid,
-        "kind": request.kind["kind"],
-        "namespace": request.namespace,
-        "object_name": request.name,
-        "operation": request.operation,
-        "dry_run": request.dry_run,
-    }
+    return _log_fields(endpoint, uid=request.uid, kind=request.kind["kind"], namespace=request.namespace,
+                       name=request.name, operation=request.operation, dry_run=request.dry_run)
+
+
+def _log_fields(endpoint: str, *, uid: str, kind: str, namespace: str, name: str, operation: str,
+                dry_run: bool) -> dict[str, object]:
+    """An admission call's access-log and error-log fields, whichever path answered it."""
+    return {"endpoint": endpoint, "uid": uid, "kind": kind, "namespace": namespace, "object_name": name,
+            "operation": operation, "dry_run": dry_run}

@@ -1,0 +1,64 @@
+"""Reviews changed in a few places and cut in a few ways: what a quick path and the full path must answer alike.
+
+Both quick paths (/mutate's and /validate's) are tested by sending the same bodies to an endpoint with and
+without them; these make the bodies from a good review, a list of places (key paths into it) and values.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import orjson
+from hypothesis import strategies as st
+
+Place = tuple[str, ...]
+Cut = Callable[[bytes], bytes]
+
+# Ways to spoil the encoded body in a field a quick path skips.
+CUTS: dict[str, Cut] = {
+    "none": lambda encoded: encoded,
+    # invalid UTF-8
+    "non-ascii": lambda encoded: encoded.replace(b'"request":{', b'"request":{"userInfo":{"username":"\xff"},', 1),
+    # deeper than either decoder takes
+    "deep": lambda encoded: encoded.replace(b'"request":{',
+                                            b'"request":{"options":' + b"[" * 1100 + b"]" * 1100 + b",", 1),
+}
+
+
+@st.composite
+def broken(draw: st.DrawFn, good: dict[str, Any], places: Sequence[Place], odd: st.SearchStrategy[Any],
+           cuts: Mapping[str, Cut] = CUTS) -> bytes:
+    """`good` with one to three places dropped or set to an `odd` value, encoded, then truncated or cut."""
+    body = copy.deepcopy(good)
+    for place in draw(st.lists(st.sampled_from(places), min_size=1, max_size=3)):
+        target = body
+        for key in place[:-1]:
+            target = target.get(key) if isinstance(target, dict) else None  # type: ignore[assignment]
+        if isinstance(target, dict):
+            if draw(st.booleans()):
+                target.pop(place[-1], None)
+            else:
+                target[place[-1]] = copy.deepcopy(draw(odd))  # st.just gives one object each time
+    encoded = orjson.dumps(body)
+    cut = draw(st.sampled_from(["none", "truncate", *cuts]))
+    if cut == "truncate":
+        return encoded[: draw(st.integers(0, len(encoded) - 1))]
+    return cuts[cut](encoded)
+
+
+DROP = object()
+
+
+def each_place_changed(good: dict[str, Any], places: Sequence[Place],
+                       variants: Sequence[object]) -> Iterator[tuple[Place, object, bytes]]:
+    """(place, value, body) for every place of `good` dropped (DROP) or set to each variant alone."""
+    for place in places:
+        for value in [DROP, *variants]:
+            body = copy.deepcopy(good)
+            target = body
+            for key in place[:-1]:
+                target = target[key]
+            target.pop(place[-1], None) if value is DROP else target.update({place[-1]: value})
+            yield place, value, orjson.dumps(body)
