@@ -19,8 +19,8 @@ from app.injection.names import INJECTED_ANNOTATION, MODE_ANNOTATION, SIGNER_NAM
 from app.pki import load_certificates, verify_server
 from app.settings import ServeSettings
 from tests.kubeapi import running_emulator
-from tests.reconcile import podcert_cluster as kubelet
 from tests.reconcile.cluster import OWN_NS, Clock, namespace, reconciler
+from tests.support.kubelet import NODE, Kubelet, controller_defaults
 from tests.support.reviews import fixture
 from tests.support.server import running_server
 from tests.test_mutate_https import again, applied, post
@@ -28,10 +28,10 @@ from tests.test_mutate_https import again, applied, post
 PROJECTED_CERT = {"name": "tls-injector-cert", "projected": {"sources": [
     {"podCertificate": {"signerName": SIGNER_NAME, "keyType": "ECDSAP256",
                         "certificateChainPath": "tls.crt", "keyPath": "tls.key"}},
-    {"clusterTrustBundle": {"signerName": SIGNER_NAME, "path": "ca.crt"}},
+    {"clusterTrustBundle": {"name": "tls-injector.io:serving:cas", "path": "ca.crt"}},
 ]}}
 PROJECTED_TRUST = {"name": "tls-injector-trust", "projected": {"sources": [
-    {"clusterTrustBundle": {"signerName": SIGNER_NAME, "path": "ca-bundle.crt"}}]}}
+    {"clusterTrustBundle": {"name": "tls-injector.io:serving:cas", "path": "ca-bundle.crt"}}]}}
 SECRET_VOLUMES = [{"name": "tls-injector-cert", "secret": {"secretName": "web-tls"}},
                   {"name": "tls-injector-trust", "configMap": {"name": "tls-injector-trust-bundle"}}]
 
@@ -119,25 +119,25 @@ def test_an_unknown_mode_is_refused_with_the_choices(served: httpx.Client) -> No
 def test_the_patched_pods_projection_is_what_the_signer_issues_and_its_bundle_verifies(
         served: httpx.Client) -> None:
     """The chain: the webhook's patch -> the kubelet's request from that projection -> the signer's answer ->
-    the ClusterTrustBundles the projection selects."""
+    the ClusterTrustBundle the projection names, all resolved as the kubelet resolves the volumes."""
     sent = _asking("pod-certificate")
     pod = applied(sent, post(served, sent)[1])
-    cert_source, bundle_source = pod["spec"]["volumes"][1]["projected"]["sources"]
     clock = Clock()
     with running_emulator(seed=0, certificates=("v1",), now=clock) as emu:
         namespace(emu, OWN_NS)
         namespace(emu, "demo")
+        controller_defaults(emu, "demo")
         created = emu.add({**pod, "metadata": {**pod["metadata"], "name": "web-7d4b9c8f6d-x1z2q", "namespace": "demo"},
-                           "spec": {**pod["spec"], "nodeName": kubelet.NODE}})
-        req = kubelet.request(emu, created, key_type=cert_source["podCertificate"]["keyType"],
-                              signer=cert_source["podCertificate"]["signerName"])
+                           "spec": {**pod["spec"], "nodeName": NODE}})
+        node = Kubelet(emu)
+        node.start(created)
         assert reconciler(emu, clock).run_pass().converged
-        chain = load_certificates(kubelet.status(emu, req)["certificateChain"].encode())
-        selected = [b for b in emu.objects("clustertrustbundles.certificates.k8s.io")
-                    if b["spec"]["signerName"] == bundle_source["clusterTrustBundle"]["signerName"]]
-        trusted = [c for b in selected for c in load_certificates(b["spec"]["trustBundle"].encode())]
-        clock.advance(timedelta(minutes=1))
-        verify_server(chain[0], chain[1:], trusted=trusted, dns_name="web.demo.svc.cluster.local", now=clock.now)
+        volumes = node.resolve(created)
+        chain = load_certificates(volumes["tls-injector-cert"]["tls.crt"].content)
+        for trust in (volumes["tls-injector-cert"]["ca.crt"], volumes["tls-injector-trust"]["ca-bundle.crt"]):
+            clock.advance(timedelta(minutes=1))
+            verify_server(chain[0], chain[1:], trusted=load_certificates(trust.content),
+                          dns_name="web.demo.svc.cluster.local", now=clock.now)
         assert emu.get("secrets", "web-tls", "demo") is None  # no Secret: the key never left the node
 
 

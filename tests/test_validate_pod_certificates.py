@@ -72,7 +72,7 @@ def test_a_server_side_dry_run_names_what_the_pods_will_get(client: httpx.Client
         (line,) = [w for w in answer.get("warnings", []) if w.startswith("tls-injector: pods of Deployment web")]
         assert says in line
         if mode == "pod-certificate":
-            assert "ClusterTrustBundles of tls-injector.io/serving" in line
+            assert "ClusterTrustBundle tls-injector.io:serving:cas" in line
 
 
 def test_a_real_apply_gets_no_preview_and_an_opted_out_workload_none_either(client: httpx.Client) -> None:

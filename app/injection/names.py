@@ -16,8 +16,12 @@ CERT_MOUNT_PATH = "/etc/tls-injector/certs"
 TRUST_MOUNT_PATH = "/etc/tls-injector/trust"
 DEFAULT_CLUSTER_DOMAIN = "cluster.local"
 # The signer the reconciler acts as for PodCertificateRequests (pods' `podCertificate` volumes) and whose
-# CAs it publishes as a ClusterTrustBundle (`tls-injector.io:serving:cas`).
+# CAs it publishes as the ClusterTrustBundle CLUSTER_TRUST_BUNDLE.
 SIGNER_NAME = f"{DOMAIN}/serving"
+# The one ClusterTrustBundle the reconciler publishes for SIGNER_NAME, holding every CA of the set: the API
+# requires a signer's bundles to be named `<signer, / as :>:<suffix>`. Pods project it by this name
+# (docs/injection.md says why a name rather than signerName + labelSelector).
+CLUSTER_TRUST_BUNDLE = SIGNER_NAME.replace("/", ":") + ":cas"
 # Per pod (template): how the certificate arrives. "pod-certificate": a per-pod key made by the kubelet and
 # a certificate from SIGNER_NAME (projected `podCertificate`), trust from the ClusterTrustBundle;
 # "secret" (the default): the workload's Secret and the trust-bundle ConfigMap.

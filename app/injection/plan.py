@@ -135,14 +135,15 @@ def _volumes(
 
 
 def _bundle_source(path: str) -> dict[str, Any]:
-    # Every ClusterTrustBundle of the signer, unified by the kubelet; not optional: a pod must not start
-    # trusting nothing (it waits, like one whose Secret is not there yet).
-    return {"clusterTrustBundle": {"signerName": names.SIGNER_NAME, "path": path}}
+    # The reconciler's one bundle, by name: with `signerName` alone the kubelet selects nothing (an unset
+    # labelSelector matches no bundle) and the pod never starts. Not optional: a pod must not start
+    # trusting nothing (it waits until the bundle exists, like one whose Secret is not there yet).
+    return {"clusterTrustBundle": {"name": names.CLUSTER_TRUST_BUNDLE, "path": path}}
 
 
 # The pod-certificate mode: the same files at the same paths as the Secret and ConfigMap give. The key is
 # made by the kubelet on the node and the certificate asked of our signer; ca.crt and ca-bundle.crt
-# both come from the signer's ClusterTrustBundles.
+# both come from the signer's ClusterTrustBundle.
 _POD_CERT_SOURCES = [
     {"podCertificate": {"signerName": names.SIGNER_NAME, "keyType": names.POD_KEY_TYPE,
                         "certificateChainPath": names.CERT_FILE, "keyPath": names.KEY_FILE}},
@@ -273,7 +274,7 @@ def _record(choices: Choices, options: InjectionOptions, containers: list[str], 
     record: dict[str, Any] = {
         "v": RECORD_VERSION,
         "secret": "" if native else choices.secret_name,
-        "bundle": f"clusterTrustBundle:{names.SIGNER_NAME}" if native else options.trust_bundle_configmap,
+        "bundle": f"clusterTrustBundle:{names.CLUSTER_TRUST_BUNDLE}" if native else options.trust_bundle_configmap,
         "certPath": choices.cert_path,
         "trustPath": choices.trust_path,
         "containers": containers,

@@ -2,7 +2,7 @@
 
 `kubectl apply --dry-run=server` of a Deployment (StatefulSet, DaemonSet) reaches /validate; the answer
 then carries one line naming the certificate source (the Secret, or a pod certificate from our signer)
-and the trust source (the ConfigMap, or the ClusterTrustBundles), worked out by the same choices the
+and the trust source (the ConfigMap, or the ClusterTrustBundle), worked out by the same choices the
 mutating webhook will make for the pods. Only dry runs get it: a real apply would print it every time.
 """
 
@@ -42,8 +42,8 @@ def what_pods_get(kind: str, obj: Mapping[str, Any], options: InjectionOptions) 
         return f"{who} will be refused: {refusal}"
     if choices.mode == names.MODE_POD_CERTIFICATE:
         gets = (f"a per-pod {names.POD_KEY_TYPE} key and certificate from signer {names.SIGNER_NAME} "
-                f"(projected podCertificate) at {choices.cert_path}, and trust from the ClusterTrustBundles "
-                f"of {names.SIGNER_NAME} at {choices.trust_path}")
+                f"(projected podCertificate) at {choices.cert_path}, and trust from the ClusterTrustBundle "
+                f"{names.CLUSTER_TRUST_BUNDLE} at {choices.trust_path}")
     else:
         gets = (f"the certificate of Secret {choices.secret_name} at {choices.cert_path}, and trust from "
                 f"ConfigMap {options.trust_bundle_configmap} at {choices.trust_path}")

@@ -39,7 +39,7 @@ Obj = dict[str, Any]
 SIGNER_NAME = names.SIGNER_NAME
 # The one bundle this signer publishes: `<signer, / as :>:<suffix>`, as the API requires of a signer's
 # bundles. One object rather than one per CA, so a rotation's old-and-new set is replaced atomically.
-TRUST_BUNDLE_NAME = SIGNER_NAME.replace("/", ":") + ":" + "cas"
+TRUST_BUNDLE_NAME = names.CLUSTER_TRUST_BUNDLE  # pods project it by this name
 _TERMINAL = ("Issued", "Denied", "Failed")
 # The signer recognises no user annotation (names come from the workload, never from the pod author),
 # so every key is unknown and denied, as the API asks of signers.

@@ -1,26 +1,31 @@
-"""The whole chain for every way pods are made: each object goes through the real /mutate over HTTPS
-(a CronJob's run twice: its Job, then its Pod), is stored in the API emulator as the apiserver would
-store the patched object, then one reconcile pass runs through the official client. Every Secret and
-ConfigMap a stored pod mounts must exist, and the leaf must verify against the mounted bundle as a TLS
-client verifies a server."""
+"""The whole chain for every way pods are made, in both modes: each object goes through the real /mutate
+over HTTPS (a CronJob's run twice: its Job, then its Pod), is stored in the API emulator as the apiserver
+would store the patched object, then one reconcile pass runs through the official client. Then the node's
+side: every volume of every stored pod is resolved against the stored objects as the kubelet would
+(tests/support/kubelet.py, from the API reference's field semantics), and in every container the leaf
+read from the certificate directory must verify against the bundle read from the trust directory, as a
+TLS client verifies a server, with the key beside it. A volume the kubelet could not set up fails."""
 
 from __future__ import annotations
 
 import base64
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import jsonpatch
 import pytest
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from app.injection import InjectionOptions, make_mutate_handler
-from app.injection.names import MODE_ANNOTATION, MODE_POD_CERTIFICATE
+from app.injection.names import CERT_MOUNT_PATH, MODE_ANNOTATION, MODE_POD_CERTIFICATE, TRUST_MOUNT_PATH
 from app.kube import CRON_JOBS, DAEMON_SETS, DEPLOYMENTS, JOBS, PODS, REPLICA_SETS, STATEFUL_SETS, KubeApi, Resource
-from app.pki import bundle_certificates, load_certificates, verify_server
+from app.pki import load_certificates, verify_server
 from tests.kubeapi import Emulator, running_emulator
-from tests.reconcile.cluster import OWN_NS, Clock, data, namespace, reconciler
+from tests.reconcile.cluster import OWN_NS, Clock, namespace, reconciler
+from tests.support.kubelet import NODE, Kubelet
 from tests.support.reviews import review
 from tests.support.server import running_server
 from tests.support.workloads import CRD_KIND, INJECT, SECRET, SERVICES, Obj, Shape, build
@@ -48,6 +53,15 @@ SHAPES = [
 @pytest.fixture(scope="module")
 def webhook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     with running_server(tmp_path_factory.mktemp("srv"), mutate=make_mutate_handler(InjectionOptions())) as server, \
+            server.client() as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def native_webhook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+    """The webhook of a cluster serving pod certificates (`--pod-certificates on`)."""
+    options = InjectionOptions(pod_certificates=True)
+    with running_server(tmp_path_factory.mktemp("native"), mutate=make_mutate_handler(options)) as server, \
             server.client() as client:
         yield client
 
@@ -81,8 +95,10 @@ class Cluster:
         return admitted(self.client, job, ("batch", "v1", "Job"))
 
     def run(self, shape: Shape) -> Obj:
-        """The shape's objects, then its pod through /mutate, stored; returns the stored pod."""
+        """The shape's objects, then its pod through /mutate, stored and bound to the node (the scheduler's
+        binding, which admission never sees); returns the stored pod."""
         pod = admitted(self.client, build(shape, NS, create=self.create, admit_job=self.admit_job))
+        pod["spec"]["nodeName"] = NODE
         return self.api.create(PODS, pod, namespace=NS)
 
 
@@ -91,17 +107,22 @@ def volumes(pod: Obj) -> tuple[str, str]:
     return by_name["tls-injector-cert"]["secret"]["secretName"], by_name["tls-injector-trust"]["configMap"]["name"]
 
 
-def assert_served_as_mounted(emu: Emulator, pod: Obj, service: str, clock: Clock) -> Obj:
-    """The pod's Secret and ConfigMap exist and a client trusting the bundle accepts the leaf for `service`."""
-    secret_name, bundle_name = volumes(pod)
-    secret, bundle = emu.get("secrets", secret_name, NS), emu.get("configmaps", bundle_name, NS)
-    assert secret is not None, f"{secret_name} mounted but never issued"
-    assert bundle is not None, f"{bundle_name} mounted but never mirrored"
-    chain = load_certificates(data(secret)["tls.crt"])
-    for name in (service, f"{service}.{NS}.svc", f"{service}.{NS}.svc.cluster.local"):
-        verify_server(chain[0], chain[1:], trusted=bundle_certificates(bundle.get("data") or {}), dns_name=name,
-                      now=clock.now)
-    return secret
+def assert_served_as_mounted(emu: Emulator, pod: Obj, service: str, clock: Clock,
+                             kubelet: Kubelet | None = None) -> None:
+    """The kubelet can set up every volume of the pod, and in every container the leaf at the certificate
+    path, with its key, verifies against the bundle at the trust path (and against ca.crt) for `service`."""
+    kubelet = kubelet or Kubelet(emu)
+    kubelet.resolve(pod)  # every volume, ours or not
+    spec = pod["spec"]
+    for container in [c["name"] for c in (*(spec.get("initContainers") or []), *spec["containers"])]:
+        files = kubelet.container_files(pod, container)
+        chain = load_certificates(files[f"{CERT_MOUNT_PATH}/tls.crt"].content)
+        key = load_pem_private_key(files[f"{CERT_MOUNT_PATH}/tls.key"].content, None)
+        assert key.public_key() == chain[0].public_key(), f"{container}: tls.key is not the leaf's key"
+        for trust in (f"{TRUST_MOUNT_PATH}/ca-bundle.crt", f"{CERT_MOUNT_PATH}/ca.crt"):
+            trusted = load_certificates(files[trust].content)
+            for name in (service, f"{service}.{NS}.svc", f"{service}.{NS}.svc.cluster.local"):
+                verify_server(chain[0], chain[1:], trusted=trusted, dns_name=name, now=clock.now)
 
 
 @pytest.mark.parametrize("enabled", [False, True], ids=["pod-label", "namespace-enabled"])
@@ -121,7 +142,9 @@ def test_every_mounted_secret_and_bundle_exist_after_one_pass_and_the_leaf_verif
 
     report = reconciler(kubeapi, clock).run_pass()
     assert report.converged, report
-    secret = assert_served_as_mounted(kubeapi, pod, shape.expected_services()[0], clock)
+    assert_served_as_mounted(kubeapi, pod, shape.expected_services()[0], clock)
+    secret = kubeapi.get("secrets", shape.expected_secret(), NS)
+    assert secret is not None
     owners = {(r["kind"], r["name"]) for r in secret["metadata"]["ownerReferences"]}
     user = pod["metadata"]["name"] if shape.kind == "Pod" else shape.rs_name
     assert owners == {(shape.kind, user)}, "the Secret is owned by the workload its pods belong to"
@@ -144,7 +167,9 @@ def test_every_run_of_a_cronjob_mounts_the_one_secret_inject_renders(kubeapi: Em
         **stored_job["spec"]["template"]["metadata"], "generateName": "nightly-29401440-", "ownerReferences": [
             {"apiVersion": "batch/v1", "kind": "Job", "name": "nightly-29401440", "uid": stored_job["metadata"]["uid"],
              "controller": True}]}, "spec": stored_job["spec"]["template"]["spec"]}
-    second = cluster.api.create(PODS, admitted(webhook, pod), namespace=NS)
+    second_pod = admitted(webhook, pod)
+    second_pod["spec"]["nodeName"] = NODE
+    second = cluster.api.create(PODS, second_pod, namespace=NS)
     assert volumes(first) == volumes(second) == ("nightly-tls", "tls-injector-trust-bundle")
     assert reconciler(kubeapi, clock).run_pass().converged
     assert [s["metadata"]["name"] for s in kubeapi.objects("secrets", NS)] == ["nightly-tls"]
@@ -195,6 +220,29 @@ def test_a_shared_secret_goes_with_its_last_user_as_the_garbage_collector_would_
         assert remaining == left, step
         assert before - remaining == collected, "the reconciler removes exactly what the collector would"
     assert collected == {"dbg-tls"}
+
+
+@pytest.mark.parametrize("version", ["v1", "v1beta1"])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_in_pod_certificate_mode_the_kubelet_resolves_every_volume_and_the_leaf_verifies(
+    native_webhook: httpx.Client, shape: Shape, version: str
+) -> None:
+    """The same chain where pods ask for pod certificates: the kubelet's request from the projection, the
+    signer's answer, the ClusterTrustBundle the projection names; and no Secret for the workload. The
+    mode sits in the template, deeper in a CronJob than in other kinds."""
+    shape = Shape(shape.kind, shape.name, shape.labels, {**shape.annotations, MODE_ANNOTATION: MODE_POD_CERTIFICATE},
+                  generate_name=shape.generate_name, name_filled=shape.name_filled)
+    clock = Clock()
+    with running_emulator(seed=0, certificates=(version,), now=clock) as emu:
+        namespace(emu, OWN_NS)
+        namespace(emu, NS)
+        pod = Cluster(emu, native_webhook).run(shape)
+        kubelet = Kubelet(emu)
+        kubelet.start(pod)
+        assert reconciler(emu, clock).run_pass().converged
+        clock.advance(timedelta(minutes=1))  # the signer backdates nothing: verify inside the lifetime
+        assert_served_as_mounted(emu, pod, shape.expected_services()[0], clock, kubelet)
+        assert emu.objects("secrets", NS) == [], "pod certificates: no Secret, the key never left the node"
 
 
 def test_a_cronjob_asking_for_pod_certificates_gets_no_secret_where_they_are_served(webhook: httpx.Client) -> None:
