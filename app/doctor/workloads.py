@@ -30,7 +30,8 @@ def targets(snap: Snapshot) -> list[Target]:
     if snap.pod_certificates:
         workloads = [(k, w) for k, w in workloads if not wants_pod_certificates(template_of(k, w) or {})]
         pods = [p for p in pods if not wants_pod_certificates(p)]
-    return discover(workloads, pods, enabled=snap.observed.enabled, cluster_domain=snap.settings.cluster_domain)
+    return discover(workloads, pods, enabled=snap.observed.enabled, cluster_domain=snap.settings.cluster_domain,
+                    own_namespace=snap.settings.namespace)
 
 
 def _who(target: Target) -> str:

@@ -83,8 +83,15 @@ def discover(
     *,
     enabled: set[str],
     cluster_domain: str = names.DEFAULT_CLUSTER_DOMAIN,
+    own_namespace: str = "",
 ) -> list[Target]:
-    """Targets for opted-in (kind, object) workloads and pods; workloads sharing a Secret share it."""
+    """Targets for opted-in (kind, object) workloads and pods; workloads sharing a Secret share it.
+
+    The injector's own namespace is labelled enabled for the trust bundle's mirror (its webhook mounts
+    it), not for its objects: there only the pod label "true" asks for a certificate, so the bootstrap Job
+    and anything else run beside the injector get none unless asked.
+    """
+    enabled = enabled - {own_namespace}
     listed = {(kind, _namespace(obj), obj["metadata"]["name"]): obj for kind, obj in workloads}
     wanted: Wanted = defaultdict(dict)
     for (kind, namespace, name), obj in listed.items():

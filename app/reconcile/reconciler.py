@@ -167,7 +167,8 @@ class Reconciler:
             mounting = {(p["metadata"].get("namespace") or "", pod_workload(p["metadata"]).name) for p in pods}
             workloads = [(k, w) for k, w in workloads if not wants_pod_certificates(template_of(k, w) or {})
                          or (w["metadata"].get("namespace") or "", w["metadata"]["name"]) in mounting]
-        targets = discover(workloads, pods, enabled=observed.enabled, cluster_domain=self.settings.cluster_domain)
+        targets = discover(workloads, pods, enabled=observed.enabled, cluster_domain=self.settings.cluster_domain,
+                           own_namespace=self.settings.namespace)
         observed.truststores = truststore_namespaces(workloads, pods, enabled=observed.enabled)
         step = self._ensure_ca(observed, targets, now, report, native=native)
         self._ca_metrics(step.cas)

@@ -270,3 +270,14 @@ def test_the_webhook_pods_may_not_open_any_connection() -> None:
 @pytest.mark.parametrize("directory", [d for d in RENDERINGS if d.startswith("manifests/")])
 def test_no_injector_overlay_installs_a_crd_so_deleting_it_never_deletes_anyones_objects(directory: str) -> None:
     assert not list(of_kind(render(ROOT / directory), "CustomResourceDefinition"))
+
+
+def test_every_shipped_pod_template_opts_out_although_its_namespace_is_enabled() -> None:
+    """The namespace is labelled enabled for the trust bundle's mirror; each template says "false" too, so
+    the intent is on the object itself (the reconciler also ignores unlabelled objects there)."""
+    objects = installed()
+    assert only(objects, "Namespace")["metadata"]["labels"]["tls-injector.io/inject"] == "enabled"
+    for name, _ in _pod_specs():
+        kind, _, short = name.partition("/")
+        template = only(objects, kind, short)["spec"]["template"]
+        assert template["metadata"]["labels"]["tls-injector.io/inject"] == "false", name
