@@ -538,7 +538,7 @@ def admission_handlers(
         mutate=make_mutate_handler(options, ca_fingerprints=ca_fingerprints),
         validate=with_preview(make_validate_handler(rule_set), options),
         validate_enabled_namespace=with_preview(make_validate_handler(rule_set, SCOPE_ENABLED_NAMESPACES),
-                                                options),
+                                                options, namespace_enabled=True),
     )
 
 

@@ -1,6 +1,7 @@
 """What a workload's pods will get, said before they exist: a warning on a server-side dry run.
 
-`kubectl apply --dry-run=server` of a Deployment (StatefulSet, DaemonSet) reaches /validate; the answer
+`kubectl apply --dry-run=server` of a Deployment (StatefulSet, DaemonSet, CronJob), new or changed, reaches
+/validate (the shipped entries send dry-run CREATEs for this, and real CREATEs never); the answer
 then carries one line naming the certificate source (the Secret, or a pod certificate from our signer)
 and the trust source (the ConfigMap, or the ClusterTrustBundle), worked out by the same choices the
 mutating webhook will make for the pods. Only dry runs get it: a real apply would print it every time.
@@ -15,15 +16,18 @@ from app.admission import AdmissionRequest, AdmissionResponse, Handler, allowed
 from app.admission.quick import Envelope
 from app.injection import names
 from app.injection.choices import InjectionOptions, InjectionRefused, read_choices
-from app.injection.workload import template_workload
+from app.injection.workload import template_of, template_workload
 
-WORKLOAD_KINDS = frozenset({"Deployment", "StatefulSet", "DaemonSet"})
+# (group, kind) of the workloads whose dry runs get the line: those the shipped validating entries send.
+WORKLOAD_KINDS = frozenset({("apps", "Deployment"), ("apps", "StatefulSet"), ("apps", "DaemonSet"),
+                            ("batch", "CronJob")})
 
 
-def what_pods_get(kind: str, obj: Mapping[str, Any], options: InjectionOptions) -> str | None:
+def what_pods_get(kind: str, obj: Mapping[str, Any], options: InjectionOptions, *,
+                  namespace_enabled: bool = False) -> str | None:
     """One line for people; None when the pods will not be injected (opted out, or no template)."""
-    meta, template = obj.get("metadata") or {}, (obj.get("spec") or {}).get("template") or {}
-    template_meta = template.get("metadata") or {} if isinstance(template, dict) else {}
+    meta, template = obj.get("metadata") or {}, template_of(kind, obj) or {}
+    template_meta = template.get("metadata") or {}
     if not isinstance(meta, dict) or not isinstance(template_meta, dict):
         return None
     labels = template_meta.get("labels") or {}
@@ -32,7 +36,7 @@ def what_pods_get(kind: str, obj: Mapping[str, Any], options: InjectionOptions) 
         return None
     name = str(meta.get("name") or "")
     who = f"tls-injector: pods of {kind} {name}"
-    if label != names.POD_OPT_IN:
+    if label != names.POD_OPT_IN and not namespace_enabled:
         who += f" (if the namespace is labelled {names.INJECT_LABEL}={names.NAMESPACE_OPT_IN})"
     annotations = template_meta.get("annotations") or {}
     try:
@@ -50,16 +54,17 @@ def what_pods_get(kind: str, obj: Mapping[str, Any], options: InjectionOptions) 
     return f"{who} will get {gets}" + (f" ({choices.fallback})" if choices.fallback else "")
 
 
-def with_preview(validate: Handler, options: InjectionOptions) -> Handler:
-    """`validate`, plus the preview line on allowed dry runs of workload CREATE and UPDATE."""
+def with_preview(validate: Handler, options: InjectionOptions, *, namespace_enabled: bool = False) -> Handler:
+    """`validate`, plus the preview line on allowed dry runs of workload CREATE and UPDATE; with
+    `namespace_enabled` for the path that only requests from enabled namespaces reach."""
 
     def handler(request: AdmissionRequest) -> AdmissionResponse:
         response = validate(request)
         if not (request.dry_run and response.get("allowed") and request.operation in ("CREATE", "UPDATE")
-                and request.kind["group"] == "apps" and request.kind["kind"] in WORKLOAD_KINDS
+                and (request.kind["group"], request.kind["kind"]) in WORKLOAD_KINDS
                 and request.object is not None):
             return response
-        line = what_pods_get(request.kind["kind"], request.object, options)
+        line = what_pods_get(request.kind["kind"], request.object, options, namespace_enabled=namespace_enabled)
         if line is None:
             return response
         return allowed(request.uid, warnings=[*response.get("warnings", []), line])

@@ -191,8 +191,9 @@ def _validating(name: str = "tls-transitions.workloads.tls-injector.io") -> Obj:
     return next(hook for _, hook in _every_entry() if hook["name"] == name)
 
 
-def test_the_validating_entry_takes_updates_of_the_three_workload_kinds_only() -> None:
-    assert _validating()["rules"] == [{"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["UPDATE"],
+def test_the_validating_entry_takes_updates_and_creates_of_the_three_workload_kinds_only() -> None:
+    """CREATEs only for dry runs (test_a_dry_run_create_of_a_workload_gets_the_preview_...)."""
+    assert _validating()["rules"] == [{"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
                                        "resources": ["deployments", "statefulsets", "daemonsets"],
                                        "scope": "Namespaced"}]
     assert "objectSelector" not in _validating(), "the opt-in label sits on the pod template, not the object"
@@ -206,11 +207,13 @@ def _workload(template_labels: dict[str, str] | None, *, deleting: bool = False)
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata, "spec": {"template": template}}
 
 
-def reaches_webhook(old: Obj, new: Obj, hook: Obj | None = None) -> bool:
-    """All matchConditions true, evaluated with a real CEL implementation, as the apiserver does."""
-    env = cel.NewEnv(variables={"object": cel.Type.DYN, "oldObject": cel.Type.DYN})
+def reaches_webhook(old: Obj | None, new: Obj, hook: Obj | None = None, *, dry_run: bool = False) -> bool:
+    """All matchConditions true, evaluated with a real CEL implementation, as the apiserver does: an UPDATE
+    from `old`, or a CREATE when `old` is None (oldObject is then null), dry run or not."""
+    env = cel.NewEnv(variables={"object": cel.Type.DYN, "oldObject": cel.Type.DYN, "request": cel.Type.DYN})
+    request = {"operation": "CREATE" if old is None else "UPDATE", "dryRun": dry_run}
     for condition in (hook or _validating())["matchConditions"]:
-        result = env.compile(condition["expression"]).eval(data={"object": new, "oldObject": old})
+        result = env.compile(condition["expression"]).eval(data={"object": new, "oldObject": old, "request": request})
         assert result.type() == cel.Type.BOOL, f"{condition['name']}: {result.value()}"
         if not result.value():
             return False
@@ -304,19 +307,29 @@ def _entries_for(resource: str, path: str) -> list[Obj]:
             and any(resource in rule["resources"] for rule in hook["rules"])]
 
 
-def _sent_to(resource: str, path: str, old: Obj, new: Obj, ns_labels: dict[str, str]) -> int:
-    """How many entries send this update to `path`: namespaceSelector, then matchConditions."""
-    return sum(matches(h["namespaceSelector"], ns_labels) and reaches_webhook(old, new, h)
+def _sent_to(resource: str, path: str, old: Obj | None, new: Obj, ns_labels: dict[str, str], *,
+             dry_run: bool = False) -> int:
+    """How many entries send this update (a CREATE when `old` is None) to `path`: the rules' operations,
+    the namespaceSelector, then the matchConditions."""
+    operation = "CREATE" if old is None else "UPDATE"
+    return sum(any(operation in rule["operations"] for rule in h["rules"])
+               and matches(h["namespaceSelector"], ns_labels) and reaches_webhook(old, new, h, dry_run=dry_run)
                for h in _entries_for(resource, path))
+
+
+def _answer(handler_path: str, kind: str, old: Obj | None, new: Obj, *, dry_run: bool = False) -> Obj:
+    """What the handler serve mounts at `handler_path` answers an UPDATE (a CREATE when `old` is None)."""
+    handlers = admission_handlers(ServeSettings())
+    handler = handlers.validate if handler_path == "/validate" else handlers.validate_enabled_namespace
+    group, _, version = new["apiVersion"].rpartition("/")
+    sent = review(operation="CREATE" if old is None else "UPDATE", obj=new, old=old, kind=(group, version, kind),
+                  namespace="shop", dry_run=dry_run)
+    return dict(handler(parse_review(sent)))
 
 
 def _judged(handler_path: str, kind: str, old: Obj, new: Obj) -> tuple[bool, bool]:
     """(allowed, warned) from the handler serve mounts at `handler_path`."""
-    handlers = admission_handlers(ServeSettings())
-    handler = handlers.validate if handler_path == "/validate" else handlers.validate_enabled_namespace
-    group, _, version = new["apiVersion"].rpartition("/")
-    sent = review(operation="UPDATE", obj=new, old=old, kind=(group, version, kind), namespace="shop")
-    answer = handler(parse_review(sent))
+    answer = _answer(handler_path, kind, old, new)
     return answer["allowed"], bool(answer.get("warnings"))
 
 
@@ -402,3 +415,45 @@ def test_a_namespace_update_without_the_opt_in_label_on_either_side_is_not_sent(
 def test_a_system_namespace_object_is_never_sent(name: str) -> None:
     old, new = namespace_object("enabled", name=name), namespace_object(None, name=name)
     assert _sent_to("namespaces", "/validate", old, new, new["metadata"]["labels"]) == 0
+
+
+def _created(kind: str, label: str | None) -> Obj:
+    """A new workload as `kubectl apply` sends it, its pod template labelled `label` (or not at all)."""
+    template = {"metadata": {"labels": {"app": "web"} | ({INJECT_LABEL: label} if label else {})},
+                "spec": {"containers": [{"name": "app", "image": "example/app:1"}]}}
+    if kind == "CronJob":
+        return {"apiVersion": "batch/v1", "kind": kind, "metadata": {"name": "web", "namespace": "shop"},
+                "spec": {"schedule": "0 3 * * *", "jobTemplate": {"spec": {"template": template}}}}
+    return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": template}}
+
+
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "real"])
+@pytest.mark.parametrize("label", [POD_OPT_IN, None, POD_OPT_OUT], ids=["true", "unlabelled", "false"])
+@pytest.mark.parametrize("enabled", [False, True], ids=["other-namespace", "enabled-namespace"])
+@pytest.mark.parametrize("kind", [*WORKLOAD_KINDS, "CronJob"])
+def test_a_dry_run_create_of_a_workload_gets_the_preview_and_a_real_one_never_calls(
+    kind: str, enabled: bool, label: str | None, dry_run: bool
+) -> None:
+    """A workload that does not exist yet: its dry run reaches one path exactly when its pods will be
+    injected, and that path's answer says what they will get; a real CREATE reaches no path at all, so a
+    webhook outage never blocks creating anything. Routed by the shipped entries, CEL included."""
+    new, resource = _created(kind, label), RESOURCES[kind]
+    ns_labels = ENABLED_NS if enabled else PLAIN_NS
+    path, other = (ENABLED_PATH, "/validate") if enabled else ("/validate", ENABLED_PATH)
+    injected = label != POD_OPT_OUT if enabled else label == POD_OPT_IN
+    sent = _sent_to(resource, path, None, new, ns_labels, dry_run=dry_run)
+    assert _sent_to(resource, other, None, new, ns_labels, dry_run=dry_run) == 0
+    if not dry_run:
+        assert sent == 0
+        return
+    assert sent == 1 if injected else sent <= 1
+    if not sent:
+        return
+    answer = _answer(path, kind, None, new, dry_run=True)
+    assert answer["allowed"] is True
+    lines = [w for w in answer.get("warnings", []) if w.startswith(f"tls-injector: pods of {kind} web")]
+    assert len(lines) == int(injected), lines
+    if injected:
+        assert "will get the certificate of Secret web-tls at /etc/tls-injector/certs" in lines[0]
+        assert ("if the namespace is labelled" in lines[0]) is False
