@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.cli import _parser, main
+from app.cli import main
+from app.cli.parser import build_parser as _parser
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = ["serve", "reconcile", "bootstrap", "inject", "check", "export-policy"]

@@ -14,7 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app.cli import _parser, _webhook_pod_certificates, build_handlers
+from app.cli import build_handlers
+from app.cli.parser import build_parser as _parser
+from app.cli.serve_cluster import webhook_pod_certificates as _webhook_pod_certificates
 from app.injection.names import INJECTED_ANNOTATION, MODE_ANNOTATION, SIGNER_NAME
 from app.pki import load_certificates, verify_server
 from app.settings import ServeSettings

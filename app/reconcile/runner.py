@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import os
@@ -14,14 +13,13 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from app.kube import ClusterConfig, KubeApi, KubeError, LeaderElector, api_client, find_cluster, own_namespace
+from app.kube import ClusterConfig, KubeApi, KubeError, LeaderElector, api_client, find_cluster
 from app.pki import DEFAULT_CLUSTER_DOMAIN, cluster_domain_from_resolv_conf
 from app.reconcile.controller import Controller
 from app.reconcile.metrics import ReconcileMetrics
 from app.reconcile.probes import ProbeServer, probe_app
 from app.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
 from app.reconcile.signer import NativeApis
-from app.reconcile.webhook_plan import WebhookSettings
 
 log = logging.getLogger("tls_injector.reconcile")
 RESOLV_CONF = Path("/etc/resolv.conf")
@@ -29,33 +27,7 @@ RESOLV_CONF = Path("/etc/resolv.conf")
 # nameservers and options); 64 KiB bounds the read if something else sits at that path.
 RESOLV_CONF_LIMIT = 64 * 1024
 __all__ = ["KubeError", "api_client", "find_cluster", "pod_certificates_version", "run_once", "run_reconciler",
-           "run_until_signalled", "settings_for", "summary"]
-
-
-def settings_for(args: argparse.Namespace, *, resolv_conf: Path = RESOLV_CONF) -> ReconcileSettings:
-    """Settings from the flags `_cluster_flags` in app/cli.py defines."""
-    namespace = own_namespace(args.namespace)
-    domain = cluster_domain(args.cluster_domain, namespace=namespace, resolv_conf=resolv_conf)
-    configurations = tuple(n.strip() for n in (args.webhook_configurations or "").split(",") if n.strip())
-    webhook = WebhookSettings(service=args.webhook_service, secret_name=args.webhook_secret,
-                              configurations=configurations, cluster_domain=domain,
-                              served_address=served_address(args, namespace))
-    return ReconcileSettings(namespace=namespace, cluster_domain=domain,
-                             user_ca_secret=args.ca_secret or None, webhook=webhook if configurations else None,
-                             pod_certificates=getattr(args, "pod_certificates", "auto"))
-
-
-def served_address(args: argparse.Namespace, namespace: str) -> tuple[str, int] | None:
-    """Where a pass checks what the webhook serves: --webhook-address; else, inside `serve`, its own
-    port on loopback (it is the webhook); else (`reconcile`) the Service, as the API server dials it."""
-    if getattr(args, "webhook_address", None):
-        address: tuple[str, int] = args.webhook_address
-        return address
-    if hasattr(args, "port") and hasattr(args, "host"):
-        return ("127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host), args.port  # noqa: S104
-    if hasattr(args, "webhook_address"):
-        return f"{args.webhook_service}.{namespace}.svc", 443
-    return None  # bootstrap: its Job runs before any webhook pod can
+           "run_until_signalled", "summary"]
 
 
 def cluster_domain(flag: str | None, *, namespace: str, resolv_conf: Path = RESOLV_CONF) -> str:

@@ -11,10 +11,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.cli import _parser, main
+from app.cli import main
+from app.cli.cluster import settings_for
+from app.cli.parser import build_parser as _parser
 from app.kube import find_cluster
 from app.reconcile.controller import STUCK_AFTER_SECONDS, Controller
-from app.reconcile.runner import run_reconciler, run_until_signalled, settings_for
+from app.reconcile.runner import run_reconciler, run_until_signalled
 from tests.kubeapi import Emulator, running_emulator
 from tests.reconcile import podcert_cluster as kubelet
 from tests.reconcile.cluster import OWN_NS, namespace, small_cluster
@@ -61,7 +63,7 @@ def test_a_kubeconfig_that_cannot_be_loaded_is_a_message_and_exit_two(
 def test_serve_runs_the_reconciler_in_the_background_only_when_a_cluster_is_configured(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from app.cli import _reconciler_in_background
+    from app.cli.serve_cluster import reconciler_in_background as _reconciler_in_background
     from app.web.app import Health
     from app.web.metrics import ServerMetrics
 

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import _parser, main
+from app.cli import main
+from app.cli.cluster import settings_for
+from app.cli.parser import build_parser as _parser
 from app.pki import load_certificates
 from app.pki.verify import dns_sans
-from app.reconcile.runner import settings_for
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, data, small_cluster
 

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import _parser, main
+from app.cli import main
+from app.cli.cluster import settings_for
+from app.cli.parser import build_parser as _parser
 from app.kube import KubeApi
 from app.pki import SETTLE, UntrustedChain, issue_leaf, load_cert_key, load_certificates, make_ca, verify_server
 from app.reconcile.bootstrap import bootstrap as bootstrap_once
 from app.reconcile.bootstrap import bootstrap_settings
-from app.reconcile.runner import settings_for
 from app.reconcile.webhook_plan import WebhookSettings
 from tests.kubeapi import Emulator
 from tests.kubeapi.resources import lookup_qualified

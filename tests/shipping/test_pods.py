@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.cli import _parser
+from app.cli.parser import build_parser as _parser
 from app.rulesfile import load_rule_set
 from app.settings import ServeSettings
 from tests.shipping.support import (
@@ -218,7 +218,7 @@ def test_the_reconciler_runs_alone_with_its_own_account_two_leader_elected_repli
     assert pod["serviceAccountName"] == RECONCILER != webhook()["spec"]["template"]["spec"]["serviceAccountName"]
     assert pod["automountServiceAccountToken"] is True
     flags = _parsed(pod)
-    assert flags.run.__name__ == "_run_reconcile"
+    assert flags.run.__module__ == "app.cli.reconcile"
     assert flags.once is False
     container = _container(pod)
     (port,) = container["ports"]

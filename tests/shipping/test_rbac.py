@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.cli import _parser
+from app.cli.parser import build_parser as _parser
 from app.reconcile.webhook_plan import WebhookSettings
 from tests.shipping.support import Obj, installed, of_kind, only
 

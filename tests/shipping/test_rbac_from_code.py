@@ -23,13 +23,14 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from app.cli import _parser, main
+from app.cli import main
+from app.cli.cluster import settings_for
+from app.cli.parser import build_parser as _parser
 from app.injection.names import SIGNER_NAME
 from app.kube import KubeApi, LeaderElector
 from app.pki import issue_leaf, make_ca
 from app.reconcile.controller import Controller
 from app.reconcile.reconciler import Reconciler, ReconcileSettings
-from app.reconcile.runner import settings_for
 from tests.kubeapi import Emulator, running_emulator
 from tests.shipping.rbac import Call, Grant, authorized, grants_for
 from tests.shipping.support import ROOT, Obj, only, reconciler, render, webhook

@@ -1,0 +1,46 @@
+"""`tls-injector check`: offline, the /validate verdict for an update."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from app.cli.command import EXIT_FINDINGS, EXIT_OK, Command, fail
+from app.cli.handlers import admission_handlers
+from app.rulesfile import RulesFileError
+from app.settings import ServeSettings
+
+
+def add(check: argparse.ArgumentParser) -> None:
+    check.add_argument("--old", required=True, help="the manifests before the change")
+    check.add_argument("--new", required=True, help="the manifests after the change")
+    check.add_argument("--rules", type=Path, help="YAML rules file (added to the built-in rules)")
+    check.add_argument("--namespace-enabled", action="append", default=[], metavar="NAMESPACE",
+                       help="judge this namespace's objects as in a namespace labelled tls-injector.io/inject="
+                            "enabled (also /validate/enabled-namespace's rules); repeat for more. A Namespace "
+                            "object labelled so in OLD or NEW counts too")
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from app.check import InputError, check, enabled_namespaces, load_manifests, render  # noqa: PLC0415
+
+    if args.old == "-" and args.new == "-":
+        parser.error("only one of --old and --new can be read from stdin")
+    try:
+        handlers = admission_handlers(ServeSettings(rules_file=args.rules))
+        old, new = load_manifests(args.old), load_manifests(args.new)
+        enabled = enabled_namespaces(old, new, named=args.namespace_enabled)
+        report = check(old, new, handlers.validate, enabled_handler=handlers.validate_enabled_namespace,
+                       enabled=enabled)
+    except (RulesFileError, InputError) as error:
+        return fail("check", str(error))
+    print(render(report))
+    return EXIT_FINDINGS if report.rejected else EXIT_OK
+
+
+COMMAND = Command(
+    name="check", add=add, run=run,
+    help="offline: the /validate verdict for an update (exit 0 allowed, 1 rejected, 2 bad input)",
+    description="Pair the objects of OLD and NEW by apiVersion, kind, namespace and name and judge each "
+                "pair as an UPDATE with the same handler as /validate. OLD and NEW are YAML/JSON files "
+                "(multi-document), directories of them, or - for stdin.")

@@ -1,0 +1,94 @@
+"""Where the cluster is and what the reconciler owns: the flags of the commands that call the API
+(`serve`, `reconcile`, `bootstrap`, `doctor`), and the settings they make."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from app.cli import flags
+
+if TYPE_CHECKING:
+    from app.kube import ClusterConfig
+    from app.reconcile.reconciler import ReconcileSettings
+
+NO_CLUSTER = "no cluster configured (no in-cluster account, no kubeconfig)"
+
+
+def connection_flags(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--kubeconfig", type=Path,
+                         help="kubeconfig file (default: in-cluster service account, then $KUBECONFIG/~/.kube/config)")
+    command.add_argument("--server", type=flags.server_url,
+                         help="API server URL without credentials (for tests against an emulator)")
+    command.add_argument("--namespace", help="the injector's own namespace, where its CAs live "
+                                             "(default: the pod's service-account namespace)")
+    command.add_argument("--cluster-domain", type=flags.cluster_domain,
+                         help="DNS domain of the cluster, for SANs (default: from the search path of the pod's "
+                              "/etc/resolv.conf, else cluster.local)")
+
+
+def webhook_flags(command: argparse.ArgumentParser) -> None:
+    """The webhook's own TLS: shared by `serve`/`reconcile` (which keep it current) and `bootstrap`."""
+    command.add_argument("--webhook-configurations", default="tls-injector",
+                         help="comma list of webhook configuration names whose caBundle is kept current "
+                              "(both kinds; empty = no webhook self-care)")
+    command.add_argument("--webhook-service", default="tls-injector", help="the webhook's Service (its cert's SANs)")
+    command.add_argument("--webhook-secret", default="tls-injector-webhook-tls",
+                         help="the webhook's serving certificate Secret in --namespace")
+
+
+def cluster_flags(command: argparse.ArgumentParser) -> None:
+    """Where the cluster is and what the reconciler owns; shared by `serve` and `reconcile`."""
+    connection_flags(command)
+    command.add_argument("--webhook-address", type=flags.host_port,
+                         help="HOST:PORT where each pass checks that every caBundle trusts the certificate the webhook "
+                              "serves (default: serve: its own port on loopback; reconcile: "
+                              "<webhook-service>.<namespace>.svc:443)")
+    command.add_argument("--ca-secret", help="a kubernetes.io/tls Secret in --namespace holding a CA you provide "
+                                             "(default: tls-injector creates and rotates its own)")
+    command.add_argument("--pod-certificates", choices=["auto", "on", "off"], default="auto",
+                         help="act as the signer tls-injector.io/serving and publish the CAs as a ClusterTrustBundle: "
+                              "auto = when the cluster serves certificates.k8s.io v1 or v1beta1 pod certificates "
+                              "(found by discovery), on = the same but an error in the log when it does not, "
+                              "off = never (pods asking for them get the Secret path)")
+    webhook_flags(command)
+
+
+def find_cluster(args: argparse.Namespace) -> ClusterConfig | None:
+    """The cluster --kubeconfig/--server name, else the in-cluster account or $KUBECONFIG; None: none."""
+    from app.kube import find_cluster as find  # noqa: PLC0415 - only the commands that call the API load the client
+
+    return find(kubeconfig=args.kubeconfig, server=args.server)
+
+
+def settings_for(args: argparse.Namespace, *, resolv_conf: Path | None = None) -> ReconcileSettings:
+    """The reconciler's settings from the flags `cluster_flags` defines (or the part a command has);
+    `resolv_conf` where the cluster domain is looked up when --cluster-domain is not given (tests)."""
+    from app.kube import own_namespace  # noqa: PLC0415 - only the commands that call the API load the client
+    from app.reconcile.reconciler import ReconcileSettings  # noqa: PLC0415
+    from app.reconcile.runner import RESOLV_CONF, cluster_domain  # noqa: PLC0415
+    from app.reconcile.webhook_plan import WebhookSettings  # noqa: PLC0415
+
+    namespace = own_namespace(args.namespace)
+    domain = cluster_domain(args.cluster_domain, namespace=namespace, resolv_conf=resolv_conf or RESOLV_CONF)
+    configurations = tuple(n.strip() for n in (args.webhook_configurations or "").split(",") if n.strip())
+    webhook = WebhookSettings(service=args.webhook_service, secret_name=args.webhook_secret,
+                              configurations=configurations, cluster_domain=domain,
+                              served_address=served_address(args, namespace))
+    return ReconcileSettings(namespace=namespace, cluster_domain=domain,
+                             user_ca_secret=args.ca_secret or None, webhook=webhook if configurations else None,
+                             pod_certificates=getattr(args, "pod_certificates", "auto"))
+
+
+def served_address(args: argparse.Namespace, namespace: str) -> tuple[str, int] | None:
+    """Where a pass checks what the webhook serves: --webhook-address; else, inside `serve`, its own
+    port on loopback (it is the webhook); else (`reconcile`) the Service, as the API server dials it."""
+    if getattr(args, "webhook_address", None):
+        address: tuple[str, int] = args.webhook_address
+        return address
+    if hasattr(args, "port") and hasattr(args, "host"):
+        return ("127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host), args.port  # noqa: S104
+    if hasattr(args, "webhook_address"):
+        return f"{args.webhook_service}.{namespace}.svc", 443
+    return None  # bootstrap: its Job runs before any webhook pod can

@@ -1,0 +1,69 @@
+"""`tls-injector doctor`: check that the installation is healthy."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime
+
+from app.cli import flags
+from app.cli.cluster import NO_CLUSTER, connection_flags, find_cluster, settings_for, webhook_flags
+from app.cli.command import EXIT_FINDINGS, EXIT_OK, Command, fail
+from app.logs import configure_logging
+
+
+def add(doctor: argparse.ArgumentParser) -> None:
+    connection_flags(doctor)
+    webhook_flags(doctor)
+    doctor.add_argument("--webhook-address", type=flags.host_port,
+                        help="HOST:PORT where the webhook answers, e.g. 127.0.0.1:8443 after `kubectl -n tls-injector "
+                             "port-forward svc/tls-injector 8443:443` (default: the Service's DNS name, which "
+                             "resolves only inside the cluster)")
+    doctor.add_argument("--reconciler-service-account", default="tls-injector-reconciler",
+                        help="the reconciler's service account in --namespace, whose permissions are checked")
+    doctor.add_argument("-o", "--output", choices=["text", "json"], default="text", help="report format")
+    doctor.set_defaults(ca_secret=None)
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from app.doctor import (  # noqa: PLC0415 - only the commands that talk to a cluster load the client
+        ApiUnreachable,
+        DoctorSettings,
+        api_unreachable,
+        read,
+        render_json,
+        render_text,
+        run_checks,
+    )
+    from app.reconcile import runner  # noqa: PLC0415
+    from app.reconcile.bootstrap import connect  # noqa: PLC0415
+    from app.reconcile.webhook_plan import WebhookSettings  # noqa: PLC0415
+
+    configure_logging("warning")  # the report is the output; info lines would only interleave with it
+    cluster = find_cluster(args)
+    if cluster is None:
+        return fail("doctor", NO_CLUSTER)
+    reconcile = settings_for(args)
+    webhook = reconcile.webhook or WebhookSettings(service=args.webhook_service, secret_name=args.webhook_secret,
+                                                   configurations=(), cluster_domain=reconcile.cluster_domain)
+    settings = DoctorSettings(namespace=reconcile.namespace, cluster_domain=reconcile.cluster_domain, webhook=webhook,
+                              ca_secret=reconcile.ca.secret_name, webhook_address=args.webhook_address,
+                              reconciler_account=args.reconciler_service_account)
+    try:
+        results = run_checks(read(connect(cluster), settings, now=datetime.now(UTC)))
+    except runner.KubeError as error:  # the configuration itself cannot be loaded
+        return fail("doctor", str(error))
+    except ApiUnreachable as error:
+        results = api_unreachable(str(error))
+    sys.stdout.write(render_json(results) if args.output == "json" else render_text(results))
+    return EXIT_FINDINGS if any(r.status == "error" for r in results) else EXIT_OK
+
+
+COMMAND = Command(
+    name="doctor", add=add, run=run,
+    help="check that the installation is healthy (exit 0 healthy, 1 a check failed)",
+    description="Read the cluster and check, one line each: the webhook configurations and whether every "
+                "caBundle trusts the certificate the webhook serves, the CA sets, every opted-in workload's "
+                "certificate, pods that missed the injection or mount a missing Secret, the reconciler's RBAC "
+                "and its leader Lease. Exit status 0 when no check failed (warnings allowed), 1 when one did, "
+                "2 for a usage or configuration error.")

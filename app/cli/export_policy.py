@@ -1,0 +1,44 @@
+"""`tls-injector export-policy`: the rule set as native Kubernetes validation (VAP or CRD snippets)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+
+from app.cli.command import EXIT_OK, Command, fail
+from app.rules import export_documents
+from app.rulesfile import RulesFileError, load_rule_set
+
+
+def add(export: argparse.ArgumentParser) -> None:
+    export.add_argument("--rules", type=Path, help="YAML rules file (added to the built-in rules)")
+    export.add_argument("--format", choices=["vap", "crd"], default="vap",
+                        help="vap: policies and bindings to kubectl apply; crd: snippets for CRD schemas")
+    export.add_argument("--namespace", default="tls-injector",
+                        help="the injector's own namespace, left out of the bindings with the system namespaces")
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    try:
+        rule_set = load_rule_set(args.rules)
+    except RulesFileError as error:
+        return fail("export-policy", str(error))
+    documents = export_documents(rule_set, fmt=args.format, own_namespace=args.namespace)
+    if not documents:
+        # Not a failure: with no rule on a custom resource there is simply nothing a CRD could carry.
+        print(f"tls-injector export-policy: nothing to export: no rule matches a custom resource "
+              f"(--format {args.format} covers rules on CRD kinds only)", file=sys.stderr)
+        return EXIT_OK
+    print(yaml.safe_dump_all(documents, sort_keys=False, width=120), end="")
+    return EXIT_OK
+
+
+COMMAND = Command(
+    name="export-policy", add=add, run=run,
+    help="print the rule set as native Kubernetes validation (VAP or CRD snippets)",
+    description="Render the transition rules as ValidatingAdmissionPolicy + ValidatingAdmissionPolicyBinding "
+                "objects (admissionregistration.k8s.io/v1, Kubernetes >= 1.30), or as the "
+                "x-kubernetes-validations entries to put on a CRD's schema node.")

@@ -1,0 +1,55 @@
+"""Flag value types and the flags more than one command takes."""
+
+from __future__ import annotations
+
+import argparse
+
+from app.injection.names import MODE_ANNOTATION, MODE_SECRET, MODES
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every flag's default in --help, except where there is none to show (None, a switch's False)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or action.default == argparse.SUPPRESS:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def port(value: str) -> int:
+    """A TCP port, 0 meaning any free one: out of range, the socket layer would wrap it (99999 binds 34463)."""
+    if not value.isdigit() or int(value) > 65535:  # the largest TCP port
+        raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {value[:20]!r}")
+    return int(value)
+
+
+def host_port(value: str) -> tuple[str, int]:
+    host, _, number = value.rpartition(":")
+    if not host or not number.isdigit() or not 0 < int(number) < 65536:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value[:100]!r}")
+    return host.strip("[]"), int(number)
+
+
+def server_url(value: str) -> str:
+    """http(s)://HOST[:PORT][/path]: without a scheme urllib3 guesses plain HTTP (and warns on stderr)."""
+    scheme, _, rest = value.partition("://")
+    if scheme not in ("http", "https") or not rest.split("/", 1)[0]:
+        raise argparse.ArgumentTypeError(f"expected http(s)://HOST[:PORT], got {value[:100]!r}")
+    return value
+
+
+def cluster_domain(value: str) -> str:
+    from app.pki.names import check_cluster_domain  # noqa: PLC0415 - loads the PKI only when the flag is given
+
+    try:
+        return check_cluster_domain(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
+
+
+def mode_flag(command: argparse.ArgumentParser) -> None:
+    """--default-mode: shared by `serve` (what /mutate does) and `inject` (the same, offline)."""
+    command.add_argument("--default-mode", choices=list(MODES), default=MODE_SECRET,
+                         help=f"what injected pods get when their {MODE_ANNOTATION} annotation does not say: the "
+                              f"workload's Secret and the trust-bundle ConfigMap, or a per-pod key and certificate "
+                              f"(projected podCertificate) and the ClusterTrustBundle, where served")

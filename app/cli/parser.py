@@ -1,0 +1,53 @@
+"""The argparse wiring: one sub-parser per command, and `main`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from importlib import metadata
+
+from app.cli import bootstrap, check, doctor, export_policy, inject, reconcile, serve
+from app.cli.command import EXIT_USAGE, Command
+from app.cli.flags import HelpFormatter
+
+DESCRIPTION = """The `tls-injector` command: parse flags, build settings once, wire the parts together.
+
+Exit status, the same for every command: 0 ok; 1 findings or rejections (a rejected update, a pass that
+did not converge, a webhook the API server would not trust); 2 usage or input error (bad flags, an
+unreadable or invalid file, no cluster configured, a start-up failure).
+"""
+# In the order `tls-injector --help` lists them.
+COMMANDS: tuple[Command, ...] = (serve.COMMAND, check.COMMAND, export_policy.COMMAND, reconcile.COMMAND,
+                                 bootstrap.COMMAND, inject.COMMAND, doctor.COMMAND)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # `serve --workers N` starts workers with it
+    if not hasattr(args, "run"):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    # Each command gets its own parser, so `parser.error` prints that command's usage, not the top one.
+    code: int = args.run(args, args.command_parser)
+    return code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tls-injector", description=DESCRIPTION, formatter_class=HelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = parser.add_subparsers(title="commands")
+    for command in COMMANDS:
+        child = sub.add_parser(command.name, help=command.help, description=command.description,
+                               formatter_class=HelpFormatter)
+        command.add(child)
+        child.set_defaults(run=command.run, command_parser=child)
+    return parser
+
+
+def _version() -> str:
+    try:
+        return metadata.version("tls-injector")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"

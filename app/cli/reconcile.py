@@ -1,0 +1,47 @@
+"""`tls-injector reconcile`: issue, renew and rotate certificates; mirror trust bundles."""
+
+from __future__ import annotations
+
+import argparse
+
+from app.cli import flags
+from app.cli.cluster import NO_CLUSTER, cluster_flags, find_cluster, settings_for
+from app.cli.command import EXIT_FINDINGS, EXIT_OK, LOG_LEVELS, Command, fail
+from app.logs import configure_logging
+
+
+def add(reconcile: argparse.ArgumentParser) -> None:
+    reconcile.add_argument("--once", action="store_true",
+                           help="one full pass, then exit: 0 when everything converged, 1 otherwise")
+    cluster_flags(reconcile)
+    reconcile.add_argument("--metrics-host", default="0.0.0.0",  # noqa: S104 - Prometheus and the kubelet
+                           help="address of the plain-HTTP port serving /metrics and /healthz")
+    reconcile.add_argument("--metrics-port", type=flags.port, default=8080,
+                           help="port for /metrics and /healthz (0: none); not used with --once")
+    reconcile.add_argument("--log-level", default="info", choices=LOG_LEVELS, help="least severe level logged")
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from app.reconcile import runner  # noqa: PLC0415 - only the reconciling commands load the client
+
+    configure_logging(args.log_level)
+    cluster = find_cluster(args)
+    if cluster is None:
+        return fail("reconcile", NO_CLUSTER)
+    settings = settings_for(args)
+    try:
+        if args.once:
+            report = runner.run_once(cluster, settings)
+            print(runner.summary(report), flush=True)
+            return EXIT_OK if report.converged else EXIT_FINDINGS
+        probe = (args.metrics_host, args.metrics_port) if args.metrics_port else None
+        runner.run_until_signalled(cluster, settings, probe_address=probe)
+    except OSError as error:  # the metrics port is taken or not ours to bind
+        return fail("reconcile", f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {error}")
+    except runner.KubeError as error:  # configuration that cannot be loaded: a message, not a traceback
+        return fail("reconcile", str(error))
+    return EXIT_OK
+
+
+COMMAND = Command(name="reconcile", add=add, run=run,
+                  help="issue, renew and rotate certificates; mirror trust bundles")

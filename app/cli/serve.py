@@ -1,0 +1,161 @@
+"""`tls-injector serve`: the HTTPS admission webhook server (and, with a cluster, the reconciler)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from app.cli import flags
+from app.cli.cluster import cluster_flags
+from app.cli.command import EXIT_OK, LOG_LEVELS, Command, fail
+from app.cli.handlers import admission_handlers
+from app.cli.serve_cluster import UnusableCluster, reconciler_in_background, webhook_pod_certificates
+from app.cli.supervise import run_supervisor, workers
+from app.injection import no_fingerprints
+from app.logs import configure_logging
+from app.pki.serving import ServingPairError
+from app.rulesfile import RulesFileError
+from app.settings import Limits, ServeSettings
+
+if TYPE_CHECKING:
+    from app.web.workers import WorkerSlot
+
+log = logging.getLogger("tls_injector")
+
+# (flag, Limits field, type, help): every bound of the HTTPS port; docs/serving.md gives each value's reason.
+LIMIT_FLAGS: tuple[tuple[str, str, type, str], ...] = (
+    ("--max-connections", "max_connections", int, "open connections; when full the longest-idle one is closed"),
+    ("--max-header-bytes", "max_head_bytes", int, "request line + headers (431 beyond)"),
+    ("--max-headers", "max_headers", int, "header fields per request (431 beyond)"),
+    ("--max-body-bytes", "max_body_bytes", int, "request body (413 beyond)"),
+    ("--handshake-timeout", "handshake_seconds", float, "seconds from accept to a finished TLS handshake"),
+    ("--header-timeout", "head_seconds", float, "seconds for a request's head, from the connection's start or "
+                                                "from a kept-alive request's first byte"),
+    ("--body-timeout", "body_seconds", float, "seconds for a request's body, from the end of its head"),
+    ("--idle-timeout", "idle_seconds", float, "seconds a kept-alive connection may stay idle"),
+)
+
+
+def add(serve: argparse.ArgumentParser) -> None:
+    defaults = ServeSettings()
+    serve.add_argument("--host", default=defaults.host, help="address to listen on")
+    serve.add_argument("--port", type=flags.port, default=defaults.port, help="HTTPS port for the webhook")
+    serve.add_argument("--tls-cert-file", type=Path, help="PEM certificate chain; reloaded when it changes")
+    serve.add_argument("--tls-private-key-file", type=Path, help="PEM private key; reloaded when it changes")
+    serve.add_argument("--self-signed-dir", type=Path,
+                       help="where to write the self-signed CA when no certificate is given (default: a temp dir)")
+    serve.add_argument("--rules", type=Path, help="YAML rules file for /validate")
+    serve.add_argument("--trust-bundle-file", type=Path,
+                       help="the mirrored trust bundle (ca-bundle.crt), mounted; its CA fingerprints are recorded "
+                            "on injected pods; re-read when it changes")
+    serve.add_argument("--reload-interval", type=float, default=defaults.reload_interval_seconds,
+                       help="seconds between checks of the certificate files")
+    serve.add_argument("--drain-seconds", type=int, default=defaults.drain_seconds,
+                       help="how long in-flight requests may finish after SIGTERM")
+    serve.add_argument("--log-level", default=defaults.log_level, choices=LOG_LEVELS, help="least severe level logged")
+    serve.add_argument("--no-reconciler", action="store_true",
+                       help="never run the reconciler here, even with a cluster configured: the webhook then makes "
+                            "no API call (the split install runs `tls-injector reconcile` as its own Deployment)")
+    serve.add_argument("--probe-port", type=int,
+                       help="also serve /healthz, /readyz and /metrics over plain HTTP on this port, from a thread "
+                            "of its own (probes keep an answer when the HTTPS port is saturated or its event loop "
+                            "is stalled; /healthz there fails when the loop is); not opened when not given")
+    serve.add_argument("--workers", type=workers, default=1, metavar="N",
+                       help="worker processes answering on the HTTPS port, one per core the pod is given ('auto': "
+                            "the cores this process may run on); above 1 a supervisor process starts, restarts and "
+                            "drains them, serves the probe port and sums their metrics; needs --no-reconciler")
+    # How a supervisor starts a worker (app.web.workers); not for people.
+    serve.add_argument("--worker-fd", type=int, help=argparse.SUPPRESS)
+    serve.add_argument("--worker-state", type=Path, help=argparse.SUPPRESS)
+    serve.add_argument("--worker-supervisor", type=int, help=argparse.SUPPRESS)
+    limits = Limits()
+    for flag, field, kind, text in LIMIT_FLAGS:
+        serve.add_argument(flag, type=kind, default=getattr(limits, field), help=text)
+    flags.mode_flag(serve)
+    cluster_flags(serve)
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if (args.tls_cert_file is None) != (args.tls_private_key_file is None):
+        parser.error("--tls-cert-file and --tls-private-key-file go together")
+    settings = serve_settings(args)
+    limits = limits_from(args, parser)
+    if args.workers > 1 and args.worker_fd is None:
+        return run_supervisor(args, settings)
+    configure_logging(settings.log_level)
+    pod_certificates, why = webhook_pod_certificates(args)
+    settings = dataclasses.replace(settings, pod_certificates=pod_certificates)
+    log.info(f"pod certificates for /mutate: {why}", extra={"pod_certificates": why})
+    from app.web.app import Health  # noqa: PLC0415 - only serving loads the web stack
+    from app.web.fingerprints import BundleFingerprints  # noqa: PLC0415
+    from app.web.metrics import ServerMetrics  # noqa: PLC0415
+    from app.web.selfsigned import SelfSignedError  # noqa: PLC0415
+    from app.web.server import build_server  # noqa: PLC0415
+
+    bundle = BundleFingerprints(settings.trust_bundle_file) if settings.trust_bundle_file else None
+    metrics, health = ServerMetrics(), Health()
+    try:  # anything unusable stops the start in one line, before any request is served
+        handlers = admission_handlers(settings, ca_fingerprints=bundle or no_fingerprints)
+        background, reconciler = reconciler_in_background(args, metrics, health)
+        if bundle is not None:
+            background.append(functools.partial(bundle.poll_forever, settings.reload_interval_seconds))
+        server = build_server(settings, mutate=handlers.mutate, validate=handlers.validate,
+                              validate_enabled_namespace=handlers.validate_enabled_namespace, metrics=metrics,
+                              background=background, health=health, limits=limits, worker=worker_slot(args))
+    except (RulesFileError, ServingPairError, SelfSignedError, UnusableCluster) as error:
+        return fail("serve", str(error))
+    except OSError as error:  # the probe port is taken or not ours to bind
+        return fail("serve", f"cannot listen on probe port {settings.probe_port}: {error.strerror}")
+    log.info(f"starting: webhook on https://{settings.host}:{settings.port}; reconciler {reconciler}",
+             extra={"webhook": f"{settings.host}:{settings.port}", "reconciler": reconciler})
+    # The server drains on SIGTERM and returns: exit status 0 tells the kubelet (and anyone reading the
+    # exit code) that the shutdown was the orderly one.
+    try:
+        server.run()
+    except OSError as error:
+        if server.started:
+            raise
+        # the webhook port is taken or not ours to bind
+        return fail("serve", f"cannot listen on {settings.host}:{settings.port}: {error.strerror}")
+    return EXIT_OK
+
+
+def serve_settings(args: argparse.Namespace) -> ServeSettings:
+    return ServeSettings(
+        host=args.host,
+        port=args.port,
+        tls_cert_file=args.tls_cert_file,
+        tls_private_key_file=args.tls_private_key_file,
+        self_signed_dir=args.self_signed_dir,
+        rules_file=args.rules,
+        trust_bundle_file=args.trust_bundle_file,
+        reload_interval_seconds=args.reload_interval,
+        drain_seconds=args.drain_seconds,
+        log_level=args.log_level,
+        default_mode=args.default_mode,
+        probe_port=args.probe_port,
+    )
+
+
+def limits_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Limits:
+    values = {field: getattr(args, flag[2:].replace("-", "_")) for flag, field, _, _ in LIMIT_FLAGS}
+    for flag, field, _, _ in LIMIT_FLAGS:
+        if values[field] <= 0:
+            parser.error(f"{flag} must be positive")
+    return Limits(**values)
+
+
+def worker_slot(args: argparse.Namespace) -> WorkerSlot | None:
+    if args.worker_fd is None:
+        return None
+    from app.web.workers import WorkerSlot  # noqa: PLC0415
+
+    return WorkerSlot(args.worker_fd, args.worker_state, args.worker_supervisor or os.getppid())
+
+
+COMMAND = Command(name="serve", add=add, run=run, help="run the HTTPS admission webhook server")

@@ -1,0 +1,77 @@
+"""`serve --workers N`, N above 1: check once what every worker will need, listen, then start the
+workers (`python -m app serve ... --worker-fd`) and watch them (app.web.workers.Supervisor)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from app.cli.command import fail
+from app.cli.handlers import admission_handlers
+from app.logs import configure_logging
+from app.pki.serving import ServingPairError
+from app.rulesfile import RulesFileError
+from app.settings import ServeSettings
+
+log = logging.getLogger("tls_injector")
+
+
+def workers(value: str) -> int:
+    """--workers: a number of at least 1, or 'auto'."""
+    from app.web.workers import worker_count  # noqa: PLC0415 - only serving loads the web stack
+
+    try:
+        return worker_count(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of at least 1 or 'auto', got {value!r}") from None
+
+
+def run_supervisor(args: argparse.Namespace, settings: ServeSettings) -> int:
+    """Check, listen, then start and watch the workers; returns the exit status when they are done."""
+    from app.web.selfsigned import SelfSignedError, write_self_signed  # noqa: PLC0415
+    from app.web.tls import CertReloader  # noqa: PLC0415
+    from app.web.workers import Supervisor, strip_flags  # noqa: PLC0415
+
+    if not args.no_reconciler:
+        return fail("serve", "--workers above 1 needs --no-reconciler: run the reconciler as its own Deployment "
+                             "(tls-injector reconcile), as the shipped manifests do")
+    configure_logging(settings.log_level)
+    extra: list[str] = []
+    try:  # every worker would fail the same way: find it here, once, in one line
+        admission_handlers(settings)
+        if settings.tls_cert_file is None or settings.tls_private_key_file is None:
+            files = write_self_signed(settings.self_signed_dir, now=datetime.now(UTC))
+            print(f"tls-injector: self-signed CA written to {files.ca_file}", flush=True)
+            extra = ["--tls-cert-file", str(files.cert_file), "--tls-private-key-file", str(files.key_file)]
+            CertReloader(files.cert_file, files.key_file)
+        else:
+            CertReloader(settings.tls_cert_file, settings.tls_private_key_file)
+    except (RulesFileError, ServingPairError, SelfSignedError) as error:
+        return fail("serve", str(error))
+    passed_on = strip_flags(args.argv, {"--workers": 1, "--probe-port": 1})
+
+    def worker_argv(index: int, fd: int, state: Path) -> list[str]:
+        return [sys.executable, "-m", "app", *passed_on, *extra, "--worker-fd", str(fd), "--worker-state", str(state),
+                "--worker-supervisor", str(os.getpid())]
+
+    supervisor = Supervisor(count=args.workers, host=settings.host, port=settings.port,
+                            probe_port=settings.probe_port, drain_seconds=settings.drain_seconds,
+                            worker_argv=worker_argv)
+    try:
+        supervisor.bind()
+    except OSError as error:
+        return fail("serve", f"cannot listen on {settings.host}:{settings.port} or probe port "
+                             f"{settings.probe_port}: {error.strerror}")
+    try:  # the workers' state and metrics files live in a directory of their own under $TMPDIR
+        supervisor.make_state_dir()
+    except OSError as error:
+        return fail("serve", f"cannot make the workers' directory in {error.filename or 'the temp directory'}: "
+                             f"{error.strerror} (a read-only root file system needs an emptyDir at /tmp)")
+    log.info(f"starting: {args.workers} workers on https://{settings.host}:{settings.port}",
+             extra={"webhook": f"{settings.host}:{settings.port}", "workers": args.workers,
+                    "state_dir": str(supervisor.state_dir)})
+    return supervisor.run()
