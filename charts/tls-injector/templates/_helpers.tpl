@@ -1,0 +1,67 @@
+{{/*
+Names are fixed, not derived from the release name: the program's flags default to them (the doctor's
+--webhook-configurations, --webhook-service, --webhook-secret, --reconciler-service-account), the
+cluster-scoped objects (PriorityClass, ClusterRoles, webhook configurations) allow one install per
+cluster, and the kustomize manifests under manifests/ use the same ones. The namespace is the release's.
+*/}}
+
+{{/* Common labels: the component's own, then commonLabels (the schema keeps these two keys out of it). */}}
+{{- define "tls-injector.labels" -}}
+app.kubernetes.io/name: tls-injector
+{{- with .component }}
+app.kubernetes.io/component: {{ . }}
+{{- end }}
+{{- with .root.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Selector labels: never commonLabels, so changing those is never a selector change (immutable). */}}
+{{- define "tls-injector.selector" -}}
+app.kubernetes.io/name: tls-injector
+app.kubernetes.io/component: {{ . }}
+{{- end }}
+
+{{/* repository@digest when a digest is set (what kustomize writes for `digest:`), else repository:tag. */}}
+{{- define "tls-injector.image" -}}
+{{- with .Values.image -}}
+{{- if .digest -}}
+{{ .repository }}@{{ .digest }}
+{{- else -}}
+{{ .repository }}:{{ .tag | default $.Chart.AppVersion }}
+{{- end -}}
+{{- end -}}
+{{- end }}
+
+{{- define "tls-injector.pullSecrets" -}}
+{{- with .Values.image.pullSecrets }}
+imagePullSecrets:
+{{- range . }}
+  - name: {{ . }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Namespaces no webhook entry and no admission policy binding ever matches: the control plane's, the
+injector's own (so it can never block its own recovery), and excludedNamespaces. As a JSON list.
+*/}}
+{{- define "tls-injector.excludedNamespaces" -}}
+{{- concat (list "kube-system" "kube-node-lease" "kube-public" .Release.Namespace) .Values.excludedNamespaces | uniq | toJson -}}
+{{- end }}
+
+{{/* The flags every component shares, each only when it differs from the program's default. */}}
+{{- define "tls-injector.logLevel" -}}
+{{- if ne .Values.logLevel "info" }}
+- --log-level={{ .Values.logLevel }}
+{{- end }}
+{{- end }}
+
+{{/*
+Checks the schema cannot make: they depend on the release, not on the values.
+*/}}
+{{- define "tls-injector.validate" -}}
+{{- if has .Release.Namespace (list "default" "kube-system" "kube-public" "kube-node-lease") -}}
+{{- fail (printf "install tls-injector into a namespace of its own (helm install -n tls-injector), not %q: the webhooks exclude their own namespace, and the CA Secrets live there" .Release.Namespace) -}}
+{{- end -}}
+{{- end }}

