@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -324,3 +325,19 @@ def test_a_release_into_a_shared_namespace_is_refused_with_the_reason(namespace:
     assert f'not "{namespace}"' in error, error
     assert "helm install -n tls-injector" in error, error
 
+
+def _leaves(tree: dict[str, Any], prefix: str = "") -> set[str]:
+    """Dotted paths of values.yaml's values; a resources or labels map is one value."""
+    found: set[str] = set()
+    for name, value in tree.items():
+        path = f"{prefix}{name}"
+        nested = isinstance(value, dict) and value and name not in ("resources", "commonLabels")
+        found |= _leaves(value, f"{path}.") if nested else {path}
+    return found
+
+
+def test_the_install_doc_lists_every_value_of_the_chart() -> None:
+    section = (ROOT / "docs/install.md").read_text().split("### Install with Helm", 1)[1].split("\n### ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    documented = {name for row in rows for name in re.findall(r"`([\w.]+)`", row.split("|")[1])}
+    assert documented == _leaves(yaml.safe_load((CHART / "values.yaml").read_text()))
