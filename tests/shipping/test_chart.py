@@ -66,6 +66,17 @@ def without_hook(obj: Obj) -> Obj:
     return {**obj, "metadata": {**metadata, **({"annotations": annotations} if annotations else {})}}
 
 
+def differences(chart: Any, kustomize: Any, path: str = "") -> list[str]:
+    """Where two objects differ, as paths, so a failure says what to re-sync."""
+    if isinstance(chart, dict) and isinstance(kustomize, dict):
+        return [found for k in sorted(set(chart) | set(kustomize))
+                for found in differences(chart.get(k, "<absent>"), kustomize.get(k, "<absent>"), f"{path}.{k}")]
+    if isinstance(chart, list) and isinstance(kustomize, list) and len(chart) == len(kustomize):
+        return [found for i, pair in enumerate(zip(chart, kustomize, strict=True))
+                for found in differences(*pair, f"{path}[{i}]")]
+    return [] if chart == kustomize else [f"{path or '.'}: chart {chart!r:.200} != kustomize {kustomize!r:.200}"]
+
+
 def assert_same_objects(chart: list[Obj], kustomize: list[Obj]) -> None:
     """The chart's objects are kustomize's, but for the Namespace (made before `helm install`, never
     owned by the release: docs/install.md) and the hook annotations on the bootstrap Job."""
@@ -73,7 +84,8 @@ def assert_same_objects(chart: list[Obj], kustomize: list[Obj]) -> None:
     theirs = {key(o): _canonical(o) for o in kustomize if o["kind"] != "Namespace"}
     assert sorted(ours, key=str) == sorted(theirs, key=str)
     for name, obj in theirs.items():
-        assert ours[name] == obj, f"{name} differs between the chart and the kustomize manifests"
+        found = differences(ours[name], obj)
+        assert not found, f"{name} differs between the chart and the kustomize manifests:\n" + "\n".join(found[:10])
 
 
 def test_the_helm_binary_is_the_pinned_version() -> None:
@@ -109,9 +121,10 @@ def test_with_the_example_values_the_chart_renders_the_example_overlay_and_its_b
 def test_the_comparison_fails_on_a_field_that_differs() -> None:
     chart = template()
     kustomize = render(ROOT / "manifests/base") + render(ROOT / "certs-bootstrap")
-    changed = next(o for o in chart if o["kind"] == "ClusterRole")
+    changed = next(o for o in chart if key(o) == ("ClusterRole", None, "tls-injector-reconciler"))
     changed["rules"][0]["verbs"].append("get")
-    with pytest.raises(AssertionError, match="ClusterRole"):
+    where = r"tls-injector-reconciler.*\n\s*\.rules\[0\]\.verbs: chart \['list', 'watch', 'get'\]"
+    with pytest.raises(AssertionError, match=where):
         assert_same_objects(chart, kustomize)
 
 
