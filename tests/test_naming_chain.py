@@ -122,7 +122,7 @@ def test_mutate_discovery_and_inject_agree_on_the_secret_and_its_services(drawn:
     assert injected in (None, mounted)
     dns = targets[0].dns_names
     assert set(dns) == {f"{s}{suffix}" for s in shape.expected_services()
-                        for suffix in ("", f".{NAMESPACE}", f".{NAMESPACE}.svc", f".{NAMESPACE}.svc.cluster.local")}
+                        for suffix in (f".{NAMESPACE}.svc", f".{NAMESPACE}.svc.cluster.local")}
 
 
 OPTED_IN = {INJECT: "true"}

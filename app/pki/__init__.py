@@ -30,7 +30,16 @@ from app.pki.domains import (
     make_root,
 )
 from app.pki.keys import KEY_TYPES, KeyType, PrivateKey, generate_key
-from app.pki.names import DEFAULT_CLUSTER_DOMAIN, cluster_domain_from_resolv_conf, dns_names_for_services
+from app.pki.names import (
+    DEFAULT_CLUSTER_DOMAIN,
+    MAX_SERVICES,
+    ServiceNames,
+    check_service_names,
+    cluster_domain_from_resolv_conf,
+    dns_names_for_services,
+    service_name_constraints,
+    service_name_problem,
+)
 from app.pki.pkcs12 import KDF_ROUNDS, TRUSTSTORE_PASSWORD, to_pkcs12, to_truststore, truststore_fingerprints
 from app.pki.podcert import (
     DEFAULT_POD_KEY_TYPE,
@@ -84,6 +93,7 @@ __all__ = [
     "KEY_TYPES",
     "LEAF_LOOKAHEAD",
     "LEAF_VALIDITY",
+    "MAX_SERVICES",
     "POD_CERT_VALIDITY",
     "RENEWAL_REASONS",
     "SETTLE",
@@ -101,6 +111,7 @@ __all__ = [
     "RenewalReason",
     "Sealed",
     "SealedLeaf",
+    "ServiceNames",
     "TrustFacts",
     "UntrustedChain",
     "add_ca",
@@ -109,6 +120,7 @@ __all__ = [
     "bundle_certificates",
     "ca_renewal",
     "check_key_type",
+    "check_service_names",
     "cluster_domain_from_resolv_conf",
     "decode",
     "dns_names_for_services",
@@ -138,6 +150,8 @@ __all__ = [
     "seal",
     "seal_key",
     "sealed_leaf_renewal",
+    "service_name_constraints",
+    "service_name_problem",
     "to_pem",
     "to_pkcs12",
     "to_truststore",

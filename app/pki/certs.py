@@ -70,8 +70,14 @@ def make_ca(
     key_type: KeyType = "ecdsa-p256",
     issuer: CertKey | None = None,
     path_length: int | None = None,
+    permitted_dns: Sequence[str] = (),
 ) -> CertKey:
-    """A self-signed root, or an intermediate when `issuer` is given."""
+    """A self-signed root, or an intermediate when `issuer` is given.
+
+    With `permitted_dns`, the CA carries critical NameConstraints: the DNS names of every certificate under
+    it must lie in one of those subtrees, and it may name no IP address at all (0.0.0.0/0 and ::/0 are
+    excluded), so even a bug in choosing names cannot make it sign `example.com` or `10.96.0.1`.
+    """
     key = generate_key(key_type)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     signer = issuer.key if issuer else key
@@ -79,6 +85,8 @@ def make_ca(
     builder = _base(name, key, now, validity, cap=cap).issuer_name(issuer.cert.subject if issuer else name)
     builder = builder.add_extension(x509.BasicConstraints(ca=True, path_length=path_length), critical=True)
     builder = builder.add_extension(_key_usage(ca=True, rsa_key=False), critical=True)
+    if permitted_dns:
+        builder = builder.add_extension(name_constraints(permitted_dns), critical=True)
     signer_public = issuer.cert.public_key() if issuer else key.public_key()
     builder = builder.add_extension(
         x509.AuthorityKeyIdentifier.from_issuer_public_key(signer_public),  # type: ignore[arg-type]
@@ -86,6 +94,14 @@ def make_ca(
     )
     chain = (issuer.cert, *issuer.chain) if issuer else ()
     return CertKey(builder.sign(signer, signature_hash(signer)), key, chain)
+
+
+def name_constraints(permitted_dns: Sequence[str]) -> x509.NameConstraints:
+    return x509.NameConstraints(
+        permitted_subtrees=[x509.DNSName(name) for name in permitted_dns],
+        excluded_subtrees=[x509.IPAddress(ipaddress.ip_network("0.0.0.0/0")),
+                           x509.IPAddress(ipaddress.ip_network("::/0"))],
+    )
 
 
 def issue_leaf(

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 DEFAULT_CLUSTER_DOMAIN = "cluster.local"
+# A Service's name is a DNS-1035 label (what the apiserver accepts for `metadata.name` of a Service):
+# a lower-case letter, then letters, digits and inner hyphens, 63 characters at most.
+_SERVICE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+# Services one certificate may name (docs/security.md). Each becomes two SANs sent in every handshake;
+# 16 Services (32 names, ~1.5 KiB) is more than any workload we know serves, and far below what clients
+# and the Secret's size tolerate. A list longer than that is a mistake or an attack, not a design.
+MAX_SERVICES = 16
+# Names quoted back in a reason are cut here, and at most this many refusals are listed one by one.
+_SHOWN = 80
+_LISTED = 5
 # RFC 1035 limits: a name of at most 253 characters in labels of 1-63 letters, digits and inner hyphens.
 _LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _MAX_NAME = 253
@@ -15,12 +27,16 @@ _MAX_SEARCH = 32
 
 
 def dns_names_for_services(
-    service_names: Iterable[str], namespace: str, *, cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
+    service_names: Iterable[str], namespace: str, *, cluster_domain: str = DEFAULT_CLUSTER_DOMAIN,
+    short_forms: bool = False,
 ) -> list[str]:
-    """`s`, `s.n`, `s.n.svc`, `s.n.svc.<domain>` for every Service `s` in namespace `n`; sorted, unique.
+    """`s.n.svc` and `s.n.svc.<domain>` for every Service `s` in namespace `n`; sorted, unique.
 
-    All four forms, because clients resolve through the pod's DNS search path and may name the Service
-    by any of them; the certificate must match whichever one they used.
+    The short forms `s` and `s.n` only with `short_forms` (the webhook's own certificate, under its own CA):
+    a workload's certificate never carries them. `s` is the same name in every namespace (a certificate
+    for team-a's `web` would be believed by a team-b client calling its own `web`), and `s.n` is a public
+    name whenever a namespace is called like a top-level domain (`example` in namespace `com`). Neither fits
+    the CA's name constraints (`svc`, `svc.<domain>`; docs/security.md), so clients call `s.n.svc`.
     """
     if not namespace.strip():
         raise ValueError("namespace must not be empty")
@@ -30,9 +46,76 @@ def dns_names_for_services(
         service = raw.strip()
         if not service:
             continue
-        names.update({service, f"{service}.{namespace}", f"{service}.{namespace}.svc"})
+        names.add(f"{service}.{namespace}.svc")
+        names.update({service, f"{service}.{namespace}"} if short_forms else set())
         names.update({f"{service}.{namespace}.svc.{domain}"} if domain else set())
     return sorted(names)
+
+
+def service_name_constraints(cluster_domain: str = DEFAULT_CLUSTER_DOMAIN) -> tuple[str, ...]:
+    """The DNS subtrees a workload CA may sign names in: every name `dns_names_for_services` makes."""
+    domain = cluster_domain.strip().strip(".")
+    return ("svc", f"svc.{domain}") if domain else ("svc",)
+
+
+@dataclass(frozen=True)
+class ServiceNames:
+    """Service names as asked for, split into those a certificate may carry and those refused (with why)."""
+
+    kept: tuple[str, ...]
+    refused: tuple[tuple[str, str], ...] = ()
+
+    def reason(self) -> str:
+        """The refusals for a person, one clause each (the first few, then how many more)."""
+        shown = [f"{_shown(name)} ({why})" for name, why in self.refused[:_LISTED]]
+        more = len(self.refused) - _LISTED
+        return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
+
+
+def check_service_names(asked: Iterable[str], *, limit: int = MAX_SERVICES) -> ServiceNames:
+    """Keep what can be a Service of the workload's own namespace; refuse the rest, each with a reason.
+
+    Order is kept (the caller sorts); past `limit` valid names the rest are refused as over the limit.
+    """
+    kept: list[str] = []
+    refused: list[tuple[str, str]] = []
+    for raw in asked:
+        name = raw.strip()
+        why = service_name_problem(name)
+        if not why and len(kept) >= limit:
+            why = f"over the limit of {limit} Services per certificate"
+        if why:
+            refused.append((name, why))
+        elif name not in kept:
+            kept.append(name)
+    return ServiceNames(tuple(kept), tuple(refused))
+
+
+def service_name_problem(name: str) -> str:
+    """Why `name` cannot be a Service name in a certificate, or "" when it can (the first reason that fits)."""
+    checks = (
+        (not name, "empty"),
+        ("*" in name, "a wildcard; certificates name Services one by one"),
+        (_is_ip(name), "an IP address; certificates carry Service names only"),
+        ("." in name, "has dots; give the Service's own name, its namespace and domain are added"),
+        (len(name) > 63, "longer than 63 characters"),
+        (not _SERVICE.match(name),
+         "not a Service name (a DNS-1035 label: lower-case letters, digits and '-', starting with a letter)"),
+    )
+    return next((why for failed, why in checks if failed), "")
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
+def _shown(name: str) -> str:
+    text = repr(name)
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 4] + "...'"
 
 
 def cluster_domain_from_resolv_conf(text: str, *, namespace: str | None = None) -> str | None:

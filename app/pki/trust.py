@@ -135,6 +135,10 @@ def adopt_orphans(
 ) -> CaSet:
     """Keep trusting the CAs that signed what is still served, when the set itself has forgotten them.
 
+    Only for a trust set whose bundles and leaves no tenant can write (the webhook's: the webhook
+    configurations' caBundles and the serving Secret in the injector's namespace). Never for the workload
+    CA, whose bundles and leaf Secrets live in tenants' namespaces (docs/security.md).
+
     That happens when the CA Secret is lost (deleted by hand, restored from an old backup): a new CA
     must be made, but the pods keep serving their current leaves until they pick up re-issued ones.
     Any CA certificate found in a bundle in use that a served chain chains to, and that the set does

@@ -57,6 +57,17 @@ class CaPolicy:
     validity: timedelta = CA_VALIDITY
     lookahead: timedelta = CA_LOOKAHEAD
     settle: timedelta = SETTLE
+    # DNS subtrees a new CA's NameConstraints permit (app/pki/names.service_name_constraints); empty: none.
+    # The reconciler sets the workload CA's from the cluster domain; the webhook's CA has none (its
+    # serving certificate keeps the short forms, and only the API server trusts that CA).
+    permitted_dns: tuple[str, ...] = ()
+    # With no set stored (a fresh install, or the CA Secret deleted), keep trusting the CAs still served
+    # (`adopt_orphans`). Only where no tenant can write a bundle or a leaf in use: the webhook's set (its
+    # caBundles are cluster-scoped, its serving Secret is in our namespace). Never for the workload CA,
+    # whose bundles and leaf Secrets live in tenants' namespaces, where a tenant can create them with our
+    # labels, so a CA "still served" there may be one a tenant planted (docs/security.md): there the new
+    # CA signs at once and every leaf is re-issued from it; restore a lost set from a backup instead.
+    adopt_orphans: bool = False
 
 
 @dataclass(frozen=True)
@@ -92,7 +103,7 @@ def decide_ca(
     forced = own.FORCE_REPLACE_ANNOTATION in _annotations(existing)
     bundles, leaves = [list(b) for b in bundles], [list(c) for c in leaves]
     cas, reason = _with_new_ca(stored, now=now, policy=policy, user_ca=user_ca, forced=forced)
-    if not stored.records:  # the set was lost (or never existed): keep trusting what is still served
+    if not stored.records and policy.adopt_orphans:  # lost: keep trusting what is still served
         cas = adopt_orphans(cas, bundles=bundles, leaves=leaves, now=now)
     facts, annotations = gate_propagation(cas, observe(cas, bundles=bundles, leaves=leaves),
                                           _annotations(existing), now=now, settle=policy.settle)
@@ -201,7 +212,10 @@ def _with_new_ca(
     due = rotation_due(cas, now=now, lookahead=policy.lookahead)
     if not due and not (forced and not pending):
         return cas, ""
-    new = make_ca(common_name=policy.common_name, now=now, validity=policy.validity)
+    # Path length 0: it signs leaves only, never another CA (an intermediate per namespace would need 1:
+    # docs/security.md says what that would cost).
+    new = make_ca(common_name=policy.common_name, now=now, validity=policy.validity, path_length=0,
+                  permitted_dns=policy.permitted_dns)
     return add_ca(cas, new, now=now), "ca-created" if not cas.records else ("ca-forced" if forced else "ca-expiring")
 
 

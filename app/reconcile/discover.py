@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.injection import Workload, controller_of, names, pod_workload, template_of, template_workload
-from app.pki import dns_names_for_services
+from app.pki import ServiceNames, check_service_names, dns_names_for_services
 
 Obj = dict[str, Any]
 # The kinds the reconciler lists (group, kind) with their apiVersion; pods owned by one of them are
@@ -56,9 +56,19 @@ class Target:
     secret_name: str
     dns_names: tuple[str, ...]
     workloads: tuple[WorkloadRef, ...]
+    # Service names asked for that no certificate may carry, each with why (docs/security.md): reported,
+    # never issued. The rest are issued; when nothing valid is left, the workload's own name is used.
+    refused: tuple[tuple[str, str], ...] = ()
+
+    def refusal(self) -> str:
+        """The refused names for a person ("" when none)."""
+        if not self.refused:
+            return ""
+        return (f"Secret {self.namespace}/{self.secret_name}: {names.SERVICE_NAMES_ANNOTATION} refused "
+                f"{ServiceNames((), self.refused).reason()}; a certificate names only Services of its own namespace")
 
 
-Wanted = dict[tuple[str, str], dict[WorkloadRef, tuple[str, ...]]]
+Wanted = dict[tuple[str, str], dict[WorkloadRef, Workload]]
 
 
 def opted_in(pod_labels: Mapping[str, str], *, namespace_enabled: bool) -> bool:
@@ -161,13 +171,30 @@ def _opted_in(template: Obj, namespace: str, enabled: set[str]) -> bool:
 
 def _want(wanted: Wanted, namespace: str, ref: WorkloadRef, workload: Workload) -> None:
     if workload.secret_name:
-        wanted[namespace, workload.secret_name][ref] = workload.service_names
+        wanted[namespace, workload.secret_name][ref] = workload
 
 
-def _target(namespace: str, secret: str, users: Mapping[WorkloadRef, tuple[str, ...]], domain: str) -> Target:
-    services = sorted({s for svc in users.values() for s in svc})
+def _target(namespace: str, secret: str, users: Mapping[WorkloadRef, Workload], domain: str) -> Target:
+    services, refused = service_names(users.values())
     dns = dns_names_for_services(services, namespace, cluster_domain=domain)
-    return Target(namespace, secret, tuple(dns), tuple(sorted(users)))
+    return Target(namespace, secret, tuple(dns), tuple(sorted(users)), refused)
+
+
+def service_names(workloads: Iterable[Workload]) -> tuple[list[str], tuple[tuple[str, str], ...]]:
+    """The Services a Secret's certificate names, and those refused with why (sorted, unique).
+
+    Each workload's own list is checked; one with nothing valid left falls back to its own name, as if it
+    had asked for nothing (when that is a Service name too). Over `MAX_SERVICES` in all, the rest are refused.
+    """
+    kept: set[str] = set()
+    refused: dict[tuple[str, str], None] = {}
+    for workload in workloads:
+        checked = check_service_names(workload.service_names)
+        refused.update(dict.fromkeys(checked.refused))
+        kept.update(checked.kept or check_service_names([workload.name] if workload.name else []).kept)
+    final = check_service_names(sorted(kept))
+    refused.update(dict.fromkeys(final.refused))
+    return list(final.kept), tuple(sorted(refused))
 
 
 def _namespace(obj: Obj) -> str:

@@ -34,6 +34,13 @@ class ReconcileMetrics:
         self.waiting = Gauge("tls_injector_certificates_waiting",
                              "Certificates to issue or renew that wait for a CA that may sign (last pass).",
                              registry=r)
+        self.names_refused = Gauge(
+            "tls_injector_service_names_refused",
+            "Certificate Secrets whose workloads ask for names no certificate may carry (refused; last pass).",
+            registry=r)
+        self.bundles_excluded = Gauge(
+            "tls_injector_bundles_excluded",
+            "Namespaces whose trust bundle cannot be written, left out of CA rotation (last pass).", registry=r)
         self.leader = Gauge("tls_injector_leader", "1 while this replica holds the leader lease.", registry=r)
         self.pod_certificates = Counter("tls_injector_pod_certificate_requests",
                                         "PodCertificateRequests answered by the signer tls-injector.io/serving, "

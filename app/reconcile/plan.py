@@ -131,6 +131,9 @@ class Observed:
     enabled: set[str] = field(default_factory=set)
     leaves: dict[tuple[str, str], Obj] = field(default_factory=dict)
     bundles: dict[str, Obj] = field(default_factory=dict)
+    # Namespaces where a ConfigMap of the bundle's name exists that is not ours: never written, and left
+    # out of the CA's rotation facts (docs/security.md), so one tenant cannot hold every rotation back.
+    squatted: set[str] = field(default_factory=set)
     truststores: set[str] = field(default_factory=set)  # namespaces where a workload asks for truststore.p12
 
     def lookup(self, item: Item) -> Obj | None:
@@ -158,8 +161,20 @@ def bundle_namespaces(targets: Iterable[Target], enabled: set[str]) -> set[str]:
 
 
 def _leaf_item(target: Target, signing: Signing) -> Item:
+    if not target.dns_names:
+        return Item(SECRETS, target.namespace, target.secret_name, decide_nameless, target.workloads)
     return Item(SECRETS, target.namespace, target.secret_name,
                 lambda existing: decide_leaf(target, existing, signing), target.workloads)
+
+
+def decide_nameless(existing: Obj | None) -> Outcome:
+    """No name the certificate may carry is left (every one refused): nothing is issued, and a certificate
+    of ours issued before for those names is deleted rather than left to be served (docs/security.md)."""
+    if existing is None or not own.is_owned(existing, "leaf"):
+        return None
+    rv = existing["metadata"].get("resourceVersion", "")
+    return Write("delete", SECRETS, existing["metadata"].get("namespace", ""), existing["metadata"]["name"],
+                 resource_version=rv, reason="names-refused")
 
 
 def _bundle_item(namespace: str, signing: Signing, *, truststore: bool = False) -> Item:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,6 +25,7 @@ from app.pki import (
     CertKey,
     KeyRejected,
     check_key_type,
+    check_service_names,
     dns_names_for_services,
     issue_for_key,
     pod_cert_times,
@@ -44,7 +44,6 @@ _TERMINAL = ("Issued", "Denied", "Failed")
 # The signer recognises no user annotation (names come from the workload, never from the pod author),
 # so every key is unknown and denied, as the API asks of signers.
 KNOWN_USER_ANNOTATIONS: frozenset[str] = frozenset()
-_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _SHOWN = 80  # request values quoted in a message are cut here: kubectl shows the whole message
 
 
@@ -188,12 +187,11 @@ def _dns_names(pod: Mapping[str, Any], namespace: str, domain: str) -> tuple[str
     workload = pod_workload(meta if isinstance(meta, dict) else {})
     if not workload.name:
         return Deny("NoWorkload", "cannot tell which workload the pod belongs to (no owner, name or generateName)")
-    services = list(workload.service_names)
-    bad = [s for s in services if len(s) > 63 or not _DNS1035.match(s)]
-    if bad:
-        return Deny("InvalidNames", f"{names.SERVICE_NAMES_ANNOTATION}: {_shown(', '.join(bad))} are not Service "
-                                    f"names (lower-case DNS-1035 labels)")
-    return workload.name, dns_names_for_services(services, namespace, cluster_domain=domain)
+    checked = check_service_names(workload.service_names)
+    if checked.refused:
+        return Deny("InvalidNames", f"{names.SERVICE_NAMES_ANNOTATION}: {checked.reason()}; a certificate names "
+                                    f"only Services of its own namespace")
+    return workload.name, dns_names_for_services(checked.kept, namespace, cluster_domain=domain)
 
 
 def _der(value: object) -> bytes:

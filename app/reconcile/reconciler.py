@@ -7,6 +7,7 @@ because nothing that follows could be trusted or written.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 import time
@@ -14,8 +15,8 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
 
 from app.injection import names, template_of
 from app.injection.workload import pod_workload
@@ -37,11 +38,11 @@ from app.kube import (
     Resource,
     Unavailable,
 )
-from app.pki import BUNDLE_KEY, CaSet, CertKey, bundle_certificates, load_user_ca
+from app.pki import BUNDLE_KEY, CaSet, CertKey, bundle_certificates, load_user_ca, service_name_constraints
 from app.reconcile import events, podcerts, signer
 from app.reconcile import ownership as own
 from app.reconcile.ca import CaPolicy, CaStep, CaUnusable, decide_ca, load_ca_set
-from app.reconcile.discover import Target, discover, enabled_namespaces, missing_injection, opted_in
+from app.reconcile.discover import Target, WorkloadRef, discover, enabled_namespaces, missing_injection, opted_in
 from app.reconcile.metrics import ReconcileMetrics
 from app.reconcile.plan import (
     Item,
@@ -73,6 +74,10 @@ log = logging.getLogger("tls_injector.reconcile")
 MAX_ATTEMPTS = 3
 # Consecutive objects answered 5xx/unreachable before the pass gives up and waits for the retry.
 UNAVAILABLE_STREAK = 3
+# An object whose write failed is tried again after 30 s, then 60, 120, ... up to the resync period: a
+# write the API server refuses (too large, invalid, denied by a policy) is refused the same way next time.
+BACKOFF_FIRST = timedelta(seconds=30)
+BACKOFF_MAX = timedelta(minutes=10)
 # Every kind whose pod template discovery reads (discover.LISTED_KINDS); pods of other controllers are
 # found from the pods themselves.
 WORKLOAD_KINDS = (("Deployment", DEPLOYMENTS), ("StatefulSet", STATEFUL_SETS), ("DaemonSet", DAEMON_SETS),
@@ -103,6 +108,8 @@ class PassReport:
     failed: list[str] = field(default_factory=list)
     # "<namespace>/<secret>" -> why its certificate waits for a CA that may sign (see plan.Waiting)
     waiting: dict[str, str] = field(default_factory=dict)
+    # namespace -> why its trust bundle cannot be written (left out of the CA's rotation facts)
+    excluded: dict[str, str] = field(default_factory=dict)
     aborted: str = ""
     unavailable_streak: int = 0
     next_ca_step: datetime | None = None  # when a CA set can next move on time alone (ca.next_step_at)
@@ -113,7 +120,7 @@ class PassReport:
 
     @property
     def converged(self) -> bool:
-        return not (self.refused or self.failed or self.waiting or self.aborted)
+        return not (self.refused or self.failed or self.waiting or self.aborted or self.excluded)
 
 
 class Reconciler:
@@ -125,8 +132,23 @@ class Reconciler:
         self.metrics = metrics or ReconcileMetrics()
         self.may_write = may_write
         self.clock = clock
-        self._told_waiting: set[str] = set()  # Secrets whose wait an Event already announced
+        # Conditions (reason, object) an Event already announced and that lasted into the last pass: each is
+        # announced once while it lasts, not once per pass (a broken workload must not grow the Event list).
+        self._told: set[tuple[str, str]] = set()
+        self._lasting: set[tuple[str, str]] = set()  # the conditions of the pass under way
+        # Objects whose write failed: (failures in a row, not tried again before). A write the API server
+        # keeps refusing is retried after 30 s, doubling up to the resync period, not at every pass.
+        self._backoff: dict[tuple[str, str, str], tuple[int, datetime]] = {}
+        self._failing: set[tuple[str, str, str]] = set()  # failed in the pass under way
         self.native = signer.NativeApis(api, mode=settings.pod_certificates)
+
+    @property
+    def workload_ca_policy(self) -> CaPolicy:
+        """The workload CA's policy, its name constraints those of the cluster domain unless set."""
+        policy = self.settings.ca
+        if policy.permitted_dns:
+            return policy
+        return dataclasses.replace(policy, permitted_dns=service_name_constraints(self.settings.cluster_domain))
 
     def run_pass(self) -> PassReport:
         """Workloads, their CA and bundles, then the webhook's own certificate when configured."""
@@ -138,6 +160,7 @@ class Reconciler:
 
     def _guarded(self, work: Callable[[PassReport, datetime], object]) -> PassReport:
         report, started, now = PassReport(), time.monotonic(), self.clock()
+        self._lasting = set()
         try:
             with collector_paused():
                 work(report, now)
@@ -148,8 +171,8 @@ class Reconciler:
         self.metrics.duration.observe(time.monotonic() - started)
         self.metrics.conflicts.set(len(report.refused))
         self.metrics.waiting.set(len(report.waiting))
-        if not report.aborted:
-            self._told_waiting = set(report.waiting)  # a wait that ended and starts again is announced again
+        # A condition that ended and starts again is announced again; an aborted pass saw only part of them.
+        self._told = self._lasting if not report.aborted else self._told | self._lasting
         log.info("reconcile pass done", extra={"writes": dict(report.writes), "refused": len(report.refused),
                                                "failed": len(report.failed), "waiting": len(report.waiting),
                                                "converged": report.converged})
@@ -170,6 +193,7 @@ class Reconciler:
         targets = discover(workloads, pods, enabled=observed.enabled, cluster_domain=self.settings.cluster_domain,
                            own_namespace=self.settings.namespace)
         observed.truststores = truststore_namespaces(workloads, pods, enabled=observed.enabled)
+        self._report_refused_names(targets, report, now)
         step = self._ensure_ca(observed, targets, now, report, native=native)
         self._ca_metrics(step.cas)
         if step.waiting:
@@ -186,6 +210,19 @@ class Reconciler:
         if self.settings.webhook is not None:
             configs = self.converge_webhook(self.settings.webhook, report, now)
             self.metrics.serving_verdict = self._served_verdict(self.settings.webhook, configs, now)
+
+    def _report_refused_names(self, targets: list[Target], report: PassReport, now: datetime) -> None:
+        """Names a workload asked for that no certificate may carry: the rest are issued; these are said
+        in the log and the report at every pass, and in an Event on the workload once while it lasts."""
+        refused = [t for t in targets if t.refused]
+        self.metrics.names_refused.set(len(refused))
+        for target in refused:
+            message = target.refusal()
+            report.refused.append(message)
+            log.warning("service names refused", extra={"namespace": target.namespace, "object": target.secret_name,
+                                                        "reason": message})
+            self._announce(target.workloads, f"{target.namespace}/{target.secret_name}", reason="ServiceNamesRefused",
+                           message=message, now=now)
 
     def _served_verdict(self, ws: WebhookSettings, configs: dict[tuple[str, str], Obj], now: datetime) -> bool | None:
         """Does every caBundle trust the certificate the webhook serves now? One TLS handshake per pass
@@ -259,9 +296,15 @@ class Reconciler:
                    native: signer.NativeView | None = None) -> CaStep:
         """The workloads' CA set, stepped on what this pass observed of bundles and leaves in use."""
         namespaces = bundle_namespaces(targets, observed.enabled)
+        excluded = self._unwritable_bundles(namespaces, observed, targets, report, now)
+        namespaces -= set(excluded)
         wanted = {(t.namespace, t.secret_name) for t in targets}
         in_use = [obj for key, obj in observed.leaves.items() if key in wanted]
         leaves = [parsed_chain(secret_data(obj, keys=("tls.crt",)).get("tls.crt", b"")) for obj in in_use]
+        # A leaf Secret whose last write failed keeps serving (its leaf counts), but its ca.crt cannot be
+        # brought up to date, so it is no bundle the new CA must wait for.
+        in_use = [obj for obj in in_use if (SECRETS.kind, obj["metadata"]["namespace"], obj["metadata"]["name"])
+                  not in self._backoff]
         # The facts depend on which distinct bundles are in use, not on how many hold each: the bundles of
         # all namespaces, and every leaf Secret's ca.crt, are nearly always one and the same text.
         # (A leaf Secret's ca.crt is a bundle too: a client may trust its peers through its own mount.)
@@ -273,8 +316,30 @@ class Reconciler:
             bundles.append(parsed_chain(str(((native.bundle or {}).get("spec") or {}).get("trustBundle") or "")
                                         .encode()))
             leaves += [parsed_chain(chain) for chain in podcerts.issued_chains(native.requests, now=now)]
-        return self._step_ca(self.settings.ca, bundles=bundles, leaves=leaves, user_ca=self._user_ca(now), now=now,
-                             report=report)
+        return self._step_ca(self.workload_ca_policy, bundles=bundles, leaves=leaves, user_ca=self._user_ca(now),
+                             now=now, report=report)
+
+    def _unwritable_bundles(self, namespaces: set[str], observed: Observed, targets: list[Target],
+                            report: PassReport, now: datetime) -> dict[str, str]:
+        """Namespaces whose bundle this reconciler cannot write, by why: a ConfigMap of the bundle's name
+        that is not ours, or one whose last write the API server refused. They are left out of the CA's
+        rotation facts, so the new CA does not wait for them forever (and every leaf with it); their own
+        pods are told why, as is the log, the metric, the report and `doctor`."""
+        excluded = {ns: f"ConfigMap {ns}/{names.TRUST_BUNDLE_CONFIGMAP} exists and is not managed by tls-injector"
+                    for ns in sorted(namespaces & observed.squatted)}
+        excluded |= {ns: f"ConfigMap {ns}/{names.TRUST_BUNDLE_CONFIGMAP} could not be written"
+                     for ns in sorted(namespaces - observed.squatted)
+                     if (CONFIG_MAPS.kind, ns, names.TRUST_BUNDLE_CONFIGMAP) in self._backoff}
+        self.metrics.bundles_excluded.set(len(excluded))
+        for ns, why in excluded.items():
+            message = (f"{why}: pods in {ns} do not get tls-injector's trust bundle and will not trust the "
+                       f"next CA; CA rotation goes on without this namespace. Delete or rename that ConfigMap.")
+            report.excluded[ns] = message
+            log.error("trust bundle cannot be written; namespace left out of CA rotation",
+                      extra={"namespace": ns, "reason": why})
+            users = tuple(ref for t in targets if t.namespace == ns for ref in t.workloads)
+            self._announce(users, f"bundle/{ns}", reason="TrustBundleExcluded", message=message, now=now)
+        return excluded
 
     def _step_ca(self, policy: CaPolicy, *, bundles: Sequence[Sequence[Any]], leaves: Sequence[Sequence[Any]],
                  user_ca: CertKey | None, now: datetime, report: PassReport) -> CaStep:
@@ -332,6 +397,20 @@ class Reconciler:
 
     def _converge(self, item: Item, existing: Obj | None, report: PassReport, now: datetime) -> Obj | None:
         """Decide and write one object, re-reading after a 409; returns what is stored at the end."""
+        failures, retry_at = self._backoff.get(item.key, (0, now))
+        if retry_at > now:
+            self._failed(item, f"{failures} writes failed in a row; next try at {retry_at.isoformat()}", report, now)
+            return existing
+        stored = self._converge_now(item, existing, report, now)
+        if item.key in self._failing:
+            self._failing.discard(item.key)
+            delay = min(BACKOFF_FIRST * 2 ** (failures - 1), BACKOFF_MAX) if failures else timedelta(0)
+            self._backoff[item.key] = (failures + 1, now + delay)
+        else:
+            self._backoff.pop(item.key, None)
+        return stored
+
+    def _converge_now(self, item: Item, existing: Obj | None, report: PassReport, now: datetime) -> Obj | None:
         for _ in range(MAX_ATTEMPTS):
             outcome = item.decide(existing)
             if isinstance(outcome, Waiting):
@@ -357,6 +436,7 @@ class Reconciler:
                 return existing
             report.unavailable_streak = 0
             return stored
+        self._failing.add(item.key)
         self._failed(item, "kept conflicting", report, now)
         return existing
 
@@ -367,6 +447,7 @@ class Reconciler:
             report.unavailable_streak += 1
             if report.unavailable_streak >= UNAVAILABLE_STREAK:
                 raise error
+        self._failing.add(item.key)
         self._failed(item, f"{write.action}: {error}", report, now)
 
     def _write(self, write: Write, report: PassReport, *, item: Item | None = None,
@@ -399,7 +480,8 @@ class Reconciler:
     def _refused(self, item: Item, refused: Refused, report: PassReport, now: datetime) -> None:
         report.refused.append(refused.message)
         log.warning("object not owned; left untouched", extra={"namespace": item.namespace, "object": item.name})
-        events.emit(self.api, item.workloads, reason="SecretConflict", kind="Warning", message=refused.message, now=now)
+        self._announce(item.workloads, f"{item.namespace}/{item.name}", reason="SecretConflict",
+                       message=refused.message, now=now)
 
     def _waiting(self, item: Item, waiting: Waiting, report: PassReport, now: datetime) -> None:
         """Reported every pass (log, report, gauge); the Event once per wait, not once per pass."""
@@ -407,16 +489,24 @@ class Reconciler:
         report.waiting[key] = waiting.message
         log.warning("certificate waits for a CA that may sign", extra={"namespace": item.namespace,
                                                                        "object": item.name, "reason": waiting.message})
-        if key not in self._told_waiting:
-            self._told_waiting.add(key)
-            events.emit(self.api, item.workloads, reason="CertificateWaiting", kind="Warning",
-                        message=waiting.message, now=now)
+        self._announce(item.workloads, key, reason="CertificateWaiting", message=waiting.message, now=now)
+
+    def _announce(self, refs: tuple[WorkloadRef, ...], key: str, *, reason: str, message: str, now: datetime,
+                  kind: Literal["Normal", "Warning"] = "Warning") -> None:
+        """A Warning Event for a condition of `key`, once while it lasts: the log and the report say it at
+        every pass; the Event list says it once (and again if it ends and comes back)."""
+        condition = (reason, key)
+        self._lasting.add(condition)
+        if condition not in self._told:
+            self._told.add(condition)
+            events.emit(self.api, refs, reason=reason, kind=kind, message=message, now=now)
 
     def _failed(self, item: Item, why: str, report: PassReport, now: datetime) -> None:
         report.failed.append(f"{item.resource.kind} {item.namespace}/{item.name}: {why}")
         self.metrics.failures.labels(item.resource.kind.lower()).inc()
         log.warning("object not converged", extra={"namespace": item.namespace, "object": item.name, "error": why})
-        events.emit(self.api, item.workloads, reason="CertificateFailed", kind="Warning", message=why, now=now)
+        self._announce(item.workloads, f"{item.resource.kind}/{item.namespace}/{item.name}", reason="CertificateFailed",
+                       message=why, now=now)
 
     def _read_optional(self, resource: Resource, name: str, namespace: str | None = None) -> Obj | None:
         """The object, or None only when the API confirmed it does not exist (any other error propagates)."""
@@ -497,7 +587,12 @@ def read_cluster(api: KubeApi) -> Observed:
     observed.pods = read_candidate_pods(api, observed.enabled)
     for obj in api.list_objects(SECRETS, label_selector=own.owned_selector("leaf")).items:
         observed.leaves[obj["metadata"]["namespace"], obj["metadata"]["name"]] = obj
-    for obj in api.list_objects(CONFIG_MAPS, label_selector=own.owned_selector("bundle")).items:
-        if obj["metadata"]["name"] == names.TRUST_BUNDLE_CONFIGMAP:
+    # By name, not by our label: a ConfigMap of that name that is not ours must be seen too (it decides
+    # which namespaces cannot get a bundle), and the list costs the same one call.
+    selector = f"metadata.name={names.TRUST_BUNDLE_CONFIGMAP}"
+    for obj in api.list_objects(CONFIG_MAPS, field_selector=selector).items:
+        if own.is_owned(obj, "bundle"):
             observed.bundles[obj["metadata"]["namespace"]] = obj
+        else:
+            observed.squatted.add(obj["metadata"]["namespace"])
     return observed

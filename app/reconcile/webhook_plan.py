@@ -25,7 +25,8 @@ WEBHOOK_KINDS: tuple[Resource, ...] = (MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS)
 
 
 def _webhook_ca_policy() -> CaPolicy:
-    return CaPolicy(secret_name="tls-injector-webhook-ca", common_name="tls-injector webhook CA")  # noqa: S106
+    return CaPolicy(secret_name="tls-injector-webhook-ca", common_name="tls-injector webhook CA",  # noqa: S106
+                    adopt_orphans=True)
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,8 @@ class WebhookSettings:
 
 
 def serving_target(ws: WebhookSettings, namespace: str) -> Target:
-    dns = dns_names_for_services([ws.service], namespace, cluster_domain=ws.cluster_domain)
+    # Under its own CA, trusted by the API server alone: the short forms harm nobody there.
+    dns = dns_names_for_services([ws.service], namespace, cluster_domain=ws.cluster_domain, short_forms=True)
     return Target(namespace, ws.secret_name, tuple(dns), ())
 
 

@@ -172,7 +172,7 @@ def test_a_certificate_missing_a_service_name_fails_the_names_check(cluster: Clu
     cluster.replace("deployments.apps", "plain", "api", deployment)
     out = doctor(cluster, capsys)
     found = failed(out, "every certificate covers its workload's Service names")
-    assert "plain/api-tls (Deployment/api): no SAN for api-admin, api-admin.plain" in found
+    assert "plain/api-tls (Deployment/api): no SAN for api-admin.plain.svc, api-admin.plain.svc.cluster.local" in found
 
 
 def test_a_pod_created_while_the_webhook_was_down_fails_with_a_restart_hint(

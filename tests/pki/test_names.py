@@ -8,19 +8,23 @@ from app.pki import dns_names_for_services
 @pytest.mark.parametrize(
     ("services", "namespace", "domain", "expected"),
     [
-        (["web"], "shop", "cluster.local", ["web", "web.shop", "web.shop.svc", "web.shop.svc.cluster.local"]),
+        (["web"], "shop", "cluster.local", ["web.shop.svc", "web.shop.svc.cluster.local"]),
         (["b", "a", "b"], "n", "cluster.local",
-         ["a", "a.n", "a.n.svc", "a.n.svc.cluster.local", "b", "b.n", "b.n.svc", "b.n.svc.cluster.local"]),
-        (["web"], "shop", "corp.example.", ["web", "web.shop", "web.shop.svc", "web.shop.svc.corp.example"]),
-        ([" web ", ""], "shop", "cluster.local",
-         ["web", "web.shop", "web.shop.svc", "web.shop.svc.cluster.local"]),
+         ["a.n.svc", "a.n.svc.cluster.local", "b.n.svc", "b.n.svc.cluster.local"]),
+        (["web"], "shop", "corp.example.", ["web.shop.svc", "web.shop.svc.corp.example"]),
+        ([" web ", ""], "shop", "cluster.local", ["web.shop.svc", "web.shop.svc.cluster.local"]),
         ([], "shop", "cluster.local", []),
     ],
 )
-def test_each_service_gets_its_four_names_sorted_and_unique(
+def test_each_service_gets_its_two_cluster_names_sorted_and_unique(
     services: list[str], namespace: str, domain: str, expected: list[str]
 ) -> None:
     assert dns_names_for_services(services, namespace, cluster_domain=domain) == expected
+
+
+def test_the_short_forms_only_when_asked_for_the_webhooks_own_certificate() -> None:
+    assert dns_names_for_services(["web"], "shop", short_forms=True) == [
+        "web", "web.shop", "web.shop.svc", "web.shop.svc.cluster.local"]
 
 
 def test_the_cluster_domain_defaults_to_cluster_local() -> None:

@@ -71,10 +71,10 @@ def test_during_a_rotation_old_and_new_leaves_both_verify_against_the_bundle_wit
     old_leaf = issue_leaf(issuer=old, dns_names=NAMES, now=NOW - timedelta(days=10))
     new_leaf = issue_leaf(issuer=new, dns_names=NAMES, now=NOW)
     for leaf in (old_leaf, new_leaf):
-        handshake(_party(leaf), bundle_pem=both, hostname="web.shop")
+        handshake(_party(leaf), bundle_pem=both, hostname="web.shop.svc")
     # What the state machine prevents: dropping the old CA while a pod still serves an old leaf.
     with pytest.raises(ssl.SSLCertVerificationError, match="unable to get local issuer certificate"):
-        handshake(_party(old_leaf), bundle_pem=_bundle(new), hostname="web.shop")
+        handshake(_party(old_leaf), bundle_pem=_bundle(new), hostname="web.shop.svc")
 
 
 def test_a_leaf_from_a_domain_intermediate_verifies_against_the_root_when_served_with_its_chain(ca: CertKey) -> None:
@@ -82,7 +82,7 @@ def test_a_leaf_from_a_domain_intermediate_verifies_against_the_root_when_served
     leaf = issue_leaf(issuer=intermediate, dns_names=NAMES, now=NOW)
     handshake(_party(leaf), bundle_pem=_bundle(ca), hostname="web.shop.svc.cluster.local")
     with pytest.raises(ssl.SSLCertVerificationError, match="unable to get local issuer certificate"):
-        handshake(Party(leaf.cert_pem, leaf.key_pem), bundle_pem=_bundle(ca), hostname="web.shop")
+        handshake(Party(leaf.cert_pem, leaf.key_pem), bundle_pem=_bundle(ca), hostname="web.shop.svc")
 
 
 def test_mutual_tls_accepts_a_client_cert_from_the_client_ca_only() -> None:
@@ -91,12 +91,12 @@ def test_mutual_tls_accepts_a_client_cert_from_the_client_ca_only() -> None:
     client_bundle = trust_bundle([client_ca.cert], now=NOW, prefix=BUNDLE_PREFIX["client"])
     client_ca_pem = client_bundle["client-ca-bundle.crt"].encode()
     good = issue_client(client_ca, names=["job.batch"], now=NOW)
-    assert handshake(_party(server), bundle_pem=_bundle(serving), hostname="web.shop", client=_party(good),
+    assert handshake(_party(server), bundle_pem=_bundle(serving), hostname="web.shop.svc", client=_party(good),
                      client_ca_pem=client_ca_pem)
     # Role separation: a certificate from the serving CA does not log in, even with a clientAuth EKU.
     impostor = issue_leaf(issuer=serving, dns_names=["job.batch"], now=NOW, server=False, client=True)
     with pytest.raises(ssl.SSLError, match="unknown ca"):
-        handshake(_party(server), bundle_pem=_bundle(serving), hostname="web.shop", client=_party(impostor),
+        handshake(_party(server), bundle_pem=_bundle(serving), hostname="web.shop.svc", client=_party(impostor),
                   client_ca_pem=client_ca_pem)
 
 
@@ -105,11 +105,11 @@ def test_a_server_only_certificate_cannot_be_used_as_a_client_certificate() -> N
     server = issue_leaf(issuer=serving, dns_names=NAMES, now=NOW)
     server_only = issue_leaf(issuer=client_ca, dns_names=["job.batch"], now=NOW)  # EKU serverAuth only
     with pytest.raises(ssl.SSLError, match="unsupported certificate"):
-        handshake(_party(server), bundle_pem=_bundle(serving), hostname="web.shop", client=_party(server_only),
+        handshake(_party(server), bundle_pem=_bundle(serving), hostname="web.shop.svc", client=_party(server_only),
                   client_ca_pem=client_ca.cert_pem)
 
 
 def test_an_ed25519_chain_works_in_tls_1_3_where_openssl_accepts_it() -> None:
     root = make_ca(common_name="ed root", now=NOW, key_type="ed25519")
     leaf = issue_leaf(issuer=root, dns_names=NAMES, now=NOW, key_type="ed25519")
-    assert handshake(_party(leaf), bundle_pem=_bundle(root), hostname="web.shop") == "TLSv1.3"
+    assert handshake(_party(leaf), bundle_pem=_bundle(root), hostname="web.shop.svc") == "TLSv1.3"

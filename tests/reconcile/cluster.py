@@ -87,7 +87,7 @@ def assert_every_leaf_trusted_by_every_bundle(emu: Emulator, now: datetime) -> i
         if (secret["metadata"].get("labels") or {}).get("tls-injector.io/role") != "leaf":
             continue
         chain = load_certificates(data(secret)["tls.crt"])
-        name = secret["metadata"]["name"].removesuffix("-tls")
+        name = f"{secret['metadata']['name'].removesuffix('-tls')}.{secret['metadata']['namespace']}.svc"
         for trusted in bundles:
             verify_server(chain[0], chain[1:], trusted=trusted, dns_name=name, now=now)
         checked += 1

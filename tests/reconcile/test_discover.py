@@ -57,7 +57,7 @@ def test_only_namespaces_labelled_enabled_count() -> None:
 def test_an_opted_in_deployment_gets_a_secret_named_after_it_with_its_service_names() -> None:
     [target] = discover([("Deployment", workload("web", labels={INJECT: "true"}))], [], enabled=set())
     assert (target.namespace, target.secret_name) == ("apps", "web-tls")
-    assert target.dns_names == ("web", "web.apps", "web.apps.svc", "web.apps.svc.cluster.local")
+    assert target.dns_names == ("web.apps.svc", "web.apps.svc.cluster.local")
     assert [str(w) for w in target.workloads] == ["Deployment/web"]
 
 
@@ -70,7 +70,7 @@ def test_template_annotations_choose_the_secret_and_services_and_the_workloads_o
                                          "tls-injector.io/service-names": "x"})
     [target] = discover([("StatefulSet", obj)], [], enabled=set(), cluster_domain="example.org")
     assert target.secret_name == "db-certs"
-    assert target.dns_names == ("x", "x.apps", "x.apps.svc", "x.apps.svc.example.org")
+    assert target.dns_names == ("x.apps.svc", "x.apps.svc.example.org")
 
 
 def test_workloads_sharing_a_secret_share_one_target_with_the_union_of_their_names() -> None:
@@ -78,7 +78,7 @@ def test_workloads_sharing_a_secret_share_one_target_with_the_union_of_their_nam
     a = workload("a", labels={INJECT: "true"}, template_annotations=shared)
     b = workload("b", labels={INJECT: "true"}, template_annotations=shared)
     [target] = discover([("Deployment", a), ("DaemonSet", b)], [], enabled=set())
-    assert {"a", "b"} <= set(target.dns_names)
+    assert {"a.apps.svc", "b.apps.svc"} <= set(target.dns_names)
     assert [str(w) for w in target.workloads] == ["DaemonSet/b", "Deployment/a"]
 
 

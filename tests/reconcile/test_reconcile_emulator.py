@@ -110,7 +110,7 @@ def test_a_409_on_every_first_write_still_converges_and_loses_no_one_elses_keys(
         stored = kubeapi.get("secrets", "app0-tls", ns)
         assert stored is not None
         assert Emulator.touch_annotation in stored["metadata"]["annotations"]  # the other writer's change
-        assert "renamed" in dns_sans(load_certificates(data(stored)["tls.crt"])[0])
+        assert f"renamed.{ns}.svc" in dns_sans(load_certificates(data(stored)["tls.crt"])[0])
     kubeapi.clear_faults()
     assert reconciler(kubeapi, clock).run_pass().write_count == 0
 

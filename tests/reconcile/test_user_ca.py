@@ -66,7 +66,8 @@ def assert_every_leaf_verifies_against_every_bundle_in_use(emu: Emulator, now: d
     for secret in leaves(emu):
         chain = load_certificates(data(secret)["tls.crt"])
         for trusted in bundles:
-            verify_server(chain[0], chain[1:], trusted=trusted, dns_name=secret["metadata"]["name"][:-4], now=now)
+            verify_server(chain[0], chain[1:], trusted=trusted, dns_name=f"{secret['metadata']['name'][:-4]}.{secret['metadata']['namespace']}.svc",
+                          now=now)
 
 
 def issuers(emu: Emulator, *cas: CertKey) -> dict[str, str]:
