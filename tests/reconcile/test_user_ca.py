@@ -65,9 +65,9 @@ def assert_every_leaf_verifies_against_every_bundle_in_use(emu: Emulator, now: d
     assert bundles
     for secret in leaves(emu):
         chain = load_certificates(data(secret)["tls.crt"])
+        host = f"{secret['metadata']['name'][:-4]}.{secret['metadata']['namespace']}.svc"
         for trusted in bundles:
-            verify_server(chain[0], chain[1:], trusted=trusted, dns_name=f"{secret['metadata']['name'][:-4]}.{secret['metadata']['namespace']}.svc",
-                          now=now)
+            verify_server(chain[0], chain[1:], trusted=trusted, dns_name=host, now=now)
 
 
 def issuers(emu: Emulator, *cas: CertKey) -> dict[str, str]:
