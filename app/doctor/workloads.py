@@ -14,10 +14,10 @@ from app.doctor.model import Result, error, ok
 from app.doctor.snapshot import Snapshot
 from app.injection import names, pod_workload, template_of
 from app.kube import Obj
-from app.pki import UntrustedChain, bundle_certificates, dns_sans, verify_server
+from app.pki import ServiceNames, UntrustedChain, bundle_certificates, dns_sans, verify_server
 from app.reconcile import ownership as own
 from app.reconcile.discover import Target, discover, missing_injection, should_be_injected
-from app.reconcile.plan import parsed_chain, secret_data
+from app.reconcile.plan import bundle_namespaces, parsed_chain, secret_data
 from app.reconcile.reconciler import wants_pod_certificates
 
 CATEGORY = "workloads"
@@ -115,6 +115,29 @@ def check_service_names(snap: Snapshot, wanted: list[Target]) -> Result:
     return ok(CATEGORY, title, f"{checked} certificates")
 
 
+def check_names_accepted(wanted: list[Target]) -> Result:
+    title = "every Service name asked for may be issued"
+    refused = [f"{_who(t)}: {ServiceNames((), t.refused).reason()}" for t in wanted if t.refused]
+    if refused:
+        return error(CATEGORY, title, f"{len(refused)} of {len(wanted)} ask for names no certificate may carry",
+                     details=refused,
+                     hint=f"{names.SERVICE_NAMES_ANNOTATION} lists Services of the workload's own namespace by their "
+                          "own names (DNS-1035 labels, at most 16); the rest are issued. docs/security.md")
+    return ok(CATEGORY, title, f"{len(wanted)} certificates")
+
+
+def check_bundles_writable(snap: Snapshot, wanted: list[Target]) -> Result:
+    title = "every namespace that needs the trust bundle can get it"
+    squatted = sorted(bundle_namespaces(wanted, snap.observed.enabled) & snap.observed.squatted)
+    if squatted:
+        return error(CATEGORY, title, f"{len(squatted)} namespaces hold a {names.TRUST_BUNDLE_CONFIGMAP} ConfigMap "
+                     "that is not tls-injector's", details=squatted,
+                     hint="their pods do not get the trust bundle and will not trust the next CA; CA rotation goes on "
+                          f"without them. Delete or rename that ConfigMap: kubectl -n {squatted[0]} delete configmap "
+                          f"{names.TRUST_BUNDLE_CONFIGMAP}")
+    return ok(CATEGORY, title)
+
+
 def _missing_names(target: Target, chain: list[Any]) -> str:
     missing = sorted(set(target.dns_names) - set(dns_sans(chain[0])))
     return f"no SAN for {', '.join(missing)}" if missing else ""
@@ -194,4 +217,5 @@ def checks(snap: Snapshot) -> list[Result]:
                            "Secrets and ConfigMaps tls-injector manages")]
     wanted = targets(snap)
     return [check_secrets_exist(snap, wanted), check_trusted_by_bundle(snap, wanted),
-            check_service_names(snap, wanted), check_pods_injected(snap), check_pod_mounts(snap)]
+            check_service_names(snap, wanted), check_names_accepted(wanted), check_bundles_writable(snap, wanted),
+            check_pods_injected(snap), check_pod_mounts(snap)]

@@ -229,3 +229,26 @@ def test_json_output_parses_and_carries_every_check(cluster: Cluster, capsys: py
     assert missing["hint"]
     assert missing["details"] == ["shop/web-tls (Deployment/web): the Secret does not exist"]
     assert by_title["a reconciler holds the leader Lease"]["status"] == "ok"
+
+
+def test_a_workload_asking_for_another_namespaces_name_fails_the_names_accepted_check(
+        cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    deployment = cluster.emu.get("deployments.apps", "api", "plain")
+    assert deployment is not None
+    deployment["spec"]["template"]["metadata"]["annotations"] = {
+        "tls-injector.io/service-names": "api,victim.team-b.svc,example.com"}
+    cluster.replace("deployments.apps", "plain", "api", deployment)
+    found = failed(doctor(cluster, capsys), "every Service name asked for may be issued")
+    assert "plain/api-tls (Deployment/api): 'example.com' (has dots" in found
+    assert "'victim.team-b.svc'" in found
+
+
+def test_a_squatted_trust_bundle_name_fails_the_bundle_check(cluster: Cluster,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    bundle = cluster.emu.get("configmaps", "tls-injector-trust-bundle", "plain")
+    assert bundle is not None
+    bundle["metadata"]["labels"] = {}  # taken over: no longer ours
+    cluster.replace("configmaps", "plain", "tls-injector-trust-bundle", bundle)
+    found = failed(doctor(cluster, capsys), "every namespace that needs the trust bundle can get it")
+    assert "plain" in found
+    assert "CA rotation goes on without them" in found
