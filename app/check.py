@@ -2,7 +2,7 @@
 
 Old and new are files (multi-document YAML or JSON, `kind: List` expanded) or directories of them,
 so a whole git diff of manifests can be checked at once. Objects are paired by apiVersion, kind,
-namespace and name; each pair goes through parse_review and the very handler `serve` uses. An object
+namespace and name; each pair goes, as JSON, through the very decode and handler `serve` uses. An object
 only in NEW is a CREATE and one only in OLD a DELETE: both always allowed, so they are only counted.
 
 An object in a namespace labelled tls-injector.io/inject=enabled is judged by the handler of
@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 import yaml
 
-from app.admission import AdmissionResponse, Handler, parse_review
+from app.admission import AdmissionResponse, BadReview, Route
 
 NAMESPACE_OPT_IN = ("tls-injector.io/inject", "enabled")
 
@@ -71,16 +72,26 @@ class Report:
         return tuple(o for o in self.outcomes if not o.response["allowed"])
 
 
-def check(old: dict[Key, dict[str, Any]], new: dict[Key, dict[str, Any]], handler: Handler, *,
-          enabled_handler: Handler | None = None, enabled: frozenset[str] = frozenset()) -> Report:
+def check(old: dict[Key, dict[str, Any]], new: dict[Key, dict[str, Any]], handler: Route[Any], *,
+          enabled_handler: Route[Any] | None = None, enabled: frozenset[str] = frozenset()) -> Report:
     """Each pair judged by `enabled_handler` when its namespace is in `enabled`, else by `handler`."""
     outcomes = []
     for key, obj in new.items():
         if key not in old:
             continue
         judge = enabled_handler if enabled_handler is not None and key[2] in enabled else handler
-        outcomes.append(Outcome(key, judge(parse_review(_update_review(key, old[key], obj)))))
+        outcomes.append(Outcome(key, _judged(judge, key, _update_review(key, old[key], obj))))
     return Report(tuple(outcomes), created=len(new.keys() - old.keys()), deleted=len(old.keys() - new.keys()))
+
+
+def _judged(route: Route[Any], key: Key, review: dict[str, Any]) -> AdmissionResponse:
+    where = " ".join(key)
+    try:
+        return route.answer(orjson.dumps(review))
+    except orjson.JSONEncodeError as error:  # an integer past 64 bits, nesting past 254 levels
+        raise InputError(f"{where}: not writable as the JSON the apiserver sends: {error}") from None
+    except BadReview as error:
+        raise InputError(f"{where}: {error}") from None
 
 
 def enabled_namespaces(old: dict[Key, dict[str, Any]], new: dict[Key, dict[str, Any]], *,

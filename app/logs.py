@@ -137,7 +137,7 @@ class AccessLog:
     def info(self, msg: str, fields: dict[str, object]) -> None:
         if not self.enabled:
             return
-        # The fields are bounded where they come from: parse_review refuses a name, namespace or kind
+        # The fields are bounded where they come from: the edge's decode refuses a name, namespace or kind
         # longer than any the apiserver sends, so nothing is clipped here, once per request.
         line: dict[str, object] = {"time": self._now(), "level": "info", "logger": self.name, "msg": msg, **fields}
         encoded = orjson.dumps(line, default=str, option=orjson.OPT_APPEND_NEWLINE)

@@ -7,11 +7,14 @@ Prints the median over R repeats of N calls each, in microseconds of this proces
 CREATE of a Deployment's pod of about 4 KB (two containers and a native sidecar, env, probes, resources,
 the projected service-account volume) that opts into the TLS env vars:
 - `plan+patch`: plan_injection + patch_ops on the decoded pod;
-- `handler`: the /mutate handler on a parsed request (plan, patch, JSON + base64 of the patch), each
-  request a pod shape it has not seen (a different image per request, more of them than it remembers);
+- `handler`: the /mutate handler on a decoded request (the spec's text decoded, plan, patch, JSON +
+  base64 of the patch), each request a pod shape it has not seen (a different image per request, more
+  of them than it remembers);
 - `handler, replica`: the same for another replica of a template it has answered (the remembered answer);
-- `request`: orjson.loads + parse_review + handler + the response's orjson.dumps: the whole request
-  minus HTTP and TLS (which another benchmark measures over HTTPS), for a replica;
+- `decode`: the edge's one typed decode of the review (msgspec);
+- `request`: decode + handler + the response's orjson.dumps: the whole request minus HTTP and TLS
+  (which another benchmark measures over HTTPS), for a replica;
+- `request, new shape`: the same for a pod shape it has not seen;
 - `reinvocation`: the same request carrying the already injected pod (an empty plan, no patch);
 - `generic diff`: copy.deepcopy + jsonpatch.make_patch of the same change, what a webhook that mutates a
   copy and diffs it would pay on top, for comparison.
@@ -29,7 +32,7 @@ from typing import Any
 import jsonpatch
 import orjson
 
-from app.admission import AdmissionRequest, parse_review, review_envelope
+from app.admission import review_envelope
 from app.injection import InjectionOptions, make_mutate_handler, patch_ops, plan_injection
 from app.injection.answers import MAX_ENTRIES
 from bench.timing import per_call_us
@@ -99,33 +102,39 @@ def main() -> None:
     args = parser.parse_args()
 
     options = InjectionOptions()
-    handler = make_mutate_handler(options, ca_fingerprints=lambda: FINGERPRINTS)
+    route = make_mutate_handler(options, ca_fingerprints=lambda: FINGERPRINTS)
     body = review_bytes(pod())
-    request = parse_review(orjson.loads(body))
-    ops = orjson.loads(base64.b64decode(handler(request)["patch"]))
+    request = route.decode(body)
+    ops = orjson.loads(base64.b64decode(route.handle(request)["patch"]))
     injected = jsonpatch.apply_patch(pod(), ops)
     reinvoked = review_bytes(injected)
-    assert "patch" not in handler(parse_review(orjson.loads(reinvoked))), "reinvocation must plan nothing"
+    assert "patch" not in route.answer(reinvoked), "reinvocation must plan nothing"
 
     def whole(raw: bytes) -> Callable[[], bytes]:
-        return lambda: orjson.dumps(review_envelope(handler(parse_review(orjson.loads(raw)))))
+        return lambda: orjson.dumps(review_envelope(route.answer(raw)))
 
-    def plan_and_patch(req: AdmissionRequest = request) -> object:
-        return patch_ops(plan_injection(req.object or {}, options=options, ca_fingerprints=FINGERPRINTS))
+    decoded_pod = pod()
 
-    shapes = [parse_review(orjson.loads(review_bytes(pod(image=f"app:{i}")))) for i in range(2 * MAX_ENTRIES)]
-    unseen = itertools.cycle(shapes)
+    def plan_and_patch() -> object:
+        return patch_ops(plan_injection(decoded_pod, options=options, ca_fingerprints=FINGERPRINTS))
+
+    bodies = [review_bytes(pod(image=f"app:{i}")) for i in range(2 * MAX_ENTRIES)]
+    shapes = [route.decode(b) for b in bodies]
+    unseen, unseen_bodies = itertools.cycle(shapes), itertools.cycle(bodies)
 
     cases: list[tuple[str, Callable[[], object], int]] = [
         ("plan+patch", plan_and_patch, args.number),
-        ("handler", lambda: handler(next(unseen)), args.number),
-        ("handler, replica", lambda: handler(request), args.number),
+        ("handler", lambda: route.handle(next(unseen)), args.number),
+        ("handler, replica", lambda: route.handle(request), args.number),
+        ("decode", lambda: route.decode(body), args.number),
         ("request", whole(body), args.number),
+        ("request, new shape", lambda: orjson.dumps(review_envelope(route.answer(next(unseen_bodies)))),
+         args.number),
         ("reinvocation", whole(reinvoked), args.number),
-        ("generic diff", lambda: jsonpatch.make_patch(copy.deepcopy(request.object), injected),
+        ("generic diff", lambda: jsonpatch.make_patch(copy.deepcopy(decoded_pod), injected),
          max(args.number // 10, 1)),
     ]
-    print(f"Pod CREATE review {len(body)} bytes (pod {len(orjson.dumps(request.object))} bytes), "
+    print(f"Pod CREATE review {len(body)} bytes (pod {len(orjson.dumps(decoded_pod))} bytes), "
           f"patch of {len(ops)} ops; median of {args.repeat} x {args.number} calls, CPU time per call:")
     for name, call, number in cases:
         print(f"  {name:<17} {per_call_us(call, number=number, repeat=args.repeat):8.1f} us")

@@ -5,12 +5,13 @@
 Prints the median over R repeats of N calls each, in microseconds of this process's CPU time per call
 (CPU time, not wall time, so other processes on a shared machine inflate the numbers less), for a Deployment UPDATE
 (a realistic 3-container pod template) with the built-in rules:
-- `handler`: make_validate_handler(rules)(request) — what /validate runs per request after parsing;
+- `handler`: the /validate route's handler on a decoded request — what /validate runs per request after
+  its one decode;
   the same request again and again, so after the first call the rules' results come from the memo
   (as for repeated updates of one workload);
 - `new values`: parse+handler on reviews whose pod-template metadata is new each time (a restartedAt
   annotation that counts), cycling through more than the memo keeps: every call evaluates the rules;
-- `parse+handler`: orjson.loads + parse_review + handler, i.e. the whole request minus HTTP/TLS;
+- `parse+handler`: the route's decode + handler, i.e. the whole request minus HTTP/TLS;
 - `cel only`: one evaluation of the built-in rule's compiled expression on prepared `self`/`oldSelf`;
 and the one-off cost of loading and compiling the built-in rules.
 """
@@ -28,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from app.admission import AdmissionResponse, Handler, parse_review
+from app.admission import AdmissionResponse, Route
 from app.rules import make_validate_handler, self_value
 from app.rules.memo import MEMO_ENTRIES
 from app.rulesfile import default_rule_set
@@ -74,12 +75,8 @@ def distinct_bodies(old: dict[str, Any], new: dict[str, Any]) -> list[bytes]:
     return bodies
 
 
-def handle_next(handler: Handler, bodies: Iterator[bytes]) -> AdmissionResponse:
-    return parse_and_handle(handler, next(bodies))
-
-
-def parse_and_handle(handler: Handler, body: bytes) -> AdmissionResponse:
-    return handler(parse_review(orjson.loads(body)))
+def handle_next(route: Route[Any], bodies: Iterator[bytes]) -> AdmissionResponse:
+    return route.answer(next(bodies))
 
 
 def main() -> None:
@@ -106,12 +103,12 @@ def main() -> None:
     for name, (old_state, new_state) in cases.items():
         old, new = deployment(*old_state, "app:1"), deployment(*new_state, "app:2")
         body = review_bytes(copy.deepcopy(old), copy.deepcopy(new))
-        request = parse_review(orjson.loads(body))
+        request = handler.decode(body)
         variables = {"self": self_value(new, rule.self_path), "oldSelf": self_value(old, rule.self_path)}
         cycle = itertools.cycle(distinct_bodies(old, new))
         calls: list[Callable[[], object]] = [
-            partial(handler, request),
-            partial(parse_and_handle, handler, body),
+            partial(handler.handle, request),
+            partial(handler.answer, body),
             partial(handle_next, handler, cycle),
             partial(rule.expression.evaluate, variables),
         ]

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.admission import AdmissionRequest, AdmissionResponse, JsonPatchOp, patched
+from app.admission import AdmissionResponse, Envelope, JsonPatchOp, envelope_route, patched
 from tests.support.process import post_head, read_response
 from tests.support.reviews import fixture, review
 from tests.support.server import RunningServer, running_server
@@ -22,13 +22,16 @@ from tests.support.server import RunningServer, running_server
 JSON = {"content-type": "application/json"}
 
 
-def add_annotation(request: AdmissionRequest) -> AdmissionResponse:
+def _add_annotation(request: Envelope) -> AdmissionResponse:
     ops: list[JsonPatchOp] = [{"op": "add", "path": "/metadata/annotations", "value": {"seen": "yes"}}]
     return patched(request.uid, ops)
 
 
-def broken(request: AdmissionRequest) -> AdmissionResponse:
+def _broken(request: Envelope) -> AdmissionResponse:
     raise RuntimeError("a bug with a secret in its message: hunter2")
+
+
+add_annotation, broken = envelope_route(_add_annotation), envelope_route(_broken)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from datetime import datetime
 import orjson
 import pytest
 
-from app.admission import MAX_ECHO_CHARS, BadReview, clip, parse_review, shown
+from app.admission import MAX_ECHO_CHARS, BadReview, clip, shown
 from app.cli import build_handlers
 from app.injection import InjectionOptions
 from app.injection.choices import InjectionRefused
@@ -19,7 +19,7 @@ from app.injection.plan import MAX_CONTAINERS, plan_injection
 from app.logs import MAX_TRACEBACK_CHARS, AccessLog, JsonFormatter
 from app.settings import ServeSettings
 from tests.rules_matrix import workload
-from tests.support.reviews import review
+from tests.support.reviews import decode, review
 from tests.support.server import RunningServer, running_server
 
 MEGA = "k" * 1_000_000
@@ -55,7 +55,7 @@ def test_a_megabyte_envelope_field_gives_a_small_400(server: RunningServer, fiel
 
 def test_a_megabyte_object_as_the_kind_is_named_by_its_type() -> None:
     with pytest.raises(BadReview) as caught:
-        parse_review({"apiVersion": "admission.k8s.io/v1", "kind": {"k": MEGA}, "request": {}})
+        decode({"apiVersion": "admission.k8s.io/v1", "kind": {"k": MEGA}, "request": {}})
     assert "got an object" in str(caught.value)
     assert len(str(caught.value)) < 1024
 

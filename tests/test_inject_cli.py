@@ -13,12 +13,11 @@ import jsonpatch
 import pytest
 import yaml
 
-from app.admission import parse_review
 from app.cli import main
 from app.injection import InjectionOptions, make_mutate_handler
 from app.injection.names import INJECTED_ANNOTATION, SECRET_NAME_ANNOTATION
 from tests.support.kube_schema import schema_errors
-from tests.support.reviews import review
+from tests.support.reviews import answer, review
 
 LABELS = 'labels: {app: web, tls-injector.io/inject: "true"}'
 SERVICE = """# the Service stays exactly as written, comments included
@@ -145,7 +144,7 @@ def test_the_pod_is_mutated_exactly_as_the_webhook_mutates_it(
 ) -> None:
     _, out, _ = run("-f", str(manifests))
     pod = yaml.safe_load(POD)
-    response = make_mutate_handler(InjectionOptions())(parse_review(review(obj=pod)))
+    response = answer(make_mutate_handler(InjectionOptions()), review(obj=pod))
     webhook = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(response["patch"])))
     assert templates(out)["Pod"] == webhook
 
@@ -326,7 +325,7 @@ def test_offline_pod_certificates_project_what_the_webhook_projects_and_a_second
     code, out, _ = run("-f", str(source), "--pod-certificates", "on")
     assert code == 0
     options = InjectionOptions(pod_certificates=True)
-    response = make_mutate_handler(options)(parse_review(review(obj=pod)))
+    response = answer(make_mutate_handler(options), review(obj=pod))
     assert templates(out)["Pod"] == jsonpatch.apply_patch(pod, json.loads(base64.b64decode(response["patch"])))
     assert "podCertificate" in str(templates(out)["Pod"]["spec"]["volumes"])
     assert run("-f", "-", "--pod-certificates", "on", stdin=out)[1] == out

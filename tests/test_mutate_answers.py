@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.admission import AdmissionResponse, parse_review
+from app.admission import AdmissionResponse
 from app.injection import InjectionOptions, make_mutate_handler, names
 from app.injection.answers import TOKEN_PLACEHOLDER, Answers, shape_key
-from tests.support.reviews import review
+from tests.support.reviews import answer, review
 from tests.support.workloads import build
 from tests.test_naming_chain import NAMESPACE, Cluster, admit_job, shapes
 
@@ -24,7 +24,7 @@ OPTIONS = InjectionOptions()
 def fresh(pod: dict[str, Any], fingerprints: tuple[str, ...] = ()) -> AdmissionResponse:
     """The answer of a handler that has remembered nothing."""
     handler = make_mutate_handler(OPTIONS, ca_fingerprints=lambda: fingerprints)
-    return handler(parse_review(review(obj=copy.deepcopy(pod), namespace=NAMESPACE)))
+    return answer(handler, review(obj=copy.deepcopy(pod), namespace=NAMESPACE))
 
 
 def without_uid(response: AdmissionResponse) -> dict[str, Any]:
@@ -89,7 +89,7 @@ def test_every_answer_equals_a_fresh_plan_across_replicas_and_shapes(drawn: list
     for round_ in range(2):
         for index, pod in enumerate(pods):
             sent = replica(pod, round_ * 10 + index)
-            got = remembered(parse_review(review(obj=copy.deepcopy(sent), namespace=NAMESPACE)))
+            got = answer(remembered, review(obj=copy.deepcopy(sent), namespace=NAMESPACE))
             assert without_uid(got) == without_uid(fresh(sent, fingerprints))
 
 
@@ -99,12 +99,12 @@ def bare(name: str) -> dict[str, Any]:
 
 
 def test_replicas_are_answered_once_and_bare_pods_by_their_own_names() -> None:
-    handler = make_mutate_handler(OPTIONS)
-    answers: Answers = handler.answers  # type: ignore[attr-defined]
-    first, second = (handler(parse_review(review(obj=bare(name)))) for name in ("a", "b"))
+    answers = Answers()
+    handler = make_mutate_handler(OPTIONS, answers=answers)
+    first, second = (answer(handler, review(obj=bare(name))) for name in ("a", "b"))
     assert first["patch"] != second["patch"]  # a-tls and b-tls
     assert (answers.hits, answers.misses) == (0, 2)
-    again = handler(parse_review(review(obj=bare("a"))))
+    again = answer(handler, review(obj=bare("a")))
     assert (answers.hits, again["patch"]) == (1, first["patch"])
     assert again["uid"] != first["uid"]
 
@@ -112,9 +112,9 @@ def test_replicas_are_answered_once_and_bare_pods_by_their_own_names() -> None:
 def test_a_change_of_trusted_cas_is_a_new_answer() -> None:
     current: list[tuple[str, ...]] = [("aa",)]
     handler = make_mutate_handler(OPTIONS, ca_fingerprints=lambda: current[0])
-    before = handler(parse_review(review(obj=bare("a"))))
+    before = answer(handler, review(obj=bare("a")))
     current[0] = ("aa", "bb")
-    after = handler(parse_review(review(obj=bare("a"))))
+    after = answer(handler, review(obj=bare("a")))
     assert before["patch"] != after["patch"]
 
 
@@ -122,24 +122,24 @@ def test_the_store_is_bounded_in_entries_and_key_size() -> None:
     answers = Answers(max_entries=3, max_key_bytes=400)
     made = []
 
-    def make(name: str) -> AdmissionResponse:
+    def make(name: str) -> dict[str, Any]:
         made.append(name)
-        return {"uid": "u", "allowed": True}
+        return {"allowed": True}
 
     for name in ("a", "b", "c", "d", "a"):
-        answers.respond("u", bare(name), (), lambda name=name: make(name))  # type: ignore[misc]
+        answers.respond("u", orjson.dumps(bare(name)), lambda name=name: make(name))  # type: ignore[misc]
     assert made == ["a", "b", "c", "d", "a"]  # "a" was dropped first when "d" came
-    big = bare("x" * 500)
+    big = orjson.dumps(bare("x" * 500))
     for _ in range(2):
-        answers.respond("u", big, (), lambda: make("big"))
+        answers.respond("u", big, lambda: make("big"))
     assert made[-2:] == ["big", "big"]  # over the key size: planned every time, never stored
 
 
 def test_replicas_share_an_answer_though_each_has_its_own_token_volume() -> None:
-    handler = make_mutate_handler(OPTIONS)
-    answers: Answers = handler.answers  # type: ignore[attr-defined]
+    answers = Answers()
+    handler = make_mutate_handler(OPTIONS, answers=answers)
     pod = bare("web")
-    first, second = (handler(parse_review(review(obj=replica(pod, i)))) for i in (1, 2))
+    first, second = (answer(handler, review(obj=replica(pod, i))) for i in (1, 2))
     assert (answers.hits, answers.misses) == (1, 1)
     assert without_uid(first) == without_uid(second) == without_uid(fresh(replica(pod, 2)))
 
@@ -148,14 +148,15 @@ def test_an_answer_that_names_the_token_volume_is_not_shared() -> None:
     # The token volume mounted where the certificate goes: the refusal names that pod's own volume.
     pod = bare("web")
     pod["metadata"]["annotations"] = {names.CERT_PATH_ANNOTATION: TOKEN_PATH}
-    handler = make_mutate_handler(OPTIONS)
+    answers = Answers()
+    handler = make_mutate_handler(OPTIONS, answers=answers)
     for index in (1, 2):
         sent = replica(pod, index)
-        got = handler(parse_review(review(obj=sent)))
+        got = answer(handler, review(obj=sent))
         assert not got["allowed"]
         assert f"kube-api-access-{token_suffix(index)}" in got["status"]["message"]
         assert without_uid(got) == without_uid(fresh(sent))
-    assert handler.answers.hits == 0  # type: ignore[attr-defined]
+    assert answers.hits == 0
 
 
 @pytest.mark.parametrize(("text", "stands_in"), [
@@ -179,11 +180,12 @@ def test_shape_keys_stand_in_for_exactly_one_token_volume_name(text: bytes, stan
 def test_pods_named_like_a_token_volume_keep_their_own_secret() -> None:
     # No token volume (automount off), so the pod's own name is the one such name the key holds; the patch
     # (base64) names the Secret after it, so the answer must not be shared.
-    handler = make_mutate_handler(OPTIONS)
+    answers = Answers()
+    handler = make_mutate_handler(OPTIONS, answers=answers)
     for suffix in ("abcde", "zzzzz"):
         pod = bare(f"kube-api-access-{suffix}")
         pod["spec"]["automountServiceAccountToken"] = False
-        got = handler(parse_review(review(obj=pod)))
+        got = answer(handler, review(obj=pod))
         assert f"kube-api-access-{suffix}-tls".encode() in base64.b64decode(got["patch"])
         assert without_uid(got) == without_uid(fresh(pod))
-    assert handler.answers.hits == 0  # type: ignore[attr-defined]
+    assert answers.hits == 0

@@ -13,13 +13,12 @@ import httpx
 import jsonpatch
 import pytest
 
-from app.admission import parse_review
 from app.cli import build_handlers
 from app.injection import InjectionOptions, make_mutate_handler
 from app.injection.names import INJECTED_ANNOTATION, SECRET_NAME_ANNOTATION
 from app.settings import ServeSettings
 from tests.support.kube_schema import schema_errors
-from tests.support.reviews import fixture, review
+from tests.support.reviews import answer, fixture, review
 from tests.support.server import running_server
 
 FINGERPRINTS = ["9f86d081884c7d65", "2c26b46b68ffc68f"]
@@ -206,7 +205,7 @@ def test_what_is_not_an_opted_in_pod_creation_is_allowed_without_a_patch(client:
 
 def test_the_served_mutate_handler_is_the_injector() -> None:
     mutate, _ = build_handlers(ServeSettings())
-    response = mutate(parse_review(fixture("synthetic/pod-create-from-replicaset.json")))
+    response = answer(mutate, fixture("synthetic/pod-create-from-replicaset.json"))
     assert response["patchType"] == "JSONPatch"
     ops = json.loads(base64.b64decode(response["patch"]))
     assert {"op": "add", "path": "/spec/containers/0/volumeMounts/-", "value": CERT_MOUNT} in ops

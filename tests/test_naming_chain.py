@@ -16,12 +16,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.admission import parse_review
 from app.injection import InjectionOptions, make_mutate_handler, template_of
 from app.manifests import inject_manifests
 from app.reconcile.discover import discover
 from tests.support.kube_schema import schema_errors
-from tests.support.reviews import review
+from tests.support.reviews import answer, review
 from tests.support.workloads import INJECT, KINDS, SECRET, SERVICES, Obj, Shape, build, manifest, stored_name
 
 NAMESPACE = "shop"
@@ -53,7 +52,7 @@ def shapes(draw: st.DrawFn) -> tuple[Shape, bool]:
 
 def mutated(obj: Obj, kind: tuple[str, str, str] = ("", "v1", "Pod")) -> Obj:
     """The object after /mutate's patch, applied as the apiserver applies it."""
-    response = MUTATE(parse_review(review(obj=obj, kind=kind, namespace=NAMESPACE)))
+    response = answer(MUTATE, review(obj=obj, kind=kind, namespace=NAMESPACE))
     assert response["allowed"], response
     ops = json.loads(base64.b64decode(response["patch"])) if "patch" in response else []
     result: Obj = jsonpatch.apply_patch(obj, ops)

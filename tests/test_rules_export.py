@@ -8,14 +8,12 @@ an error fails it (failurePolicy Fail); the binding's action decides Deny or War
 from __future__ import annotations
 
 import copy
-import uuid
 from typing import Any
 
 import kubernetes_validate
 import pytest
 import yaml
 
-from app.admission import AdmissionRequest, GroupVersionKind
 from app.cli import main
 from app.rules import SCOPE_ENABLED_NAMESPACES, export_documents, make_validate_handler
 from app.rules.cel import Environment, EvalError, to_cel
@@ -38,6 +36,7 @@ from tests.rules_matrix import (
     workload,
 )
 from tests.shipping.test_webhooks import matches
+from tests.support.reviews import answer, review
 
 RULES = load_rule_set(EXAMPLE_RULES)
 VALIDATE = make_validate_handler(RULES)
@@ -55,10 +54,8 @@ def webhook(old: dict[str, Any], new: dict[str, Any], *, enabled: bool = False) 
     """(allowed, warned) from /validate, or from /validate/enabled-namespace when the object lives in an
     enabled namespace (the shipped entries send it there instead)."""
     group, _, version = new["apiVersion"].rpartition("/")
-    request = AdmissionRequest(
-        uid=str(uuid.uuid4()), kind=GroupVersionKind(group=group, version=version, kind=new["kind"]),
-        operation="UPDATE", namespace="ns", name="n", object=new, old_object=old, dry_run=False, raw={})
-    response = (VALIDATE_ENABLED if enabled else VALIDATE)(request)
+    sent = review(operation="UPDATE", obj=new, old=old, kind=(group, version, new["kind"]), namespace="ns")
+    response = answer(VALIDATE_ENABLED if enabled else VALIDATE, sent)
     return response["allowed"], bool(response.get("warnings"))
 
 

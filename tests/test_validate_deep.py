@@ -10,11 +10,10 @@ import httpx
 import orjson
 import pytest
 
-from app.admission import parse_review
 from app.cli import build_handlers
 from app.rules.judge import MAX_SELF_DEPTH, MAX_SELF_VALUES, measure, nesting_depth
 from app.settings import ServeSettings
-from tests.support.reviews import review
+from tests.support.reviews import answer, review
 from tests.support.server import RunningServer, running_server
 
 INJECT = "tls-injector.io/inject"
@@ -54,7 +53,7 @@ def labels(nested: str) -> str:
 
 
 # The object nests 5 levels above `labels` (the review's own envelope adds 2 more above the object).
-@pytest.mark.parametrize("levels", [MAX_SELF_DEPTH + 1, 500, 1000])
+@pytest.mark.parametrize("levels", [MAX_SELF_DEPTH + 1, 500, 950])
 def test_a_self_nested_past_the_limit_is_denied_with_the_reason(server: RunningServer, levels: int,
                                                                 caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO):
@@ -65,6 +64,12 @@ def test_a_self_nested_past_the_limit_is_denied_with_the_reason(server: RunningS
     assert f"nested deeper than {MAX_SELF_DEPTH} levels" in answer["status"]["message"]
     assert len(response.content) < 2048
     assert not any(record.exc_info for record in caplog.records)
+
+
+def test_a_body_nested_past_what_the_decode_takes_is_a_400_with_the_reason(server: RunningServer) -> None:
+    response = post(server, deployment_update(labels("1"), labels(deep(1000))))  # 1008 levels in all
+    assert response.status_code == 400
+    assert "nested too deeply" in response.json()["error"]
 
 
 def test_a_deep_but_real_sized_object_is_judged_normally(server: RunningServer) -> None:
@@ -97,8 +102,8 @@ def test_a_self_with_more_values_than_the_limit_is_denied_unevaluated(labels: in
     many = {"tls-injector.io/inject": "true", **{f"k{i}": "v" for i in range(labels)}}
     deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
                   "spec": {"template": {"metadata": {"labels": many}}}}
-    answer = validate(parse_review(review(operation="UPDATE", obj=deployment, old=deployment,
-                                          kind=("apps", "v1", "Deployment"))))
-    assert answer["allowed"] is not denied
+    got = answer(validate, review(operation="UPDATE", obj=deployment, old=deployment,
+                                  kind=("apps", "v1", "Deployment")))
+    assert got["allowed"] is not denied
     if denied:
-        assert f"holds more than {MAX_SELF_VALUES:,} values" in answer["status"]["message"]
+        assert f"holds more than {MAX_SELF_VALUES:,} values" in got["status"]["message"]

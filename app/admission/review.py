@@ -1,14 +1,36 @@
-"""Parsing an AdmissionReview request into the few fields the handlers use.
+"""Decoding an AdmissionReview, once, into the typed request a handler reads.
 
-Every check here mirrors a way a caller can get the envelope wrong; each raises BadReview, which the
-HTTP edge turns into a 400 (a malformed call, so the apiserver's failurePolicy decides), never a 500.
+Each endpoint decodes the body exactly once, against a schema (msgspec Structs) of the envelope and of
+what its handler reads of the objects: /mutate the pod's metadata and the JSON text of its spec
+(app.injection.mutate), /validate the texts at its rules' `self` paths (app.rules.reader). Everything
+else in the review is skipped, not built. The envelope is then checked as the apiserver would fill it
+(`well_formed`); what the decode or the check refuses raises BadReview, which the HTTP edge turns into a
+400 (a malformed call, so the apiserver's failurePolicy decides), never a 500.
+
+The reason given is bounded and names every problem of the envelope (`review_problems`), read from the
+body only once it is refused. What the decode accepts, it accepts as any JSON decoder would, with two
+choices made here:
+- a body that is not plain ASCII must be valid UTF-8 as a whole (msgspec checks only the strings it
+  builds; the apiserver's JSON is UTF-8 and escapes nothing);
+- nesting: on Python 3.11 (what the image ships) msgspec counts each level against the interpreter's
+  recursion limit (1000) and refuses deeper bodies; where that limit was raised past 1024 (test runners
+  do), or on 3.12 and later (whose C-level guard no longer follows it), a body with more than
+  MAX_OPENINGS opening brackets is refused before decoding (counting them costs ~4 us, so only then).
+A number beyond a double's range in a field nothing reads is skipped, not refused: finding it would cost
+a scan of every body, and the apiserver (Go) cannot send one.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, NamedTuple, Protocol, TypedDict, cast
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypedDict, TypeVar
 
-from app.admission.clip import shown
+import msgspec
+import orjson
+
+from app.admission.clip import clip, shown
 from app.admission.responses import AdmissionResponse
 
 API_VERSION = "admission.k8s.io/v1"
@@ -20,8 +42,15 @@ MAX_UID_LENGTH = 128
 # groups; kinds and versions are far shorter. The apiserver never sends more, so a longer one is a 400
 # and everything the access log and messages take from the envelope is bounded here, at the door.
 MAX_NAME_LENGTH = 253
+# Orjson's and Go's JSON depth guards stop near here; a review has one to three hundred brackets in all.
+FULL_DECODE_DEPTH = 1024
+MAX_OPENINGS = 1000
+# A refusal's reason is at most this long: it lists the envelope's problems, each already bounded.
+MAX_REASON_CHARS = 1024
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+# Before 3.12, C code's recursion guard (which msgspec's decoder uses per level) follows sys's limit.
+_COUNT_OPENINGS = sys.version_info >= (3, 12)
 
 
 class GroupVersionKind(TypedDict):
@@ -31,60 +60,118 @@ class GroupVersionKind(TypedDict):
 
 
 class BadReview(ValueError):
-    """The request is not a usable AdmissionReview; the message says what is wrong."""
+    """The request is not a usable AdmissionReview; the message says what is wrong, bounded."""
 
 
-class AdmissionRequest(NamedTuple):
-    """The parts of `request` that handlers need; `raw` keeps the rest, untouched.
+class Kind(msgspec.Struct, frozen=True):
+    group: str
+    version: str
+    kind: str
 
-    Immutable like a frozen dataclass, and built in a fifth of its time (a frozen dataclass sets each
-    field through object.__setattr__): one is made per admission call.
-    """
+    def gvk(self) -> GroupVersionKind:
+        return GroupVersionKind(group=self.group, version=self.version, kind=self.kind)
+
+
+class Request(msgspec.Struct, kw_only=True):
+    """The envelope every handler and the access log read; each endpoint's request adds the objects as
+    its handler reads them."""
 
     uid: str
-    kind: GroupVersionKind
-    operation: Operation
-    namespace: str
-    name: str
-    object: dict[str, Any] | None
-    old_object: dict[str, Any] | None
-    dry_run: bool
-    raw: dict[str, Any]
+    kind: Kind
+    operation: str
+    namespace: str | None = None
+    name: str | None = None
+    dryRun: bool | None = None  # the wire's name
 
 
-class Handler(Protocol):
-    """What /mutate and /validate call: pure, synchronous, sub-millisecond."""
-
-    def __call__(self, request: AdmissionRequest, /) -> AdmissionResponse: ...
+class Skipped(msgspec.Struct):
+    """An object no handler reads: checked to be a JSON object, its members skipped unbuilt."""
 
 
-def parse_review(body: object) -> AdmissionRequest:
-    """Validate the envelope and return the request; raise BadReview with every problem found.
+class Envelope(Request, kw_only=True):
+    """A request whose handler reads the envelope only (tests' stand-in handlers)."""
 
-    What the apiserver sends is always well formed, so that case is one boolean test; only a review
-    that fails it is walked again to name every problem (`review_problems`).
-    """
-    if isinstance(body, dict) and body.get("apiVersion") == API_VERSION and body.get("kind") == KIND:
-        request = body.get("request")
-        if isinstance(request, dict) and _well_formed(request):
-            return _to_request(request)
-    raise BadReview("; ".join(review_problems(body)))
+    object: Skipped | None = None
+    oldObject: Skipped | None = None
 
 
-def _well_formed(request: dict[str, Any]) -> bool:
-    """True exactly when `review_problems` finds nothing in this request (a test holds the two together)."""
-    uid, operation, kind = request.get("uid"), request.get("operation"), request.get("kind")
-    namespace, name, dry_run = request.get("namespace"), request.get("name"), request.get("dryRun")
-    new, old = request.get("object"), request.get("oldObject")
+R = TypeVar("R", bound=Request)
+
+
+class Review(msgspec.Struct, Generic[R]):
+    apiVersion: str
+    kind: str
+    request: R
+
+
+def decoder(request: type[R]) -> msgspec.json.Decoder[Review[R]]:
+    return msgspec.json.Decoder(Review[request])  # type: ignore[valid-type]
+
+
+def decode_review(reviews: msgspec.json.Decoder[Review[R]], body: bytes) -> R:
+    """The review's request, decoded once and checked; BadReview with the reason otherwise."""
+    if not body.isascii():
+        try:
+            body.decode()
+        except UnicodeDecodeError as error:
+            raise BadReview(f"invalid JSON: not UTF-8 at byte {error.start}") from None
+    counted = _COUNT_OPENINGS or sys.getrecursionlimit() > FULL_DECODE_DEPTH
+    if counted and body.count(b"{") + body.count(b"[") > MAX_OPENINGS:
+        raise BadReview(f"invalid JSON: more than {MAX_OPENINGS} objects and arrays, nested or not")
+    try:
+        review = reviews.decode(body)
+    except msgspec.ValidationError as error:
+        raise BadReview(_explained(body, str(error))) from None
+    except msgspec.DecodeError as error:
+        raise BadReview(clip(f"invalid JSON: {error}", MAX_REASON_CHARS)) from None
+    except RecursionError:
+        raise BadReview("invalid JSON: nested too deeply") from None
+    if review.apiVersion == API_VERSION and review.kind == KIND and well_formed(review.request):
+        return review.request
+    raise BadReview(_explained(body, "the envelope is not what the apiserver sends"))
+
+
+@dataclass(frozen=True, slots=True)
+class Route(Generic[R]):
+    """An admission endpoint's one path: its typed decode, and the plain function of what it decodes.
+
+    The handler is pure, synchronous and sub-millisecond; a bug in it is the edge's logged 500."""
+
+    reviews: msgspec.json.Decoder[Review[R]]
+    handle: Callable[[R], AdmissionResponse]
+
+    def decode(self, body: bytes) -> R:
+        return decode_review(self.reviews, body)
+
+    def answer(self, body: bytes) -> AdmissionResponse:
+        """Decode and handle: for callers without an HTTP edge (`check`, tests)."""
+        return self.handle(self.decode(body))
+
+
+def envelope_route(handle: Callable[[Envelope], AdmissionResponse]) -> Route[Envelope]:
+    """A route whose handler reads the envelope only."""
+    return Route(decoder(Envelope), handle)
+
+
+def well_formed(request: Request) -> bool:
+    """True exactly when `review_problems` finds nothing in the envelope (a test holds the two together)."""
     return (
-        isinstance(uid, str) and 0 < len(uid) <= MAX_UID_LENGTH
-        and isinstance(operation, str) and operation in OPERATIONS
-        and isinstance(kind, dict)
-        and short_text(kind.get("group")) and short_text(kind.get("version")) and short_text(kind.get("kind"))
-        and (new is None or isinstance(new, dict)) and (old is None or isinstance(old, dict))
-        and (namespace is None or short_text(namespace)) and (name is None or short_text(name))
-        and (dry_run is None or isinstance(dry_run, bool))
+        0 < len(request.uid) <= MAX_UID_LENGTH and request.operation in OPERATIONS
+        and short_text(request.kind.group) and short_text(request.kind.version) and short_text(request.kind.kind)
+        and (request.namespace is None or short_text(request.namespace))
+        and (request.name is None or short_text(request.name))
     )
+
+
+def _explained(body: bytes, fallback: str) -> str:
+    """Why a body the typed decode refused is not a review: every problem of its envelope, read from the
+    body now (a refused call, so it may cost a second look), else the decoder's own words."""
+    try:
+        decoded = orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        return clip(f"invalid JSON: {error}", MAX_REASON_CHARS)
+    problems = review_problems(decoded) or [fallback]
+    return clip(f"not a valid AdmissionReview: {'; '.join(problems)}", MAX_REASON_CHARS)
 
 
 def review_problems(body: object) -> list[str]:
@@ -126,21 +213,6 @@ def _request_problems(request: dict[str, Any]) -> list[str]:
     if request.get("dryRun") is not None and not isinstance(request.get("dryRun"), bool):
         problems.append("request.dryRun must be a boolean")
     return problems
-
-
-def _to_request(request: dict[str, Any]) -> AdmissionRequest:
-    kind = request["kind"]
-    return AdmissionRequest(
-        uid=request["uid"],
-        kind=GroupVersionKind(group=kind["group"], version=kind["version"], kind=kind["kind"]),
-        operation=cast(Operation, request["operation"]),
-        namespace=request.get("namespace") or "",
-        name=request.get("name") or "",
-        object=request.get("object"),
-        old_object=request.get("oldObject"),
-        dry_run=bool(request.get("dryRun")),
-        raw=request,
-    )
 
 
 def short_text(value: object) -> bool:

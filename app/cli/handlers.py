@@ -3,48 +3,57 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+from typing import Any
 
-from app.admission import Handler
+from app.admission import Route
 from app.injection import FingerprintSource, InjectionOptions, make_mutate_handler, no_fingerprints
-from app.injection.preview import with_preview
-from app.rules import SCOPE_ENABLED_NAMESPACES, make_validate_handler
+from app.injection.answers import Answers
+from app.injection.preview import PREVIEW_PATHS, preview_line
+from app.rules import SCOPE_ENABLED_NAMESPACES, Preview, make_validate_handler
+from app.rules.memo import MEMO_ENTRIES
 from app.rulesfile import load_rule_set
 from app.settings import ServeSettings
 
 
 @dataclasses.dataclass(frozen=True)
 class AdmissionHandlers:
-    """One handler per admission path: /mutate, /validate, /validate/enabled-namespace."""
+    """One route per admission path: /mutate, /validate, /validate/enabled-namespace."""
 
-    mutate: Handler
-    validate: Handler
-    validate_enabled_namespace: Handler
+    mutate: Route[Any]
+    validate: Route[Any]
+    validate_enabled_namespace: Route[Any]
 
 
 def build_handlers(
     settings: ServeSettings, *, ca_fingerprints: FingerprintSource = no_fingerprints
-) -> tuple[Handler, Handler]:
-    """The /mutate and /validate handlers; raises RulesFileError for a bad `settings.rules_file`."""
+) -> tuple[Route[Any], Route[Any]]:
+    """The /mutate and /validate routes; raises RulesFileError for a bad `settings.rules_file`."""
     handlers = admission_handlers(settings, ca_fingerprints=ca_fingerprints)
     return handlers.mutate, handlers.validate
 
 
 def admission_handlers(
-    settings: ServeSettings, *, ca_fingerprints: FingerprintSource = no_fingerprints
+    settings: ServeSettings, *, ca_fingerprints: FingerprintSource = no_fingerprints, memo: bool = True
 ) -> AdmissionHandlers:
-    """Every admission handler; raises RulesFileError for a bad `settings.rules_file`.
+    """Every admission route; raises RulesFileError for a bad `settings.rules_file`.
 
     /validate enforces the built-in transition rules plus the rules file's that hold outside enabled
     namespaces, /validate/enabled-namespace those that hold in them (the shipped entries send each
     workload update to one of the two, by the namespace's label). /mutate injects; its record carries
     the CA fingerprints `ca_fingerprints` returns (serve feeds it from --trust-bundle-file). Both
-    validate paths add the dry-run preview line: a workload update reaches only one of them.
+    validate paths add the dry-run preview line: a workload update reaches only one of them. Each route
+    has one memo in front of its pure function (`memo=False`: none holds anything, for tests).
     """
     options = InjectionOptions(pod_certificates=settings.pod_certificates, default_mode=settings.default_mode)
     rule_set = load_rule_set(settings.rules_file)
+    entries = MEMO_ENTRIES if memo else 0
     return AdmissionHandlers(
-        mutate=make_mutate_handler(options, ca_fingerprints=ca_fingerprints),
-        validate=with_preview(make_validate_handler(rule_set), options),
-        validate_enabled_namespace=with_preview(make_validate_handler(rule_set, SCOPE_ENABLED_NAMESPACES),
-                                                options, namespace_enabled=True),
+        mutate=make_mutate_handler(options, ca_fingerprints=ca_fingerprints,
+                                   answers=None if memo else Answers(max_entries=0)),
+        validate=make_validate_handler(rule_set, memo_entries=entries,
+                                       preview=Preview(PREVIEW_PATHS, functools.partial(preview_line, options))),
+        validate_enabled_namespace=make_validate_handler(
+            rule_set, SCOPE_ENABLED_NAMESPACES, memo_entries=entries,
+            preview=Preview(PREVIEW_PATHS, functools.partial(preview_line, options, namespace_enabled=True))),
     )

@@ -21,13 +21,12 @@ from __future__ import annotations
 import base64
 import re
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import orjson
 
 from app.admission import AdmissionResponse
-from app.injection.workload import naming_inputs
 
 # Distinct pod templates a cluster creates pods from at once is in the hundreds; 512 answers of at most
 # 16 KiB of key each bounds the memory at 8 MiB. Real pod specs are 1-8 KB of JSON.
@@ -85,28 +84,29 @@ def shareable(answer: Answer, token: bytes | None) -> bool:
 
 
 class Answers:
+    """The memo in front of a pod's answer: by its key text (`shape_key`), the answer without the uid."""
+
     def __init__(self, *, max_entries: int = MAX_ENTRIES, max_key_bytes: int = MAX_KEY_BYTES) -> None:
         self._entries: dict[bytes, Answer] = {}
         self._lock = threading.Lock()
         self.max_entries, self.max_key_bytes = max_entries, max_key_bytes
         self.hits = self.misses = 0
 
-    def respond(self, uid: str, pod: Mapping[str, Any], fingerprints: Sequence[str],
-                make: Callable[[], AdmissionResponse]) -> AdmissionResponse:
-        """The remembered answer for a pod of this shape with this uid, or `make()`'s, remembered."""
-        text = _text(pod, fingerprints)
-        key, token = shape_key(text) if text is not None else (None, None)
-        answer = self._entries.get(key) if key is not None else None
+    def respond(self, uid: str, text: bytes | None, make: Callable[[], Answer]) -> AdmissionResponse:
+        """The answer for the pod whose key text is `text`, with its uid: remembered, or `make()`'s, then
+        remembered when it may be shared. A pod with no key text, or a longer one, is planned each time."""
+        if text is None or len(text) > self.max_key_bytes or self.max_entries <= 0:
+            return cast(AdmissionResponse, {"uid": uid, **make()})
+        key, token = shape_key(text)
+        answer = self._entries.get(key)
         if answer is not None:
             self.hits += 1
-            return {"uid": uid, **answer}  # type: ignore[typeddict-item]  # uid + the stored fields
-        self.misses += 1
-        response = make()
-        if key is not None and len(key) <= self.max_key_bytes:
-            answer = {k: v for k, v in response.items() if k != "uid"}
+        else:
+            self.misses += 1
+            answer = make()
             if shareable(answer, token):
                 self._store(key, answer)
-        return response
+        return cast(AdmissionResponse, {"uid": uid, **answer})
 
     def _store(self, key: bytes, answer: Answer) -> None:
         with self._lock:
@@ -114,12 +114,5 @@ class Answers:
                 self._entries.pop(next(iter(self._entries)))
             self._entries[key] = answer
 
-
-def _text(pod: Mapping[str, Any], fingerprints: Sequence[str]) -> bytes | None:
-    metadata = pod.get("metadata")
-    if not isinstance(metadata, dict):
-        return None  # the plan refuses it anyway; not worth remembering
-    try:
-        return orjson.dumps([naming_inputs(metadata), pod.get("spec"), list(fingerprints)])
-    except (orjson.JSONEncodeError, TypeError):  # nested past what orjson writes: plan it every time
-        return None
+    def __len__(self) -> int:
+        return len(self._entries)

@@ -1,6 +1,13 @@
 """The /mutate handler: Pod CREATE in, the injection's JSON Patch out; Job CREATE of a CronJob's run in,
 the pin of the CronJob's Secret out (see jobs.py).
 
+One path. The review is decoded once at the edge into `MutateRequest`: the envelope, the object's
+metadata (built: the plan reads its labels, annotations, owners and names) and the JSON text of its spec
+(kept as it arrived; `oldObject` is checked to be an object and skipped). The answer to a pod is a pure
+function of its naming inputs (`naming_inputs`), its spec and the CA fingerprints, so one memo sits in
+front of that function (`Answers`), keyed by exactly those as text: every replica of a template gets the
+answer planned for the first, and the spec's text is decoded only when a pod of a new shape is planned.
+
 No side effects and no Kubernetes API calls, so a dry-run gets exactly the patch a real request would.
 The CA fingerprints for the record come from a callable (the reconciler keeps them current); the
 webhook never asks the apiserver for them on the request path.
@@ -11,63 +18,100 @@ namespace, so nothing here reads metadata.namespace (empty on controller-created
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from app.admission import AdmissionRequest, AdmissionResponse, Handler, allowed, denied, patched
+import msgspec
+import orjson
+
+from app.admission import AdmissionResponse, BadReview, Request, Route, Skipped, allowed, decoder, denied, patched
 from app.injection import names
-from app.injection.answers import Answers
+from app.injection.answers import Answer, Answers
 from app.injection.choices import InjectionOptions, InjectionRefused
 from app.injection.jobs import job_pin_ops
 from app.injection.patch import patch_ops
 from app.injection.plan import plan_injection
-from app.injection.quick import QuickMutate
+from app.injection.workload import naming_inputs
 
 FingerprintSource = Callable[[], Sequence[str]]
+_NULL = msgspec.Raw(b"null")
+
+
+class PodObject(msgspec.Struct):
+    """What /mutate reads of the object: a Pod's (or a Job's) metadata and the text of its spec."""
+
+    metadata: Any = None
+    spec: msgspec.Raw = _NULL
+
+
+class MutateRequest(Request, kw_only=True):
+    object: PodObject | None = None
+    oldObject: Skipped | None = None
+    subResource: Any = None  # pods/binding, pods/eviction: not an object being created
 
 
 def no_fingerprints() -> Sequence[str]:
     return ()
 
 
-def make_mutate_handler(options: InjectionOptions, *, ca_fingerprints: FingerprintSource = no_fingerprints) -> Handler:
-    """The handler for /mutate; `ca_fingerprints` returns the trust bundle's CA fingerprints right now."""
-    answers = Answers()
+def make_mutate_handler(options: InjectionOptions, *, ca_fingerprints: FingerprintSource = no_fingerprints,
+                        answers: Answers | None = None) -> Route[MutateRequest]:
+    """/mutate's route; `ca_fingerprints` returns the trust bundle's CA fingerprints right now; `answers`
+    is the memo (a fresh one of MAX_ENTRIES by default; `Answers(max_entries=0)`: every pod is planned)."""
+    answers = Answers() if answers is None else answers
 
-    def mutate(request: AdmissionRequest) -> AdmissionResponse:
-        pod = request.object
-        if _is_create(request, "batch", "Job") and pod is not None:
-            return patched(request.uid, job_pin_ops(pod))
-        if not _is_create(request, "", "Pod") or pod is None or _opted_out(pod):
-            return allowed(request.uid)
-        fingerprints = ca_fingerprints()
-        return answers.respond(request.uid, pod, fingerprints, lambda: _inject(request.uid, pod, fingerprints))
-
-    def _inject(uid: str, pod: dict[str, Any], fingerprints: Sequence[str]) -> AdmissionResponse:
+    def pod_answer(metadata: object, spec: bytes, fingerprints: Sequence[str]) -> Answer:
+        """The answer to a pod, without its uid: a pure function of what it is given."""
+        pod = {"metadata": metadata, "spec": _spec(spec)}
         try:
             plan = plan_injection(pod, options=options, ca_fingerprints=fingerprints)
         except InjectionRefused as refusal:
             # 422, as the apiserver answers an invalid object: the pod as written cannot be injected.
-            return denied(uid, f"tls-injector: {refusal}", code=422, reason="Invalid")
-        return patched(uid, patch_ops(plan), warnings=plan.warnings)
+            return _without_uid(denied("", f"tls-injector: {refusal}", code=422, reason="Invalid"))
+        return _without_uid(patched("", patch_ops(plan), warnings=plan.warnings))
 
-    mutate.answers = answers  # type: ignore[attr-defined]  # for tests and the benchmark
-    # The HTTP endpoint tries this first: another replica's answer without decoding the pod, or, for a
-    # new shape, the plan made from the pod's metadata and spec alone (what `_inject` reads), without the
-    # rest of the review decoded and without this handler's own memo (the quick path remembers it).
-    mutate.quick = QuickMutate(ca_fingerprints, _inject)  # type: ignore[attr-defined]
-    return mutate
+    def mutate(request: MutateRequest) -> AdmissionResponse:
+        pod, kind, uid = request.object, request.kind, request.uid
+        if pod is None or request.operation != "CREATE" or request.subResource:
+            return allowed(uid)
+        if kind.group == "batch" and kind.kind == "Job":
+            return patched(uid, job_pin_ops({"metadata": pod.metadata, "spec": _spec(bytes(pod.spec))}))
+        if kind.group != "" or kind.kind != "Pod" or _opted_out(pod.metadata):
+            return allowed(uid)
+        fingerprints = tuple(ca_fingerprints())
+        spec = bytes(pod.spec)
+        return answers.respond(uid, _key_text(pod.metadata, spec, fingerprints),
+                               lambda: pod_answer(pod.metadata, spec, fingerprints))
+
+    return Route(decoder(MutateRequest), mutate)
 
 
-def _is_create(request: AdmissionRequest, group: str, kind: str) -> bool:
-    return (
-        request.operation == "CREATE"
-        and request.kind["group"] == group and request.kind["kind"] == kind
-        and not request.raw.get("subResource")  # pods/binding, pods/eviction: not an object being created
-    )
+def _key_text(metadata: object, spec: bytes, fingerprints: Sequence[str]) -> bytes | None:
+    """Everything the pod's answer is a function of, as text; None when it cannot be written (then the
+    pod is planned every time)."""
+    if not isinstance(metadata, Mapping):
+        return None
+    try:
+        head = orjson.dumps([naming_inputs(metadata), fingerprints])
+    except (orjson.JSONEncodeError, TypeError):  # an integer past 64 bits, nesting past 254 levels
+        return None
+    return head + b"\0" + spec
 
 
-def _opted_out(pod: dict[str, object]) -> bool:
-    metadata = pod.get("metadata")
+def _spec(text: bytes) -> object:
+    """A spec's text, decoded when it is read (a pod of a new shape, a Job). The decode at the edge
+    checked its syntax; what orjson still refuses (a number past a double's range) is the 400 of a body
+    no JSON encoder writes."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as error:
+        raise BadReview(f"invalid JSON in request.object.spec: {error}") from None
+
+
+def _without_uid(response: AdmissionResponse) -> Answer:
+    return {k: v for k, v in response.items() if k != "uid"}
+
+
+def _opted_out(metadata: object) -> bool:
     labels = metadata.get("labels") if isinstance(metadata, dict) else None
     return isinstance(labels, dict) and labels.get(names.INJECT_LABEL) == names.POD_OPT_OUT

@@ -12,29 +12,39 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.admission import AdmissionRequest, AdmissionResponse, Handler, allowed
-from app.admission.quick import Envelope
+from app.admission import GroupVersionKind
 from app.injection import names
 from app.injection.choices import InjectionOptions, InjectionRefused, read_choices
-from app.injection.workload import template_of, template_workload
+from app.injection.workload import TEMPLATE_PATHS, template_workload
 
 # (group, kind) of the workloads whose dry runs get the line: those the shipped validating entries send.
 WORKLOAD_KINDS = frozenset({("apps", "Deployment"), ("apps", "StatefulSet"), ("apps", "DaemonSet"),
                             ("batch", "CronJob")})
+# What the line reads of the object, read by /validate's one decode: its name and its pod template's metadata.
+NAME = ("metadata", "name")
+TEMPLATE_METADATA = {kind: (*TEMPLATE_PATHS[kind], "metadata") for _, kind in WORKLOAD_KINDS}
+PREVIEW_PATHS = (NAME, *sorted(set(TEMPLATE_METADATA.values())))
 
 
-def what_pods_get(kind: str, obj: Mapping[str, Any], options: InjectionOptions, *,
-                  namespace_enabled: bool = False) -> str | None:
-    """One line for people; None when the pods will not be injected (opted out, or no template)."""
-    meta, template = obj.get("metadata") or {}, template_of(kind, obj) or {}
-    template_meta = template.get("metadata") or {}
-    if not isinstance(meta, dict) or not isinstance(template_meta, dict):
+def preview_line(options: InjectionOptions, kind: GroupVersionKind, values: Mapping[tuple[str, ...], object], *,
+                 namespace_enabled: bool = False) -> str | None:
+    """The line for a workload kind given the values at PREVIEW_PATHS (anything but a str or a dict where
+    absent); None for other kinds."""
+    if (kind["group"], kind["kind"]) not in WORKLOAD_KINDS:
         return None
+    name, template_meta = values.get(NAME), values.get(TEMPLATE_METADATA[kind["kind"]])
+    return what_pods_get(kind["kind"], name if isinstance(name, str) else "",
+                         template_meta if isinstance(template_meta, dict) else {}, options,
+                         namespace_enabled=namespace_enabled)
+
+
+def what_pods_get(kind: str, name: str, template_meta: Mapping[str, Any], options: InjectionOptions, *,
+                  namespace_enabled: bool = False) -> str | None:
+    """One line for people; None when the pods will not be injected (opted out)."""
     labels = template_meta.get("labels") or {}
     label = labels.get(names.INJECT_LABEL) if isinstance(labels, dict) else None
     if label == names.POD_OPT_OUT:
         return None
-    name = str(meta.get("name") or "")
     who = f"tls-injector: pods of {kind} {name}"
     if label != names.POD_OPT_IN and not namespace_enabled:
         who += f" (if the namespace is labelled {names.INJECT_LABEL}={names.NAMESPACE_OPT_IN})"
@@ -52,30 +62,3 @@ def what_pods_get(kind: str, obj: Mapping[str, Any], options: InjectionOptions, 
         gets = (f"the certificate of Secret {choices.secret_name} at {choices.cert_path}, and trust from "
                 f"ConfigMap {options.trust_bundle_configmap} at {choices.trust_path}")
     return f"{who} will get {gets}" + (f" ({choices.fallback})" if choices.fallback else "")
-
-
-def with_preview(validate: Handler, options: InjectionOptions, *, namespace_enabled: bool = False) -> Handler:
-    """`validate`, plus the preview line on allowed dry runs of workload CREATE and UPDATE; with
-    `namespace_enabled` for the path that only requests from enabled namespaces reach."""
-
-    def handler(request: AdmissionRequest) -> AdmissionResponse:
-        response = validate(request)
-        if not (request.dry_run and response.get("allowed") and request.operation in ("CREATE", "UPDATE")
-                and (request.kind["group"], request.kind["kind"]) in WORKLOAD_KINDS
-                and request.object is not None):
-            return response
-        line = what_pods_get(request.kind["kind"], request.object, options, namespace_enabled=namespace_enabled)
-        if line is None:
-            return response
-        return allowed(request.uid, warnings=[*response.get("warnings", []), line])
-
-    # `validate`'s quick path (app.rules.quick) knows nothing of the preview line, so it answers no dry run.
-    quick = getattr(validate, "quick_answer", None)
-    if quick is not None:
-
-        def quick_answer(body: bytes) -> tuple[Envelope, AdmissionResponse] | None:
-            found: tuple[Envelope, AdmissionResponse] | None = quick(body)
-            return None if found is None or found[0].dry_run else found
-
-        handler.quick_answer = quick_answer  # type: ignore[attr-defined]
-    return handler

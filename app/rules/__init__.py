@@ -5,7 +5,7 @@ compiled once; judging an update is a function of the rule set and the two objec
 """
 
 from app.rules.export import crd_validation_snippets, export_documents, validating_admission_policies
-from app.rules.handler import DENIED_CODE, DENIED_REASON, denial_message, make_validate_handler
+from app.rules.handler import DENIED_CODE, DENIED_REASON, Preview, denial_message, make_validate_handler
 from app.rules.judge import Change, Failure, Verdict, judge, self_value
 from app.rules.model import (
     SCOPE_ALL,
@@ -31,6 +31,7 @@ __all__ = [
     "Change",
     "Failure",
     "Match",
+    "Preview",
     "Problem",
     "Rule",
     "RuleSet",

@@ -1,5 +1,9 @@
 """The /validate handler: the rule set's verdict as an AdmissionResponse (never a patch).
 
+One path. The review is decoded once at the edge along the rules' `self` paths (app.rules.reader): the
+handler gets the envelope and, per path, the JSON text of oldSelf and self, and judges those
+(`judge_texts`, which finds a pair's results in the rules' memo or decodes just the two texts).
+
 Status code 422 (reason Invalid) for a denial, not 403: the request is well-formed and the user may
 make it — it is this *change* that is not allowed, exactly like the apiserver's own "field is
 immutable" errors and a failing CRD x-kubernetes-validations rule, which are both 422 Invalid. So a
@@ -9,46 +13,79 @@ or a CRD rule refused the change, and kubectl prints "is invalid" for all three.
 
 from __future__ import annotations
 
-from app.admission import AdmissionRequest, AdmissionResponse, Handler, allowed, denied
-from app.rules.judge import Verdict, judge
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from app.admission import AdmissionResponse, BadReview, GroupVersionKind, Request, Review, Route, allowed, denied
+from app.rules.judge import Verdict, judge_texts
+from app.rules.memo import MEMO_ENTRIES
 from app.rules.model import SCOPE_OTHER_NAMESPACES, RuleSet
-from app.rules.quick import QuickValidate
+from app.rules.paths import MISSING, Path
+from app.rules.reader import Reader, request_type
 
 DENIED_CODE = 422
 DENIED_REASON = "Invalid"
 
 
-def make_validate_handler(rule_set: RuleSet, namespaces: str = SCOPE_OTHER_NAMESPACES) -> Handler:
+@dataclass(frozen=True, slots=True)
+class Preview:
+    """A line added to an allowed dry run (app.injection.preview): the paths of the object it reads, and
+    the line for a kind given the values at those paths (MISSING where absent); None for no line."""
+
+    paths: tuple[Path, ...]
+    line: Callable[[GroupVersionKind, Mapping[Path, object]], str | None]
+
+
+def make_validate_handler(rule_set: RuleSet, namespaces: str = SCOPE_OTHER_NAMESPACES, *,
+                          preview: Preview | None = None, memo_entries: int = MEMO_ENTRIES) -> Route[Any]:
     """Only UPDATE is judged: CREATE and DELETE are always allowed, CONNECT is ignored (allowed).
 
     Only the rules that hold in `namespaces` run (see RuleSet.scoped): /validate serves the namespaces
     not labelled enabled, /validate/enabled-namespace the enabled ones.
 
-    dryRun is not looked at: the handler has no side effects, so a server-side dry run gets the very
-    verdict, message and warnings of the real request.
+    dryRun is not looked at by the rules: the handler has no side effects, so a server-side dry run gets
+    the very verdict, message and warnings of the real request (plus `preview`'s line when allowed).
+    `memo_entries` bounds each group of rules' memo of results (0: nothing remembered).
     """
-    rules = rule_set.scoped(namespaces)
+    rules = rule_set.scoped(namespaces, memo_entries=memo_entries)
     rules.prepare()
+    reader = Reader(frozenset(rule.self_path for rule in rules) | frozenset(preview.paths if preview else ()))
+    request_class = request_type(reader.type)
 
-    def validate(request: AdmissionRequest) -> AdmissionResponse:
-        if request.operation != "UPDATE" or request.object is None or request.old_object is None:
-            return allowed(request.uid)
-        verdict = judge(rules, request.kind, old=request.old_object, new=request.object)
-        if verdict.allowed:
-            return allowed(request.uid, warnings=verdict.warnings)
-        return denied(request.uid, denial_message(request, verdict), code=DENIED_CODE, reason=DENIED_REASON)
+    def validate(request: Any) -> AdmissionResponse:
+        new, old = reader.top(request.object, "object"), reader.top(request.oldObject, "oldObject")
+        response = allowed(request.uid)
+        if request.operation == "UPDATE" and new is not None and old is not None:
+            kind = request.kind.gvk()
+            verdict = judge_texts(rules, kind, lambda path: (reader.text(old, path), reader.text(new, path)))
+            if not verdict.allowed:
+                return denied(request.uid, denial_message(request, kind, verdict), code=DENIED_CODE,
+                              reason=DENIED_REASON)
+            response = allowed(request.uid, warnings=verdict.warnings)
+        if preview is None or not request.dryRun or new is None or request.operation not in ("CREATE", "UPDATE"):
+            return response
+        line = preview.line(request.kind.gvk(), {path: _value(reader.text(new, path)) for path in preview.paths})
+        return response if line is None else allowed(request.uid, warnings=[*response.get("warnings", []), line])
 
-    # The HTTP endpoint tries this first: the same answer from the values the rules read, without
-    # building the two objects (app.rules.quick); None when only this handler may answer.
-    validate.quick_answer = QuickValidate(rules).answer  # type: ignore[attr-defined]
-    return validate
+    reviews: msgspec.json.Decoder[Review[Any]] = msgspec.json.Decoder(Review[request_class])  # type: ignore[valid-type]
+    return Route(reviews, validate)
 
 
-def denial_message(request: AdmissionRequest, verdict: Verdict) -> str:
+def _value(text: bytes) -> object:
+    try:
+        return MISSING if text == b"" else msgspec.json.decode(text)
+    except msgspec.DecodeError as error:  # checked by the edge's decode: only a number past a double's range
+        raise BadReview(f"invalid JSON in request.object: {error}") from None
+
+
+def denial_message(request: Request, kind: GroupVersionKind, verdict: Verdict) -> str:
     """One line per failing rule, after a line naming the object, so each can be acted on."""
-    kind = request.kind
     group_version = f"{kind['group']}/{kind['version']}" if kind["group"] else kind["version"]
+    namespace, name = request.namespace or "", request.name or ""
     # For a Namespace the apiserver sends its own name as the namespace: "shop", not "shop/shop".
-    where = f"{request.namespace}/{request.name}" if request.namespace not in ("", request.name) else request.name
+    where = f"{namespace}/{name}" if namespace not in ("", name) else name
     head = f"update of {group_version} {kind['kind']} {where} rejected by {len(verdict.failures)} rule(s):"
     return "\n".join([head, *(f"- {failure.describe()}" for failure in verdict.failures)])

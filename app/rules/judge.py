@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from app.admission import GroupVersionKind, clip
+from app.admission import BadReview, GroupVersionKind, clip
 from app.rules.cel import EvalError, to_cel
 from app.rules.memo import Key
 from app.rules.model import Group, Rule, RuleSet
@@ -95,44 +95,38 @@ def judge(rule_set: RuleSet, kind: GroupVersionKind, *, old: Mapping[str, Any], 
 
 
 # The JSON text of a value as it arrived, b"" for an absent path (as the memo writes MISSING).
-Texts = Callable[[Path], "tuple[bytes, bytes] | None"]
+Texts = Callable[[Path], "tuple[bytes, bytes]"]
 
 
-def judge_texts(rule_set: RuleSet, kind: GroupVersionKind, texts: Texts) -> Verdict | None:
+def judge_texts(rule_set: RuleSet, kind: GroupVersionKind, texts: Texts) -> Verdict:
     """`judge`'s verdict on an update whose `self` values are given as the JSON texts they arrived as
-    (`texts(path)`: oldSelf's and self's), when it allows the update; None when it does not, or the
-    texts cannot be had (`texts` gives None) or do not decode: then only `judge`, on the whole objects,
-    may answer (and it names the changes).
+    (`texts(path)`: oldSelf's and self's).
 
     A pair of texts is first looked up in the memo as it stands: a text decodes to one value only, and
     the memo's keys are JSON texts of exactly the values their results were evaluated on (`Memo.key`),
     so a key equal to the texts holds those texts' results. A compact text the apiserver sent is the
-    memo's key for its value, so the lookup hits without decoding anything; otherwise the texts are
-    decoded and judged as `judge` judges the decoded values."""
+    memo's key for its value, so an allowed update hits without decoding anything; otherwise (and to
+    name the changes of a denial) the texts are decoded and judged as `judge` judges the values."""
     outcomes: dict[str, Outcome] = {}
     for group in rule_set.groups_for(kind):
-        pair = texts(group.self_path)
-        if pair is None:
-            return None
-        old_text, new_text = pair
+        old_text, new_text = texts(group.self_path)
         results = group.memo.get((old_text, new_text))
-        if results is not None:
-            group_outcomes = _passed(group, results)
-            if group_outcomes is None:
-                return None
-        else:
-            try:
-                old_value, new_value = _decoded(old_text), _decoded(new_text)
-            except orjson.JSONDecodeError:
-                return None
-            group_outcomes = _judge_group(group, old_value, new_value)
+        group_outcomes = None if results is None else _passed(group, results)
+        if group_outcomes is None:
+            old_value, new_value = _decoded(old_text), _decoded(new_text)
+            group_outcomes = (_judge_group(group, old_value, new_value) if results is None
+                              else _read_results(group, results, old_value, new_value))
         outcomes.update(zip((rule.name for rule in group.rules), group_outcomes, strict=True))
-    verdict = _verdict(outcomes[rule.name] for rule in rule_set.for_kind(kind))
-    return verdict if verdict.allowed else None
+    return _verdict(outcomes[rule.name] for rule in rule_set.for_kind(kind))
 
 
 def _decoded(text: bytes) -> object:
-    return MISSING if text == b"" else orjson.loads(text)
+    # The edge's decode checked the text's syntax; orjson parses it now the rules need its value, and
+    # refuses only what no JSON encoder writes (a number past a double's range): that call's 400.
+    try:
+        return MISSING if text == b"" else orjson.loads(text)
+    except orjson.JSONDecodeError as error:
+        raise BadReview(f"invalid JSON in a rule's self value: {error}") from None
 
 
 def _passed(group: Group, results: tuple[bool, ...]) -> list[Outcome] | None:

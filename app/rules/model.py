@@ -14,7 +14,7 @@ from typing import Any
 
 from app.admission import GroupVersionKind
 from app.rules.cel import Batch, CelCompileError, Environment, Program
-from app.rules.memo import Memo
+from app.rules.memo import MEMO_ENTRIES, Memo
 from app.rules.paths import BadPath, Path, parse_path
 
 # The variables a rule sees, as in a CRD transition rule.
@@ -119,6 +119,7 @@ class Group:
 class RuleSet:
     rules: tuple[Rule, ...]
     include_defaults: bool = True
+    memo_entries: int = MEMO_ENTRIES  # per group of rules; 0: every pair is evaluated (tests compare both)
     _by_kind: dict[tuple[str, str, str], tuple[Rule, ...]] = field(default_factory=dict, compare=False)
     _groups_by_kind: dict[tuple[str, str, str], tuple[Group, ...]] = field(default_factory=dict, compare=False)
     # By the names of their rules (unique in a set), so kinds with the same rules share a batch and memo;
@@ -162,19 +163,20 @@ class RuleSet:
         group = self._groups.get(names)
         if group is None:
             programs = [p for rule in rules for p in (rule.expression, *([rule.warning.when] if rule.warning else []))]
-            group = self._groups[names] = Group(path, rules, _batch_environment().compile_batch(programs), Memo())
+            group = self._groups[names] = Group(path, rules, _batch_environment().compile_batch(programs),
+                                                Memo(entries=self.memo_entries))
         return group
 
     def __iter__(self) -> Iterator[Rule]:
         return iter(self.rules)
 
-    def scoped(self, namespaces: str) -> RuleSet:
+    def scoped(self, namespaces: str, *, memo_entries: int = MEMO_ENTRIES) -> RuleSet:
         """The rules that hold in `namespaces` (enabled- or other-namespaces): theirs and those of scope
         all. One handler per webhook path, one path per kind of namespace."""
         if namespaces == SCOPE_ALL:
             raise ValueError("a path serves enabled-namespaces or other-namespaces, not all")
         kept = tuple(r for r in self.rules if r.scope in (SCOPE_ALL, namespaces))
-        return RuleSet(kept, include_defaults=self.include_defaults)
+        return RuleSet(kept, include_defaults=self.include_defaults, memo_entries=memo_entries)
 
     def merged_with(self, other: RuleSet) -> RuleSet:
         """This set followed by `other`; a name in both is an error (two rules, one name in messages)."""

@@ -17,14 +17,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from typing import NamedTuple, Protocol
+from typing import Any
 
 import orjson
 
-from app.admission import AdmissionRequest, AdmissionResponse, BadReview, Handler, parse_review, review_envelope
-from app.admission.quick import Envelope
-from app.injection.quick import PodReview
+from app.admission import AdmissionResponse, BadReview, Request, Route, review_envelope
 from app.logs import AccessLog
 from app.settings import MAX_BODY_BYTES
 from app.web.metrics import ServerMetrics
@@ -40,85 +37,36 @@ class HttpError(Exception):
         self.status, self.message, self.headers = status, message, headers
 
 
-class QuickPath(Protocol):
-    """A way to answer some reviews from the body alone (app.injection.quick), tried before the full path."""
-
-    def pod_review(self, body: bytes) -> PodReview | None: ...
-    def answer(self, review: PodReview) -> AdmissionResponse | None: ...
-    def make(self, review: PodReview) -> AdmissionResponse | None: ...
-
-
-QuickAnswer = Callable[[bytes], "tuple[Envelope, AdmissionResponse] | None"]
-
-
-class Quick(NamedTuple):
-    """A quick path's answer and the access log's fields for it."""
-
-    fields: dict[str, object]
-    response: AdmissionResponse
-
-
 class AdmissionEndpoint:
+    """One endpoint's one path: the body decoded once by its route, handled once, the answer encoded once."""
+
     def __init__(
-        self, *, name: str, handler: Handler, metrics: ServerMetrics, max_body: int = MAX_BODY_BYTES
+        self, *, name: str, route: Route[Any], metrics: ServerMetrics, max_body: int = MAX_BODY_BYTES
     ) -> None:
-        self.name, self.handler, self.metrics, self.max_body = name, handler, metrics, max_body
+        self.name, self.route, self.metrics, self.max_body = name, route, metrics, max_body
         self.access_log = AccessLog(log.name)  # the level is read once, after logging is configured
-        # /mutate's handler brings its quick path along (app.injection.mutate).
-        self.quick: QuickPath | None = getattr(handler, "quick", None)
-        # /validate's handler brings its own (app.rules.quick): the whole answer, or None.
-        self.quick_answer: QuickAnswer | None = getattr(handler, "quick_answer", None)
 
     def answer(self, method: bytes, content_type: bytes, body: bytes) -> tuple[int, bytes, Headers]:
         """(status, JSON body, extra headers) for one call; never raises."""
         started = time.perf_counter()
         try:
             check_call(method, content_type)
+            if not body:
+                raise HttpError(400, "empty body: expected an AdmissionReview")
+            request = self.route.decode(body)
         except HttpError as error:
             return self.refuse(error, started)
+        except BadReview as error:
+            return self.refuse(HttpError(400, str(error)), started)
         try:
-            quick = self._quickly(body, started)
-        except Exception:  # a bug in a quick path: the full path still answers (and gives its own 500)
-            log.exception("quick path failed; the full path answers", extra={"endpoint": self.name})
-            quick = None
-        if isinstance(quick, Quick):
-            encoded = orjson.dumps(review_envelope(quick.response))
-            self._record(quick.fields, quick.response, started)
-            return 200, encoded, ()
-        if quick is not None:  # a 500 from the handler's plan, already logged and counted
-            return quick
-        try:
-            request = _parse(body)
-        except HttpError as error:
-            return self.refuse(error, started)
-        try:
-            response = self.handler(request)
+            response = self.route.handle(request)
+        except BadReview as error:  # a part decoded only when the handler reads it (a spec, a rule's value)
+            return self.refuse(HttpError(400, str(error)), started)
         except Exception:  # a bug in a handler: see the module docstring for why this is a 500
             return self._failed(_fields(self.name, request), request.uid, started)
         encoded = orjson.dumps(review_envelope(response))
         self._record(_fields(self.name, request), response, started)
         return 200, encoded, ()
-
-    def _quickly(self, body: bytes, started: float) -> Quick | tuple[int, bytes, Headers] | None:
-        """The answer when a quick path can give it (the same as the full path's), or the 500 for a bug in
-        the handler's plan reached through it; None when only the full path may answer."""
-        if self.quick_answer is not None:
-            found = self.quick_answer(body)
-            if found is None:
-                return None
-            envelope, response = found
-            return Quick(_envelope_fields(self.name, envelope), response)
-        if self.quick is not None:
-            pod = self.quick.pod_review(body)
-            if pod is None:
-                return None
-            fields = _pod_fields(self.name, pod)
-            try:
-                made = self.quick.answer(pod) or self.quick.make(pod)
-            except Exception:  # a bug in the handler's plan: as for the full path's handler
-                return self._failed(fields, pod.uid, started)
-            return None if made is None else Quick(fields, made)
-        return None
 
     def _failed(self, fields: dict[str, object], uid: str, started: float) -> tuple[int, bytes, Headers]:
         log.exception("admission handler failed", extra=fields)
@@ -148,37 +96,7 @@ def check_call(method: bytes, content_type: bytes) -> None:
         raise HttpError(415, "Content-Type must be application/json")
 
 
-def _parse(body: bytes) -> AdmissionRequest:
-    if not body:
-        raise HttpError(400, "empty body: expected an AdmissionReview")
-    try:
-        decoded = orjson.loads(body)  # orjson refuses nesting deeper than 1024 levels with a decode error
-    except orjson.JSONDecodeError as error:
-        raise HttpError(400, f"invalid JSON: {error}") from None
-    try:
-        return parse_review(decoded)
-    except BadReview as error:
-        raise HttpError(400, f"not a valid AdmissionReview: {error}") from None
-
-
-def _pod_fields(endpoint: str, pod: PodReview) -> dict[str, object]:
-    """The same fields as `_fields` gives for the full path's request of a Pod CREATE."""
-    return _log_fields(endpoint, uid=pod.uid, kind="Pod", namespace=pod.namespace, name=pod.name,
-                       operation="CREATE", dry_run=pod.dry_run)
-
-
-def _envelope_fields(endpoint: str, envelope: Envelope) -> dict[str, object]:
-    return _log_fields(endpoint, uid=envelope.uid, kind=envelope.kind, namespace=envelope.namespace,
-                       name=envelope.name, operation=envelope.operation, dry_run=envelope.dry_run)
-
-
-def _fields(endpoint: str, request: AdmissionRequest) -> dict[str, object]:
-    return _log_fields(endpoint, uid=request.uid, kind=request.kind["kind"], namespace=request.namespace,
-                       name=request.name, operation=request.operation, dry_run=request.dry_run)
-
-
-def _log_fields(endpoint: str, *, uid: str, kind: str, namespace: str, name: str, operation: str,
-                dry_run: bool) -> dict[str, object]:
-    """An admission call's access-log and error-log fields, whichever path answered it."""
-    return {"endpoint": endpoint, "uid": uid, "kind": kind, "namespace": namespace, "object_name": name,
-            "operation": operation, "dry_run": dry_run}
+def _fields(endpoint: str, request: Request) -> dict[str, object]:
+    """An admission call's access-log and error-log fields."""
+    return {"endpoint": endpoint, "uid": request.uid, "kind": request.kind.kind, "namespace": request.namespace or "",
+            "object_name": request.name or "", "operation": request.operation, "dry_run": bool(request.dryRun)}

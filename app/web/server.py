@@ -25,7 +25,7 @@ from typing import Any
 
 import uvloop
 
-from app.admission import Handler
+from app.admission import Route
 from app.logs import flush_access_lines
 from app.settings import Limits, ServeSettings
 from app.web.app import BackgroundTask, Health, plain_routes
@@ -49,9 +49,9 @@ TLS_SHUTDOWN_SECONDS = 2.0
 def build_server(
     settings: ServeSettings,
     *,
-    mutate: Handler,
-    validate: Handler,
-    validate_enabled_namespace: Handler | None = None,
+    mutate: Route[Any],
+    validate: Route[Any],
+    validate_enabled_namespace: Route[Any] | None = None,
     metrics: ServerMetrics | None = None,
     background: Sequence[BackgroundTask] = (),
     health: Health | None = None,
@@ -68,9 +68,9 @@ def build_server(
     # and a 404 fails closed (failurePolicy Fail) where a stand-in would judge with the wrong rules.
     handlers = {"mutate": mutate, "validate": validate, "validate/enabled-namespace": validate_enabled_namespace}
     endpoints = {
-        f"/{name}".encode(): AdmissionEndpoint(name=name, handler=handler, metrics=metrics,
+        f"/{name}".encode(): AdmissionEndpoint(name=name, route=route, metrics=metrics,
                                                max_body=limits.max_body_bytes)
-        for name, handler in handlers.items() if handler is not None
+        for name, route in handlers.items() if route is not None
     }
     routes = Routes(admission=endpoints, plain=plain_routes(health, metrics))
     return WebhookServer(settings, limits=limits, routes=routes, metrics=metrics, health=health,

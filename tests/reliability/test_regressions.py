@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from app.admission import BadReview, parse_review
+from app.admission import BadReview
 from app.cli import build_handlers
 from app.rules.judge import MAX_SELF_DEPTH
 from app.settings import ServeSettings
-from tests.support.reviews import review
+from tests.support.reviews import answer, decode, review
 from tests.support.server import running_server
 
 
@@ -20,7 +20,7 @@ def test_an_operation_that_is_an_array_or_object_is_a_bad_review_not_a_type_erro
     sent = review()
     sent["request"]["operation"] = operation
     with pytest.raises(BadReview, match=r"request\.operation must be one of"):
-        parse_review(sent)
+        decode(sent)
 
 
 def test_an_unhashable_operation_over_https_is_a_400_with_a_reason(tmp_path: Path) -> None:
@@ -46,7 +46,7 @@ def test_a_denied_change_to_a_value_nested_too_deep_to_print_is_still_a_denial_w
     new = copy.deepcopy(old)
     new["spec"]["template"]["metadata"]["annotations"]["tls-injector.io/secret-name"] = "other-tls"
     _, validate = build_handlers(ServeSettings())
-    response = validate(parse_review(review(operation="UPDATE", kind=("apps", "v1", "Deployment"), obj=new, old=old)))
+    response = answer(validate, review(operation="UPDATE", kind=("apps", "v1", "Deployment"), obj=new, old=old))
     assert response["allowed"] is False
     # Since the depth limit, a `self` this deep is denied unevaluated, with the reason, before any walk.
     assert f"nested deeper than {MAX_SELF_DEPTH} levels" in response["status"]["message"]

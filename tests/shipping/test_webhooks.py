@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 from cel_expr_python import cel
 
-from app.admission import parse_review
 from app.cli import admission_handlers
 from app.injection.names import (
     INJECT_LABEL,
@@ -35,7 +34,7 @@ from tests.rules_matrix import (
     namespace as namespace_object,
 )
 from tests.shipping.support import RENDERINGS, ROOT, Obj, installed, of_kind, only, render, webhook
-from tests.support.reviews import review
+from tests.support.reviews import answer, review
 
 SYSTEM_NAMESPACES = {"kube-system", "kube-node-lease", "kube-public"}
 NAME_LABEL = "kubernetes.io/metadata.name"
@@ -324,13 +323,13 @@ def _answer(handler_path: str, kind: str, old: Obj | None, new: Obj, *, dry_run:
     group, _, version = new["apiVersion"].rpartition("/")
     sent = review(operation="CREATE" if old is None else "UPDATE", obj=new, old=old, kind=(group, version, kind),
                   namespace="shop", dry_run=dry_run)
-    return dict(handler(parse_review(sent)))
+    return dict(answer(handler, sent))
 
 
 def _judged(handler_path: str, kind: str, old: Obj, new: Obj) -> tuple[bool, bool]:
     """(allowed, warned) from the handler serve mounts at `handler_path`."""
-    answer = _answer(handler_path, kind, old, new)
-    return answer["allowed"], bool(answer.get("warnings"))
+    got = _answer(handler_path, kind, old, new)
+    return got["allowed"], bool(got.get("warnings"))
 
 
 PLAIN_NS = {NAME_LABEL: "shop"}

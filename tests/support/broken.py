@@ -1,7 +1,9 @@
-"""Reviews changed in a few places and cut in a few ways: what a quick path and the full path must answer alike.
+"""Reviews changed in a few places and cut in a few ways: what an endpoint must answer alike with its memo
+on and off.
 
-Both quick paths (/mutate's and /validate's) are tested by sending the same bodies to an endpoint with and
-without them; these make the bodies from a good review, a list of places (key paths into it) and values.
+Both memos (/mutate's answers, /validate's rule results) are tested by sending the same bodies to an endpoint
+with the memo and without; these make the bodies from a good review, a list of places (key paths into it)
+and values.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from hypothesis import strategies as st
 Place = tuple[str, ...]
 Cut = Callable[[bytes], bytes]
 
-# Ways to spoil the encoded body in a field a quick path skips.
+# Ways to spoil the encoded body in a field the decode skips.
 CUTS: dict[str, Cut] = {
     "none": lambda encoded: encoded,
     # invalid UTF-8

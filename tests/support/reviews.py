@@ -7,6 +7,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from app.admission import AdmissionResponse, Envelope, Route, decode_review, decoder
+
 # Vendored under tests/fixtures (see its README for origin and version): a clone needs nothing beside it.
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -42,3 +44,13 @@ def review(
             "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
         },
     }
+
+
+def answer(route: Route[Any], sent: object) -> AdmissionResponse:
+    """`route`'s answer to a review given as JSON-able data: its one path, decode and handler, as served."""
+    return route.answer(json.dumps(sent).encode())  # json: any depth and integer, as a client may send
+
+
+def decode(sent: object) -> Envelope:
+    """A review given as JSON-able data, through the edge's decode of the envelope; BadReview when refused."""
+    return decode_review(decoder(Envelope), json.dumps(sent).encode())  # json: any integer, as a client may send

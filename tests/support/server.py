@@ -9,17 +9,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
-from app.admission import AdmissionRequest, AdmissionResponse, Handler, allowed
+from app.admission import AdmissionResponse, Envelope, Route, allowed, envelope_route
 from app.settings import Limits, ServeSettings
 from app.web.metrics import ServerMetrics
 from app.web.server import WebhookServer, build_server
 
 
-def allow_all(request: AdmissionRequest) -> AdmissionResponse:
+def _allow(request: Envelope) -> AdmissionResponse:
     return allowed(request.uid)
+
+
+allow_all = envelope_route(_allow)
 
 
 @dataclass
@@ -50,9 +54,9 @@ class RunningServer:
 def running_server(
     tmp_path: Path,
     *,
-    mutate: Handler = allow_all,
-    validate: Handler = allow_all,
-    validate_enabled_namespace: Handler | None = None,
+    mutate: Route[Any] = allow_all,
+    validate: Route[Any] = allow_all,
+    validate_enabled_namespace: Route[Any] | None = None,
     cert_file: Path | None = None,
     key_file: Path | None = None,
     ca_file: Path | None = None,
