@@ -35,9 +35,15 @@ class Limits:
     # connection this side is closing (a POST is not retried on that race).
     idle_seconds: float = 120.0
     # Open connections after the handshake. An apiserver keeps a few per webhook; 1,000 needs ~1,000 fds
-    # and a few tens of MiB. When full, the longest-idle kept-alive connection makes room; with none idle
-    # the new connection is closed.
+    # and a few tens of MiB. When full, a newcomer may take the slot of a connection that has not completed
+    # a request from the source holding the most; a connection that has completed one (the apiserver's
+    # keep-alives) is never closed for it: the newcomer is (app.web.http.ConnectionSet).
     max_connections: int = 1000
+    # Open connections from one client address. The apiserver opens a connection only when all its others
+    # are busy, so it holds about its peak of concurrent calls to this replica; its mutating requests in
+    # flight are capped at 200 by default (--max-mutating-requests-inflight), so 250 fits an apiserver
+    # sending every one of them here, while one pod flooding the port holds at most a quarter of the table.
+    max_connections_per_source: int = 250
     # After an error answered before the request's end, the rest of what the client sends is read and
     # dropped for this long before closing: closing with unread input resets the connection, and the
     # reset can destroy the answer before the client reads it.

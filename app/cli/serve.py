@@ -29,7 +29,11 @@ log = logging.getLogger("tls_injector")
 
 # (flag, Limits field, type, help): every bound of the HTTPS port; docs/serving.md gives each value's reason.
 LIMIT_FLAGS: tuple[tuple[str, str, type, str], ...] = (
-    ("--max-connections", "max_connections", int, "open connections; when full the longest-idle one is closed"),
+    ("--max-connections", "max_connections", int, "open connections; when full a newcomer takes the slot of one "
+                                                   "that has not completed a request, from the source holding the "
+                                                   "most, or is closed"),
+    ("--max-connections-per-source", "max_connections_per_source", int,
+     "open connections from one client address; beyond it the newcomer is closed"),
     ("--max-header-bytes", "max_head_bytes", int, "request line + headers (431 beyond)"),
     ("--max-headers", "max_headers", int, "header fields per request (431 beyond)"),
     ("--max-body-bytes", "max_body_bytes", int, "request body (413 beyond)"),

@@ -81,29 +81,61 @@ READ_BUFFER_BYTES = 256 * 1024
 
 
 class ConnectionSet:
-    """The open connections of one server, their cap, the sweeper that enforces deadlines, and the
-    buffer connections read into."""
+    """The open connections of one server, their caps (in all and per source address), the sweeper that
+    enforces deadlines, and the buffer connections read into.
+
+    When the table is full, a newcomer may take the slot of a connection that has not completed a request
+    (a client that connected and said nothing, or is still trickling its first head), and only one from
+    the source holding the most connections, when that source holds more than the newcomer's would: a
+    flood from one address then displaces only itself. A connection that has completed a request (the
+    apiserver's kept-alive connections) is never closed to make room for one that has not sent a request
+    yet; with no such slot to take the newcomer is closed instead.
+    """
 
     def __init__(self, limits: Limits, metrics: ServerMetrics) -> None:
         self.limits, self.metrics = limits, metrics
         self.open: set[HttpConnection] = set()
+        self.by_source: dict[str, set[HttpConnection]] = {}
         self.closed = 0  # connections ended so far, however they ended
         self.draining = False
         self.read_buffer = memoryview(bytearray(READ_BUFFER_BYTES))
 
     def admit(self, connection: HttpConnection) -> bool:
         if self.draining:  # its handshake finished after the listener closed
-            self.metrics.connections_closed.labels("shutdown").inc()
-            return False
+            return self._refuse("shutdown")
+        held = len(self.by_source.get(connection.source, ()))
+        if held >= self.limits.max_connections_per_source:
+            return self._refuse("source_over_capacity")
         if len(self.open) >= self.limits.max_connections:
-            idle = [c for c in self.open if c.phase == IDLE]
-            if not idle:
-                self.metrics.connections_closed.labels("over_capacity").inc()
-                return False
-            oldest = min(idle, key=lambda c: c.deadline)
-            oldest.abort("evicted_idle")  # a kept-alive connection: its client reconnects when needed
+            victim = self._unproven_of_heaviest(held)
+            if victim is None:
+                return self._refuse("over_capacity")
+            victim.abort("evicted_unproven")
         self.open.add(connection)
+        self.by_source.setdefault(connection.source, set()).add(connection)
         return True
+
+    def _refuse(self, reason: str) -> bool:
+        self.metrics.connections_closed.labels(reason).inc()
+        return False
+
+    def _unproven_of_heaviest(self, held: int) -> HttpConnection | None:
+        """The oldest connection without a completed request of the source holding the most connections,
+        if that source holds at least two more than the newcomer's (so the swap never makes it the lighter)."""
+        heavy = sorted((c for c in self.by_source.values() if len(c) > held + 1), key=len, reverse=True)
+        for connections in heavy:
+            unproven = [c for c in connections if not c.served and c.phase in (NEW, HEAD)]
+            if unproven:
+                return min(unproven, key=lambda c: c.started)
+        return None
+
+    def forget(self, connection: HttpConnection) -> None:
+        self.open.discard(connection)
+        same = self.by_source.get(connection.source)
+        if same is not None:
+            same.discard(connection)
+            if not same:
+                del self.by_source[connection.source]
 
     def sweep(self, now: float) -> None:
         for connection in [c for c in self.open if c.deadline <= now]:
@@ -117,6 +149,15 @@ class ConnectionSet:
                 connection.abort("shutdown")
 
 
+def source_of(peername: object) -> str:
+    """The client's address without its port: what the per-source cap counts. An IPv4 address seen
+    through an IPv6 socket (::ffff:a.b.c.d) is the IPv4 address, so one client is one source either way."""
+    if not isinstance(peername, tuple) or not peername:
+        return ""
+    host = str(peername[0])
+    return host[7:] if host.startswith("::ffff:") and "." in host else host
+
+
 class HttpConnection(asyncio.BufferedProtocol):
     """One client connection. Parser callbacks (`on_*`) run inside `received`."""
 
@@ -126,6 +167,9 @@ class HttpConnection(asyncio.BufferedProtocol):
         self.parser = httptools.HttpRequestParser(self)
         self.phase = NEW
         self.deadline = 0.0
+        self.started = 0.0
+        self.source = ""
+        self.served = 0  # requests answered on this connection
         self.closing = False
         self._reset()
 
@@ -145,15 +189,17 @@ class HttpConnection(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.source = source_of(transport.get_extra_info("peername"))
+        self.started = time.monotonic()
         if not self.connections.admit(self):
             transport.abort()  # type: ignore[attr-defined]
             return
         # The first request's head is due within head_seconds of the connection's start, not of its
         # first byte: a client that connects and says nothing is a slow client too.
-        self.deadline = time.monotonic() + self.limits.head_seconds
+        self.deadline = self.started + self.limits.head_seconds
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.connections.open.discard(self)
+        self.connections.forget(self)
         self.connections.closed += 1
         self.phase = LINGER  # nothing reads the parser from here on (`received` returns at once)
         # Two reference cycles end here: this protocol -> its parser -> the parser's callbacks (this
@@ -269,6 +315,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         else:
             self._write(self._plain(close))
         self._reset()
+        self.served += 1
         if close:
             self.closing = True
             self.phase = LINGER
@@ -325,7 +372,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         self._close_after_write()
 
     def _close_after_write(self) -> None:
-        self.connections.open.discard(self)
+        self.connections.forget(self)
         self.phase = LINGER
         self.deadline = float("inf")
         if self.transport is not None:
@@ -333,7 +380,7 @@ class HttpConnection(asyncio.BufferedProtocol):
 
     def abort(self, reason: str) -> None:
         self.connections.metrics.connections_closed.labels(reason).inc()
-        self.connections.open.discard(self)
+        self.connections.forget(self)
         self.phase = LINGER
         self.deadline = float("inf")
         if self.transport is not None:

@@ -9,9 +9,11 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
+import pytest
 
 from app.cli import build_handlers
 from app.settings import ServeSettings
@@ -119,32 +121,102 @@ def test_an_idle_kept_alive_connection_is_closed_at_the_idle_timeout(tmp_path: P
         assert SMALL.idle_seconds * 0.9 <= elapsed < SMALL.idle_seconds + 2.0
 
 
-def test_a_flood_of_idle_connections_beyond_the_cap_cannot_lock_out_a_client(tmp_path: Path) -> None:
-    with small_server(tmp_path, PATIENT) as server, ProbeWatch(server) as probes:
-        flood = [tls_connect(server) for _ in range(PATIENT.max_connections)]
+def wait_until(condition: Callable[[], bool], seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the server did not get there in time"
+        time.sleep(0.02)
+
+
+def open_from(server: RunningServer, source: str, count: int, *, served: bool = False) -> list[ssl.SSLSocket]:
+    """`count` connections from `source`; with `served`, each completes a request and stays kept alive."""
+    sockets = [tls_connect(server, source=source) for _ in range(count)]
+    for sock in sockets if served else ():
+        assert mutate_once(sock) == 200
+    return sockets
+
+
+def close_all(*groups: list[ssl.SSLSocket]) -> None:
+    for group in groups:
+        for sock in group:
+            sock.close()
+
+
+@pytest.mark.parametrize("per_source", [PATIENT.max_connections_per_source, PATIENT.max_connections],
+                         ids=["per-source cap", "per-source cap as large as the table"])
+def test_a_flood_from_one_source_cannot_evict_a_kept_alive_connection_that_completed_a_request(
+        tmp_path: Path, per_source: int) -> None:
+    limits = dataclasses.replace(PATIENT, max_connections_per_source=per_source)
+    with small_server(tmp_path, limits) as server, ProbeWatch(server) as probes, tls_connect(server) as apiserver:
+        assert mutate_once(apiserver) == 200  # the apiserver's connection, kept alive after its review
+        flood = open_from(server, "127.0.0.2", limits.max_connections * 2)
         try:
-            for sock in flood:  # every slot now holds a kept-alive idle connection
-                assert mutate_once(sock) == 200
-            with tls_connect(server) as newcomer:  # the cap is reached: the longest-idle one makes room
-                assert mutate_once(newcomer) == 200
-            assert closed_within(flood[0], 1) is not None, "the longest-idle connection was not the one closed"
-            assert closed(server, "evicted_idle") >= 1
+            held = min(per_source, limits.max_connections - 1)
+            wait_until(lambda: len(server.server.connections.open) == 1 + held
+                       and closed(server, "over_capacity") + closed(server, "source_over_capacity")
+                       >= len(flood) - held)
+            assert closed(server, "evicted_idle") == 0
+            assert mutate_once(apiserver) == 200, "the kept-alive connection was closed for the flood"
         finally:
-            for sock in flood:
-                sock.close()
+            close_all(flood)
     probes.assert_healthy()
 
 
-def test_connections_beyond_the_cap_with_none_idle_are_closed_and_do_not_stall_the_probes(tmp_path: Path) -> None:
+def test_one_source_holds_at_most_its_cap_and_another_source_still_gets_in(tmp_path: Path) -> None:
+    cap = PATIENT.max_connections_per_source
     with small_server(tmp_path, PATIENT) as server, ProbeWatch(server) as probes:
-        silent = [tls_connect(server) for _ in range(PATIENT.max_connections)]  # each awaits its head: busy
+        flood = open_from(server, "127.0.0.2", cap + 8)
         try:
-            with tls_connect(server) as extra:
-                assert closed_within(extra, 1) is not None, "a connection over the cap was kept"
-            assert closed(server, "over_capacity") >= 1
+            wait_until(lambda: closed(server, "source_over_capacity") >= 8)
+            assert len(server.server.connections.by_source["127.0.0.2"]) == cap
+            for extra in flood[cap:]:
+                assert closed_within(extra, 2) is not None, "a connection over its source's cap was kept"
+            for admitted in flood[:cap]:
+                assert mutate_once(admitted) == 200
+            with tls_connect(server, source="127.0.0.3") as other:
+                assert mutate_once(other) == 200
+            assert closed(server, "source_over_capacity") == 8
         finally:
-            for sock in silent:
-                sock.close()
+            close_all(flood)
+    probes.assert_healthy()
+
+
+def test_a_full_table_makes_room_only_from_the_heaviest_sources_connections_that_sent_no_request(
+        tmp_path: Path) -> None:
+    cap = PATIENT.max_connections_per_source
+    with small_server(tmp_path, PATIENT) as server, ProbeWatch(server) as probes:
+        silent = open_from(server, "127.0.0.2", cap)  # each awaits its first head
+        trickling = open_from(server, "127.0.0.3", cap)
+        for sock in trickling:
+            sock.sendall(b"POST /mutate HTTP/1.1\r\n")  # a first head that never ends
+        kept_alive = open_from(server, "127.0.0.4", PATIENT.max_connections - 2 * cap, served=True)
+        try:
+            wait_until(lambda: len(server.server.connections.open) == PATIENT.max_connections)
+            with tls_connect(server, source="127.0.0.5") as newcomer:
+                assert mutate_once(newcomer) == 200
+            assert closed(server, "evicted_unproven") == 1
+            assert closed_within(silent[0], 2) is not None, "the oldest silent connection of the heaviest source"
+            for sock in kept_alive:
+                assert mutate_once(sock) == 200
+        finally:
+            close_all(silent, trickling, kept_alive)
+    probes.assert_healthy()
+
+
+def test_a_table_full_of_connections_that_completed_requests_closes_the_newcomer_instead(tmp_path: Path) -> None:
+    cap = PATIENT.max_connections_per_source
+    with small_server(tmp_path, PATIENT) as server, ProbeWatch(server) as probes:
+        kept_alive = [*open_from(server, "127.0.0.2", cap, served=True),
+                      *open_from(server, "127.0.0.3", cap, served=True),
+                      *open_from(server, "127.0.0.4", PATIENT.max_connections - 2 * cap, served=True)]
+        try:
+            with tls_connect(server, source="127.0.0.5") as extra:
+                assert closed_within(extra, 2) is not None, "a connection over the cap was kept"
+            assert closed(server, "over_capacity") == 1
+            for sock in kept_alive:
+                assert mutate_once(sock) == 200
+        finally:
+            close_all(kept_alive)
     probes.assert_healthy()
 
 

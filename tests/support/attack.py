@@ -19,7 +19,8 @@ from tests.support.server import RunningServer, running_server
 
 # Small on purpose: an attack on a 5 s deadline would take 5 s per test.
 SMALL = Limits(max_head_bytes=8 * 1024, max_headers=50, max_body_bytes=512 * 1024, handshake_seconds=0.5,
-               head_seconds=0.5, body_seconds=0.8, idle_seconds=1.5, max_connections=64, linger_seconds=0.3)
+               head_seconds=0.5, body_seconds=0.8, idle_seconds=1.5, max_connections=64,
+               max_connections_per_source=24, linger_seconds=0.3)
 REVIEW = fixture("synthetic/pod-create-from-replicaset.json")
 
 
@@ -29,8 +30,10 @@ def small_server(tmp_path: Path, limits: Limits = SMALL) -> Iterator[RunningServ
         yield server
 
 
-def tls_connect(server: RunningServer, timeout: float = 5) -> ssl.SSLSocket:
-    raw = socket.create_connection(("127.0.0.1", server.port), timeout=timeout)
+def tls_connect(server: RunningServer, timeout: float = 5, *, source: str = "127.0.0.1") -> ssl.SSLSocket:
+    """A verified TLS connection from `source`: any 127.x.y.z address is this machine's loopback, so each
+    is a client address of its own to the server."""
+    raw = socket.create_connection(("127.0.0.1", server.port), timeout=timeout, source_address=(source, 0))
     return server.client_context().wrap_socket(raw, server_hostname="localhost")
 
 
