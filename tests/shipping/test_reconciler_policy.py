@@ -1,0 +1,176 @@
+"""The shipped ValidatingAdmissionPolicies that reserve the reconciler's objects and narrow its reach
+(manifests/base/reconciler-admission-policy.yaml), evaluated as the apiserver evaluates them: the
+request must match the policy's resource rules and every matchCondition, then each validation runs with
+the policy's variables; false or an evaluation error refuses (failurePolicy Fail). The CEL is the same
+library the webhook's rules use; the inputs are AdmissionRequest-shaped (`request`, `object`,
+`oldObject`), one per case an attacker or the reconciler would send.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from app.injection.names import TRUST_BUNDLE_CONFIGMAP
+from app.reconcile.ownership import MANAGED_BY_LABEL, MANAGER, owner_labels
+from app.rules.cel import Environment, EvalError, to_cel
+from tests.shipping.support import ROOT, Obj, installed, load_docs, of_kind, only, render
+
+POLICY_FILE = ROOT / "manifests" / "base" / "reconciler-admission-policy.yaml"
+POLICIES = [d for d in load_docs(POLICY_FILE) if d["kind"] == "ValidatingAdmissionPolicy"]
+ENV = Environment(["request", "object", "oldObject", "variables"])
+
+RECONCILER = "system:serviceaccount:tls-injector:tls-injector-reconciler"
+BOOTSTRAP = "system:serviceaccount:tls-injector:tls-injector-bootstrap"
+TENANT = "system:serviceaccount:team-a:default"
+ADMIN = "kubernetes-admin"
+GARBAGE_COLLECTOR = "system:serviceaccount:kube-system:generic-garbage-collector"
+OURS = owner_labels("leaf")
+
+
+def thing(kind: str, name: str, namespace: str = "team-a", labels: dict[str, str] | None = None) -> Obj:
+    metadata: Obj = {"name": name, "namespace": namespace, "uid": str(uuid.uuid4())}
+    if labels is not None:
+        metadata["labels"] = labels
+    return {"apiVersion": "v1", "kind": kind, "metadata": metadata, "data": {"k": "dg=="}}
+
+
+def request(operation: str, user: str, *, new: Obj | None = None, old: Obj | None = None) -> Obj:
+    """An AdmissionRequest as the apiserver builds it (object is null on DELETE, oldObject on CREATE)."""
+    subject = new or old
+    assert subject is not None
+    kind, meta = subject["kind"], subject["metadata"]
+    groups = ["system:masters", "system:authenticated"] if user == ADMIN else ["system:authenticated"]
+    return {"uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1", "kind": kind},
+            "resource": {"group": "", "version": "v1", "resource": kind.lower() + "s"},
+            "name": meta["name"], "namespace": meta["namespace"], "operation": operation,
+            "userInfo": {"username": user, "groups": groups}, "object": new, "oldObject": old, "dryRun": False}
+
+
+def applies(policy: Obj, review: Obj) -> bool:
+    rules = policy["spec"]["matchConstraints"]["resourceRules"]
+    resource = review["resource"]
+    if not any(resource["group"] in r["apiGroups"] and resource["version"] in r["apiVersions"]
+               and resource["resource"] in r["resources"] and review["operation"] in r["operations"] for r in rules):
+        return False
+    data = cel_data(review)
+    return all(ENV.compile_bool(c["expression"]).evaluate(data) is True for c in policy["spec"]["matchConditions"])
+
+
+def cel_data(review: Obj) -> dict[str, Any]:
+    return {"request": to_cel(review), "object": to_cel(review["object"]), "oldObject": to_cel(review["oldObject"])}
+
+
+def refusals(review: Obj) -> list[str]:
+    """The messages of every validation that refuses `review`, over every policy that applies."""
+    found = []
+    for policy in (p for p in POLICIES if applies(p, review)):
+        data = cel_data(review)
+        data["variables"] = {v["name"]: ENV.compile_any(v["expression"]).value(data)
+                             for v in policy["spec"]["variables"]}
+        assert not [v for v in data["variables"].values() if isinstance(v, EvalError)], data["variables"]
+        for validation in policy["spec"]["validations"]:
+            verdict = ENV.compile_bool(validation["expression"]).evaluate(data)
+            assert not isinstance(verdict, EvalError), (validation["expression"], verdict)
+            if verdict is not True:
+                found.append(message(validation, data))
+    return found
+
+
+def message(validation: Obj, data: dict[str, Any]) -> str:
+    if "messageExpression" in validation:
+        text = ENV.compile_any(validation["messageExpression"]).value(data)
+        assert isinstance(text, str), text
+        return text
+    return str(validation["message"])
+
+
+SQUAT = thing("ConfigMap", TRUST_BUNDLE_CONFIGMAP)
+SQUAT_LABELLED = thing("ConfigMap", TRUST_BUNDLE_CONFIGMAP, labels=owner_labels("bundle"))
+LEAF = thing("Secret", "web-tls", labels=OURS)
+STRIPPED = thing("Secret", "web-tls", labels={})
+PLAIN_SECRET = thing("Secret", "db-password", labels={"app": "db"})
+PLAIN_CONFIGMAP = thing("ConfigMap", "app-config")
+HELM_LABELLED = thing("ConfigMap", "chart-values", labels={MANAGED_BY_LABEL: "Helm"})
+WEBHOOK_TLS = thing("Secret", "tls-injector-webhook-tls", "tls-injector", owner_labels("webhook"))
+
+REFUSED = [
+    ("a tenant squats the bundle's name without our label", request("CREATE", TENANT, new=SQUAT)),
+    ("a tenant creates a bundle with our label", request("CREATE", TENANT, new=SQUAT_LABELLED)),
+    ("a tenant plants a Secret with our label", request("CREATE", TENANT, new=LEAF)),
+    ("a tenant edits a certificate Secret of ours", request("UPDATE", TENANT, new=LEAF, old=LEAF)),
+    ("a tenant strips our label to take a Secret over", request("UPDATE", TENANT, new=STRIPPED, old=LEAF)),
+    ("a tenant labels its own Secret as ours", request("UPDATE", TENANT, new=LEAF, old=STRIPPED)),
+    ("a cluster admin writes the bundle by hand", request("UPDATE", ADMIN, new=SQUAT_LABELLED, old=SQUAT_LABELLED)),
+    ("the bootstrap Job writes a labelled Secret elsewhere", request("CREATE", BOOTSTRAP, new=LEAF)),
+    ("the reconciler creates an unlabelled Secret", request("CREATE", RECONCILER, new=PLAIN_SECRET)),
+    ("the reconciler overwrites a Secret it does not own", request("UPDATE", RECONCILER, new=LEAF, old=PLAIN_SECRET)),
+    ("the reconciler drops its own label", request("UPDATE", RECONCILER, new=STRIPPED, old=LEAF)),
+    ("the reconciler deletes a Secret it does not own", request("DELETE", RECONCILER, old=PLAIN_SECRET)),
+    ("the reconciler takes over a squatted bundle", request("UPDATE", RECONCILER, new=SQUAT_LABELLED, old=SQUAT)),
+]
+ALLOWED = [
+    ("a tenant writes its own ConfigMap", request("CREATE", TENANT, new=PLAIN_CONFIGMAP)),
+    ("a tenant updates its own Secret", request("UPDATE", TENANT, new=PLAIN_SECRET, old=PLAIN_SECRET)),
+    ("a tenant uses the managed-by label with another manager", request("CREATE", TENANT, new=HELM_LABELLED)),
+    ("a tenant deletes its namespace's copy (the reconciler writes it again)", request("DELETE", TENANT, old=LEAF)),
+    ("the namespace controller empties a namespace",
+     request("DELETE", "system:serviceaccount:kube-system:namespace-controller", old=SQUAT_LABELLED)),
+    ("the garbage collector orphans a leaf Secret", request("UPDATE", GARBAGE_COLLECTOR, new=LEAF, old=LEAF)),
+    ("the reconciler creates a bundle", request("CREATE", RECONCILER, new=SQUAT_LABELLED)),
+    ("the reconciler renews a certificate", request("UPDATE", RECONCILER, new=LEAF, old=LEAF)),
+    ("the reconciler removes a Secret no workload needs", request("DELETE", RECONCILER, old=LEAF)),
+    ("the bootstrap Job writes the webhook's serving Secret", request("CREATE", BOOTSTRAP, new=WEBHOOK_TLS)),
+    ("the bootstrap Job renews the webhook's serving Secret",
+     request("UPDATE", BOOTSTRAP, new=WEBHOOK_TLS, old=WEBHOOK_TLS)),
+]
+
+
+@pytest.mark.parametrize(("case", "review"), REFUSED, ids=[c for c, _ in REFUSED])
+def test_the_policies_refuse(case: str, review: Obj) -> None:
+    found = refusals(review)
+    assert found, f"{case}: allowed"
+    assert all("tls-injector" in text for text in found), found
+
+
+@pytest.mark.parametrize(("case", "review"), ALLOWED, ids=[c for c, _ in ALLOWED])
+def test_the_policies_allow(case: str, review: Obj) -> None:
+    assert refusals(review) == [], case
+
+
+def test_a_refusal_names_the_requester_and_what_is_reserved() -> None:
+    [text] = refusals(request("CREATE", TENANT, new=SQUAT))
+    assert TENANT in text
+    assert TRUST_BUNDLE_CONFIGMAP in text
+    assert f"{MANAGED_BY_LABEL}={MANAGER}" in text
+
+
+def test_the_policies_name_the_label_the_bundle_and_the_accounts_the_install_really_uses() -> None:
+    text = POLICY_FILE.read_text()
+    for value in (MANAGED_BY_LABEL, MANAGER, TRUST_BUNDLE_CONFIGMAP):
+        assert f"'{value}'" in text
+    objects = installed()
+    reconciler_pod = only(objects, "Deployment", "tls-injector-reconciler")["spec"]["template"]["spec"]
+    assert f"system:serviceaccount:tls-injector:{reconciler_pod['serviceAccountName']}" == RECONCILER
+    job = only(objects, "Job", "tls-injector-bootstrap")
+    job_account = job["spec"]["template"]["spec"]["serviceAccountName"]
+    assert f"system:serviceaccount:{job['metadata']['namespace']}:{job_account}" == BOOTSTRAP
+    role = only(objects, "Role", "tls-injector-bootstrap")
+    pinned = {name for rule in role["rules"] for name in rule.get("resourceNames", [])}
+    assert pinned == {"tls-injector-webhook-ca", "tls-injector-webhook-tls"}
+    assert all(f"'{name}'" in text for name in pinned)
+
+
+@pytest.mark.parametrize("directory", ["manifests/base", "manifests/overlays/example"])
+def test_every_rendering_binds_both_policies_to_deny(directory: str) -> None:
+    objects = render(ROOT / directory)
+    names = {p["metadata"]["name"] for p in POLICIES}
+    assert names == {"tls-injector.reserved-objects", "tls-injector.reconciler-reach"}
+    bindings = {b["spec"]["policyName"]: b for b in of_kind(objects, "ValidatingAdmissionPolicyBinding")}
+    policies = {p["metadata"]["name"] for p in of_kind(objects, "ValidatingAdmissionPolicy")}
+    for name in names:
+        assert name in policies
+        assert bindings[name]["spec"]["validationActions"] == ["Deny"]
+        assert "matchResources" not in bindings[name]["spec"], "bound in every namespace"
