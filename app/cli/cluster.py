@@ -52,6 +52,10 @@ def cluster_flags(command: argparse.ArgumentParser) -> None:
                               "auto = when the cluster serves certificates.k8s.io v1 or v1beta1 pod certificates "
                               "(found by discovery), on = the same but an error in the log when it does not, "
                               "off = never (pods asking for them get the Secret path)")
+    command.add_argument("--metrics-per-object", action="store_true",
+                         help="also one certificate-expiry series per workload Secret, labelled with its namespace "
+                              "and name (default: only the earliest expiry and the count, so /metrics does not list "
+                              "the cluster's namespaces and Secrets)")
     webhook_flags(command)
 
 
@@ -78,7 +82,8 @@ def settings_for(args: argparse.Namespace, *, resolv_conf: Path | None = None) -
                               served_address=served_address(args, namespace))
     return ReconcileSettings(namespace=namespace, cluster_domain=domain,
                              user_ca_secret=args.ca_secret or None, webhook=webhook if configurations else None,
-                             pod_certificates=getattr(args, "pod_certificates", "auto"))
+                             pod_certificates=getattr(args, "pod_certificates", "auto"),
+                             per_object_metrics=getattr(args, "metrics_per_object", False))
 
 
 def served_address(args: argparse.Namespace, namespace: str) -> tuple[str, int] | None:

@@ -63,7 +63,13 @@ class ReconcileMetrics:
 
 
 class ExpiryGauge(Collector):
-    """`tls_injector_certificate_expiry_timestamp_seconds{namespace,secret}`, replaced whole after each pass.
+    """Workload certificates' expiry, replaced whole after each pass.
+
+    By default two series without labels: the earliest expiry (`..._earliest_expiry_timestamp_seconds`,
+    what an alert needs) and how many certificates there are. One series per Secret,
+    `tls_injector_certificate_expiry_timestamp_seconds{namespace,secret}`, only when the pass asks for it
+    (`reconcile --metrics-per-object`): those labels list every opted-in namespace and Secret name to
+    whoever can scrape /metrics, and grow the series with the cluster.
 
     A collector rather than a labelled Gauge: a pass sets one value per workload Secret, and creating and
     validating a labelled child per Secret cost about 1 s per pass at 10,000 workloads; here a pass hands
@@ -71,20 +77,36 @@ class ExpiryGauge(Collector):
     """
 
     NAME = "tls_injector_certificate_expiry_timestamp_seconds"
+    EARLIEST = "tls_injector_certificates_earliest_expiry_timestamp_seconds"
+    COUNT = "tls_injector_certificates"
 
     def __init__(self) -> None:
         self._values: Mapping[tuple[str, str], float] = {}
+        self._per_object = False
 
-    def replace(self, values: Mapping[tuple[str, str], float]) -> None:
-        self._values = dict(values)  # one reference swap: a scrape sees the old pass or the new one
+    def replace(self, values: Mapping[tuple[str, str], float], *, per_object: bool = False) -> None:
+        # One reference swap each: a scrape sees the old pass or the new one (the flag never changes
+        # within a process, so the two never disagree).
+        self._values, self._per_object = dict(values), per_object
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily(self.NAME, "Expiry (Unix time) of each workload certificate Secret.",
-                                   labels=["namespace", "secret"])
-        for (namespace, secret), value in sorted(self._values.items()):
-            family.add_metric([namespace, secret], value)
-        yield family
+        values = self._values
+        earliest = GaugeMetricFamily(self.EARLIEST, "Earliest expiry (Unix time) of the workload certificates.")
+        if values:
+            earliest.add_metric([], min(values.values()))
+        yield earliest
+        yield GaugeMetricFamily(self.COUNT, "Workload certificate Secrets with a certificate (last pass).",
+                                value=len(values))
+        if self._per_object:
+            family = self._per_object_family()
+            for (namespace, secret), value in sorted(values.items()):
+                family.add_metric([namespace, secret], value)
+            yield family
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
-        yield GaugeMetricFamily(self.NAME, "Expiry (Unix time) of each workload certificate Secret.",
-                                labels=["namespace", "secret"])
+        yield GaugeMetricFamily(self.EARLIEST, "Earliest expiry (Unix time) of the workload certificates.")
+        yield GaugeMetricFamily(self.COUNT, "Workload certificate Secrets with a certificate (last pass).")
+
+    def _per_object_family(self) -> GaugeMetricFamily:
+        return GaugeMetricFamily(self.NAME, "Expiry (Unix time) of each workload certificate Secret.",
+                                 labels=["namespace", "secret"])

@@ -98,6 +98,9 @@ class ReconcileSettings:
     # Act as the pod-certificate signer and publish the ClusterTrustBundle: "auto" when the cluster serves
     # the APIs (found by discovery), "off" never, "on" says so loudly in the log when it cannot.
     pod_certificates: signer.PodCertificates = "auto"
+    # One expiry series per workload Secret, labelled with its namespace and name (off: those names are
+    # the cluster's inventory, served to whoever can scrape /metrics; the earliest expiry is always there).
+    per_object_metrics: bool = False
 
 
 @dataclass
@@ -528,7 +531,7 @@ class Reconciler:
             obj = stored.get((SECRETS.kind, target.namespace, target.secret_name))
             if obj is not None and (expiry := leaf_expiry(target, obj, signing)) is not None:
                 expiries[target.namespace, target.secret_name] = expiry.timestamp()
-        self.metrics.cert_expiry.replace(expiries)
+        self.metrics.cert_expiry.replace(expiries, per_object=self.settings.per_object_metrics)
 
 
 def wants_pod_certificates(obj: Obj) -> bool:

@@ -20,7 +20,8 @@ def test_the_background_task_leads_converges_exports_metrics_and_stops_on_cancel
 
     async def serve_for_a_while() -> None:
         task = asyncio.create_task(run_reconciler(ClusterConfig(server=kubeapi.url),
-                                                  ReconcileSettings(namespace=OWN_NS), registry=registry))
+                                                  ReconcileSettings(namespace=OWN_NS, per_object_metrics=True),
+                                                  registry=registry))
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             if all(kubeapi.get("secrets", n, ns) for ns, n in secrets):

@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 
 from app.kube import SECRETS, KubeApi
 from app.pki import (
@@ -128,7 +129,7 @@ def test_a_new_signer_opens_no_old_seal_and_every_leaf_moves_to_it(sign: Signing
 def test_the_expiry_metric_gives_each_leafs_own_end_sealed_or_not(kubeapi: Emulator) -> None:
     secrets = small_cluster(kubeapi, namespaces=2, per_namespace=2)
     clock = Clock()
-    rec = reconciler(kubeapi, clock)
+    rec = reconciler(kubeapi, clock, per_object_metrics=True)
     rec.metrics = ReconcileMetrics()
     assert rec.run_pass().converged
     api = KubeApi(kubeapi.api_client())
@@ -143,3 +144,21 @@ def test_the_expiry_metric_gives_each_leafs_own_end_sealed_or_not(kubeapi: Emula
         sample = rec.metrics.registry.get_sample_value("tls_injector_certificate_expiry_timestamp_seconds",
                                                        {"namespace": ns, "secret": name})
         assert sample == leaf.not_valid_after_utc.timestamp()
+
+
+def test_by_default_metrics_name_no_namespace_or_secret_only_the_earliest_expiry_and_the_count(
+        kubeapi: Emulator) -> None:
+    secrets = small_cluster(kubeapi, namespaces=2, per_namespace=2)
+    rec = reconciler(kubeapi, Clock())
+    rec.metrics = ReconcileMetrics()
+    assert rec.run_pass().converged
+    text = generate_latest(rec.metrics.registry).decode()
+    for ns, name in secrets:
+        assert f'"{ns}"' not in text
+        assert name not in text
+    assert "tls_injector_certificate_expiry_timestamp_seconds{" not in text
+    ends = [load_certificates(data(kubeapi.get("secrets", name, ns))["tls.crt"])[0].not_valid_after_utc.timestamp()
+            for ns, name in secrets]
+    registry = rec.metrics.registry
+    assert registry.get_sample_value("tls_injector_certificates_earliest_expiry_timestamp_seconds") == min(ends)
+    assert registry.get_sample_value("tls_injector_certificates") == len(secrets)
