@@ -2,8 +2,11 @@
 # tls-injector: the webhook server, reconciler and bootstrap in one image.
 #
 # Two stages: the builder installs the hash-locked dependencies and a wheel built from pyproject.toml
-# into a virtualenv; the final stage copies only that virtualenv onto a fresh slim base, so no compiler,
-# pip cache, build backend or source tree ships.
+# into a virtualenv, then assembles the image's whole filesystem with tools/rootfs.sh: the interpreter,
+# the virtualenv and exactly the shared libraries they load. The final stage is that tree on `scratch`,
+# so no shell, coreutils, pip, package manager, compiler, build backend or source tree ships: code
+# execution in the container finds no tool to go on with. (tests/shipping/test_image_rootfs.py assembles
+# the same tree from the test interpreter and runs the server in it.)
 #
 # Everything is pinned: the base by version tag and digest (a tag alone can be re-pointed), every
 # dependency and the build backend by version and hash (requirements.lock, requirements-build.lock;
@@ -31,14 +34,16 @@ RUN python -m pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . \
  && /opt/tls-injector/bin/pip install --no-deps /wheels/*.whl \
  && /opt/tls-injector/bin/pip check \
  && /opt/tls-injector/bin/pip uninstall --yes pip
+COPY tools/rootfs.sh /usr/local/bin/rootfs.sh
+RUN /usr/local/bin/rootfs.sh /usr/local /opt/tls-injector /rootfs
 
-FROM ${PYTHON_IMAGE}
+FROM scratch
 # Every dependency ships manylinux wheels (cryptography, orjson, uvloop, httptools, cel-expr-python):
 # nothing is compiled, and the runtime needs no extra system package.
-ENV PATH=/opt/tls-injector/bin:$PATH \
+ENV PATH=/opt/tls-injector/bin \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
-COPY --from=builder /opt/tls-injector /opt/tls-injector
+COPY --from=builder /rootfs /
 # Numeric, so Kubernetes' runAsNonRoot can verify it without an /etc/passwd entry; the manifests use
 # the same 65532.
 USER 65532:65532

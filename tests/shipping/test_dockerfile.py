@@ -68,12 +68,13 @@ def test_hadolint_is_really_consulted_and_flags_a_bad_dockerfile(tmp_path: Path)
     assert "DL3007" in result.stdout  # "latest" tag
 
 
-def test_the_build_has_a_builder_and_a_final_stage_on_a_python_3_11_slim_base_pinned_by_digest() -> None:
+def test_the_build_has_a_builder_on_a_python_3_11_slim_base_pinned_by_digest_and_a_final_stage_on_scratch() -> None:
     text = DOCKERFILE.read_text()
     args = dict(a.split("=", 1) for w, a in instructions(text) if w == "ARG" and "=" in a)
     groups = stages(text)
     assert len(groups) >= 2
-    for group in groups:
+    assert groups[-1][0] == ("FROM", "scratch"), "the final stage is the assembled tree alone"
+    for group in groups[:-1]:
         image = group[0][1].split()[0]
         for name, value in args.items():
             image = image.replace("${" + name + "}", value)
@@ -107,8 +108,16 @@ def test_the_final_stage_copies_only_the_virtualenv_and_has_no_build_step_or_hea
     assert "RUN" not in words, "the final stage must not install or compile anything"
     assert "HEALTHCHECK" not in words, "Kubernetes probes /healthz and /readyz instead"
     copies = [shlex.split(a) for w, a in final if w == "COPY"]
-    assert copies
-    assert all(c[0] == "--from=builder" for c in copies)
+    assert copies == [["--from=builder", "/rootfs", "/"]], "only the tree tools/rootfs.sh assembled"
+
+
+def test_the_builder_assembles_the_final_tree_from_the_interpreter_and_the_virtualenv_with_the_tested_script() -> None:
+    builder = stages(DOCKERFILE.read_text())[0]
+    assert ("COPY", "tools/rootfs.sh /usr/local/bin/rootfs.sh") in builder
+    runs = [a for w, a in builder if w == "RUN"]
+    assert runs[-1] == "/usr/local/bin/rootfs.sh /usr/local /opt/tls-injector /rootfs", "assembled after the install"
+    env = dict(pair.split("=", 1) for w, a in final_stage() if w == "ENV" for pair in shlex.split(a))
+    assert env["PATH"] == "/opt/tls-injector/bin", "no directory of tools on the PATH"
 
 
 def test_the_builder_installs_only_hash_locked_dependencies_then_the_wheel_without_resolving_again() -> None:
@@ -131,7 +140,8 @@ def test_the_docker_context_excludes_everything_but_the_package_sources() -> Non
              if line.strip() and not line.startswith("#")]
     assert lines[0] == "*"
     allowed = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
-    assert allowed == {"pyproject.toml", "README.md", "app", "requirements.lock", "requirements-build.lock"}
+    assert allowed == {"pyproject.toml", "README.md", "app", "requirements.lock", "requirements-build.lock",
+                       "tools/rootfs.sh"}
 
 
 def _locked(path: Path) -> dict[str, tuple[str, list[str]]]:

@@ -4,6 +4,7 @@ other, and only the reconciler with API credentials."""
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import pytest
@@ -177,6 +178,26 @@ def test_every_image_is_pinned_to_a_version_tag_and_never_latest(directory: str)
             assert name, f"{container['image']}: no tag"
             assert tag not in ("", "latest")
             assert container["imagePullPolicy"] == "IfNotPresent"
+
+
+# What an operator applies to a cluster: the image pinned by digest (a tag can be moved to other bytes).
+OVERLAYS = ("manifests/overlays/example", "manifests/overlays/example/bootstrap", "examples/sidecar-tls/overlay")
+DIGEST_PINNED = re.compile(r"[a-z0-9.\-/]+(:[\w.\-]+)?@sha256:[0-9a-f]{64}")
+
+
+@pytest.mark.parametrize("directory", OVERLAYS)
+def test_every_image_of_an_overlay_is_pinned_by_digest(directory: str) -> None:
+    controllers = [o for o in render(ROOT / directory) if o["kind"] in ("Deployment", "Job")]
+    assert controllers
+    for controller in controllers:
+        for container in controller["spec"]["template"]["spec"]["containers"]:
+            assert DIGEST_PINNED.fullmatch(container["image"]), f"{container['image']}: not pinned by digest"
+
+
+def test_the_digest_pattern_refuses_a_tag_alone() -> None:
+    assert not DIGEST_PINNED.fullmatch("registry.example.com/platform/tls-injector:0.1.0")
+    assert not DIGEST_PINNED.fullmatch("registry.example.com/platform/tls-injector@sha256:abc")
+    assert DIGEST_PINNED.fullmatch("registry.example.com/platform/tls-injector:0.1.0@sha256:" + "ab" * 32)
 
 
 @pytest.mark.parametrize(("webhook", "job"), [("manifests/base", "certs-bootstrap"),
