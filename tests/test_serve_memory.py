@@ -88,6 +88,9 @@ class _Transport:
     def is_closing(self) -> bool:
         return False
 
+    def get_extra_info(self, name: str) -> object:
+        return ("127.0.0.1", 40000) if name == "peername" else None
+
     def abort(self) -> None:
         pass
 

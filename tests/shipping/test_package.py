@@ -31,6 +31,7 @@ def _context(tmp: Path) -> Path:
         if source.is_dir():
             shutil.copytree(source, context / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         else:
+            (context / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, context / name)
     return context
 
