@@ -180,8 +180,9 @@ def _args(objects: list[Obj], name: str) -> list[str]:
 def _excluded_lists(objects: list[Obj]) -> list[list[str]]:
     selectors = [hook["namespaceSelector"] for o in objects if o["kind"].endswith("WebhookConfiguration")
                  for hook in o["webhooks"]]
+    # The reconciler's own bindings have no matchResources: they hold in every namespace.
     selectors += [o["spec"]["matchResources"]["namespaceSelector"] for o in objects
-                  if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+                  if o["kind"] == "ValidatingAdmissionPolicyBinding" and "matchResources" in o["spec"]]
     return [e["values"] for s in selectors for e in s.get("matchExpressions", [])
             if e["key"] == "kubernetes.io/metadata.name"]
 
@@ -275,7 +276,9 @@ def test_common_labels_go_on_every_object_and_never_on_a_selector_or_pod_templat
             assert "team" not in obj["spec"]["template"]["metadata"]["labels"]
         if obj["kind"] == "Deployment":
             assert "team" not in obj["spec"]["selector"]["matchLabels"]
-    policies = [o for o in non_default if o["kind"].startswith("ValidatingAdmissionPolicy")]
+    # The rules' policies; the reconciler's own two (and their bindings) are labelled as its component.
+    policies = [o for o in non_default if o["kind"].startswith("ValidatingAdmissionPolicy")
+                and o["metadata"]["labels"].get("app.kubernetes.io/component") != "reconciler"]
     assert len(policies) == len(POLICIES)
     assert all(
         o["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "tls-injector" for o in policies)
