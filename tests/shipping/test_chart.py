@@ -158,6 +158,7 @@ NON_DEFAULT: dict[str, Any] = {
     "admissionPolicy": {"enabled": True},
     "priorityClass": {"value": 5000},
     "commonLabels": {"team": "platform", "example.com/cost-center": "42"},
+    "networkPolicy": {"controlPlaneCIDR": "10.0.0.0/24", "apiServerCIDR": "10.0.0.1/32", "monitoringNamespace": "prom"},
 }
 OTHER_NS = "platform-tls"
 POLICIES = load_docs(ROOT / "manifests/components/admission-policy/policies.yaml")
@@ -266,6 +267,46 @@ def test_every_reference_to_the_namespace_follows_the_release(non_default: list[
                 for h in o["webhooks"]]
     assert {s["namespace"] for s in services} == {OTHER_NS}
     assert f"--namespace={OTHER_NS}" in _args(non_default, "tls-injector-bootstrap")
+    # The reconciler's own admission policies name its accounts, in the release namespace.
+    cel = json.dumps([o["spec"] for o in non_default if o["kind"] == "ValidatingAdmissionPolicy"
+                      and o["metadata"]["labels"].get("app.kubernetes.io/component") == "reconciler"])
+    assert f"system:serviceaccount:{OTHER_NS}:tls-injector-reconciler" in cel
+    assert f"system:serviceaccount:{OTHER_NS}:tls-injector-bootstrap" in cel
+    assert "system:serviceaccount:tls-injector:" not in cel
+
+
+def _policies(objects: list[Obj]) -> dict[str, Obj]:
+    return {o["metadata"]["name"]: o["spec"] for o in objects if o["kind"] == "NetworkPolicy"}
+
+
+def _peers(rule: Obj) -> list[Obj]:
+    return list(rule.get("from") or rule.get("to") or [])
+
+
+def test_network_policies_name_the_sources_and_the_reconcilers_destinations_when_given(
+    non_default: list[Obj],
+) -> None:
+    webhook, reconciler = _policies(non_default)["tls-injector"], _policies(non_default)["tls-injector-reconciler"]
+    admission, metrics = webhook["ingress"]
+    assert [p["port"] for p in admission["ports"]] == [8443]
+    assert _peers(admission)[0] == {"ipBlock": {"cidr": "10.0.0.0/24"}}
+    assert _peers(admission)[1]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "reconciler"
+    prom = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "prom"}}}
+    assert (_peers(metrics), [p["port"] for p in metrics["ports"]]) == ([prom], [8081])
+    assert (_peers(reconciler["ingress"][0]), reconciler["policyTypes"]) == ([prom], ["Ingress", "Egress"])
+    assert _peers(reconciler["egress"][0]) == [{"ipBlock": {"cidr": "10.0.0.1/32"}}]
+    assert webhook["egress"] == []
+
+
+def test_network_policies_restrict_only_what_is_given() -> None:
+    only_prometheus = _policies(template(*values(networkPolicy={"monitoringNamespace": "prom"})))
+    admission, metrics = only_prometheus["tls-injector"]["ingress"]
+    assert "from" not in admission
+    assert _peers(metrics)
+    reconciler = only_prometheus["tls-injector-reconciler"]
+    assert (reconciler["policyTypes"], "egress" in reconciler) == (["Ingress"], False)
+    defaults = _policies(template())
+    assert [list(rule) for rule in defaults["tls-injector"]["ingress"]] == [["ports"]]
 
 
 def test_common_labels_go_on_every_object_and_never_on_a_selector_or_pod_template(non_default: list[Obj]) -> None:
