@@ -94,6 +94,9 @@ class _Transport:
     def abort(self) -> None:
         pass
 
+    def set_write_buffer_limits(self, high: int, low: int) -> None:
+        pass
+
 
 def test_a_closed_connection_is_freed_at_once_not_at_the_next_garbage_collection() -> None:
     # Its transport holds the TLS state (outside Python's heap); waiting for a full collection let a

@@ -11,6 +11,17 @@ with a status (431, 413, 408) where the client can still read one, then closes.
 
 Timeouts are deadlines on each connection, checked by one sweeper task (`ConnectionSet.sweep`) rather
 than a timer per request: a kept-alive request then costs one `monotonic()` call, not a timer handle.
+
+Bounded on the way out too: a connection whose answers are not being read stops being read (above
+WRITE_BUFFER_HIGH bytes of unsent answers its reading pauses, and resumes when they drain), and requests
+pipelined on one connection are answered in batches (BATCH_SECONDS of work, at most BATCH_REQUESTS), the
+rest on later turns of the event loop, so one connection never holds the loop for long.
+
+HTTP/1.1 as RFC 9110/9112 ask (tests/test_http_conformance.py holds the table, against Go's net/http too):
+HEAD is answered as GET without the body; an Upgrade request is answered as HTTP/1.1 and the connection
+goes on; `Expect: 100-continue` gets 100 Continue or, where the body will not be read, the final answer
+at once; a request with no Host or several is a 400; an absolute-form target is routed by its path; a
+transfer coding other than chunked is a 501; a version other than 1.0 and 1.1 is a 505.
 """
 
 from __future__ import annotations
@@ -41,7 +52,17 @@ class Routes:
 
 REASONS = {100: b"Continue", 200: b"OK", 400: b"Bad Request", 404: b"Not Found", 405: b"Method Not Allowed",
            408: b"Request Timeout", 413: b"Content Too Large", 415: b"Unsupported Media Type",
-           431: b"Request Header Fields Too Large", 500: b"Internal Server Error", 503: b"Service Unavailable"}
+           431: b"Request Header Fields Too Large", 500: b"Internal Server Error", 501: b"Not Implemented",
+           503: b"Service Unavailable", 505: b"HTTP Version Not Supported"}
+# Unsent answers above this pause the connection's reading; below the low mark it resumes. 64 KiB holds a
+# few dozen admission answers (1-3 KB each) or a few /metrics pages: a client reading its answers never
+# meets it, one that stops reading costs this much memory and no more.
+WRITE_BUFFER_HIGH = 64 * 1024
+WRITE_BUFFER_LOW = 16 * 1024
+# Work done for one connection before the loop serves the others: an admission review costs 0.1-0.5 ms, so
+# a batch is a few of them; a request that alone costs more (/metrics renders in ~1-10 ms) is a batch of one.
+BATCH_SECONDS = 0.002
+BATCH_REQUESTS = 16
 _KEEP, _CLOSE = b"\r\n\r\n", b"\r\nconnection: close\r\n\r\n"
 
 
@@ -58,11 +79,26 @@ class Clock:
 Clock.tick()
 
 
-def response_bytes(status: int, content_type: bytes, body: bytes, *, close: bool, headers: Headers = ()) -> bytes:
+def response_bytes(status: int, content_type: bytes, body: bytes, *, close: bool, headers: Headers = (),
+                   head_only: bool = False) -> bytes:
+    """The response; to a HEAD request (`head_only`) the same head, with the length GET's body would have,
+    and no body (RFC 9110 9.3.2): a body there would be read as the start of the next response."""
     extra = b"".join(b"%s: %s\r\n" % pair for pair in headers)
     head = b"HTTP/1.1 %d %s\r\ndate: %s\r\ncontent-type: %s\r\n%scontent-length: %d" % (
         status, REASONS.get(status, b"Error"), Clock.date, content_type, extra, len(body))
-    return head + (_CLOSE if close else _KEEP) + body
+    return head + (_CLOSE if close else _KEEP) + (b"" if head_only else body)
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    """A request parsed whole, waiting for its answer (pipelined behind a batch)."""
+
+    endpoint: AdmissionEndpoint | None
+    path: bytes
+    method: bytes
+    content_type: bytes
+    body: bytes
+    close: bool
 
 
 class _Stop(Exception):
@@ -171,6 +207,10 @@ class HttpConnection(asyncio.BufferedProtocol):
         self.source = ""
         self.served = 0  # requests answered on this connection
         self.closing = False
+        self.waiting: list[Parsed] = []  # parsed and not yet answered: beyond this turn's batch
+        self.batch_ends = 0.0
+        self.batch_left = 0
+        self.writing_paused = self.reading_paused = False
         self._reset()
 
     def _reset(self) -> None:
@@ -178,6 +218,8 @@ class HttpConnection(asyncio.BufferedProtocol):
         self.content_type = b""
         self.content_length = b""
         self.expect_continue = False
+        self.hosts = 0
+        self.chunked = False
         self.head_size = 0
         self.unparsed_head = 0
         self.header_count = 0
@@ -194,6 +236,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         if not self.connections.admit(self):
             transport.abort()  # type: ignore[attr-defined]
             return
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)  # type: ignore[attr-defined]
         # The first request's head is due within head_seconds of the connection's start, not of its
         # first byte: a client that connects and says nothing is a slow client too.
         self.deadline = self.started + self.limits.head_seconds
@@ -209,6 +252,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         # connections a second the C heap swung by 12 MiB every 15-20 s. Broken, reference counting frees
         # them now.
         self.transport = None
+        self.waiting.clear()
         del self.parser
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -217,25 +261,59 @@ class HttpConnection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         self.received(self.connections.read_buffer[:nbytes])
 
+    # flow control: answers not read by the client stop the reading of its requests
+
+    def pause_writing(self) -> None:
+        self.writing_paused = True
+        self._pause_reading()
+
+    def resume_writing(self) -> None:
+        self.writing_paused = False
+        self._answer_waiting()
+
+    def _pause_reading(self) -> None:
+        if not self.reading_paused and self.transport is not None and not self.transport.is_closing():
+            self.reading_paused = True
+            self.transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        if self.reading_paused and self.transport is not None and not self.transport.is_closing():
+            self.reading_paused = False
+            self.transport.resume_reading()
+
     def received(self, data: memoryview) -> None:
         if self.phase == LINGER:
             return  # an error was answered: what follows is dropped until the connection closes
-        if self.phase != BODY:
-            # The parser reports a header only once it is complete: a head that never ends is counted
-            # here, as received, and checked once this read is parsed.
-            self.unparsed_head += len(data)
+        self.batch_ends, self.batch_left = time.perf_counter() + BATCH_SECONDS, BATCH_REQUESTS
+        while data:
+            if self.phase != BODY:
+                # The parser reports a header only once it is complete: a head that never ends is counted
+                # here, as received, and checked once this read is parsed.
+                self.unparsed_head += len(data)
+            data = self._parse(data)
+        if self.waiting:  # past this turn's batch: answered on the next turns, nothing read meanwhile
+            self._pause_reading()
+            asyncio.get_running_loop().call_soon(self._answer_waiting)
+
+    def _parse(self, data: memoryview) -> memoryview:
+        """Feed the parser; what follows an Upgrade request (to be parsed afresh), else nothing."""
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as error:
             if not isinstance(error.__context__, _Stop):
                 raise
-        except httptools.HttpParserUpgrade:
-            self._fail(HttpError(400, "protocol upgrades are not served"))
+        except httptools.HttpParserUpgrade as upgrade:
+            # RFC 9110 7.8: a server may ignore Upgrade. The request was answered as HTTP/1.1 (Go's
+            # net/http does the same); what follows on the connection is the next request.
+            self.parser = httptools.HttpRequestParser(self)
+            self.unparsed_head = 0
+            return data[upgrade.args[0]:] if self.phase != LINGER else data[:0]
         except httptools.HttpParserError:
             self._fail(HttpError(400, "malformed HTTP request"))
         else:
             if self.phase in (NEW, HEAD) and self.unparsed_head > self.limits.max_head_bytes:
                 self._head_too_large()
+        return data[:0]
 
     def _head_too_large(self) -> None:
         self.connections.metrics.connections_closed.labels("head_too_large").inc()
@@ -266,8 +344,15 @@ class HttpConnection(asyncio.BufferedProtocol):
             self.content_type = value
         elif lowered == b"content-length":
             self.content_length = value
+        elif lowered == b"host":
+            self.hosts += 1
         elif lowered == b"expect":
             self.expect_continue = value.lower() == b"100-continue"
+        elif lowered == b"transfer-encoding":
+            self.chunked = value.strip().lower() == b"chunked"
+            if not self.chunked:  # RFC 9112 6.1: a coding the server does not know is a 501
+                self._fail(HttpError(501, "transfer codings other than chunked are not served"))
+                raise _Stop
 
     def _count_head(self, size: int) -> None:
         self.head_size += size
@@ -279,9 +364,19 @@ class HttpConnection(asyncio.BufferedProtocol):
         self.phase = BODY
         self.unparsed_head = 0
         self.deadline = time.monotonic() + self.limits.body_seconds
-        path = self.url.split(b"?", 1)[0]
-        self.endpoint = self.routes.admission.get(path)
+        version = self.parser.get_http_version()
+        if version not in ("1.1", "1.0"):
+            self._fail(HttpError(505, "HTTP/1.1 only"))
+            raise _Stop
+        if self.hosts > 1 or (self.hosts == 0 and version == "1.1"):  # RFC 9112 3.2
+            self._fail(HttpError(400, "exactly one Host header is required"))
+            raise _Stop
+        self.endpoint = self.routes.admission.get(self._path())
         if self.endpoint is None:
+            if self.expect_continue and self._has_body():
+                # Its body would only be dropped: the final answer now rather than 100 Continue (RFC 9110 10.1.1).
+                self._linger(self._plain(close=True))
+                raise _Stop
             return
         try:
             check_call(self.parser.get_method(), self.content_type)
@@ -306,39 +401,79 @@ class HttpConnection(asyncio.BufferedProtocol):
         if self.endpoint is not None:
             self.body.append(chunk)
 
+    def _path(self) -> bytes:
+        url = self.url
+        if url.startswith((b"http://", b"https://")):  # absolute-form (RFC 9112 3.2.2): routed by its path
+            url = httptools.parse_url(url).path or b"/"
+        return url.split(b"?", 1)[0]
+
+    def _has_body(self) -> bool:
+        return self.content_length not in (b"", b"0") or self.chunked
+
     def on_message_complete(self) -> None:
         close = self.closing or self.connections.draining or not self.parser.should_keep_alive()
-        if self.endpoint is not None:
-            body = self.body[0] if len(self.body) == 1 else b"".join(self.body)
-            status, payload, headers = self.endpoint.answer(self.parser.get_method(), self.content_type, body)
-            self._write(response_bytes(status, JSON, payload, close=close, headers=headers))
-        else:
-            self._write(self._plain(close))
+        body = self.body[0] if len(self.body) == 1 else b"".join(self.body)
+        parsed = Parsed(self.endpoint, self._path(), self.parser.get_method(), self.content_type, body, close)
         self._reset()
-        self.served += 1
+        self.served += 1  # a request completed (answered now or in a later batch)
+        self.phase = LINGER if close else IDLE  # after a close nothing more is read
+        self.deadline = time.monotonic() + self.limits.idle_seconds
         if close:
             self.closing = True
+        if self.waiting or self.writing_paused or self.batch_left <= 0 or time.perf_counter() > self.batch_ends:
+            self.waiting.append(parsed)
+        else:
+            self.batch_left -= 1
+            self._answer(parsed)
+        if close:
+            raise _Stop  # anything pipelined after a close is not answered
+
+    def _answer_waiting(self) -> None:
+        """The next batch of requests parsed but not yet answered; reading resumes once none is left."""
+        self.batch_ends, self.batch_left = time.perf_counter() + BATCH_SECONDS, BATCH_REQUESTS
+        while self.waiting and not self.writing_paused and self.transport is not None:
+            if self.batch_left <= 0 or time.perf_counter() > self.batch_ends:
+                asyncio.get_running_loop().call_soon(self._answer_waiting)
+                return
+            self.batch_left -= 1
+            self._answer(self.waiting.pop(0))
+        if not self.waiting and not self.writing_paused:
+            self._resume_reading()
+
+    def _answer(self, parsed: Parsed) -> None:
+        head_only = parsed.method == b"HEAD"
+        if parsed.endpoint is not None:
+            status, payload, headers = parsed.endpoint.answer(parsed.method, parsed.content_type, parsed.body)
+            self._write(response_bytes(status, JSON, payload, close=parsed.close, headers=headers,
+                                       head_only=head_only))
+        else:
+            self._write(self._plain(parsed.close, parsed.path, parsed.method))
+        if parsed.close:
+            self.closing = True
             self.phase = LINGER
+            self.waiting.clear()
             if self.transport is not None:
                 self.transport.close()
-            raise _Stop  # anything pipelined after a close is not answered
-        self.phase = IDLE
-        self.deadline = time.monotonic() + self.limits.idle_seconds
 
-    def _plain(self, close: bool) -> bytes:
-        route = self.routes.plain.get(self.url.split(b"?", 1)[0])
+    def _plain(self, close: bool, path: bytes | None = None, method: bytes | None = None) -> bytes:
+        path = self._path() if path is None else path
+        method = self.parser.get_method() if method is None else method
+        head_only = method == b"HEAD"
+        route = self.routes.plain.get(path)
         if route is None:
-            return response_bytes(404, JSON, b'{"error":"not found"}', close=close)
-        if self.parser.get_method() != b"GET":
-            return response_bytes(405, JSON, b'{"error":"use GET"}', close=close, headers=((b"allow", b"GET"),))
+            return response_bytes(404, JSON, b'{"error":"not found"}', close=close, head_only=head_only)
+        if method not in (b"GET", b"HEAD"):
+            return response_bytes(405, JSON, b'{"error":"use GET"}', close=close,
+                                  headers=((b"allow", b"GET, HEAD"),))
         status, content_type, body = route()
-        return response_bytes(status, content_type, body, close=close)
+        return response_bytes(status, content_type, body, close=close, head_only=head_only)
 
     # ending a request early
 
     def _answer_early(self, endpoint: AdmissionEndpoint, error: HttpError) -> None:
         status, payload, headers = endpoint.refuse(error)
-        self._linger(response_bytes(status, JSON, payload, close=True, headers=headers))
+        self._linger(response_bytes(status, JSON, payload, close=True, headers=headers,
+                                    head_only=self.parser.get_method() == b"HEAD"))
 
     def _fail(self, error: HttpError) -> None:
         body = orjson.dumps({"error": error.message})
