@@ -100,8 +100,9 @@ def test_chart_appversion_is_the_projects_version() -> None:
     assert chart["appVersion"] == project
 
 
-@pytest.mark.parametrize("extra", [[], ["-f", str(EXAMPLE_VALUES)]], ids=["defaults", "example"])
-def test_the_chart_lints_strictly(extra: list[str]) -> None:
+@pytest.mark.parametrize("which", ["defaults", "example", "every value set"])
+def test_the_chart_lints_strictly(which: str) -> None:
+    extra = {"defaults": [], "example": ["-f", str(EXAMPLE_VALUES)], "every value set": values(**NON_DEFAULT)}[which]
     result = run_helm("lint", "--strict", "--namespace", "tls-injector", str(CHART), *extra)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[WARNING]" not in result.stdout, result.stdout
