@@ -11,6 +11,7 @@ from app.injection.workload import (
     controller_of,
     cronjob_pins,
     pod_workload,
+    secret_name_for,
     template_of,
     template_workload,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "plan_injection",
     "pod_workload",
     "pointer",
+    "secret_name_for",
     "template_of",
     "template_workload",
 ]

@@ -99,7 +99,12 @@ def _secret_name(workload: Workload) -> str:
             f"cannot tell which workload this pod belongs to (no owner, name or generateName); "
             f"set the {names.SECRET_NAME_ANNOTATION} annotation"
         )
-    if len(secret) > _MAX_SUBDOMAIN or not _SUBDOMAIN.fullmatch(secret):
+    if len(secret) > _MAX_SUBDOMAIN:
+        raise InjectionRefused(
+            f"the Secret name {shown(secret)} is too long: {len(secret)} characters, at most {_MAX_SUBDOMAIN}; "
+            f"set a shorter {names.SECRET_NAME_ANNOTATION}"
+        )
+    if not _SUBDOMAIN.fullmatch(secret):
         raise InjectionRefused(
             f"{shown(secret)} is not a valid Secret name (lower-case DNS subdomain); set {names.SECRET_NAME_ANNOTATION}"
         )

@@ -16,6 +16,7 @@ Pure: plain dicts in (as the apiserver sends them, so any value may have any JSO
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,12 @@ TEMPLATE_PATHS: Mapping[str, tuple[str, ...]] = {
     "Pod": (),
 }
 TEMPLATE_KINDS: frozenset[str] = frozenset(TEMPLATE_PATHS) - {"Pod"}
+# A Secret's name is a DNS subdomain of at most 253 characters. A workload may be named up to 253 too (a
+# DaemonSet or a bare ReplicaSet with pods), so `<name>-tls` can be too long for the apiserver: such a
+# name is cut and made unique again with a hash of the whole name, as controllers shorten generated names.
+MAX_SECRET_NAME = 253
+SECRET_SUFFIX = "-tls"  # noqa: S105 - a name's suffix, not a password
+_HASH_CHARS = 10  # hex digits of SHA-256: 40 bits, no clash among the names one namespace can hold
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +91,19 @@ def cronjob_pins(cronjob: str, template_annotations: Mapping[str, Any]) -> dict[
     name the CronJob's Secret and services: a run's Job is `<cronjob>-<minutes>` and its pods carry
     nothing else naming the CronJob (and a `-<digits>` suffix cannot be told from a Job's own name,
     `backup-20261122`). Only what the template does not set already."""
-    pins = {SECRET_NAME_ANNOTATION: f"{cronjob}-tls", SERVICE_NAMES_ANNOTATION: cronjob}
+    pins = {SECRET_NAME_ANNOTATION: secret_name_for(cronjob), SERVICE_NAMES_ANNOTATION: cronjob}
     return {key: value for key, value in pins.items() if not _text(template_annotations, key)}
+
+
+def secret_name_for(workload: str) -> str:
+    """`<workload>-tls`, the Secret of a workload whose template does not name one; past 253 characters the
+    workload's name is cut and `-<hash of the whole name>` keeps it unique: `<cut>-<10 hex>-tls`."""
+    name = f"{workload}{SECRET_SUFFIX}"
+    if len(name) <= MAX_SECRET_NAME:
+        return name
+    digest = hashlib.sha256(workload.encode()).hexdigest()[:_HASH_CHARS]
+    cut = workload[: MAX_SECRET_NAME - len(SECRET_SUFFIX) - _HASH_CHARS - 1].rstrip("-.")
+    return f"{cut}-{digest}{SECRET_SUFFIX}"
 
 
 def controller_of(metadata: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -118,7 +136,7 @@ def _owned(kind: str, name: str, labels: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def _workload(kind: str, name: str, annotations: Mapping[str, Any]) -> Workload:
-    secret = _text(annotations, SECRET_NAME_ANNOTATION) or (f"{name}-tls" if name else "")
+    secret = _text(annotations, SECRET_NAME_ANNOTATION) or (secret_name_for(name) if name else "")
     listed = {part.strip() for part in _text(annotations, SERVICE_NAMES_ANNOTATION).split(",") if part.strip()}
     services = tuple(sorted(listed)) or ((name,) if name else ())
     return Workload(kind, name, secret, services)

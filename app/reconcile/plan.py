@@ -348,12 +348,32 @@ def _leaf_body(target: Target, existing: Obj | None, ours: dict[str, bytes], iss
     body["data"] = {**((existing or {}).get("data") or {}), **encode_data(ours)}
     annotations = body["metadata"]["annotations"]
     annotations.pop(own.FORCE_RENEW_ANNOTATION, None)
-    annotations[own.WORKLOADS_ANNOTATION] = ",".join(str(w) for w in target.workloads)
+    annotations[own.WORKLOADS_ANNOTATION] = workloads_note(target.workloads)
     annotations[own.ISSUER_ANNOTATION] = issuer
     references = owner_references(target.workloads)
     if references or body["metadata"].get("ownerReferences"):
         body["metadata"]["ownerReferences"] = references
     return body
+
+
+# The `workloads` annotation is for people reading the Secret, so it is cut at this many characters, the
+# rest counted ("+N more"): a Secret shared by the pods of one generateName lists each pod, and at about
+# 3,850 pods the whole list passed the apiserver's 256 KiB limit on an object's annotations (422 on every
+# pass, and the pods waiting). The complete list of users is the Secret's ownerReferences.
+MAX_WORKLOADS_NOTE = 1024
+
+
+def workloads_note(workloads: Iterable[WorkloadRef]) -> str:
+    """`Kind/name,Kind/name,...`, at most MAX_WORKLOADS_NOTE characters: what does not fit is counted."""
+    every = [str(w) for w in workloads]
+    text = ""
+    for index, name in enumerate(every):
+        listed = f"{text},{name}" if text else name
+        rest = f" (+{len(every) - index - 1} more)" if index + 1 < len(every) else ""
+        if len(listed) + len(rest) > MAX_WORKLOADS_NOTE:  # the previous round left room for its own rest
+            return f"{text} (+{len(every) - index} more)".lstrip()
+        text = listed
+    return text
 
 
 def owner_references(workloads: Iterable[WorkloadRef]) -> list[Obj]:

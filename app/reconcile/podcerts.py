@@ -45,6 +45,10 @@ _TERMINAL = ("Issued", "Denied", "Failed")
 # so every key is unknown and denied, as the API asks of signers.
 KNOWN_USER_ANNOTATIONS: frozenset[str] = frozenset()
 _SHOWN = 80  # request values quoted in a message are cut here: kubectl shows the whole message
+# The apiserver refuses an Issued status whose certificateChain is over 100 KiB, so such a chain would be
+# refused on every pass and the pod would never start: the request is Denied with the reason instead.
+# A service's four DNS names cost ~100 bytes of PEM, so 900-1,000 service names (by their length) reach it.
+MAX_CERTIFICATE_CHAIN = 100 * 1024
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,10 @@ def decide(request: Mapping[str, Any], *, pod: Mapping[str, Any] | None, namespa
     except ValueError as e:
         return Deny("SignerCannotIssue", str(e), failed=True)
     chain = issue_for_key(issuer=signer, public_key=key, dns_names=dns[1], times=times).decode()
+    if len(chain) > MAX_CERTIFICATE_CHAIN:
+        return Deny("CertificateTooLarge", f"the certificate for {len(dns[1])} DNS names would be {len(chain)} bytes, "
+                                           f"over the {MAX_CERTIFICATE_CHAIN} the API accepts; list fewer names in "
+                                           f"{names.SERVICE_NAMES_ANNOTATION}")
     return Issue(chain, times.not_before, times.not_after, times.begin_refresh_at, tuple(dns[1]), dns[0])
 
 

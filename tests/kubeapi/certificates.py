@@ -29,6 +29,8 @@ from cryptography.hazmat.primitives import serialization
 
 Cause = tuple[str, str, str]
 _TERMINAL = ("Issued", "Denied", "Failed")
+# The apiserver's cap on an issued PodCertificateRequest's certificateChain (100 KiB).
+MAX_CERTIFICATE_CHAIN = 100 * 1024
 _REASON = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")  # metav1.Condition's reason
 _NOT_BEFORE_SKEW = timedelta(minutes=5)
 _REFRESH_MARGIN = timedelta(minutes=10)
@@ -152,6 +154,9 @@ def _terminal(status: dict[str, Any]) -> str:
 
 
 def _issued(status: dict[str, Any], spec: dict[str, Any], *, now: datetime) -> list[Cause]:
+    if len(str(status.get("certificateChain") or "")) > MAX_CERTIFICATE_CHAIN:
+        return [("FieldValueTooLong", "status.certificateChain",
+                 f"Too long: may not be more than {MAX_CERTIFICATE_CHAIN} bytes")]
     blocks = _blocks(str(status.get("certificateChain") or "").encode())
     if not blocks or any(kind != "CERTIFICATE" for kind, _ in blocks):
         return [_invalid("status.certificateChain", "must consist of one or more CERTIFICATE PEM blocks")]

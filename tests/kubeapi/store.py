@@ -32,6 +32,7 @@ from tests.kubeapi.selectors import Matcher
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 # generateName suffix: the apiserver's 5 characters from an alphabet without vowels or look-alikes.
 GENERATE_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+MAX_GENERATED_PREFIX = 63 - 5  # names.SimpleNameGenerator's maxGeneratedNameLength
 
 
 @dataclass(frozen=True)
@@ -290,6 +291,8 @@ class Store:
         if not prefix:
             raise errors.invalid(res, "", [("FieldValueRequired", "metadata.name",
                                             "Required value: name or generateName is required")])
+        # The apiserver keeps a generated name within 63 characters: a longer prefix is cut to 58.
+        prefix = prefix[:MAX_GENERATED_PREFIX]
         taken = self._objects[res].get(namespace or "", {})
         while (name := prefix + "".join(self._random.choices(GENERATE_NAME_ALPHABET, k=5))) in taken:
             pass

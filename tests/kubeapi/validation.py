@@ -2,9 +2,10 @@
 
 Each check returns causes (reason, field, message); the store turns any into one 422 Invalid, as the
 real API reports every problem at once. Covered: object names (DNS subdomain / label rules per kind),
-label keys and values, Secret and ConfigMap keys, ``kubernetes.io/tls`` Secrets needing ``tls.crt`` and
-``tls.key``, immutable Secrets/ConfigMaps and Secret ``type``, workload selectors matching their pod
-template, pods needing containers, webhook configuration entries, and events.k8s.io/v1 required fields.
+label keys and values, annotation keys and their 256 KiB total, Secret and ConfigMap keys and their
+1 MiB, ``kubernetes.io/tls`` Secrets needing ``tls.crt`` and ``tls.key``, immutable Secrets/ConfigMaps
+and Secret ``type``, workload selectors matching their pod template, pods needing containers, webhook
+configuration entries, and events.k8s.io/v1 required fields.
 Not covered: the rest of the schema (unknown fields are stored as given), defaulting.
 """
 
@@ -18,6 +19,13 @@ from tests.kubeapi.resources import Resource
 from tests.kubeapi.selectors import Requirement
 
 Cause = tuple[str, str, str]
+# The apiserver's limits (k8s.io/apimachinery validation, pkg/apis/core/validation): a qualified name's
+# prefix is a DNS subdomain of at most 253 characters and its name part at most 63; all annotations of an
+# object together at most 256 KiB (keys and values); a Secret's or ConfigMap's data at most 1 MiB; a
+# ConfigMap or Secret key at most 253 characters.
+_MAX_PREFIX, _MAX_NAME_PART = 253, 63
+TOTAL_ANNOTATION_SIZE = 256 * 1024
+_MAX_KEY = 253
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -53,22 +61,44 @@ def check_name(res: Resource, name: str) -> list[Cause]:
                      f"at most {limit} characters")]
 
 
+def _qualified(key: str) -> bool:
+    """IsQualifiedName: `[prefix/]name`, prefix a DNS subdomain <= 253, name <= 63 (the pattern's {0,61})."""
+    prefix, _, name = key.rpartition("/")
+    return bool(_QUALIFIED.match(key)) and len(prefix) <= _MAX_PREFIX and len(name) <= _MAX_NAME_PART and (
+        not prefix or bool(_SUBDOMAIN.match(prefix)))
+
+
 def check_metadata(meta: dict[str, Any]) -> list[Cause]:
     causes = []
     for key, value in (meta.get("labels") or {}).items():
-        if not _QUALIFIED.match(key):
+        if not _qualified(key):
             causes.append(_invalid("metadata.labels", key, "name part must consist of alphanumeric characters"))
         if not isinstance(value, str) or not _LABEL_VALUE.match(value):
             causes.append(_invalid("metadata.labels", value, "a valid label must be an empty string or consist "
                                    "of alphanumeric characters, '-', '_' or '.', at most 63 characters"))
+    annotations = meta.get("annotations") or {}
     causes += [_invalid("metadata.annotations", key, "name part must consist of alphanumeric characters")
-               for key in meta.get("annotations") or {} if not _QUALIFIED.match(key)]
+               for key in annotations if not _qualified(key.lower())]
+    size = sum(len(key) + len(str(value)) for key, value in annotations.items())
+    if size > TOTAL_ANNOTATION_SIZE:
+        causes.append(("FieldValueTooLong", "metadata.annotations",
+                       f"Too long: may not be more than {TOTAL_ANNOTATION_SIZE} bytes"))
     return causes
 
 
 def _keys(obj: dict[str, Any], field: str) -> list[Cause]:
     return [_invalid(f"{field}[{key}]", key, "a valid config key must consist of alphanumeric characters, "
-                     "'-', '_' or '.'") for key in obj.get(field) or {} if not _CONFIG_KEY.match(key)]
+                     "'-', '_' or '.', at most 253 characters") for key in obj.get(field) or {}
+            if not _CONFIG_KEY.match(key) or len(key) > _MAX_KEY or key in (".", "..") or key.startswith("..")]
+
+
+def _decoded_size(values: dict[str, Any]) -> int:
+    """Bytes once decoded (the API carries Secret data and ConfigMap binaryData base64-encoded)."""
+    size = 0
+    for value in values.values():
+        text = str(value)
+        size += len(text) * 3 // 4 - text[-2:].count("=")
+    return size
 
 
 def _immutable(obj: dict[str, Any], old: dict[str, Any] | None, fields: tuple[str, ...]) -> list[Cause]:
@@ -87,7 +117,7 @@ def _secret(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
         causes += [_required(f"data[{key}]") for key in ("tls.crt", "tls.key") if key not in data]
     if old is not None and old.get("type") != obj.get("type"):
         causes.append(_invalid("type", obj.get("type"), "field is immutable"))
-    if sum(len(v) * 3 // 4 for v in data.values() if isinstance(v, str)) > _SECRET_MAX:
+    if _decoded_size(data) > _SECRET_MAX:
         causes.append(("FieldValueTooLong", "data", f"Too long: must have at most {_SECRET_MAX} bytes"))
     return causes
 
@@ -95,7 +125,12 @@ def _secret(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
 def _configmap(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
     causes = _keys(obj, "data") + _keys(obj, "binaryData") + _immutable(obj, old, ("data", "binaryData"))
     both = set(obj.get("data") or {}) & set(obj.get("binaryData") or {})
-    return causes + [("FieldValueDuplicate", f"data[{k}]", "Duplicate value: key also in binaryData") for k in both]
+    causes += [("FieldValueDuplicate", f"data[{k}]", "Duplicate value: key also in binaryData") for k in both]
+    size = sum(len(str(v).encode()) for v in (obj.get("data") or {}).values()) + _decoded_size(
+        obj.get("binaryData") or {})
+    if size > _SECRET_MAX:  # the same 1 MiB as a Secret (MaxSecretSize), data and binaryData together
+        causes.append(("FieldValueTooLong", "", f"Too long: must have at most {_SECRET_MAX} bytes"))
+    return causes
 
 
 def selector_requirements(selector: dict[str, Any]) -> list[Requirement]:

@@ -17,18 +17,20 @@ from typing import Any
 import httpx
 import jsonpatch
 import pytest
+import yaml
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from app.injection import InjectionOptions, make_mutate_handler
 from app.injection.names import CERT_MOUNT_PATH, MODE_ANNOTATION, MODE_POD_CERTIFICATE, TRUST_MOUNT_PATH
 from app.kube import CRON_JOBS, DAEMON_SETS, DEPLOYMENTS, JOBS, PODS, REPLICA_SETS, STATEFUL_SETS, KubeApi, Resource
+from app.manifests import inject_manifests
 from app.pki import load_certificates, verify_server
 from tests.kubeapi import Emulator, running_emulator
 from tests.reconcile.cluster import OWN_NS, Clock, namespace, reconciler
 from tests.support.kubelet import NODE, Kubelet
 from tests.support.reviews import review
 from tests.support.server import running_server
-from tests.support.workloads import CRD_KIND, INJECT, SECRET, SERVICES, Obj, Shape, build
+from tests.support.workloads import CRD_KIND, INJECT, SECRET, SERVICES, Obj, Shape, build, manifest
 
 NS = "shop"
 RESOURCES: dict[str, Resource] = {r.kind: r for r in (DEPLOYMENTS, STATEFUL_SETS, DAEMON_SETS, REPLICA_SETS, JOBS,
@@ -47,6 +49,11 @@ SHAPES = [
     Shape("Pod", "dbg", OPTED_IN),
     Shape("Pod", "dbg", OPTED_IN, name_filled=True),
     Shape(CRD_KIND, "node-1", OPTED_IN),
+    # Names as long as the API allows (valid, and they have pods): `<name>-tls` would be over the 253
+    # characters of a Secret name, so it is cut and hashed. Their services are named (a Service name is a
+    # DNS label of at most 63 characters, so the workload's name cannot be one).
+    Shape("DaemonSet", "agent-" + "a" * 244, OPTED_IN, {SERVICES: "agent"}),
+    Shape("ReplicaSet", ".".join(["c" * 63] * 4)[:253], OPTED_IN, {SERVICES: "cache"}),
 ]
 
 
@@ -126,7 +133,7 @@ def assert_served_as_mounted(emu: Emulator, pod: Obj, service: str, clock: Clock
 
 
 @pytest.mark.parametrize("enabled", [False, True], ids=["pod-label", "namespace-enabled"])
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda shape: str(shape)[:40])
 def test_every_mounted_secret_and_bundle_exist_after_one_pass_and_the_leaf_verifies(
     kubeapi: Emulator, webhook: httpx.Client, shape: Shape, enabled: bool
 ) -> None:
@@ -223,7 +230,7 @@ def test_a_shared_secret_goes_with_its_last_user_as_the_garbage_collector_would_
 
 
 @pytest.mark.parametrize("version", ["v1", "v1beta1"])
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda shape: str(shape)[:40])
 def test_in_pod_certificate_mode_the_kubelet_resolves_every_volume_and_the_leaf_verifies(
     native_webhook: httpx.Client, shape: Shape, version: str
 ) -> None:
@@ -254,3 +261,24 @@ def test_a_cronjob_asking_for_pod_certificates_gets_no_secret_where_they_are_ser
         Cluster(emu, webhook).run(Shape("CronJob", "report", OPTED_IN))
         assert reconciler(emu, Clock()).run_pass().converged
         assert [s["metadata"]["name"] for s in emu.objects("secrets", NS)] == ["report-tls"]
+
+
+def test_a_secret_name_over_253_characters_is_refused_as_too_long(webhook: httpx.Client) -> None:
+    """A name the pod asks for is the user's to fix, so it is refused, and the message says what is wrong
+    with it (not merely "not a valid DNS subdomain", with the name cut short)."""
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "debug", "labels": OPTED_IN, "annotations": {SECRET: "s" * 254}},
+           "spec": {"containers": [{"name": "app", "image": "example/app:1"}]}}
+    reply = webhook.post("/mutate", json=review(obj=pod, namespace=NS)).json()["response"]
+    assert reply["allowed"] is False
+    assert "too long: 254 characters, at most 253" in reply["status"]["message"]
+
+
+@pytest.mark.parametrize("shape", SHAPES[-2:], ids=lambda shape: shape.kind)
+def test_inject_mounts_the_shortened_name_the_reconciler_issues(shape: Shape) -> None:
+    applied = manifest(shape, NS)
+    assert applied is not None
+    out = inject_manifests(yaml.safe_dump(applied), options=InjectionOptions()).text
+    volumes = yaml.safe_load(out)["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "tls-injector-cert", "secret": {"secretName": shape.expected_secret()}} in volumes
+    assert len(shape.expected_secret()) == 253

@@ -10,6 +10,7 @@ independently of app/injection/workload.py, so the chain is checked against what
 from __future__ import annotations
 
 import copy
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,7 +54,15 @@ class Shape:
         return self.name
 
     def expected_secret(self) -> str:
-        return self.annotations.get(SECRET, "").strip() or f"{self.expected_workload()}-tls"
+        """`<workload>-tls`; past the 253 characters a Secret name may have, the workload's name cut to 238
+        and `-<first 10 hex digits of its SHA-256>` added before `-tls` (docs/injection.md)."""
+        named = self.annotations.get(SECRET, "").strip()
+        if named:
+            return named
+        workload = self.expected_workload()
+        if len(workload) + 4 <= 253:
+            return f"{workload}-tls"
+        return f"{workload[:238].rstrip('-.')}-{hashlib.sha256(workload.encode()).hexdigest()[:10]}-tls"
 
     def expected_services(self) -> tuple[str, ...]:
         listed = sorted({s.strip() for s in self.annotations.get(SERVICES, "").split(",") if s.strip()})
@@ -65,8 +74,13 @@ class Shape:
         return f"{self.kind}/{self.name}"
 
 
+def app_label(shape: Shape) -> str:
+    """The `app` label: the object's name, cut to the 63 characters a label value may have."""
+    return shape.name[:63].rstrip("-.")
+
+
 def template(shape: Shape, *, extra_labels: dict[str, str] | None = None) -> Obj:
-    metadata: Obj = {"labels": {"app": shape.name, **shape.labels, **(extra_labels or {})}}
+    metadata: Obj = {"labels": {"app": app_label(shape), **shape.labels, **(extra_labels or {})}}
     if shape.annotations:
         metadata["annotations"] = dict(shape.annotations)
     return {"metadata": metadata, "spec": {"containers": copy.deepcopy(CONTAINERS), "restartPolicy": "Never"
@@ -90,7 +104,7 @@ def manifest(shape: Shape, namespace: str) -> Obj | None:
     extra = {HASH: TEMPLATE_HASH} if kind == "ReplicaSet" and shape.hash_label else {}
     spec: Obj = {"template": template(shape, extra_labels=extra)}
     if kind != "Job":
-        spec["selector"] = {"matchLabels": {"app": shape.name}}
+        spec["selector"] = {"matchLabels": {"app": app_label(shape)}}
     if kind == "StatefulSet":
         spec["serviceName"] = shape.name
     if kind == "ReplicaSet":
@@ -137,7 +151,7 @@ def _owner_chain(shape: Shape, namespace: str, *, create: Create, admit_job: Adm
         return create({"apiVersion": "apps/v1", "kind": "ReplicaSet",
                        "metadata": {"name": f"{shape.name}-{TEMPLATE_HASH}", "namespace": namespace,
                                     "labels": {HASH: TEMPLATE_HASH}, "ownerReferences": [owner_reference(top)]},
-                       "spec": {"selector": {"matchLabels": {"app": shape.name, HASH: TEMPLATE_HASH}},
+                       "spec": {"selector": {"matchLabels": {"app": app_label(shape), HASH: TEMPLATE_HASH}},
                                 "template": rs_template}})
     if shape.kind == "CronJob":
         job = {"apiVersion": "batch/v1", "kind": "Job",
