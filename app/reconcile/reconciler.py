@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import json
 import logging
 import time
 from collections import Counter
@@ -535,9 +536,22 @@ class Reconciler:
 
 
 def wants_pod_certificates(obj: Obj) -> bool:
-    """A pod (or pod template) whose annotations ask for the pod-certificate mode."""
+    """A pod (or pod template) in the pod-certificate mode: where the webhook recorded what it injected, the
+    record's mode (a webhook not told that the cluster serves pod certificates mounts the Secret even for a
+    pod that asked for them, and that Secret must then be issued, or the pod never starts); otherwise
+    what the annotations ask for."""
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
-    return isinstance(annotations, dict) and annotations.get(names.MODE_ANNOTATION) == names.MODE_POD_CERTIFICATE
+    if not isinstance(annotations, dict):
+        return False
+    record = annotations.get(names.INJECTED_ANNOTATION)
+    if isinstance(record, str):
+        try:
+            recorded = json.loads(record)
+        except ValueError:
+            recorded = None
+        if isinstance(recorded, dict):
+            return recorded.get("mode") == names.MODE_POD_CERTIFICATE
+    return annotations.get(names.MODE_ANNOTATION) == names.MODE_POD_CERTIFICATE
 
 
 @contextmanager

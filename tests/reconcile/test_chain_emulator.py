@@ -207,6 +207,8 @@ def test_a_shared_secret_goes_with_its_last_user_as_the_garbage_collector_would_
     cluster.run(Shape("CronJob", "nightly", OPTED_IN, shared))
     bare = cluster.run(Shape("Pod", "dbg", OPTED_IN))
     assert reconciler(kubeapi, clock).run_pass().converged
+    for pod in kubeapi.objects("pods", NS):
+        Kubelet(kubeapi).resolve(pod)
     secret = kubeapi.get("secrets", "shared-tls", NS)
     assert secret is not None
     references = secret["metadata"]["ownerReferences"]
@@ -252,15 +254,39 @@ def test_in_pod_certificate_mode_the_kubelet_resolves_every_volume_and_the_leaf_
         assert emu.objects("secrets", NS) == [], "pod certificates: no Secret, the key never left the node"
 
 
-def test_a_cronjob_asking_for_pod_certificates_gets_no_secret_where_they_are_served(webhook: httpx.Client) -> None:
+def test_a_cronjob_asking_for_pod_certificates_gets_no_secret_where_they_are_served(
+        native_webhook: httpx.Client) -> None:
     """The mode sits in the CronJob's pod template, deeper than other kinds keep it."""
-    with running_emulator(seed=0, certificates=("v1",)) as emu:
+    clock = Clock()
+    with running_emulator(seed=0, certificates=("v1",), now=clock) as emu:
         namespace(emu, OWN_NS)
         namespace(emu, NS)
-        Cluster(emu, webhook).run(Shape("CronJob", "nightly", OPTED_IN, {MODE_ANNOTATION: MODE_POD_CERTIFICATE}))
-        Cluster(emu, webhook).run(Shape("CronJob", "report", OPTED_IN))
-        assert reconciler(emu, Clock()).run_pass().converged
+        native = Cluster(emu, native_webhook).run(
+            Shape("CronJob", "nightly", OPTED_IN, {MODE_ANNOTATION: MODE_POD_CERTIFICATE}))
+        plain = Cluster(emu, native_webhook).run(Shape("CronJob", "report", OPTED_IN))
+        kubelet = Kubelet(emu)
+        kubelet.start(native)
+        assert reconciler(emu, clock).run_pass().converged
         assert [s["metadata"]["name"] for s in emu.objects("secrets", NS)] == ["report-tls"]
+        clock.advance(timedelta(minutes=1))
+        assert_served_as_mounted(emu, native, "nightly", clock, kubelet)
+        assert_served_as_mounted(emu, plain, "report", clock, kubelet)
+
+
+def test_a_pod_that_asked_for_pod_certificates_but_was_given_the_secret_gets_it_issued(webhook: httpx.Client) -> None:
+    """A webhook not told the cluster serves pod certificates (the split install's `auto` means off) mounts
+    the Secret for a pod that asked for them, with a warning: the reconciler must issue that Secret, or the
+    kubelet cannot set the volume up and the pod never starts."""
+    clock = Clock()
+    with running_emulator(seed=0, certificates=("v1",), now=clock) as emu:
+        namespace(emu, OWN_NS)
+        namespace(emu, NS)
+        for shape in (Shape("CronJob", "nightly", OPTED_IN, {MODE_ANNOTATION: MODE_POD_CERTIFICATE}),
+                      Shape("Pod", "dbg", OPTED_IN, {MODE_ANNOTATION: MODE_POD_CERTIFICATE})):
+            pod = Cluster(emu, webhook).run(shape)
+            assert volumes(pod)[0] == shape.expected_secret()
+            assert reconciler(emu, clock).run_pass().converged
+            assert_served_as_mounted(emu, pod, shape.name, clock)
 
 
 def test_a_secret_name_over_253_characters_is_refused_as_too_long(webhook: httpx.Client) -> None:
