@@ -45,9 +45,10 @@ _TERMINAL = ("Issued", "Denied", "Failed")
 # so every key is unknown and denied, as the API asks of signers.
 KNOWN_USER_ANNOTATIONS: frozenset[str] = frozenset()
 _SHOWN = 80  # request values quoted in a message are cut here: kubectl shows the whole message
-# The apiserver refuses an Issued status whose certificateChain is over 100 KiB, so such a chain would be
-# refused on every pass and the pod would never start: the request is Denied with the reason instead.
-# A service's four DNS names cost ~100 bytes of PEM, so 900-1,000 service names (by their length) reach it.
+# The apiserver refuses an Issued status whose certificateChain is over 100 KiB: such a chain would be
+# refused on every pass and the pod would never start, so the request is Denied with the reason instead.
+# With at most MAX_SERVICES names (app/pki/names.py) a chain stays near 2 KiB; before that cap about 950
+# service names reached the limit. The check keeps the rule by construction whatever the names.
 MAX_CERTIFICATE_CHAIN = 100 * 1024
 
 

@@ -142,3 +142,23 @@ def test_a_signers_trust_bundle_must_carry_its_name_prefix_and_only_ca_certifica
         assert invalid.value.status == 422
     assert [b.metadata.name for b in api.list_cluster_trust_bundle(
         field_selector="spec.signerName=example.com/a").items if b.metadata] == ["example.com:a:one"]
+
+
+def test_an_issued_chain_may_hold_100_kib_and_not_a_byte_more(emu: Emulator) -> None:
+    """The apiserver's cap on certificateChain, checked on the length of the PEM text as stored."""
+    request, key = _request(emu)
+    issued = _issued(request, key)
+    leaf = issued["status"]["certificateChain"]
+    ca = _ca()[0].public_bytes(serialization.Encoding.PEM).decode()  # any certificate pads the chain
+    padded = leaf + ca * ((100 * 1024 - len(leaf)) // len(ca) + 1)
+    issued["status"]["certificateChain"] = padded
+    with pytest.raises(k8s.ApiException) as invalid:
+        k8s.CertificatesV1Api(emu.api_client()).replace_namespaced_pod_certificate_request_status(
+            "r-example-com-a", "default", issued)
+    assert invalid.value.status == 422
+    assert "status.certificateChain" in str(invalid.value.body)
+    assert "Too long" in str(invalid.value.body)
+    issued["status"]["certificateChain"] = padded[: len(padded) - len(ca)]  # back under the limit
+    assert len(issued["status"]["certificateChain"]) <= 100 * 1024
+    k8s.CertificatesV1Api(emu.api_client()).replace_namespaced_pod_certificate_request_status(
+        "r-example-com-a", "default", issued)

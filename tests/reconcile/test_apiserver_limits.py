@@ -3,9 +3,11 @@ the apiserver does: tests/kubeapi/validation.py and certificates.py), so nothing
 
 from __future__ import annotations
 
+import pytest
+
 from app.reconcile import ownership as own
+from app.reconcile import podcerts
 from app.reconcile.plan import MAX_WORKLOADS_NOTE
-from app.reconcile.podcerts import MAX_CERTIFICATE_CHAIN
 from tests.kubeapi import Emulator, running_emulator
 from tests.reconcile import podcert_cluster as kubelet
 from tests.reconcile.cluster import OWN_NS, Clock, namespace, reconciler
@@ -43,7 +45,9 @@ def test_a_small_list_is_written_whole() -> None:
     assert workloads_note(exact) == f"Pod/{'p' * (MAX_WORKLOADS_NOTE - 4)}"
 
 
-def test_a_pod_certificate_for_more_names_than_the_api_can_hold_is_denied_with_the_reason() -> None:
+def test_a_pod_certificate_for_a_thousand_names_is_denied_with_a_reason_and_nothing_is_refused() -> None:
+    """About 950 service names made a chain over the 100 KiB the API accepts (refused on every pass, the
+    pod never starting): such a request is answered, Denied with the reason, and the emulator accepts that."""
     clock = Clock()
     services = ",".join(f"svc-{n:04d}" for n in range(1_000))
     with running_emulator(seed=0, certificates=("v1",), now=clock) as emu:
@@ -55,7 +59,22 @@ def test_a_pod_certificate_for_more_names_than_the_api_can_hold_is_denied_with_t
         report = reconciler(emu, clock).run_pass()
         assert report.converged, report.failed[:3]
         denied = kubelet.condition(emu, too_many)
-        assert (denied["type"], denied["reason"]) == ("Denied", "CertificateTooLarge")
-        assert f"over the {MAX_CERTIFICATE_CHAIN} the API accepts" in denied["message"]
-        assert "4000 DNS names" in denied["message"]
+        assert denied["type"] == "Denied"
+        assert "tls-injector.io/service-names" in denied["message"]
         assert kubelet.condition(emu, fine)["type"] == "Issued"
+
+
+def test_a_chain_over_the_limit_is_denied_as_too_large_rather_than_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The guard itself, which real names no longer reach (at most 16 Services): with the limit lowered
+    under one ordinary chain, the request is Denied CertificateTooLarge, and that answer is accepted."""
+    monkeypatch.setattr(podcerts, "MAX_CERTIFICATE_CHAIN", 500)
+    clock = Clock()
+    with running_emulator(seed=0, certificates=("v1",), now=clock) as emu:
+        namespace(emu, OWN_NS)
+        namespace(emu, "demo")
+        request = kubelet.request(emu, kubelet.pod(emu, "web", "demo"))
+        assert reconciler(emu, clock).run_pass().converged
+        denied = kubelet.condition(emu, request)
+        assert (denied["type"], denied["reason"]) == ("Denied", "CertificateTooLarge")
+        assert "over the 500 the API accepts" in denied["message"]
+
