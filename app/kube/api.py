@@ -43,6 +43,7 @@ class Resource:
 SECRETS = Resource("Secret", "/api/v1", "secrets")
 CONFIG_MAPS = Resource("ConfigMap", "/api/v1", "configmaps")
 PODS = Resource("Pod", "/api/v1", "pods")
+SERVICES = Resource("Service", "/api/v1", "services")
 EVENTS = Resource("Event", "/api/v1", "events")
 NAMESPACES = Resource("Namespace", "/api/v1", "namespaces", namespaced=False)
 DEPLOYMENTS = Resource("Deployment", "/apis/apps/v1", "deployments")

@@ -50,6 +50,11 @@ RESYNC_SECONDS = 600.0
 DEBOUNCE_SECONDS = 1.0
 # After a failed pass, retry soon but not in a tight loop against a struggling API server.
 RETRY_SECONDS = 10.0
+# The floor between the end of one full pass and the start of the next, whatever wakes the loop: at least
+# this long, and at least as long as the last pass took. A pass lists the whole cluster; without a floor,
+# anyone who can change an object every second (any tenant) makes the reconciler list everything every
+# second. With it the loop spends at most half its time in passes, and a change waits at most one pass.
+MIN_PASS_GAP_SECONDS = 5.0
 # A lease round is at most two API calls of up to 30 s each (app.kube.api's timeout) plus the 2 s wait:
 # a loop that has not come round in 90 s is stuck, not slow. (An unreachable API server does not count
 # as stuck: the round fails fast or times out and comes round again, and a restart would not help.)
@@ -79,9 +84,11 @@ class Controller:
     resync_seconds: float = RESYNC_SECONDS
     debounce_seconds: float = DEBOUNCE_SECONDS
     watch_timeout_seconds: int = 300
+    min_pass_gap_seconds: float = MIN_PASS_GAP_SECONDS
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     # Monotonic time the loop last came round (lease round or loop turn); None before run() starts.
     heartbeat: float | None = None
+    passes: int = 0  # full passes run, for tests and logs
 
     def alive(self, now: float | None = None) -> bool:
         """For a liveness probe: running, and came round within STUCK_AFTER_SECONDS."""
@@ -102,6 +109,7 @@ class Controller:
             # Renewal runs beside the passes: a long pass must not let the lease lapse.
             threading.Thread(target=self._lead, args=(self.elector, stop), daemon=True, name="lease").start()
         due = 0.0  # monotonic time of the next pass; 0 = at once
+        floor = 0.0  # no full pass starts before this monotonic time
         clock = time.monotonic
         while not stop.is_set():
             if self.elector is None:
@@ -114,10 +122,13 @@ class Controller:
                 if wake.is_set():
                     stop.wait(self.debounce_seconds)
                     wake.clear()
-                    due = 0.0
+                    due = max(floor, 0.0)
                 if clock() >= due:
                     sign.clear()  # a full pass answers the requests too
+                    started = clock()
                     due = clock() + self._pass_and_next_delay()
+                    self.passes += 1
+                    floor = clock() + max(self.min_pass_gap_seconds, clock() - started)
             else:
                 due = 0.0  # whoever leads next starts with a full pass
             stop.wait(min(RETRY_PERIOD.total_seconds(), max(0.05, due - clock())) if due else 0.05)

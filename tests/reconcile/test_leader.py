@@ -155,7 +155,7 @@ def running_loop(kubeapi: Emulator, *, watch_timeout_seconds: int, **settings: A
     """The controller in a thread, resync an hour away (only its watches can react); it must stop on exit.
     `settings` are the reconciler's (ReconcileSettings fields)."""
     rec = reconciler(kubeapi, Clock(), **settings)
-    loop = Controller(rec.api, rec, None, resync_seconds=3600, debounce_seconds=0.05,
+    loop = Controller(rec.api, rec, None, resync_seconds=3600, debounce_seconds=0.05, min_pass_gap_seconds=0.1,
                       watch_timeout_seconds=watch_timeout_seconds)
     stop = threading.Event()
     thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)

@@ -278,7 +278,8 @@ def test_a_workload_moving_to_pod_certificates_keeps_its_secret_until_no_pod_mou
 
 def test_the_running_loop_answers_a_new_request_at_once_not_at_the_resync(cluster: Emulator, clock: Clock) -> None:
     rec = reconciler(cluster, clock)
-    loop = Controller(rec.api, rec, None, resync_seconds=3600, debounce_seconds=0.05, watch_timeout_seconds=2)
+    loop = Controller(rec.api, rec, None, resync_seconds=3600, debounce_seconds=0.05, watch_timeout_seconds=2,
+                      min_pass_gap_seconds=0.1)
     stop = threading.Event()
     thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
     thread.start()

@@ -133,7 +133,8 @@ def _run_the_controller(emu: Emulator) -> None:
     api = KubeApi(emu.api_client())
     elector = LeaderElector(api, namespace, "rbac-test")
     reconciler = Reconciler(api, _settings_of_the_deployment(), may_write=lambda: elector.is_leader(datetime.now(UTC)))
-    controller = Controller(api, reconciler, elector, debounce_seconds=0.05, watch_timeout_seconds=1)
+    controller = Controller(api, reconciler, elector, debounce_seconds=0.05, watch_timeout_seconds=1,
+                            min_pass_gap_seconds=0.1)
     stop = threading.Event()
     thread = threading.Thread(target=controller.run, args=(stop,), name="controller-under-test")
     thread.start()
