@@ -12,24 +12,26 @@ from tests.kubeapi import Emulator, running_emulator
 from tests.reconcile import podcert_cluster as kubelet
 from tests.reconcile.cluster import OWN_NS, Clock, namespace, reconciler
 
-PODS = 4_000  # the case: past ~3,850 pods the full list passed 256 KiB of annotations
+PODS = 4_000  # the case: past ~3,850 pods of 63-character names the list passed 256 KiB
+STEM = "nightly-report-generator-for-the-billing-and-invoicing-te"  # 57: generateName is at most 58 kept
 
 
 def test_a_secret_shared_by_the_pods_of_one_generate_name_is_written_with_a_bounded_list(kubeapi: Emulator) -> None:
     namespace(kubeapi, OWN_NS)
     namespace(kubeapi, "jobs")
+    assert len(STEM) == 57
     for n in range(PODS):
         kubeapi.add({"apiVersion": "v1", "kind": "Pod",
-                     "metadata": {"name": f"dbg-{n:05d}", "generateName": "dbg-", "namespace": "jobs",
+                     "metadata": {"name": f"{STEM}-{n:05d}", "generateName": f"{STEM}-", "namespace": "jobs",
                                   "labels": {"tls-injector.io/inject": "true"}},
                      "spec": {"containers": [{"name": "app", "image": "example/app:1"}]}})
     report = reconciler(kubeapi, Clock()).run_pass()
     assert report.converged, report.failed[:3]
-    secret = kubeapi.get("secrets", "dbg-tls", "jobs")
+    secret = kubeapi.get("secrets", f"{STEM}-tls", "jobs")
     assert secret is not None
     note = secret["metadata"]["annotations"][own.WORKLOADS_ANNOTATION]
     assert len(note) <= MAX_WORKLOADS_NOTE
-    assert note.startswith("Pod/dbg-00000,Pod/dbg-00001,")
+    assert note.startswith(f"Pod/{STEM}-00000,Pod/{STEM}-00001,")
     shown = note.count("Pod/")
     assert note.endswith(f" (+{PODS - shown} more)")
     assert len(secret["metadata"]["ownerReferences"]) == PODS, "every user is still a reference"
