@@ -9,13 +9,18 @@ library the webhook's rules use; the inputs are AdmissionRequest-shaped (`reques
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from app.injection.names import TRUST_BUNDLE_CONFIGMAP
+from app.kube import DEPLOYMENTS, KubeApi
 from app.reconcile.ownership import MANAGED_BY_LABEL, MANAGER, owner_labels
 from app.rules.cel import Environment, EvalError, to_cel
+from tests.kubeapi import Emulator
+from tests.reconcile.cluster import Clock, deployment, namespace, reconciler, small_cluster
+from tests.reconcile.test_rotation import force_replace
 from tests.shipping.support import ROOT, Obj, installed, load_docs, of_kind, only, render
 
 POLICY_FILE = ROOT / "manifests" / "base" / "reconciler-admission-policy.yaml"
@@ -68,8 +73,9 @@ def refusals(review: Obj) -> list[str]:
     found = []
     for policy in (p for p in POLICIES if applies(p, review)):
         data = cel_data(review)
-        data["variables"] = {v["name"]: ENV.compile_any(v["expression"]).value(data)
-                             for v in policy["spec"]["variables"]}
+        data["variables"] = {}
+        for variable in policy["spec"]["variables"]:  # in order: a variable may use the ones before it
+            data["variables"][variable["name"]] = ENV.compile_any(variable["expression"]).value(data)
         assert not [v for v in data["variables"].values() if isinstance(v, EvalError)], data["variables"]
         for validation in policy["spec"]["validations"]:
             verdict = ENV.compile_bool(validation["expression"]).evaluate(data)
@@ -94,17 +100,41 @@ STRIPPED = thing("Secret", "web-tls", labels={})
 PLAIN_SECRET = thing("Secret", "db-password", labels={"app": "db"})
 PLAIN_CONFIGMAP = thing("ConfigMap", "app-config")
 HELM_LABELLED = thing("ConfigMap", "chart-values", labels={MANAGED_BY_LABEL: "Helm"})
+CA = thing("Secret", "tls-injector-ca", "tls-injector", owner_labels("ca"))
+
+
+def changed(obj: Obj, *, annotations: dict[str, str] | None = None, data: dict[str, str] | None = None,
+            binary: dict[str, str] | None = None) -> Obj:
+    """`obj` as an UPDATE would leave it: annotations added, data replaced, binaryData added."""
+    metadata = {**obj["metadata"], "annotations": {**obj["metadata"].get("annotations", {}), **(annotations or {})}}
+    return {**obj, "metadata": metadata, **({"data": data} if data is not None else {}),
+            **({"binaryData": binary} if binary is not None else {})}
+
+
+RENEW = {"tls-injector.io/force-renew": "2026-11-25"}
+REPLACE = {"tls-injector.io/force-replace": "1"}
 WEBHOOK_TLS = thing("Secret", "tls-injector-webhook-tls", "tls-injector", owner_labels("webhook"))
 
 REFUSED = [
     ("a tenant squats the bundle's name without our label", request("CREATE", TENANT, new=SQUAT)),
     ("a tenant creates a bundle with our label", request("CREATE", TENANT, new=SQUAT_LABELLED)),
     ("a tenant plants a Secret with our label", request("CREATE", TENANT, new=LEAF)),
-    ("a tenant edits a certificate Secret of ours", request("UPDATE", TENANT, new=LEAF, old=LEAF)),
+    ("a tenant edits a certificate Secret of ours",
+     request("UPDATE", TENANT, new=changed(LEAF, data={"tls.crt": "ZXZpbA=="}), old=LEAF)),
     ("a tenant strips our label to take a Secret over", request("UPDATE", TENANT, new=STRIPPED, old=LEAF)),
     ("a tenant labels its own Secret as ours", request("UPDATE", TENANT, new=LEAF, old=STRIPPED)),
-    ("a cluster admin writes the bundle by hand", request("UPDATE", ADMIN, new=SQUAT_LABELLED, old=SQUAT_LABELLED)),
+    ("a cluster admin writes the bundle by hand",
+     request("UPDATE", ADMIN, new=changed(SQUAT_LABELLED, data={"ca-bundle.crt": "x"}), old=SQUAT_LABELLED)),
     ("the bootstrap Job writes a labelled Secret elsewhere", request("CREATE", BOOTSTRAP, new=LEAF)),
+    ("a tenant renews its certificate and changes its key in the same update",
+     request("UPDATE", TENANT, new=changed(LEAF, annotations=RENEW, data={"tls.key": "ZXZpbA=="}), old=LEAF)),
+    ("a tenant adds a file beside the bundle with a renew annotation",
+     request("UPDATE", TENANT, new=changed(SQUAT_LABELLED, annotations=RENEW, binary={"evil.crt": "ZXZpbA=="}),
+             old=SQUAT_LABELLED)),
+    ("a tenant changes another annotation of ours",
+     request("UPDATE", TENANT, new=changed(LEAF, annotations={"tls-injector.io/issuer": "x"}), old=LEAF)),
+    ("a tenant strips our label while asking to renew",
+     request("UPDATE", TENANT, new=changed(STRIPPED, annotations=RENEW), old=LEAF)),
     ("the reconciler creates an unlabelled Secret", request("CREATE", RECONCILER, new=PLAIN_SECRET)),
     ("the reconciler overwrites a Secret it does not own", request("UPDATE", RECONCILER, new=LEAF, old=PLAIN_SECRET)),
     ("the reconciler drops its own label", request("UPDATE", RECONCILER, new=STRIPPED, old=LEAF)),
@@ -119,6 +149,10 @@ ALLOWED = [
     ("the namespace controller empties a namespace",
      request("DELETE", "system:serviceaccount:kube-system:namespace-controller", old=SQUAT_LABELLED)),
     ("the garbage collector orphans a leaf Secret", request("UPDATE", GARBAGE_COLLECTOR, new=LEAF, old=LEAF)),
+    ("a workload's owner asks for a new certificate (force-renew)",
+     request("UPDATE", TENANT, new=changed(LEAF, annotations=RENEW), old=LEAF)),
+    ("an operator asks for a new CA (force-replace)", request("UPDATE", ADMIN, new=changed(CA, annotations=REPLACE),
+                                                             old=CA)),
     ("the reconciler creates a bundle", request("CREATE", RECONCILER, new=SQUAT_LABELLED)),
     ("the reconciler renews a certificate", request("UPDATE", RECONCILER, new=LEAF, old=LEAF)),
     ("the reconciler removes a Secret no workload needs", request("DELETE", RECONCILER, old=LEAF)),
@@ -174,3 +208,56 @@ def test_every_rendering_binds_both_policies_to_deny(directory: str) -> None:
         assert name in policies
         assert bindings[name]["spec"]["validationActions"] == ["Deny"]
         assert "matchResources" not in bindings[name]["spec"], "bound in every namespace"
+
+
+Snapshot = dict[tuple[str, str, str], Obj]
+
+
+def stored(emu: Emulator) -> Snapshot:
+    return {(o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]): o
+            for resource in ("secrets", "configmaps") for o in emu.objects(resource)}
+
+
+def writes_between(before: Snapshot, after: Snapshot) -> list[Obj]:
+    """The reconciler's writes of one pass as the admission requests the apiserver would have judged."""
+    found = [request("CREATE", RECONCILER, new=after[k]) for k in after.keys() - before.keys()]
+    found += [request("DELETE", RECONCILER, old=before[k]) for k in before.keys() - after.keys()]
+    found += [request("UPDATE", RECONCILER, new=after[k], old=before[k]) for k in after.keys() & before.keys()
+              if after[k]["metadata"].get("resourceVersion") != before[k]["metadata"].get("resourceVersion")]
+    return found
+
+
+def test_every_write_of_the_real_reconciler_through_issue_rotation_and_clean_up_passes_the_policies(
+        kubeapi: Emulator) -> None:
+    """The reconciler against the emulator: certificates and bundles issued, a squatted bundle and a
+    tenant's Secret left alone, a CA replaced step by step, a workload removed; the objects before and
+    after each pass are the admission requests of its writes, each judged as the reconciler's account."""
+    small_cluster(kubeapi, namespaces=2, per_namespace=2)
+    namespace(kubeapi, "squat")
+    deployment(kubeapi, "web", "squat")
+    kubeapi.add(thing("ConfigMap", TRUST_BUNDLE_CONFIGMAP, "squat"))
+    kubeapi.add(thing("Secret", "db-password", "ns0", {"app": "db"}))
+    clock = Clock()
+    rec = reconciler(kubeapi, clock)
+    judged: list[Obj] = []
+
+    def one_pass() -> None:
+        before = stored(kubeapi)
+        rec.run_pass()
+        judged.extend(writes_between(before, stored(kubeapi)))
+
+    one_pass()
+    force_replace(kubeapi)
+    for _ in range(8):  # past each 5-minute settle until the old CA is gone
+        clock.advance(timedelta(minutes=6))
+        one_pass()
+    KubeApi(kubeapi.api_client()).delete(DEPLOYMENTS, "app1", namespace="ns1")
+    clock.advance(timedelta(minutes=6))
+    one_pass()
+    refused = {f"{r['operation']} {r['resource']['resource']} {r['namespace']}/{r['name']}": refusals(r)
+               for r in judged if refusals(r)}
+    assert refused == {}
+    kinds = {(r["operation"], r["resource"]["resource"]) for r in judged}
+    assert {("CREATE", "secrets"), ("CREATE", "configmaps"), ("UPDATE", "secrets"), ("UPDATE", "configmaps"),
+            ("DELETE", "secrets")} <= kinds, kinds
+    assert kubeapi.get("configmaps", TRUST_BUNDLE_CONFIGMAP, "squat")["metadata"].get("labels") is None
