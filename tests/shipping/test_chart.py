@@ -399,3 +399,9 @@ def test_the_install_doc_lists_every_value_of_the_chart() -> None:
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     documented = {name for row in rows for name in re.findall(r"`([\w.]+)`", row.split("|")[1])}
     assert documented == _leaves(yaml.safe_load((CHART / "values.yaml").read_text()))
+
+
+def test_a_cluster_older_than_1_30_is_refused_at_render_time() -> None:
+    # matchConditions, the preStop sleep action and ValidatingAdmissionPolicy v1 are GA in 1.30.
+    assert "chart requires kubeVersion: >=1.30.0-0" in _refused("--kube-version", "1.29.9")
+    assert template("--kube-version", "1.30.0")
