@@ -30,9 +30,9 @@ from typing import Any
 import orjson
 
 from app.admission import AdmissionResponse, Route
+from app.offline.rulesfile import default_rule_set
 from app.rules import make_validate_handler, self_value
 from app.rules.memo import MEMO_ENTRIES
-from app.rulesfile import default_rule_set
 from bench.timing import per_call_us
 
 INJECT, SECRET = "tls-injector.io/inject", "tls-injector.io/secret-name"

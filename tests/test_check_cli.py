@@ -99,8 +99,8 @@ def test_old_can_come_from_stdin_as_from_git_show(
 @pytest.mark.parametrize(
     ("case", "old_text", "says"),
     [
-        ("bad YAML", "kind: [", "not valid YAML or JSON"),
-        ("not an object", "- a\n- b\n", "expected a Kubernetes object, got list"),
+        ("bad YAML", "kind: [", "old.yaml:1:8: expected the node content, but found '<stream end>'"),
+        ("not an object", "- a\n- b\n", "old.yaml: document 1: expected a Kubernetes object, got a list"),
         ("no name", "apiVersion: v1\nkind: ConfigMap\nmetadata: {}\n",
          "needs string apiVersion, kind and metadata.name"),
         ("duplicate", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n---\n"

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.injection import InjectionOptions, make_mutate_handler, template_of
-from app.manifests import inject_manifests
+from app.offline.inject import inject_manifests
 from app.reconcile.discover import discover
 from tests.support.kube_schema import schema_errors
 from tests.support.reviews import answer, review

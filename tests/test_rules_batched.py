@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from app.admission import GroupVersionKind
+from app.offline.rulesfile import default_rule_set
 from app.rules import RuleSet, build_rule_set, judge
 from app.rules.cel import Environment
 from app.rules.judge import MAX_SELF_DEPTH, Verdict, judge_each
 from app.rules.memo import MEMO_ENTRIES, MEMO_KEY_BYTES, Memo
 from app.rules.model import RULE_VARIABLES, SCOPE_ENABLED_NAMESPACES, SCOPE_OTHER_NAMESPACES
-from app.rulesfile import default_rule_set
 from bench.payloads import deployment_update_review
 from tests.rules_matrix import cronjob, namespace
 

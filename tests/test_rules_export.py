@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 from app.cli import main
+from app.offline.rulesfile import load_rule_set
 from app.rules import SCOPE_ENABLED_NAMESPACES, export_documents, make_validate_handler
 from app.rules.cel import Environment, EvalError, to_cel
 from app.rules.export import guess_resource
-from app.rulesfile import load_rule_set
 from tests.rules_matrix import (
     ENABLED_NAMESPACE_TRANSITIONS,
     EXAMPLE_CRD,

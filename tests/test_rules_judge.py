@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from app.admission import GroupVersionKind
+from app.offline.rulesfile import load_rule_set
 from app.rules import RuleSet, build_rule_set, judge
-from app.rulesfile import load_rule_set
 from tests.rules_matrix import EXAMPLE_RULES, FIX, NAMESPACE_FIX, SIDECAR_MATRIX, sei_node
 
 SEI = GroupVersionKind(group="example.com", version="v1", kind="SeiNode")

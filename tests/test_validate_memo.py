@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from app.admission import Route
 from app.cli import admission_handlers
+from app.offline.rulesfile import default_rule_set
 from app.rules import RuleSet, build_rule_set, make_validate_handler
-from app.rulesfile import default_rule_set
 from app.settings import ServeSettings
 from app.web.endpoints import AdmissionEndpoint
 from app.web.metrics import ServerMetrics

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from app.cli.command import EXIT_FINDINGS, EXIT_OK, Command, fail
 from app.cli.handlers import admission_handlers
-from app.rulesfile import RulesFileError
 from app.settings import ServeSettings
 
 
@@ -19,20 +19,25 @@ def add(check: argparse.ArgumentParser) -> None:
                        help="judge this namespace's objects as in a namespace labelled tls-injector.io/inject="
                             "enabled (also /validate/enabled-namespace's rules); repeat for more. A Namespace "
                             "object labelled so in OLD or NEW counts too")
+    check.add_argument("--allow-empty", action="store_true",
+                       help="accept an OLD or NEW that holds no Kubernetes object (by default an error: a failed "
+                            "`helm template` must not pass as everything deleted)")
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from app.check import InputError, check, enabled_namespaces, load_manifests, render  # noqa: PLC0415
+    from app.offline import InputError  # noqa: PLC0415 - YAML only here
+    from app.offline.check import check, enabled_namespaces, load_manifests, render  # noqa: PLC0415
 
     if args.old == "-" and args.new == "-":
         parser.error("only one of --old and --new can be read from stdin")
     try:
         handlers = admission_handlers(ServeSettings(rules_file=args.rules))
-        old, new = load_manifests(args.old), load_manifests(args.new)
+        old = load_manifests(args.old, sys.stdin, allow_empty=args.allow_empty)
+        new = load_manifests(args.new, sys.stdin, allow_empty=args.allow_empty)
         enabled = enabled_namespaces(old, new, named=args.namespace_enabled)
         report = check(old, new, handlers.validate, enabled_handler=handlers.validate_enabled_namespace,
                        enabled=enabled)
-    except (RulesFileError, InputError) as error:
+    except InputError as error:  # a rules file's error too
         return fail("check", str(error))
     print(render(report))
     return EXIT_FINDINGS if report.rejected else EXIT_OK

@@ -6,11 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
-import yaml
-
 from app.cli.command import EXIT_OK, Command, fail
+from app.offline.rulesfile import RulesFileError, load_rule_set
+from app.offline.yamltext import dump_all
 from app.rules import export_documents
-from app.rulesfile import RulesFileError, load_rule_set
 
 
 def add(export: argparse.ArgumentParser) -> None:
@@ -32,7 +31,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(f"tls-injector export-policy: nothing to export: no rule matches a custom resource "
               f"(--format {args.format} covers rules on CRD kinds only)", file=sys.stderr)
         return EXIT_OK
-    print(yaml.safe_dump_all(documents, sort_keys=False, width=120), end="")
+    print(dump_all(documents), end="")
     return EXIT_OK
 
 

@@ -10,9 +10,9 @@ from app.admission import Route
 from app.injection import FingerprintSource, InjectionOptions, make_mutate_handler, no_fingerprints
 from app.injection.answers import Answers
 from app.injection.preview import PREVIEW_PATHS, preview_line
+from app.offline.rulesfile import load_rule_set
 from app.rules import SCOPE_ENABLED_NAMESPACES, Preview, make_validate_handler
 from app.rules.memo import MEMO_ENTRIES
-from app.rulesfile import load_rule_set
 from app.settings import ServeSettings
 
 

@@ -20,28 +20,26 @@ def add(inject: argparse.ArgumentParser) -> None:
     inject.add_argument("--pod-certificates", choices=["on", "off"], default="off",
                         help="whether the target cluster serves pod certificates and ClusterTrustBundles (1.35+ "
                              "with the beta, 1.37+); off: templates asking for them get the Secret")
+    inject.add_argument("--allow-empty", action="store_true",
+                        help="accept input that holds no Kubernetes object (by default an error: a failed "
+                             "`helm template` must not pass as nothing to inject)")
     mode_flag(inject)
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from app.manifests import ManifestError, inject_manifests, read_texts  # noqa: PLC0415 - YAML only here
+    from app.offline import InputError, inject_locations  # noqa: PLC0415 - YAML only here
 
     if args.filename.count("-") > 1:
         parser.error("stdin (-) can be read only once")
     options = InjectionOptions(pod_certificates=args.pod_certificates == "on", default_mode=args.default_mode)
-    outputs = []
-    try:
-        for name, text in read_texts(args.filename, sys.stdin):
-            try:
-                result = inject_manifests(text, options=options, include_unlabelled=args.include_unlabelled)
-            except ManifestError as error:
-                raise ManifestError(f"{name}: {error}") from None
-            outputs.append(result.text)
-            for warning in result.warnings:
-                print(f"tls-injector inject: warning: {name}: {warning}", file=sys.stderr)
-    except ManifestError as error:  # nothing is printed unless every file could be injected
+    try:  # nothing is printed unless every file could be injected
+        result = inject_locations(args.filename, sys.stdin, options=options, include_unlabelled=args.include_unlabelled,
+                                  allow_empty=args.allow_empty, progress_to=sys.stderr)
+    except InputError as error:
         return fail("inject", str(error))
-    sys.stdout.write("---\n".join(text for text in outputs if text))
+    for warning in result.warnings:
+        print(f"tls-injector inject: warning: {warning}", file=sys.stderr)
+    sys.stdout.write(result.text)
     return EXIT_OK
 
 

@@ -18,8 +18,8 @@ from app.cli.serve_cluster import UnusableCluster, reconciler_in_background, web
 from app.cli.supervise import run_supervisor, workers
 from app.injection import no_fingerprints
 from app.logs import configure_logging
+from app.offline.rulesfile import RulesFileError
 from app.pki.serving import ServingPairError
-from app.rulesfile import RulesFileError
 from app.settings import Limits, ServeSettings
 
 if TYPE_CHECKING:

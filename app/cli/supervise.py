@@ -13,8 +13,8 @@ from pathlib import Path
 from app.cli.command import fail
 from app.cli.handlers import admission_handlers
 from app.logs import configure_logging
+from app.offline.rulesfile import RulesFileError
 from app.pki.serving import ServingPairError
-from app.rulesfile import RulesFileError
 from app.settings import ServeSettings
 
 log = logging.getLogger("tls_injector")

@@ -1,6 +1,6 @@
 """Transition rules in CEL over `self`/`oldSelf`, and the /validate handler that enforces them.
 
-Pure: rule sets are built from plain data (the YAML is parsed at the edge, app/rulesfile.py) and
+Pure: rule sets are built from plain data (the YAML is parsed at the edge, app/offline/rulesfile.py) and
 compiled once; judging an update is a function of the rule set and the two objects.
 """
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from app.cli.parser import build_parser as _parser
-from app.rulesfile import load_rule_set
+from app.offline.rulesfile import load_rule_set
 from app.settings import ServeSettings
 from tests.shipping.support import (
     RECONCILER,

@@ -11,8 +11,8 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
+from app.offline.rulesfile import load_rule_set
 from app.rules import export_documents
-from app.rulesfile import load_rule_set
 from tests.shipping.support import (
     KUSTOMIZATION,
     ROOT,

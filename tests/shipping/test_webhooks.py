@@ -17,7 +17,7 @@ from app.injection.names import (
     POD_OPT_IN,
     POD_OPT_OUT,
 )
-from app.rulesfile import load_rule_set
+from app.offline.rulesfile import load_rule_set
 from app.settings import ServeSettings
 from tests.rules_matrix import (
     ENABLED_NAMESPACE_TRANSITIONS,

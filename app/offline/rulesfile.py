@@ -7,17 +7,22 @@ server starts or the check runs — never at request time.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
-import yaml
-
+from app.offline.errors import InputError
+from app.offline.files import read_text
+from app.offline.yamltext import load_all, plain
 from app.rules import RulesError, RuleSet, build_rule_set
 
 DEFAULTS_SOURCE = "built-in rules (app/rules/defaults.yaml)"
+# A rules file is a few hundred nodes; the bound stops YAML aliases expanding a small file into billions.
+MAX_RULES_NODES = 100_000
 
 
-class RulesFileError(ValueError):
+class RulesFileError(InputError):
     """A rules file that cannot be used; the message names the file, line, rule and field."""
 
 
@@ -27,9 +32,9 @@ def load_rule_set(path: Path | None) -> RuleSet:
     if path is None:
         return defaults
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise RulesFileError(f"{path}: cannot read the rules file: {error}") from None
+        text = read_text(path)
+    except InputError as error:
+        raise RulesFileError(str(error)) from None
     own, lines = _parse(text, str(path))
     if not own.include_defaults:
         return own
@@ -50,27 +55,28 @@ def parse_rules_text(text: str, *, source: str) -> RuleSet:
 
 def _parse(text: str, source: str) -> tuple[RuleSet, list[int]]:
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise RulesFileError(f"{source}: not valid YAML: {error}") from None
-    except RecursionError:  # PyYAML composes nested nodes recursively: a crafted `[[[[...` ends here
-        raise RulesFileError(f"{source}: not usable YAML: nested too deeply") from None
-    lines = _rule_lines(node)
+        documents = load_all(text, source=source)
+        if len(documents) > 1:
+            raise RulesFileError(f"{source}: one YAML document expected, found {len(documents)}")
+        loaded = documents[0] if documents else None
+        data = plain(loaded, budget=MAX_RULES_NODES, where=source)
+    except RulesFileError:
+        raise
+    except InputError as error:
+        raise RulesFileError(str(error)) from None
+    lines = _rule_lines(loaded)
     try:
         return build_rule_set(data), lines
     except RulesError as error:
         raise RulesFileError(_describe(error, source, lines)) from None
 
 
-def _rule_lines(node: yaml.Node | None) -> list[int]:
+def _rule_lines(loaded: Any) -> list[int]:
     """The 1-based line where each entry of the top-level `rules` list starts."""
-    if not isinstance(node, yaml.MappingNode):
+    rules = loaded.get("rules") if isinstance(loaded, Mapping) else None
+    if not isinstance(rules, list) or not hasattr(rules, "lc"):
         return []
-    for key, value in node.value:
-        if isinstance(key, yaml.ScalarNode) and key.value == "rules" and isinstance(value, yaml.SequenceNode):
-            return [item.start_mark.line + 1 for item in value.value]
-    return []
+    return [rules.lc.item(i)[0] + 1 for i in range(len(rules))]
 
 
 def _describe(error: RulesError, source: str, lines: list[int]) -> str:

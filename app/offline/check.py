@@ -15,39 +15,22 @@ namespace either way.
 
 from __future__ import annotations
 
-import sys
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import orjson
-import yaml
 
 from app.admission import AdmissionResponse, BadReview, Route
-
-NAMESPACE_OPT_IN = ("tls-injector.io/inject", "enabled")
+from app.offline import manifests
+from app.offline.errors import InputError
+from app.offline.yamltext import plain
 
 Key = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
-MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
-
-
-class _KubernetesYamlLoader(yaml.SafeLoader):
-    """YAML read as Kubernetes reads it: converted to JSON, so an unquoted 2030-01-01 stays a string.
-
-    PyYAML's safe loader would make it a datetime.date, which is no JSON (nor CEL) value at all.
-    """
-
-
-_KubernetesYamlLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-
-
-class InputError(ValueError):
-    """Unusable input (missing file, bad YAML, an object without kind or name); exit status 2."""
+# An object the apiserver stores fits etcd's 1.5 MiB; at 2 bytes for the smallest JSON value ("0,")
+# that is under 800,000 values, so a larger one (YAML aliases expanded) is no real object.
+MAX_OBJECT_NODES = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -97,27 +80,20 @@ def _judged(route: Route[Any], key: Key, review: dict[str, Any]) -> AdmissionRes
 def enabled_namespaces(old: dict[Key, dict[str, Any]], new: dict[Key, dict[str, Any]], *,
                        named: Iterable[str] = ()) -> frozenset[str]:
     """The namespaces judged as enabled: those `named`, and every Namespace labelled so in OLD or NEW."""
-    labelled = {key[3] for objects in (old, new) for key, obj in objects.items()
-                if key[:2] == ("v1", "Namespace") and _labels(obj).get(NAMESPACE_OPT_IN[0]) == NAMESPACE_OPT_IN[1]}
-    return frozenset(named) | labelled
+    return frozenset(named) | manifests.enabled_namespaces([*old.values(), *new.values()])
 
 
-def _labels(obj: dict[str, Any]) -> dict[str, Any]:
-    metadata = obj.get("metadata")
-    labels = metadata.get("labels") if isinstance(metadata, dict) else None
-    return labels if isinstance(labels, dict) else {}
-
-
-def load_manifests(location: str) -> dict[Key, dict[str, Any]]:
+def load_manifests(location: str, stdin: TextIO, *, allow_empty: bool = False) -> dict[Key, dict[str, Any]]:
     """Every object under `location` (a file, a directory, or `-` for stdin), keyed for pairing."""
     objects: dict[Key, dict[str, Any]] = {}
     seen_in: dict[Key, str] = {}
-    for source, text in _texts(location):
-        for where, obj in _documents(text, source):
-            key = _key(obj, where)
+    for source in manifests.read_locations([location], stdin, allow_empty=allow_empty):
+        for found in manifests.objects(source):
+            obj = plain(found.data, budget=MAX_OBJECT_NODES, where=found.where)
+            key = _key(obj, found.where)
             if key in objects:
-                raise InputError(f"{where}: {' '.join(key)} appears twice (also in {seen_in[key]})")
-            objects[key], seen_in[key] = obj, where
+                raise InputError(f"{found.where}: {' '.join(key)} appears twice (also in {seen_in[key]})")
+            objects[key], seen_in[key] = obj, found.where
     return objects
 
 
@@ -133,38 +109,6 @@ def render(report: Report) -> str:
     lines.append(f"{len(report.outcomes)} updated, {len(report.rejected)} rejected; "
                  f"{report.created} created and {report.deleted} deleted (always allowed)")
     return "\n".join(lines)
-
-
-def _texts(location: str) -> Iterator[tuple[str, str]]:
-    if location == "-":
-        yield "<stdin>", sys.stdin.read()
-        return
-    path = Path(location)
-    files = sorted(p for p in path.rglob("*") if p.suffix in MANIFEST_SUFFIXES) if path.is_dir() else [path]
-    for file in files:
-        try:
-            yield str(file), file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as error:
-            raise InputError(f"{file}: cannot read: {error}") from None
-
-
-def _documents(text: str, source: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    try:
-        documents = list(yaml.load_all(text, Loader=_KubernetesYamlLoader))
-    except yaml.YAMLError as error:
-        raise InputError(f"{source}: not valid YAML or JSON: {error}") from None
-    except RecursionError:  # PyYAML composes nested nodes recursively: a crafted `[[[[...` ends here
-        raise InputError(f"{source}: not usable YAML: nested too deeply") from None
-    for number, document in enumerate(documents, start=1):
-        where = f"{source} (document {number})"
-        if document is None:
-            continue
-        if not isinstance(document, dict):
-            raise InputError(f"{where}: expected a Kubernetes object, got {type(document).__name__}")
-        if document.get("kind") == "List" and isinstance(document.get("items"), list):
-            yield from ((f"{where} item {i}", item) for i, item in enumerate(document["items"]))
-        else:
-            yield where, document
 
 
 def _key(obj: object, where: str) -> Key:

@@ -1,0 +1,31 @@
+"""The offline tools: `inject` and `check` over manifests, and the rules files `serve`, `check` and
+`export-policy` read.
+
+Files in, text out: one reader of manifests (app/offline/manifests.py), one YAML library (ruamel.yaml,
+app/offline/yamltext.py), one error for input that cannot be used (InputError, one line naming the
+file). The deciding is done by the pure core (app.injection, app.rules, app.admission); nothing here
+talks to a cluster or the network.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TextIO
+
+from app.injection import InjectionOptions
+from app.offline.errors import InputError
+from app.offline.inject import Injected, inject
+from app.offline.manifests import read_locations
+from app.offline.progress import progress
+
+__all__ = ["Injected", "InputError", "inject_locations"]
+
+
+def inject_locations(locations: Sequence[str], stdin: TextIO, *, options: InjectionOptions,
+                     include_unlabelled: bool = False, allow_empty: bool = False,
+                     progress_to: TextIO | None = None) -> Injected:
+    """`tls-injector inject -f ...`: every location read, then injected; an InputError before any output."""
+    sources = read_locations(locations, stdin, allow_empty=allow_empty)
+    total = sum(len(source.documents) for source in sources)
+    with progress(progress_to, total=total, what="tls-injector inject", unit="document") as advance:
+        return inject(sources, options=options, include_unlabelled=include_unlabelled, done=advance)

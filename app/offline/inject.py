@@ -1,0 +1,200 @@
+"""`inject` offline: the webhook's plan and patch, applied to the pod templates of manifests.
+
+The edge around the pure injector. Every pod template of a Pod, Deployment, StatefulSet, DaemonSet,
+ReplicaSet, Job or CronJob (in `kind: List` items too) goes through the same plan_injection + patch_ops
+as /mutate. The output is the input with only what was added: a document that needs no change is
+written back byte for byte, a changed YAML one as its source text with the added lines inserted
+(app/offline/splice.py), so comments stay where they were; JSON comes out as JSON, indented as it came.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonpatch
+
+from app.injection import (
+    TEMPLATE_PATHS,
+    InjectionOptions,
+    InjectionRefused,
+    cronjob_pins,
+    names,
+    patch_ops,
+    plan_injection,
+    template_workload,
+)
+from app.offline.errors import InputError
+from app.offline.manifests import Document, Source, document_objects, enabled_namespaces, objects, read_source
+from app.offline.splice import Change, guess_indent, splice
+from app.offline.yamltext import compose_all, dump, plain
+
+# A pod template is a few hundred nodes; YAML aliases can make a small file expand exponentially when
+# read as plain data (the "billion laughs"), so the copy the planner reads stops at this many nodes.
+MAX_TEMPLATE_NODES = 100_000
+
+
+@dataclass
+class Injected:
+    text: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Run:
+    options: InjectionOptions
+    cas: Sequence[str]
+    include_unlabelled: bool
+    enabled: frozenset[str]
+    warnings: list[str]
+
+
+def inject(sources: Sequence[Source], *, options: InjectionOptions, ca_fingerprints: Sequence[str] = (),
+           include_unlabelled: bool = False, done: Callable[[int], object] = lambda _: None) -> Injected:
+    """Every source injected, as one stream: YAML sources joined by `---`, JSON ones by a line break when
+    every source is JSON. Only templates labelled `tls-injector.io/inject: "true"` are injected, as the
+    webhook's object selector would pick their pods; `include_unlabelled`, or a Namespace the input
+    labels enabled, acts as an opted-in namespace (all but "false"). `done(n)` after n documents."""
+    result = Injected()
+    enabled = enabled_namespaces(obj.data for source in sources for obj in objects(source))
+    run = _Run(options, ca_fingerprints, include_unlabelled, enabled, result.warnings)
+    texts = [_inject_source(source, run, done) for source in sources]
+    all_json = all(source.format == "json" for source in sources)
+    result.text = "".join(_joined(texts, separator="" if all_json else "---\n"))
+    return result
+
+
+def _joined(texts: Iterable[str], *, separator: str) -> Iterable[str]:
+    first = True
+    for text in texts:
+        if not text.strip():
+            continue
+        if not first:
+            yield separator
+        yield text if text.endswith("\n") else text + "\n"
+        first = False
+
+
+def _inject_source(source: Source, run: _Run, done: Callable[[int], object]) -> str:
+    if source.format == "json":
+        (document,) = source.documents
+        changes = _inject_document(document, source.name, run)
+        done(1)
+        return _json_text(source.text, _applied(document.data, changes)) if changes else source.text
+    out, cursor = [], 0
+    for document in source.documents:
+        changes = _inject_document(document, source.name, run)
+        done(1)
+        if changes:
+            out += [source.text[cursor : document.start], _yaml_text(document, changes, source.name)]
+            cursor = document.start + len(document.text)
+    return "".join([*out, source.text[cursor:]])
+
+
+def _inject_document(document: Document, source: str, run: _Run) -> list[Change]:
+    if document.data is None:
+        return []
+    changes = []
+    for obj in document_objects(document.data, where=document.where(source)):
+        kind = obj.data["kind"]
+        path = TEMPLATE_PATHS.get(kind)
+        template = _at(obj.data, path) if path is not None else None
+        if path is None or template is None:
+            continue
+        change = _inject_template(obj.data, kind, template, run, where=obj.where, source=source)
+        if change is not None:
+            changes.append(Change((*obj.path, *path), *change))
+    return changes
+
+
+def _inject_template(document: Mapping[str, Any], kind: str, template: Mapping[str, Any], run: _Run, *,
+                     where: str, source: str) -> tuple[Any, Any] | None:
+    metadata = _dict(document.get("metadata"))
+    name = str(metadata.get("name") or "")
+    before = plain(template, budget=MAX_TEMPLATE_NODES, where=f"{where}: {kind} {name!r}: pod template")
+    if not _selected(before, run.include_unlabelled or metadata.get("namespace") in run.enabled):
+        return None
+    template_metadata = _dict(before.get("metadata"))
+    # A CronJob's pods belong to one Job per run, so the template is pinned to the CronJob's Secret
+    # and services exactly as /mutate pins each run's Job when it is created.
+    pins = cronjob_pins(name, _dict(template_metadata.get("annotations"))) if kind == "CronJob" else {}
+    try:
+        plan = plan_injection(before, options=run.options, ca_fingerprints=run.cas,
+                              workload=template_workload(kind, name, template_metadata), pins=pins)
+    except InjectionRefused as refusal:
+        raise InputError(f"{where}: {kind} {name!r}: {refusal}") from None
+    run.warnings.extend(f"{source}: {kind} {name!r}: {warning}" for warning in plan.warnings)
+    if plan.changes_nothing:
+        return None
+    return before, jsonpatch.apply_patch(before, list(patch_ops(plan)))
+
+
+def _at(node: Any, path: Sequence[str]) -> Mapping[str, Any] | None:
+    for key in path:
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node if isinstance(node, Mapping) else None
+
+
+def _dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _selected(template: Mapping[str, Any], include_unlabelled: bool) -> bool:
+    labels = _dict(_dict(template.get("metadata")).get("labels"))
+    value = labels.get(names.INJECT_LABEL)
+    return value == names.POD_OPT_IN or (include_unlabelled and value != names.POD_OPT_OUT)
+
+
+def _applied(data: Any, changes: Sequence[Change]) -> Any:
+    """`data` with each change's value put in place (for JSON, plain values throughout)."""
+    data = copy.deepcopy(data)
+    for change in changes:
+        if not change.path:
+            return change.after
+        parent = data
+        for key in change.path[:-1]:
+            parent = parent[key]
+        parent[change.path[-1]] = change.after
+    return data
+
+
+def _yaml_text(document: Document, changes: Sequence[Change], source: str) -> str:
+    indent = guess_indent(document.text)
+    (root,) = compose_all(document.text, source=source)
+    spliced = splice(document.text, root, changes, indent=indent)
+    if spliced is not None:
+        return spliced
+    # The whole document through the round-trip dump: its comments and styles kept, its layout re-made.
+    data = document.data
+    for change in changes:
+        ops = jsonpatch.make_patch(change.before, change.after).patch
+        target = data
+        for key in change.path:
+            target = target[key]
+        jsonpatch.apply_patch(target, copy.deepcopy(ops), in_place=True)
+    return dump(data, indent=indent)
+
+
+def _json_text(source: str, value: Any) -> str:
+    """`value` as JSON written the way `source` is: its indentation (or none), its line break at the end."""
+    lines = [line for line in source.splitlines() if line.strip()]
+    ascii_only = "\\u" in source
+    if len(lines) <= 1:
+        compact = '":' in source.replace(" ", "") and '": ' not in source
+        separators = (",", ":") if compact else (", ", ": ")
+        text = json.dumps(value, separators=separators, ensure_ascii=ascii_only)
+    else:
+        second = lines[1]
+        step = second[: len(second) - len(second.lstrip())]
+        text = json.dumps(value, indent=step or 2, ensure_ascii=ascii_only)
+    return text + "\n" if source.endswith("\n") else text
+
+
+def inject_manifests(text: str, *, options: InjectionOptions, ca_fingerprints: Sequence[str] = (),
+                     include_unlabelled: bool = False, name: str = "<text>") -> Injected:
+    """`inject` of one multi-document YAML or JSON text."""
+    return inject([read_source(name, text)], options=options, ca_fingerprints=ca_fingerprints,
+                  include_unlabelled=include_unlabelled)

@@ -1,0 +1,210 @@
+"""Writing an injected YAML document back as its source text plus the added lines.
+
+A round-trip dump of the whole document would move comments (ruamel attaches a comment to the node
+before it, so a comment after a mapping's last key, or heading the next document, would follow that key
+into the middle of what was added) and rewrite what it does not keep (`~`, spacing). So the source text
+stays as it is and only what the injection added is inserted: new keys after the last line of their
+block mapping, new items after the last line of their block sequence, at that collection's own column
+and nested the way the document indents. A changed scalar or a flow collection (`[{name: app}]`) is
+rewritten in place on its own line(s). Where that is not possible (a key removed, a merge key or an
+alias on the way), `splice` returns None and the caller writes the whole document instead.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from app.offline.yamltext import Indent, dump
+
+PathKey = str | int
+
+
+@dataclass(frozen=True)
+class Change:
+    path: tuple[PathKey, ...]  # where the changed value sits in the document
+    before: Any  # plain values
+    after: Any
+
+
+@dataclass(frozen=True)
+class _Edit:
+    start: int
+    end: int
+    depth: int  # where two insertions meet, the deeper one's text comes first
+    text: str
+
+
+def splice(text: str, root: Node, changes: Sequence[Change], *, indent: Indent) -> str | None:
+    """`text` (the document's source, `root` its composed node) with `changes` written in, or None."""
+    if _has_aliases(root):
+        return None
+    builder = _Builder(text, indent)
+    for change in changes:
+        node = _node_at(root, change.path)
+        if node is None or not builder.diff(node, change.before, change.after, depth=len(change.path)):
+            return None
+    out = text
+    for edit in sorted(builder.edits, key=lambda e: (-e.start, e.depth)):
+        out = out[: edit.start] + edit.text + out[edit.end :]
+    return out
+
+
+def _has_aliases(root: Node) -> bool:
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            return True
+        seen.add(id(node))
+        if isinstance(node, MappingNode):
+            stack += [part for pair in node.value for part in pair]
+        elif isinstance(node, SequenceNode):
+            stack += node.value
+    return False
+
+
+def _node_at(node: Node, path: Sequence[PathKey]) -> Node | None:
+    for key in path:
+        if isinstance(node, MappingNode) and isinstance(key, str):
+            found = _value_node(node, key)
+            if found is None:
+                return None
+            node = found
+        elif isinstance(node, SequenceNode) and isinstance(key, int) and key < len(node.value):
+            node = node.value[key]
+            assert isinstance(node, Node)
+        else:
+            return None
+    return node
+
+
+def _value_node(node: MappingNode, key: str) -> Node | None:
+    for key_node, value_node in node.value:
+        if not isinstance(key_node, ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+            return None  # a merge key (`<<: *base`) or a complex key: the keys are not where they seem
+        if key_node.value == key:
+            return value_node if isinstance(value_node, Node) else None
+    return None
+
+
+class _Builder:
+    def __init__(self, text: str, indent: Indent) -> None:
+        self.text = text
+        self.lines = text.splitlines(keepends=True)
+        self.starts = [0, *itertools.accumulate(len(line) for line in self.lines)]
+        self.indent = indent
+        self.edits: list[_Edit] = []
+
+    def diff(self, node: Node, before: Any, after: Any, *, depth: int) -> bool:
+        if before == after:
+            return True
+        flow = getattr(node, "flow_style", False)
+        if isinstance(node, MappingNode) and not flow and isinstance(before, dict) and isinstance(after, dict):
+            return self._mapping(node, before, after, depth)
+        if isinstance(node, SequenceNode) and not flow and isinstance(before, list) and isinstance(after, list):
+            return self._sequence(node, before, after, depth)
+        if isinstance(node, MappingNode | SequenceNode) and not flow:
+            return False  # a block collection replaced wholesale: not a change the injector makes
+        self._replace(node, after, depth)
+        return True
+
+    def _mapping(self, node: MappingNode, before: dict[str, Any], after: dict[str, Any], depth: int) -> bool:
+        old, new = list(before), list(after)
+        if new[: len(old)] != old:
+            return False  # a key removed or moved
+        for key in old:
+            child = _value_node(node, key)
+            if child is None or not self.diff(child, before[key], after[key], depth=depth + 1):
+                return False
+        added = {key: after[key] for key in new[len(old) :]}
+        if added:
+            self._insert(node, self._block(dump(added, indent=self.indent), node.start_mark.column), depth)
+        return True
+
+    def _sequence(self, node: SequenceNode, before: list[Any], after: list[Any], depth: int) -> bool:
+        if len(after) < len(before) or len(node.value) != len(before):
+            return False
+        for child, old, new in zip(node.value, before, after[: len(before)], strict=True):
+            if not self.diff(child, old, new, depth=depth + 1):
+                return False
+        added = after[len(before) :]
+        if added:
+            # Dumped under a key, then moved left to where the dashes of this sequence stand.
+            lines = dump({"_": added}, indent=self.indent).splitlines(keepends=True)[1:]
+            items = "".join(line[self.indent.offset :] for line in lines)
+            self._insert(node, self._block(items, node.start_mark.column), depth)
+        return True
+
+    def _insert(self, node: Node, block: str, depth: int) -> None:
+        line = self._last_line(node) + 1
+        if line < len(self.lines):
+            self.edits.append(_Edit(self.starts[line], self.starts[line], depth, block))
+        else:  # the document's last line: it may lack its line break
+            end = len(self.text)
+            self.edits.append(_Edit(end, end, depth, block if self.text.endswith("\n") else "\n" + block))
+
+    def _last_line(self, node: Node) -> int:
+        """The 0-based line where the node's own text ends (its end-of-line comment goes with it; the
+        comment lines after it belong to what follows)."""
+        while isinstance(node, MappingNode | SequenceNode) and not node.flow_style and node.value:
+            last = node.value[-1]
+            node = last[1] if isinstance(last, tuple) else last
+        mark = node.end_mark
+        line: int = mark.line if mark.column > 0 else mark.line - 1
+        if isinstance(node, ScalarNode) and node.style in ("|", ">") and not self._keeps_trailing_lines(node):
+            while line > node.start_mark.line and not self.lines[line].strip():
+                line -= 1  # a clipped or stripped block scalar does not own the blank lines after it
+        first: int = node.start_mark.line
+        return max(line, first)
+
+    def _keeps_trailing_lines(self, node: ScalarNode) -> bool:
+        header = self.lines[node.start_mark.line][node.start_mark.column :]
+        return bool(re.match(r"[|>][0-9]?\+", header))
+
+    def _replace(self, node: Node, value: Any, depth: int) -> None:
+        start, end = node.start_mark.index, node.end_mark.index
+        inline = _inline(value)
+        if start == end and start > 0 and self.text[start - 1] == ":":
+            inline = " " + inline  # an empty value (`annotations:`) given one
+        self.edits.append(_Edit(start, end, depth, inline))
+
+    @staticmethod
+    def _block(text: str, column: int) -> str:
+        return "".join(" " * column + line if line.strip() else line for line in text.splitlines(keepends=True))
+
+
+def _inline(value: Any) -> str:
+    """`value` as YAML on one line: a scalar, or a flow collection."""
+    text = dump({"_": value}, indent=Indent(), flow=True).strip()
+    return text[len("{_: ") : -1]
+
+
+def guess_indent(text: str) -> Indent:
+    """The indentation the source used, from its first nested mapping and its first block sequence."""
+    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    mapping = offset = None
+    for parent, child in itertools.pairwise(lines):
+        if not parent.rstrip().endswith(":"):
+            continue
+        key_column = _key_column(parent)
+        column = len(child) - len(child.lstrip(" "))
+        if child.lstrip().startswith("- ") and offset is None and column >= key_column:
+            offset = column - key_column
+        elif column > key_column and mapping is None and not child.lstrip().startswith("- "):
+            mapping = column - key_column
+        if mapping is not None and offset is not None:
+            break
+    return Indent(mapping=mapping or 2, offset=offset or 0)
+
+
+def _key_column(line: str) -> int:
+    """Where the key of `line` starts, past any sequence dashes (`  - name:` -> 4)."""
+    match = re.match(r"^(\s*(?:-\s+)*)", line)
+    return len(match.group(1)) if match else 0

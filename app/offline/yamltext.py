@@ -1,0 +1,167 @@
+"""YAML as the offline tools read and write it: ruamel.yaml, round-trip, errors in one line.
+
+Round-trip (comments, key order, quoting and styles kept) so that `inject` can write back what it read.
+Values are read as Kubernetes reads YAML, converted to JSON: an unquoted 2030-01-01 stays the string it
+is written as (ruamel's timestamp type would be no JSON value, nor a CEL one), and `plain` turns the
+round-trip types into the dicts, lists, strings, numbers and booleans the pure core takes.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.constructor import RoundTripConstructor
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import Event
+from ruamel.yaml.nodes import Node, ScalarNode
+from ruamel.yaml.representer import RoundTripRepresenter
+from ruamel.yaml.scalarbool import ScalarBoolean
+
+from app.offline.errors import InputError
+
+# Written values stay on one line (the injected record is one JSON string), readable in a diff.
+LINE_WIDTH = 4096
+TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+
+
+class Timestamp(str):
+    """An unquoted timestamp (`2030-01-01`) as its own text, written back unquoted."""
+
+    __slots__ = ()
+
+
+def _construct_timestamp(constructor: RoundTripConstructor, node: ScalarNode) -> Timestamp:
+    return Timestamp(constructor.construct_scalar(node))
+
+
+def _represent_timestamp(representer: RoundTripRepresenter, data: Timestamp) -> Node:
+    return representer.represent_scalar(TIMESTAMP_TAG, str(data))
+
+
+class _Constructor(RoundTripConstructor):
+    pass
+
+
+class _Representer(RoundTripRepresenter):
+    pass
+
+
+_Constructor.add_constructor(TIMESTAMP_TAG, _construct_timestamp)
+_Representer.add_representer(Timestamp, _represent_timestamp)
+
+
+def round_trip() -> YAML:
+    yaml = YAML(typ="rt")
+    yaml.Constructor = _Constructor
+    yaml.Representer = _Representer
+    yaml.preserve_quotes = True
+    yaml.width = LINE_WIDTH
+    # `ports: [{containerPort: 80}]` stays so, rather than the equivalent but unfamiliar `[containerPort: 80]`.
+    yaml.brace_single_entry_mapping_in_flow_sequence = True
+    return yaml
+
+
+@dataclass(frozen=True)
+class Indent:
+    mapping: int = 2  # a nested key's indent below its parent key
+    offset: int = 0  # a sequence dash's indent below its parent key ("containers:\n- name" is 0)
+
+
+def dump(data: Any, *, indent: Indent = Indent(), flow: bool = False) -> str:
+    """`data` as YAML, indented as given; in block style, or with `flow` in flow style."""
+    yaml = round_trip()
+    yaml.default_flow_style = flow
+    # ruamel's `sequence` is where an item's content starts: the dash, then one space.
+    yaml.indent(mapping=indent.mapping, sequence=indent.offset + 2, offset=indent.offset)
+    out = io.StringIO()
+    yaml.dump(data, out)
+    return out.getvalue()
+
+
+def dump_all(documents: list[Any], *, width: int = 120) -> str:
+    """Documents as a `---`-separated block YAML stream, in the key order given."""
+    yaml = round_trip()
+    yaml.width = width
+    out = io.StringIO()
+    yaml.dump_all(documents, out)
+    return out.getvalue()
+
+
+def load_all(text: str, *, source: str) -> list[Any]:
+    with errors_named(source):
+        return list(round_trip().load_all(text))
+
+
+def parse(text: str, *, source: str) -> Iterator[Event]:
+    with errors_named(source):
+        yield from round_trip().parse(text)
+
+
+def compose_all(text: str, *, source: str) -> list[Node]:
+    with errors_named(source):
+        return list(round_trip().compose_all(text))
+
+
+class errors_named:
+    """YAML errors as one InputError line: `FILE:LINE:COL: reason` (never ruamel's several lines)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: object) -> None:
+        if isinstance(error, YAMLError):
+            raise InputError(describe(error, self.source)) from None
+        if isinstance(error, RecursionError):  # the parser nests recursively: a crafted `[[[[...` ends here
+            raise InputError(f"{self.source}: not usable YAML: nested too deeply") from None
+
+
+def describe(error: YAMLError, source: str) -> str:
+    if not isinstance(error, MarkedYAMLError) or error.problem_mark is None:
+        return f"{source}: not valid YAML: {' '.join(str(error).split())}"
+    mark = error.problem_mark
+    reason = " ".join(str(error.problem or "not valid YAML").split())
+    if error.context and error.context_mark is not None and error.context_mark.line != mark.line:
+        reason += f" ({' '.join(str(error.context).split())} at line {error.context_mark.line + 1})"
+    return f"{source}:{mark.line + 1}:{mark.column + 1}: {reason}"
+
+
+class TooLarge(InputError):
+    pass
+
+
+def plain(node: Any, *, budget: int, where: str) -> Any:
+    """The loaded YAML as the JSON-like data Kubernetes itself would see (and the pure core takes).
+
+    YAML aliases can make a small file stand for billions of nodes (the "billion laughs"), so the
+    copy stops after `budget` nodes with an InputError.
+    """
+    left = [budget]
+
+    def convert(value: Any) -> Any:
+        left[0] -= 1
+        if left[0] < 0:
+            raise TooLarge(f"{where}: larger than {budget} nodes (YAML aliases expanded)")
+        if isinstance(value, Mapping):
+            return {str(k): convert(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [convert(v) for v in value]
+        return scalar(value)
+
+    return convert(node)
+
+
+def scalar(value: Any) -> Any:
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, ScalarBoolean):  # an anchored true/false: an int subclass in ruamel
+        return bool(value)
+    # ruamel's scalar subclasses (quoted strings, hex ints, ...) as the plain values they stand for.
+    kind = next((t for t in (str, int, float) if isinstance(value, t)), str)
+    return kind(value)
