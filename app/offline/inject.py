@@ -29,8 +29,8 @@ from app.injection import (
 )
 from app.offline.errors import InputError
 from app.offline.manifests import Document, Source, document_objects, enabled_namespaces, objects, read_source
-from app.offline.splice import Change, guess_indent, splice
-from app.offline.yamltext import compose_all, dump, plain
+from app.offline.splice import Change, Splicer, guess_indent
+from app.offline.yamltext import dump, plain
 
 # A pod template is a few hundred nodes; YAML aliases can make a small file expand exponentially when
 # read as plain data (the "billion laughs"), so the copy the planner reads stops at this many nodes.
@@ -84,14 +84,14 @@ def _inject_source(source: Source, run: _Run, done: Callable[[int], object]) -> 
         changes = _inject_document(document, source.name, run)
         done(1)
         return _json_text(source.text, _applied(document.data, changes)) if changes else source.text
-    out, cursor = [], 0
+    splicer = Splicer(source.text)
     for document in source.documents:
         changes = _inject_document(document, source.name, run)
         done(1)
-        if changes:
-            out += [source.text[cursor : document.start], _yaml_text(document, changes, source.name)]
-            cursor = document.start + len(document.text)
-    return "".join([*out, source.text[cursor:]])
+        if changes and (document.node is None or
+                        not splicer.splice(document.node, changes, indent=guess_indent(document.text))):
+            splicer.replace(document.start, document.start + len(document.text), _dumped(document, changes))
+    return splicer.result()
 
 
 def _inject_document(document: Document, source: str, run: _Run) -> list[Change]:
@@ -161,21 +161,17 @@ def _applied(data: Any, changes: Sequence[Change]) -> Any:
     return data
 
 
-def _yaml_text(document: Document, changes: Sequence[Change], source: str) -> str:
-    indent = guess_indent(document.text)
-    (root,) = compose_all(document.text, source=source)
-    spliced = splice(document.text, root, changes, indent=indent)
-    if spliced is not None:
-        return spliced
-    # The whole document through the round-trip dump: its comments and styles kept, its layout re-made.
+def _dumped(document: Document, changes: Sequence[Change]) -> str:
+    """The whole document through the round-trip dump: its comments and styles kept, its layout re-made
+    (for what the splicer does not write: aliases or merge keys on the way, a key removed)."""
     data = document.data
     for change in changes:
-        ops = jsonpatch.make_patch(change.before, change.after).patch
         target = data
         for key in change.path:
             target = target[key]
+        ops = jsonpatch.make_patch(change.before, change.after).patch
         jsonpatch.apply_patch(target, copy.deepcopy(ops), in_place=True)
-    return dump(data, indent=indent)
+    return dump(data, indent=guess_indent(document.text))
 
 
 def _json_text(source: str, value: Any) -> str:

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
-from ruamel.yaml.events import DocumentEndEvent, DocumentStartEvent
+from ruamel.yaml.nodes import Node
 
 from app.injection import names
 from app.offline.errors import InputError
 from app.offline.files import STDIN, manifest_files, read_stdin, read_text
-from app.offline.yamltext import load_all, parse
+from app.offline.yamltext import load_all
 
 # kubectl never nests Lists; a few levels cover hand-made ones, and the bound stops a crafted one.
 MAX_LIST_DEPTH = 4
@@ -34,6 +34,7 @@ class Document:
     text: str  # the document's own source text, without its `---` / `...` markers
     start: int  # where that text starts in its source's
     data: Any  # as loaded: ruamel's round-trip types for YAML, plain values for JSON
+    node: Node | None = None  # YAML: the composed node, its marks in the whole source's text
 
     def where(self, source: str) -> str:
         return f"{source}: document {self.index}"
@@ -79,10 +80,8 @@ def read_source(name: str, text: str) -> Source:
     value = _json(name, text)
     if value is not None:
         return Source(name, text, "json", (Document(1, text, 0, value[0]),))
-    segments = _segments(text, name)
-    documents = load_all(text, source=name)
-    found = tuple(Document(i, text[start:end], start, data)
-                  for i, ((start, end), data) in enumerate(zip(segments, documents, strict=True), start=1))
+    found = tuple(Document(i, text[loaded.start : loaded.end], loaded.start, loaded.data, loaded.node)
+                  for i, loaded in enumerate(load_all(text, source=name), start=1))
     source = Source(name, text, "yaml", found)
     for _ in objects(source):  # the gate: every document an object, before anything is done with them
         pass
@@ -102,18 +101,6 @@ def _json(name: str, text: str) -> tuple[Any] | None:
         return None  # flow-style YAML, read as YAML
     except RecursionError:
         raise InputError(f"{name}: not usable JSON: nested too deeply") from None
-
-
-def _segments(text: str, name: str) -> list[tuple[int, int]]:
-    """Where the source text of each document starts and ends, without its `---` / `...` markers."""
-    segments, start = list[tuple[int, int]](), 0
-    for event in parse(text, source=name):
-        if isinstance(event, DocumentStartEvent) and event.explicit:
-            start = event.end_mark.index
-        elif isinstance(event, DocumentEndEvent):
-            segments.append((start, event.start_mark.index))
-            start = event.end_mark.index
-    return segments
 
 
 def objects(source: Source) -> Iterator[Object]:

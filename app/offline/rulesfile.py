@@ -58,7 +58,7 @@ def _parse(text: str, source: str) -> tuple[RuleSet, list[int]]:
         documents = load_all(text, source=source)
         if len(documents) > 1:
             raise RulesFileError(f"{source}: one YAML document expected, found {len(documents)}")
-        loaded = documents[0] if documents else None
+        loaded = documents[0].data if documents else None
         data = plain(loaded, budget=MAX_RULES_NODES, where=source)
     except RulesFileError:
         raise

@@ -40,19 +40,36 @@ class _Edit:
     text: str
 
 
-def splice(text: str, root: Node, changes: Sequence[Change], *, indent: Indent) -> str | None:
-    """`text` (the document's source, `root` its composed node) with `changes` written in, or None."""
-    if _has_aliases(root):
-        return None
-    builder = _Builder(text, indent)
-    for change in changes:
-        node = _node_at(root, change.path)
-        if node is None or not builder.diff(node, change.before, change.after, depth=len(change.path)):
-            return None
-    out = text
-    for edit in sorted(builder.edits, key=lambda e: (-e.start, e.depth)):
-        out = out[: edit.start] + edit.text + out[edit.end :]
-    return out
+class Splicer:
+    """Edits to one source text (a YAML stream), gathered document by document, then applied at once."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.lines = text.splitlines(keepends=True)
+        self.starts = [0, *itertools.accumulate(len(line) for line in self.lines)]
+        self.edits: list[_Edit] = []
+
+    def splice(self, root: Node, changes: Sequence[Change], *, indent: Indent) -> bool:
+        """Write `changes` into the document `root` (composed from this text); False, and nothing
+        written, where that cannot be done by adding lines and rewriting scalars and flow collections."""
+        if _has_aliases(root):
+            return False
+        builder = _Builder(self, indent)
+        for change in changes:
+            node = _node_at(root, change.path)
+            if node is None or not builder.diff(node, change.before, change.after, depth=len(change.path)):
+                return False
+        self.edits += builder.edits
+        return True
+
+    def replace(self, start: int, end: int, text: str) -> None:
+        self.edits.append(_Edit(start, end, 0, text))
+
+    def result(self) -> str:
+        out = self.text
+        for edit in sorted(self.edits, key=lambda e: (-e.start, e.depth)):
+            out = out[: edit.start] + edit.text + out[edit.end :]
+        return out
 
 
 def _has_aliases(root: Node) -> bool:
@@ -95,10 +112,8 @@ def _value_node(node: MappingNode, key: str) -> Node | None:
 
 
 class _Builder:
-    def __init__(self, text: str, indent: Indent) -> None:
-        self.text = text
-        self.lines = text.splitlines(keepends=True)
-        self.starts = [0, *itertools.accumulate(len(line) for line in self.lines)]
+    def __init__(self, splicer: Splicer, indent: Indent) -> None:
+        self.text, self.lines, self.starts = splicer.text, splicer.lines, splicer.starts
         self.indent = indent
         self.edits: list[_Edit] = []
 

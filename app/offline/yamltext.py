@@ -9,14 +9,15 @@ round-trip types into the dicts, lists, strings, numbers and booleans the pure c
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ruamel.yaml import YAML
+from ruamel.yaml.composer import Composer
 from ruamel.yaml.constructor import RoundTripConstructor
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
-from ruamel.yaml.events import Event
+from ruamel.yaml.events import DocumentEndEvent, DocumentStartEvent
 from ruamel.yaml.nodes import Node, ScalarNode
 from ruamel.yaml.representer import RoundTripRepresenter
 from ruamel.yaml.scalarbool import ScalarBoolean
@@ -91,19 +92,45 @@ def dump_all(documents: list[Any], *, width: int = 120) -> str:
     return out.getvalue()
 
 
-def load_all(text: str, *, source: str) -> list[Any]:
+@dataclass(frozen=True)
+class Loaded:
+    """One document of a YAML stream: where its text is (markers left out), its node and its data."""
+
+    start: int
+    end: int
+    node: Node | None  # positions (marks) in the whole stream's text; None for an empty document
+    data: Any  # ruamel's round-trip types
+
+
+class _Composer(Composer):
+    """The composer that also remembers each document's node and where its text starts and ends."""
+
+    def __init__(self, loader: Any = None) -> None:
+        super().__init__(loader)
+        self.seen: list[tuple[DocumentStartEvent, Node | None, DocumentEndEvent]] = []
+
+    def compose_document(self) -> Any:
+        self.anchors = {}
+        start = self.parser.get_event()
+        node = self.compose_node(None, None)
+        end = self.parser.get_event()
+        self.seen.append((start, node, end))
+        return node
+
+
+def load_all(text: str, *, source: str) -> list[Loaded]:
+    """Every document of `text`, read in one pass."""
+    yaml = round_trip()
+    yaml.Composer = _Composer
     with errors_named(source):
-        return list(round_trip().load_all(text))
-
-
-def parse(text: str, *, source: str) -> Iterator[Event]:
-    with errors_named(source):
-        yield from round_trip().parse(text)
-
-
-def compose_all(text: str, *, source: str) -> list[Node]:
-    with errors_named(source):
-        return list(round_trip().compose_all(text))
+        data = list(yaml.load_all(text))
+    documents, cursor = [], 0
+    for (start, node, end), value in zip(yaml.composer.seen, data, strict=True):
+        if start.explicit:
+            cursor = start.end_mark.index
+        documents.append(Loaded(cursor, end.start_mark.index, node, value))
+        cursor = end.end_mark.index
+    return documents
 
 
 class errors_named:
