@@ -158,7 +158,7 @@ class _Builder:
         return True
 
     def _insert(self, node: Node, block: str, depth: int) -> None:
-        line = self._last_line(node) + 1
+        line = self._trailing_comments_end(self._last_line(node), column=node.start_mark.column) + 1
         if line < len(self.lines):
             self.edits.append(_Edit(self.starts[line], self.starts[line], depth, block))
         else:  # the document's last line: it may lack its line break
@@ -178,6 +178,22 @@ class _Builder:
                 line -= 1  # a clipped or stripped block scalar does not own the blank lines after it
         first: int = node.start_mark.line
         return max(line, first)
+
+    def _trailing_comments_end(self, last: int, *, column: int) -> int:
+        """The last line of the comments that trail the collection at `column` whose last line is `last`:
+        those indented inside it (at or past its column) and deeper than the line after them. A comment
+        as deep as the next line, or shallower than the collection, heads what follows."""
+        following = next((self.lines[i] for i in range(last + 1, len(self.lines))
+                          if self.lines[i].strip() and not self.lines[i].lstrip().startswith("#")), "")
+        next_column = _column(following) if following.strip() not in ("---", "...") else 0
+        for i in range(last + 1, len(self.lines)):
+            text = self.lines[i]
+            if not text.strip():
+                continue
+            if not text.lstrip().startswith("#") or not column <= _column(text) > next_column:
+                break
+            last = i
+        return last
 
     def _keeps_trailing_lines(self, node: ScalarNode) -> bool:
         header = self.lines[node.start_mark.line][node.start_mark.column :]
@@ -217,6 +233,10 @@ def guess_indent(text: str) -> Indent:
         if mapping is not None and offset is not None:
             break
     return Indent(mapping=mapping or 2, offset=offset or 0)
+
+
+def _column(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
 
 
 def _key_column(line: str) -> int:
