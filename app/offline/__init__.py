@@ -25,7 +25,7 @@ def inject_locations(locations: Sequence[str], stdin: TextIO, *, options: Inject
                      include_unlabelled: bool = False, allow_empty: bool = False,
                      progress_to: TextIO | None = None) -> Injected:
     """`tls-injector inject -f ...`: every location read, then injected; an InputError before any output."""
-    sources = read_locations(locations, stdin, allow_empty=allow_empty)
-    total = sum(len(source.documents) for source in sources)
-    with progress(progress_to, total=total, what="tls-injector inject", unit="document") as advance:
-        return inject(sources, options=options, include_unlabelled=include_unlabelled, done=advance)
+    with progress(progress_to, what="tls-injector inject: reading", unit="document") as shown:
+        sources = read_locations(locations, stdin, allow_empty=allow_empty, done=shown.advance)
+        shown.phase("tls-injector inject", total=sum(len(source.documents) for source in sources))
+        return inject(sources, options=options, include_unlabelled=include_unlabelled, done=shown.advance)

@@ -11,7 +11,7 @@ object at all (an empty file: a failed `helm template`) unless the caller allows
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TextIO
@@ -57,12 +57,13 @@ class Object:
     data: Mapping[str, Any]
 
 
-def read_locations(locations: Sequence[str], stdin: TextIO, *, allow_empty: bool = False) -> list[Source]:
+def read_locations(locations: Sequence[str], stdin: TextIO, *, allow_empty: bool = False,
+                   done: Callable[[int], object] = lambda _: None) -> list[Source]:
     """Every source behind `locations`, in order; an InputError for one that holds no Kubernetes
-    object (unless `allow_empty`) or that holds a document that is not one."""
+    object (unless `allow_empty`) or that holds a document that is not one. `done(1)` per document read."""
     sources = []
     for location in locations:
-        found = read_location(location, stdin)
+        found = read_location(location, stdin, done=done)
         if not allow_empty and not any(True for source in found for _ in objects(source)):
             name = STDIN if location == "-" else location
             raise InputError(f"{name}: no Kubernetes object in it (--allow-empty accepts empty input)")
@@ -70,18 +71,19 @@ def read_locations(locations: Sequence[str], stdin: TextIO, *, allow_empty: bool
     return sources
 
 
-def read_location(location: str, stdin: TextIO) -> list[Source]:
+def read_location(location: str, stdin: TextIO, *, done: Callable[[int], object] = lambda _: None) -> list[Source]:
     if location == "-":
-        return [read_source(STDIN, read_stdin(stdin))]
-    return [read_source(str(path), read_text(path)) for path in manifest_files(Path(location))]
+        return [read_source(STDIN, read_stdin(stdin), done=done)]
+    return [read_source(str(path), read_text(path), done=done) for path in manifest_files(Path(location))]
 
 
-def read_source(name: str, text: str) -> Source:
+def read_source(name: str, text: str, *, done: Callable[[int], object] = lambda _: None) -> Source:
     value = _json(name, text)
     if value is not None:
+        done(1)
         return Source(name, text, "json", (Document(1, text, 0, value[0]),))
     found = tuple(Document(i, text[loaded.start : loaded.end], loaded.start, loaded.data, loaded.node)
-                  for i, loaded in enumerate(load_all(text, source=name), start=1))
+                  for i, loaded in enumerate(load_all(text, source=name, done=done), start=1))
     source = Source(name, text, "yaml", found)
     for _ in objects(source):  # the gate: every document an object, before anything is done with them
         pass

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TextIO
+from typing import Never, TextIO
 
 from tqdm import tqdm
 
@@ -12,11 +12,24 @@ from tqdm import tqdm
 SHOW_AFTER_SECONDS = 1.0
 
 
+class Progress:
+    def __init__(self, bar: tqdm[Never]) -> None:
+        self._bar = bar
+
+    def advance(self, count: int = 1) -> None:
+        self._bar.update(count)
+
+    def phase(self, what: str, *, total: int | None) -> None:
+        """Count again from zero, for the next step of the same command."""
+        self._bar.reset(total=total)
+        self._bar.set_description(what, refresh=False)
+
+
 @contextmanager
-def progress(stream: TextIO | None, *, total: int, what: str, unit: str) -> Iterator[Callable[[int], object]]:
-    """`advance(n)` for the caller; a line on `stream` only when it is a terminal and the run takes longer
-    than SHOW_AFTER_SECONDS (a pipe or a CI log gets nothing); cleared when done."""
+def progress(stream: TextIO | None, *, what: str, unit: str) -> Iterator[Progress]:
+    """A line on `stream` only when it is a terminal and the run takes longer than SHOW_AFTER_SECONDS
+    (a pipe or a CI log gets nothing); cleared when done, so only the command's own output stays."""
     shown = stream is not None and stream.isatty()
-    with tqdm(total=total, desc=what, unit=unit, file=stream, disable=not shown, delay=SHOW_AFTER_SECONDS,
-              leave=False, dynamic_ncols=True) as bar:
-        yield bar.update
+    with tqdm(desc=what, unit=unit, file=stream, disable=not shown, delay=SHOW_AFTER_SECONDS, leave=False,
+              dynamic_ncols=True) as bar:
+        yield Progress(bar)

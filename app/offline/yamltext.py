@@ -9,7 +9,7 @@ round-trip types into the dicts, lists, strings, numbers and booleans the pure c
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,12 +118,15 @@ class _Composer(Composer):
         return node
 
 
-def load_all(text: str, *, source: str) -> list[Loaded]:
-    """Every document of `text`, read in one pass."""
+def load_all(text: str, *, source: str, done: Callable[[int], object] = lambda _: None) -> list[Loaded]:
+    """Every document of `text`, read in one pass; `done(1)` after each."""
     yaml = round_trip()
     yaml.Composer = _Composer
+    data = []
     with errors_named(source):
-        data = list(yaml.load_all(text))
+        for document in yaml.load_all(text):
+            data.append(document)
+            done(1)
     documents, cursor = [], 0
     for (start, node, end), value in zip(yaml.composer.seen, data, strict=True):
         if start.explicit:
