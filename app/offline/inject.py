@@ -72,7 +72,7 @@ def _joined(texts: Iterable[str], *, separator: str) -> Iterable[str]:
     for text in texts:
         if not text.strip():
             continue
-        if not first:
+        if not first and not (separator == "---\n" and text.startswith("---")):  # no empty document between
             yield separator
         yield text if text.endswith("\n") else text + "\n"
         first = False

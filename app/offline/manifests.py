@@ -81,10 +81,11 @@ def read_source(name: str, text: str, *, done: Callable[[int], object] = lambda 
     value = _json(name, text)
     if value is not None:
         done(1)
-        return Source(name, text, "json", (Document(1, text, 0, value[0]),))
-    found = tuple(Document(i, text[loaded.start : loaded.end], loaded.start, loaded.data, loaded.node)
-                  for i, loaded in enumerate(load_all(text, source=name, done=done), start=1))
-    source = Source(name, text, "yaml", found)
+        source = Source(name, text, "json", (Document(1, text, 0, value[0]),))
+    else:
+        found = tuple(Document(i, text[loaded.start : loaded.end], loaded.start, loaded.data, loaded.node)
+                      for i, loaded in enumerate(load_all(text, source=name, done=done), start=1))
+        source = Source(name, text, "yaml", found)
     for _ in objects(source):  # the gate: every document an object, before anything is done with them
         pass
     return source

@@ -7,6 +7,8 @@ server starts or the check runs — never at request time.
 
 from __future__ import annotations
 
+import copy
+import functools
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -45,8 +47,15 @@ def load_rule_set(path: Path | None) -> RuleSet:
 
 
 def default_rule_set() -> RuleSet:
+    """The built-in rules: a RuleSet of its own each time (a set keeps per-set memos), from a file read once."""
+    data, lines = _default_rules()
+    return _built(copy.deepcopy(data), DEFAULTS_SOURCE, lines)
+
+
+@functools.cache
+def _default_rules() -> tuple[Any, list[int]]:
     text = resources.files("app.rules").joinpath("defaults.yaml").read_text(encoding="utf-8")
-    return parse_rules_text(text, source=DEFAULTS_SOURCE)
+    return _read(text, DEFAULTS_SOURCE)
 
 
 def parse_rules_text(text: str, *, source: str) -> RuleSet:
@@ -54,19 +63,27 @@ def parse_rules_text(text: str, *, source: str) -> RuleSet:
 
 
 def _parse(text: str, source: str) -> tuple[RuleSet, list[int]]:
+    data, lines = _read(text, source)
+    return _built(data, source, lines), lines
+
+
+def _read(text: str, source: str) -> tuple[Any, list[int]]:
+    """(the file's plain data, the line of each rule)."""
     try:
         documents = load_all(text, source=source)
         if len(documents) > 1:
             raise RulesFileError(f"{source}: one YAML document expected, found {len(documents)}")
         loaded = documents[0].data if documents else None
-        data = plain(loaded, budget=MAX_RULES_NODES, where=source)
+        return plain(loaded, budget=MAX_RULES_NODES, where=source), _rule_lines(loaded)
     except RulesFileError:
         raise
     except InputError as error:
         raise RulesFileError(str(error)) from None
-    lines = _rule_lines(loaded)
+
+
+def _built(data: Any, source: str, lines: list[int]) -> RuleSet:
     try:
-        return build_rule_set(data), lines
+        return build_rule_set(data)
     except RulesError as error:
         raise RulesFileError(_describe(error, source, lines)) from None
 

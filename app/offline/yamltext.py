@@ -9,7 +9,8 @@ round-trip types into the dicts, lists, strings, numbers and booleans the pure c
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,20 +137,15 @@ def load_all(text: str, *, source: str, done: Callable[[int], object] = lambda _
     return documents
 
 
-class errors_named:
+@contextmanager
+def errors_named(source: str) -> Iterator[None]:
     """YAML errors as one InputError line: `FILE:LINE:COL: reason` (never ruamel's several lines)."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: object) -> None:
-        if isinstance(error, YAMLError):
-            raise InputError(describe(error, self.source)) from None
-        if isinstance(error, RecursionError):  # the parser nests recursively: a crafted `[[[[...` ends here
-            raise InputError(f"{self.source}: not usable YAML: nested too deeply") from None
+    try:
+        yield
+    except YAMLError as error:
+        raise InputError(describe(error, source)) from None
+    except RecursionError:  # the parser nests recursively: a crafted `[[[[...` ends here
+        raise InputError(f"{source}: not usable YAML: nested too deeply") from None
 
 
 def describe(error: YAMLError, source: str) -> str:
@@ -160,10 +156,6 @@ def describe(error: YAMLError, source: str) -> str:
     if error.context and error.context_mark is not None and error.context_mark.line != mark.line:
         reason += f" ({' '.join(str(error.context).split())} at line {error.context_mark.line + 1})"
     return f"{source}:{mark.line + 1}:{mark.column + 1}: {reason}"
-
-
-class TooLarge(InputError):
-    pass
 
 
 def plain(node: Any, *, budget: int, where: str) -> Any:
@@ -177,14 +169,17 @@ def plain(node: Any, *, budget: int, where: str) -> Any:
     def convert(value: Any) -> Any:
         left[0] -= 1
         if left[0] < 0:
-            raise TooLarge(f"{where}: larger than {budget} nodes (YAML aliases expanded)")
+            raise InputError(f"{where}: larger than {budget} nodes (YAML aliases expanded)")
         if isinstance(value, Mapping):
             return {str(k): convert(v) for k, v in value.items()}
         if isinstance(value, list):
             return [convert(v) for v in value]
         return scalar(value)
 
-    return convert(node)
+    try:
+        return convert(node)
+    except RecursionError:  # deeper than any object the apiserver would take (it stops JSON at 10,000 levels)
+        raise InputError(f"{where}: nested too deeply") from None
 
 
 def scalar(value: Any) -> Any:

@@ -165,3 +165,35 @@ def test_several_json_files_give_a_stream_of_json_values(capsys: pytest.CaptureF
         values.append(value["metadata"]["name"])
         at += len(out[at:]) - len(out[at:].lstrip())
     assert values == ["a", "b"]
+
+
+def test_a_document_with_anchors_is_written_whole_and_keeps_them(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    source = tmp_path / "anchors.yaml"
+    source.write_text("""apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  selector:
+    matchLabels: &labels
+      app: web
+  template:
+    metadata:
+      labels:
+        <<: *labels
+        tls-injector.io/inject: "true"
+    spec:
+      containers:
+      - name: app   # the app
+        image: nginx
+""")
+    code, out, err = inject(capsys, "-f", str(source))
+    assert (code, err) == (0, "")
+    assert "    matchLabels: &labels\n" in out
+    assert "        <<: *labels\n" in out
+    assert "      - name: app   # the app\n" in out
+    (document,) = yaml.safe_load_all(out)
+    assert document["spec"]["template"]["metadata"]["labels"] == {"app": "web", "tls-injector.io/inject": "true"}
+    assert schema_errors(document) == []
+    assert CERTS in str(document["spec"]["template"]["spec"]["containers"][0]["volumeMounts"])
