@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -54,6 +55,27 @@ def ensure_venv() -> None:
     STAMP.write_text(_fingerprint())
 
 
+# What the tests run besides Python: Debian's chromium (the status page's browser test) and prometheus
+# (promtool, for the alert rules' unit tests). Installed through apt when missing and this is root (as in
+# CI); otherwise the tests that need them fail and say how to get them.
+SYSTEM_TOOLS = {"chromium": "chromium", "promtool": "prometheus"}
+
+
+def ensure_system_tools() -> None:
+    missing = sorted({package for tool, package in SYSTEM_TOOLS.items() if shutil.which(tool) is None})
+    if not missing:
+        return
+    apt = shutil.which("apt-get")
+    if os.name != "posix" or os.geteuid() != 0 or apt is None:
+        print(f"not installed: {', '.join(missing)} (Debian packages; the tests that need them will fail)",
+              file=sys.stderr)
+        return
+    print(f"installing {', '.join(missing)} with apt-get", file=sys.stderr)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run([apt, "update", "-qq"], check=True, env=env)
+    subprocess.run([apt, "install", "-y", "-qq", *missing], check=True, env=env)
+
+
 def run(*argv: str) -> int:
     print("+ " + " ".join(argv), file=sys.stderr, flush=True)
     return subprocess.run(argv, cwd=ROOT, check=False).returncode
@@ -81,6 +103,7 @@ def main(argv: list[str]) -> int:
     ensure_venv()
     command, rest = argv[0], argv[1:]
     if command == "test":
+        ensure_system_tools()
         return test(rest)
     if command == "bench":
         return run(str(BIN / "python"), "-m", "bench", *rest)

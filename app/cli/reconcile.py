@@ -15,9 +15,10 @@ def add(reconcile: argparse.ArgumentParser) -> None:
                            help="one full pass, then exit: 0 when everything converged, 1 otherwise")
     cluster_flags(reconcile)
     reconcile.add_argument("--metrics-host", default="0.0.0.0",  # noqa: S104 - Prometheus and the kubelet
-                           help="address of the plain-HTTP port serving /metrics and /healthz")
+                           help="address of the plain-HTTP operator port: /healthz, /readyz, /metrics, "
+                                "/api/v1/status and the status page /")
     reconcile.add_argument("--metrics-port", type=flags.port, default=8080,
-                           help="port for /metrics and /healthz (0: none); not used with --once")
+                           help="the operator port (0: none); not used with --once")
     reconcile.add_argument("--log-level", default="info", choices=LOG_LEVELS, help="least severe level logged")
 
 

@@ -42,6 +42,7 @@ from app.kube import (
 from app.pki import BUNDLE_KEY, CaSet, CertKey, bundle_certificates, load_user_ca, service_name_constraints
 from app.reconcile import events, podcerts, signer
 from app.reconcile import ownership as own
+from app.reconcile import status as st
 from app.reconcile.ca import CaPolicy, CaStep, CaUnusable, decide_ca, load_ca_set
 from app.reconcile.discover import Target, WorkloadRef, discover, enabled_namespaces, missing_injection, opted_in
 from app.reconcile.metrics import ReconcileMetrics
@@ -145,6 +146,10 @@ class Reconciler:
         self._backoff: dict[tuple[str, str, str], tuple[int, datetime]] = {}
         self._failing: set[tuple[str, str, str]] = set()  # failed in the pass under way
         self.native = signer.NativeApis(api, mode=settings.pod_certificates)
+        # What the last full pass saw, for the status API (app.reconcile.status); swapped in whole.
+        self.status: st.Status | None = None
+        self._steps: dict[str, CaStep] = {}  # by CA Secret, as the pass stepped them
+        self._seen: tuple[list[st.WorkloadStatus], list[st.PodStatus]] | None = None
 
     @property
     def workload_ca_policy(self) -> CaPolicy:
@@ -156,7 +161,17 @@ class Reconciler:
 
     def run_pass(self) -> PassReport:
         """Workloads, their CA and bundles, then the webhook's own certificate when configured."""
-        return self._guarded(self._pass)
+        self._steps, now = {}, self.clock()
+        report = self._guarded(self._pass)
+        seen, self._seen = self._seen, None  # set by a pass that got as far as the workloads
+        if seen is None:
+            self.status = st.aborted(self.status, report.aborted, now)
+        else:
+            workloads, pods = seen
+            cas = [ca for name, step in self._steps.items() for ca in st.ca_statuses(name, step)]
+            self.status = st.Status(pass_at=now, converged=report.converged, aborted=report.aborted,
+                                    cas=tuple(cas), workloads=tuple(workloads), pods_missing_injection=tuple(pods))
+        return report
 
     def run_webhook_pass(self, ws: WebhookSettings) -> PassReport:
         """Only the webhook's serving certificate and caBundle (what `tls-injector bootstrap` does)."""
@@ -206,11 +221,12 @@ class Reconciler:
         signing = Signing.of(step.cas, now=now, waiting=step.waiting)
         for item in plan(targets, observed, signing):
             stored[item.key] = self._converge(item, observed.lookup(item), report, now)
-        self._cert_metrics(targets, stored, signing)
+        expiries = self._cert_metrics(targets, stored, signing)
         if native is not None:
             self._converge_native(native, step.cas, observed, report, now)
-        self.metrics.missing_injection.set(len(missing_injection(observed.pods, enabled=observed.enabled,
-                                                                 own_namespace=self.settings.namespace)))
+        missing = missing_injection(observed.pods, enabled=observed.enabled, own_namespace=self.settings.namespace)
+        self.metrics.missing_injection.set(len(missing))
+        self._seen = st.workload_statuses(targets, expiries, report.waiting), st.pod_statuses(missing)
         if self.settings.webhook is not None:
             configs = self.converge_webhook(self.settings.webhook, report, now)
             self.metrics.serving_verdict = self._served_verdict(self.settings.webhook, configs, now)
@@ -360,6 +376,7 @@ class Reconciler:
                 self.metrics.rotations.labels("ca", step.write.reason.partition(":")[0]).inc()
                 log.info("CA set stored", extra={"secret": policy.secret_name, "reason": step.write.reason,
                                                  "states": step.cas.states()})
+            self._steps[policy.secret_name] = step
             if step.next_step_at is not None:
                 report.next_ca_step = min(step.next_step_at, report.next_ca_step or step.next_step_at)
             return step
@@ -526,13 +543,16 @@ class Reconciler:
             self.metrics.ca_expiry.labels(record.fingerprint[:16], str(record.state)).set(expiry)
 
     def _cert_metrics(self, targets: list[Target], stored: dict[tuple[str, str, str], Obj | None],
-                      signing: Signing) -> None:
+                      signing: Signing) -> dict[tuple[str, str], datetime]:
+        """Each stored leaf's expiry, into the metric; returned for the status snapshot."""
         expiries = {}
         for target in targets:
             obj = stored.get((SECRETS.kind, target.namespace, target.secret_name))
             if obj is not None and (expiry := leaf_expiry(target, obj, signing)) is not None:
-                expiries[target.namespace, target.secret_name] = expiry.timestamp()
-        self.metrics.cert_expiry.replace(expiries, per_object=self.settings.per_object_metrics)
+                expiries[target.namespace, target.secret_name] = expiry
+        self.metrics.cert_expiry.replace({key: expiry.timestamp() for key, expiry in expiries.items()},
+                                         per_object=self.settings.per_object_metrics)
+        return expiries
 
 
 def wants_pod_certificates(obj: Obj) -> bool:

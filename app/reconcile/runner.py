@@ -11,15 +11,15 @@ import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 
 from app.kube import ClusterConfig, KubeApi, KubeError, LeaderElector, api_client, find_cluster
 from app.pki import DEFAULT_CLUSTER_DOMAIN, cluster_domain_from_resolv_conf
 from app.reconcile.controller import Controller
 from app.reconcile.metrics import ReconcileMetrics
-from app.reconcile.probes import ProbeServer, probe_app
 from app.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
 from app.reconcile.signer import NativeApis
+from app.web.app import Probes, listen
 
 log = logging.getLogger("tls_injector.reconcile")
 RESOLV_CONF = Path("/etc/resolv.conf")
@@ -97,7 +97,8 @@ def run_forever(cluster: ClusterConfig, settings: ReconcileSettings, stop: threa
 def run_until_signalled(cluster: ClusterConfig, settings: ReconcileSettings, *,
                         probe_address: tuple[str, int] | None = None, stop: threading.Event | None = None) -> None:
     """`tls-injector reconcile` without --once: until SIGTERM or SIGINT (or `stop`, for tests). With
-    `probe_address`, /metrics and /healthz are served there on plain HTTP while the loop runs."""
+    `probe_address`, the operator port is served there on plain HTTP while the loop runs: /healthz,
+    /readyz, /metrics, the status API and page (app.web.operator, app.web.status)."""
     stop = stop or threading.Event()
     previous = {}
     if threading.current_thread() is threading.main_thread():  # signal handlers can only be set there
@@ -108,13 +109,31 @@ def run_until_signalled(cluster: ClusterConfig, settings: ReconcileSettings, *,
         loop = controller(cluster, settings, metrics=metrics)
         if probe_address is not None:
             host, port = probe_address
-            server = ProbeServer(host, port, probe_app(metrics.registry, healthy=loop.alive))
+            sock = listen(host, port)
+            # Imported only here: FastAPI, uvicorn and pydantic cost a second of CPU, which `--once`,
+            # `bootstrap` and the reconciler inside `serve` (none serves this port) need not pay.
+            from app.web.operator import OperatorPort  # noqa: PLC0415
+            from app.web.status import status_app  # noqa: PLC0415
+
+            server = OperatorPort(sock, status_app(reconciler_probes(loop, metrics), lambda: loop.reconciler.status))
+            server.start()
         loop.run(stop)
     finally:
         if server is not None:
-            server.close()
+            server.stop()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def reconciler_probes(loop: Controller, metrics: ReconcileMetrics) -> Probes:
+    """Healthy and ready while the loop comes round (Controller.alive); the leader and non-leaders alike,
+    since a replica that waits for the lease is doing its job."""
+
+    def alive() -> tuple[bool, dict[str, object]]:
+        ok = loop.alive()
+        return ok, {"status": "ok" if ok else "reconcile loop not running"}
+
+    return Probes(healthy=alive, ready=alive, metrics=lambda: generate_latest(metrics.registry))
 
 
 async def run_reconciler(cluster: ClusterConfig, settings: ReconcileSettings, *,

@@ -1,4 +1,4 @@
-"""Running the webhook: the HTTPS admission listener on uvloop, the probe listener, reload and drain.
+"""Running the webhook: the HTTPS admission listener on uvloop, the probe port, reload and drain.
 
 Lifecycle: listen (TLS context whose SNI callback serves the current certificate), start the
 background tasks (certificate poll, the sweeper that enforces deadlines and beats the heartbeat, and
@@ -21,21 +21,23 @@ import threading
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvloop
 
 from app.admission import Route
 from app.logs import flush_access_lines
 from app.settings import Limits, ServeSettings
-from app.web.app import BackgroundTask, Health, plain_routes
+from app.web.app import BackgroundTask, Health, listen, plain_routes, webhook_probes
 from app.web.endpoints import AdmissionEndpoint
 from app.web.http import Clock, ConnectionSet, HttpConnection, Routes
 from app.web.metrics import ServerMetrics
-from app.web.probes import ProbeListener
 from app.web.selfsigned import write_self_signed
 from app.web.tls import CertReloader, LoadedPair
 from app.web.workers import WorkerSlot
+
+if TYPE_CHECKING:
+    from app.web.operator import OperatorPort
 
 log = logging.getLogger("tls_injector.server")
 
@@ -72,7 +74,7 @@ def build_server(
                                                max_body=limits.max_body_bytes)
         for name, route in handlers.items() if route is not None
     }
-    routes = Routes(admission=endpoints, plain=plain_routes(health, metrics))
+    routes = Routes(admission=endpoints, plain=plain_routes(webhook_probes(health, metrics)))
     return WebhookServer(settings, limits=limits, routes=routes, metrics=metrics, health=health,
                          reloader=reloader, background=background, worker=worker)
 
@@ -86,8 +88,9 @@ class WebhookServer:
         self.connections = ConnectionSet(limits, metrics)
         if metrics.shared_dir is None:
             metrics.connections_open.set_function(lambda: len(self.connections.open))
-        # A worker of `serve --workers N` has no probe listener: its supervisor serves the probe port.
-        self.probes = (ProbeListener(settings.host, settings.probe_port, routes.plain)
+        # The probe port is the operator port (app.web.operator), in a thread of its own. A worker of
+        # `serve --workers N` opens none: its supervisor serves the probe port.
+        self.probes = (_operator_port(settings.host, settings.probe_port, routes)
                        if settings.probe_port is not None and worker is None else None)
         self.started = False
         self.port = 0
@@ -236,6 +239,14 @@ def fix_malloc_thresholds() -> bool:
     fixed = all(mallopt(option, THRESHOLD_BYTES) for option in (M_MMAP_THRESHOLD, M_TRIM_THRESHOLD))
     trim(0)
     return fixed
+
+
+def _operator_port(host: str, port: int, routes: Routes) -> OperatorPort:
+    # Imported here: FastAPI and uvicorn take most of a second of CPU to import, and the workers of
+    # `serve --workers N` (which open no probe port) would pay it on every start and restart.
+    from app.web.operator import OperatorPort, create_app  # noqa: PLC0415
+
+    return OperatorPort(listen(host, port), create_app(routes.plain))
 
 
 def _reloader(settings: ServeSettings, metrics: ServerMetrics) -> CertReloader:

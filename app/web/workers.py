@@ -39,14 +39,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from prometheus_client import multiprocess
 
-from app.web.app import JSON, PROMETHEUS, STALL_SECONDS, Health, Plain
+from app.web.app import STALL_SECONDS, Health, Plain, Probes, listen, plain_routes
 from app.web.metrics import MULTIPROCESS_ENV, render_shared
-from app.web.probes import ProbeListener
+
+if TYPE_CHECKING:
+    from app.web.operator import OperatorPort
 
 log = logging.getLogger("tls_injector.workers")
 
@@ -107,7 +109,8 @@ class Supervisor:
         self._wake = threading.Event()
         self._hangup = False
         self.sock: socket.socket | None = None
-        self.probes: ProbeListener | None = None
+        self.probe_sock: socket.socket | None = None
+        self.probes: OperatorPort | None = None
 
     def bind(self) -> None:
         """Listen on the admission port (and the probe port); OSError when either cannot be had."""
@@ -116,7 +119,7 @@ class Supervisor:
         self.sock.set_inheritable(True)
         if self.probe_port is not None:
             try:
-                self.probes = ProbeListener(self.host, self.probe_port, self.routes())
+                self.probe_sock = listen(self.host, self.probe_port)
             except OSError:
                 self.close()
                 raise
@@ -136,9 +139,9 @@ class Supervisor:
         if self.sock is not None:
             self.sock.close()
             self.sock = None
-        if self.probes is not None:
-            self.probes.server.server_close()
-            self.probes = None
+        if self.probe_sock is not None:
+            self.probe_sock.close()
+            self.probe_sock = None
 
     def run(self) -> int:
         """Serve until SIGTERM/SIGINT (then 0) or until a worker cannot start (then 2)."""
@@ -147,18 +150,31 @@ class Supervisor:
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self._on_stop)
         signal.signal(signal.SIGHUP, self._on_hangup)
-        if self.probes is not None:
-            self.probes.start()
         try:
             for worker in self.workers:
                 self._start(worker)
+            self._serve_probes()
             code = self._watch()
         finally:
             self._stop_all()
             if self.probes is not None:
                 self.probes.stop()
+            elif self.probe_sock is not None:
+                self.probe_sock.close()
             shutil.rmtree(self.state_dir, ignore_errors=True)
         return code
+
+    def _serve_probes(self) -> None:
+        """The probe port, once the workers are starting: a probe that connects meanwhile waits in the
+        socket's queue. FastAPI and uvicorn are imported here, not at the top, since every worker imports
+        this module (WorkerSlot) and they cost a second or more of CPU, which the supervisor now spends
+        while its workers start rather than before."""
+        if self.probe_sock is None:
+            return
+        from app.web.operator import OperatorPort, create_app  # noqa: PLC0415
+
+        self.probes = OperatorPort(self.probe_sock, create_app(self.routes()))
+        self.probes.start()
 
     def _watch(self) -> int:
         while not self.stopping:
@@ -276,22 +292,19 @@ class Supervisor:
         return found
 
     def routes(self) -> dict[bytes, Callable[[], Plain]]:
-        def healthz() -> Plain:
-            states = self.states()
-            healthy = all(s["beat_age"] is not None and s["beat_age"] <= STALL_SECONDS for s in states)
-            return (200 if healthy else 503), JSON, orjson.dumps({"status": "ok" if healthy else "worker down or "
-                                                                  "stalled", "workers": states})
+        """The probe port's routes (app.web.app), answered from the workers' state files."""
+        return plain_routes(Probes(healthy=self._healthy, ready=self._ready,
+                                   metrics=lambda: render_shared(self.metrics_dir)))
 
-        def readyz() -> Plain:
-            states = self.states()
-            ready = not self.stopping and any(s["ready"] for s in states)
-            return (200 if ready else 503), JSON, orjson.dumps({"ready": ready, "shutting_down": self.stopping,
-                                                                "workers": states})
+    def _healthy(self) -> tuple[bool, dict[str, Any]]:
+        states = self.states()
+        healthy = all(s["beat_age"] is not None and s["beat_age"] <= STALL_SECONDS for s in states)
+        return healthy, {"status": "ok" if healthy else "worker down or stalled", "workers": states}
 
-        def metrics() -> Plain:
-            return 200, PROMETHEUS, render_shared(self.metrics_dir)
-
-        return {b"/healthz": healthz, b"/readyz": readyz, b"/metrics": metrics}
+    def _ready(self) -> tuple[bool, dict[str, Any]]:
+        states = self.states()
+        ready = not self.stopping and any(s["ready"] for s in states)
+        return ready, {"ready": ready, "shutting_down": self.stopping, "workers": states}
 
 
 def worker_count(value: str) -> int:

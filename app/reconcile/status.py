@@ -1,0 +1,118 @@
+"""What the last pass saw, for the operator's status API and page: recorded by the pass, never re-read.
+
+A snapshot is built once per full pass from what the pass already holds (the CA sets as stepped, every
+target with its stored Secret, the pods it listed), and swapped in whole, so a request reads one
+consistent pass and costs no API call. It carries names, states and dates only: no key, no certificate
+body, no Secret data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Literal
+
+from app.injection.workload import pod_workload
+from app.pki import LEAF_LOOKAHEAD, CaState
+from app.reconcile.ca import CaStep
+from app.reconcile.discover import Target
+from app.reconcile.plan import Obj
+
+CaRole = Literal["serving", "client"]
+# What each trust state waits for before its next step (app/pki/trust.py; docs/reconcile.md, Rotation).
+WAITS_FOR: Mapping[CaState, str] = {
+    CaState.UNTRUSTED: "every bundle in use to carry it, then the settle period (kubelet propagation)",
+    CaState.TRUSTED_UNUSED: "the next pass, which makes it the signing CA",
+    CaState.TRUSTED_USED: "",
+    CaState.PHASE_OUT: "no leaf chaining to it any more (leaves are re-issued from the new CA)",
+    CaState.ZOMBIE: "the settle period, then it leaves the bundles",
+}
+
+
+@dataclass(frozen=True)
+class CaStatus:
+    ca_set: str  # the Secret holding the set: the workloads' CA, or the webhook's own
+    role: CaRole  # what its leaves are: serving certificates (client certificates have no CA set yet)
+    fingerprint: str  # SHA-256, first 16 hex digits (as in the metrics' label)
+    subject: str
+    root: bool  # self-signed; False for a CA given with its issuers (an intermediate)
+    not_after: datetime
+    state: str  # the trust state (untrusted, trusted-unused, trusted-used, phase-out, zombie)
+    signs: bool
+    waits_for: str  # what its next step waits for; empty when it waits for nothing
+    next_step_at: datetime | None  # when the set can next move on time alone
+
+
+@dataclass(frozen=True)
+class WorkloadStatus:
+    namespace: str
+    workloads: tuple[str, ...]  # "Deployment/web", every workload sharing the Secret
+    secret: str
+    not_after: datetime | None  # None: no certificate stored yet
+    renew_at: datetime | None
+    waiting: str  # why its certificate waits for a CA that may sign; empty when it does not
+
+
+@dataclass(frozen=True)
+class PodStatus:
+    namespace: str
+    name: str
+    workload: str
+
+
+@dataclass(frozen=True)
+class MemberStatus:
+    """A member cluster of a hub. No hub mode exists yet, so the list is always empty."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Status:
+    pass_at: datetime
+    converged: bool
+    aborted: str  # why the last pass stopped, empty when it did not
+    cas: tuple[CaStatus, ...]
+    workloads: tuple[WorkloadStatus, ...]
+    pods_missing_injection: tuple[PodStatus, ...]
+    members: tuple[MemberStatus, ...] = ()
+
+
+def ca_statuses(ca_set: str, step: CaStep) -> list[CaStatus]:
+    return [CaStatus(ca_set=ca_set, role="serving", fingerprint=r.fingerprint[:16],
+                     subject=r.cert.subject.rfc4514_string(), root=not r.chain, not_after=r.cert.not_valid_after_utc,
+                     state=str(r.state), signs=r.state is CaState.TRUSTED_USED and r.key is not None,
+                     waits_for=_waits_for(step, r.state), next_step_at=step.next_step_at)
+            for r in step.cas.records]
+
+
+def _waits_for(step: CaStep, state: CaState) -> str:
+    if state is CaState.UNTRUSTED and step.waiting:
+        return step.waiting  # the set's own account, with the time when it knows one
+    return WAITS_FOR[state]
+
+
+def workload_statuses(targets: Iterable[Target], expiries: Mapping[tuple[str, str], datetime],
+                      waiting: Mapping[str, str]) -> list[WorkloadStatus]:
+    found = []
+    for t in targets:
+        not_after = expiries.get((t.namespace, t.secret_name))
+        found.append(WorkloadStatus(
+            namespace=t.namespace, workloads=tuple(sorted(str(w) for w in t.workloads)), secret=t.secret_name,
+            not_after=not_after, renew_at=not_after - LEAF_LOOKAHEAD if not_after else None,
+            waiting=waiting.get(f"{t.namespace}/{t.secret_name}", "")))
+    return found
+
+
+def pod_statuses(pods: Iterable[Obj]) -> list[PodStatus]:
+    return [PodStatus(namespace=p["metadata"].get("namespace") or "", name=p["metadata"]["name"],
+                      workload=pod_workload(p["metadata"]).name) for p in pods]
+
+
+def aborted(previous: Status | None, why: str, now: datetime) -> Status:
+    """A pass that stopped keeps what the last complete one saw, saying that it stopped and when."""
+    if previous is None:
+        return Status(pass_at=now, converged=False, aborted=why, cas=(), workloads=(), pods_missing_injection=())
+    return replace(previous, pass_at=now, converged=False, aborted=why)
+

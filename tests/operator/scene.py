@@ -1,0 +1,81 @@
+"""A reconciler with something to show: running on the emulator, its operator port on loopback.
+
+Two namespaces of opted-in Deployments converged under a user CA; then the CA is replaced (so the new
+one waits to be trusted everywhere and no CA may sign), a new Deployment arrives (its certificate waits)
+and a bare pod runs without the injection (created while the webhook was down).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import httpx
+
+from app.cli import main
+from app.cli.cluster import settings_for
+from app.cli.parser import build_parser as _parser
+from app.kube import find_cluster
+from app.pki import make_ca
+from app.reconcile.runner import run_until_signalled
+from tests.kubeapi import Emulator
+from tests.reconcile.cluster import OWN_NS, deployment, small_cluster
+from tests.reconcile.test_user_ca import put_user_ca
+from tests.test_cli_serve import free_port
+
+FLAGS = ["--namespace", OWN_NS, "--ca-secret", "my-ca", "--webhook-configurations", "", "--log-level", "error"]
+
+
+@dataclass
+class Scene:
+    base: str
+    emulator: Emulator
+
+    def status(self) -> dict[str, object]:
+        found: dict[str, object] = httpx.get(self.base + "/api/v1/status", timeout=5).json()
+        return found
+
+
+def bare_pod(emu: Emulator, name: str, ns: str) -> None:
+    emu.add({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns,
+             "labels": {"tls-injector.io/inject": "true"}},
+             "spec": {"containers": [{"name": "app", "image": "example/app:1"}]}, "status": {"phase": "Running"}})
+
+
+@contextlib.contextmanager
+def running_scene(emu: Emulator) -> Iterator[Scene]:
+    small_cluster(emu, namespaces=2, per_namespace=2)
+    now = datetime.now(UTC)
+    put_user_ca(emu, make_ca(common_name="user CA 1", now=now))
+    assert main(["reconcile", "--once", "--server", emu.url, *FLAGS]) == 0
+    put_user_ca(emu, make_ca(common_name="user CA 2", now=now))
+    deployment(emu, "late", "ns0")
+    bare_pod(emu, "orphan", "ns1")
+    args = _parser().parse_args(["reconcile", "--server", emu.url, *FLAGS])
+    cluster = find_cluster(server=emu.url)
+    assert cluster is not None
+    stop, port = threading.Event(), free_port()
+    loop = threading.Thread(target=run_until_signalled, args=(cluster, settings_for(args)),
+                            kwargs={"probe_address": ("127.0.0.1", port), "stop": stop})
+    loop.start()
+    scene = Scene(f"http://127.0.0.1:{port}", emu)
+    try:
+        deadline = time.monotonic() + 30
+        while not _passed(scene):
+            assert time.monotonic() < deadline, "no pass within 30 s"
+            time.sleep(0.1)
+        yield scene
+    finally:
+        stop.set()
+        loop.join(timeout=10)
+
+
+def _passed(scene: Scene) -> bool:
+    try:
+        return httpx.get(scene.base + "/api/v1/status", timeout=5).status_code == 200
+    except httpx.ConnectError:
+        return False
