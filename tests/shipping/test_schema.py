@@ -13,6 +13,7 @@ import pytest
 
 from app.offline.rulesfile import load_rule_set
 from app.rules import export_documents
+from tests.shipping.monitoring_schemas import SCHEMAS as MONITORING_SCHEMAS
 from tests.shipping.support import (
     KUSTOMIZATION,
     ROOT,
@@ -36,8 +37,9 @@ def _rel(path: Path) -> str:
 
 @functools.cache
 def _crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
-    """(apiVersion, kind) -> openAPIV3Schema of every CRD that ships, for its example objects."""
-    schemas: dict[tuple[str, str], dict[str, Any]] = {}
+    """(apiVersion, kind) -> openAPIV3Schema of every CRD that ships, for its example objects, and of the
+    Prometheus Operator's kinds the monitoring component uses (their CRDs are the cluster's own)."""
+    schemas: dict[tuple[str, str], dict[str, Any]] = dict(MONITORING_SCHEMAS)
     for path in resource_files():
         for doc in load_docs(path):
             if doc.get("kind") == "CustomResourceDefinition":
