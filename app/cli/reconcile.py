@@ -19,6 +19,10 @@ def add(reconcile: argparse.ArgumentParser) -> None:
                                 "/api/v1/status and the status page /")
     reconcile.add_argument("--metrics-port", type=flags.port, default=8080,
                            help="the operator port (0: none); not used with --once")
+    reconcile.add_argument("--status", action="store_true",
+                           help="also serve the status of the last pass on the operator port (/api/v1/status and "
+                                "the page /): it names every opted-in namespace, workload and Secret to whoever "
+                                "reaches the port, so it is off unless asked, like --metrics-per-object")
     reconcile.add_argument("--log-level", default="info", choices=LOG_LEVELS, help="least severe level logged")
 
 
@@ -36,7 +40,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             print(runner.summary(report), flush=True)
             return EXIT_OK if report.converged else EXIT_FINDINGS
         probe = (args.metrics_host, args.metrics_port) if args.metrics_port else None
-        runner.run_until_signalled(cluster, settings, probe_address=probe)
+        runner.run_until_signalled(cluster, settings, probe_address=probe, status=args.status)
     except OSError as error:  # the metrics port is taken or not ours to bind
         return fail("reconcile", f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {error}")
     except runner.KubeError as error:  # configuration that cannot be loaded: a message, not a traceback

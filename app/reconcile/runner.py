@@ -95,10 +95,11 @@ def run_forever(cluster: ClusterConfig, settings: ReconcileSettings, stop: threa
 
 
 def run_until_signalled(cluster: ClusterConfig, settings: ReconcileSettings, *,
-                        probe_address: tuple[str, int] | None = None, stop: threading.Event | None = None) -> None:
+                        probe_address: tuple[str, int] | None = None, stop: threading.Event | None = None,
+                        status: bool = False) -> None:
     """`tls-injector reconcile` without --once: until SIGTERM or SIGINT (or `stop`, for tests). With
     `probe_address`, the operator port is served there on plain HTTP while the loop runs: /healthz,
-    /readyz, /metrics, the status API and page (app.web.operator, app.web.status)."""
+    /readyz, /metrics and, with `status`, the status API and page (app.web.operator, app.web.status)."""
     stop = stop or threading.Event()
     previous = {}
     if threading.current_thread() is threading.main_thread():  # signal handlers can only be set there
@@ -115,7 +116,8 @@ def run_until_signalled(cluster: ClusterConfig, settings: ReconcileSettings, *,
             from app.web.operator import OperatorPort  # noqa: PLC0415
             from app.web.status import status_app  # noqa: PLC0415
 
-            server = OperatorPort(sock, status_app(reconciler_probes(loop, metrics), lambda: loop.reconciler.status))
+            snapshot = (lambda: loop.reconciler.status) if status else None
+            server = OperatorPort(sock, status_app(reconciler_probes(loop, metrics), snapshot))
             server.start()
         loop.run(stop)
     finally:

@@ -96,8 +96,10 @@ def add_status_routes(app: FastAPI, snapshot: Callable[[], object | None],
     app.add_api_route("/", page, methods=["GET"], response_class=HTMLResponse, summary="The status page")
 
 
-def status_app(probes: Probes, snapshot: Callable[[], object | None]) -> FastAPI:
-    """The reconciler's operator port: the three probe routes, the status API and the page."""
+def status_app(probes: Probes, snapshot: Callable[[], object | None] | None) -> FastAPI:
+    """The reconciler's operator port: the three probe routes and, when given a snapshot, the status API
+    and the page (they name every opted-in namespace, workload and Secret: `reconcile --status`)."""
     app = create_app(plain_routes(probes), title="tls-injector reconciler")
-    add_status_routes(app, snapshot)
+    if snapshot is not None:
+        add_status_routes(app, snapshot)
     return app

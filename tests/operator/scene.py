@@ -55,12 +55,12 @@ def running_scene(emu: Emulator) -> Iterator[Scene]:
     put_user_ca(emu, make_ca(common_name="user CA 2", now=now))
     deployment(emu, "late", "ns0")
     bare_pod(emu, "orphan", "ns1")
-    args = _parser().parse_args(["reconcile", "--server", emu.url, *FLAGS])
+    args = _parser().parse_args(["reconcile", "--server", emu.url, *FLAGS])  # settings only: --status is below
     cluster = find_cluster(server=emu.url)
     assert cluster is not None
     stop, port = threading.Event(), free_port()
     loop = threading.Thread(target=run_until_signalled, args=(cluster, settings_for(args)),
-                            kwargs={"probe_address": ("127.0.0.1", port), "stop": stop})
+                            kwargs={"probe_address": ("127.0.0.1", port), "stop": stop, "status": True})
     loop.start()
     scene = Scene(f"http://127.0.0.1:{port}", emu)
     try:

@@ -118,7 +118,7 @@ def test_every_metric_an_alert_or_panel_queries_is_exported_by_the_webhook_or_th
     # And the other way round: every metric the program exports is on the dashboard or behind an alert.
     used = set().union(*queried.values())
     unused = {m for m in program if m.startswith("tls_injector_") and not m.endswith(("_created", "_sum", "_count"))}
-    assert sorted(unused - used) == []
+    assert sorted(unused - used) == [], "add a panel for each to manifests/components/monitoring/grafana-dashboard.json"
 
 
 @pytest.mark.parametrize("name", ["TLSInjectorCertificateExpiringSoon", "TLSInjectorNoLeader"])

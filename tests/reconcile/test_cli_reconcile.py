@@ -108,7 +108,11 @@ def test_reconcile_serves_metrics_and_health_on_plain_http_while_its_loop_runs(k
             assert time.monotonic() < deadline, "never became leader"
             time.sleep(0.1)
         assert httpx.get(base + "/healthz").status_code == 200
+        assert httpx.get(base + "/readyz").status_code == 200
         assert httpx.get(base + "/nothing-here").status_code == 404
+        # The status names every opted-in namespace and Secret: served only with --status.
+        assert httpx.get(base + "/api/v1/status").status_code == 404
+        assert httpx.get(base + "/").status_code == 404
     finally:
         stop.set()
         loop.join(timeout=10)
