@@ -443,7 +443,7 @@ def app_path_us(endpoint: str, *, level: str, log_file: Path, n: int = 3000) -> 
     with log_file.open("w") as stream, contextlib.redirect_stderr(stream):
         handler.stream = stream  # type: ignore[attr-defined]
         mutate, validate = build_handlers(ServeSettings())
-        target = AdmissionEndpoint(name=endpoint, handler=mutate if endpoint == "mutate" else validate,
+        target = AdmissionEndpoint(name=endpoint, route=mutate if endpoint == "mutate" else validate,
                                    metrics=ServerMetrics())
         body = encoded(ENDPOINTS[endpoint][1]())
         try:
