@@ -18,6 +18,11 @@ the projected service-account volume) that opts into the TLS env vars:
 - `reinvocation`: the same request carrying the already injected pod (an empty plan, no patch);
 - `generic diff`: copy.deepcopy + jsonpatch.make_patch of the same change, what a webhook that mutates a
   copy and diffs it would pay on top, for comparison.
+
+Then a pod of a new shape, step by step, as the endpoint meets it (`request, new shape` in parts): the
+typed decode of the review, the memo's key (naming inputs as JSON, the token-volume scan), the spec's
+text decoded, the plan, the patch ops, the answer (ops as JSON, base64), the check that the answer may be
+shared, and the review's answer encoded.
 """
 
 from __future__ import annotations
@@ -134,10 +139,48 @@ def main() -> None:
         ("generic diff", lambda: jsonpatch.make_patch(copy.deepcopy(decoded_pod), injected),
          max(args.number // 10, 1)),
     ]
+    steps(options, bodies, args.number, args.repeat)
     print(f"Pod CREATE review {len(body)} bytes (pod {len(orjson.dumps(decoded_pod))} bytes), "
           f"patch of {len(ops)} ops; median of {args.repeat} x {args.number} calls, CPU time per call:")
     for name, call, number in cases:
         print(f"  {name:<17} {per_call_us(call, number=number, repeat=args.repeat):8.1f} us")
+
+
+def steps(options: InjectionOptions, bodies: list[bytes], number: int, repeat: int) -> None:
+    """What a new shape's answer costs, step by step (each step timed alone over the same bodies)."""
+    from app.admission import decode_review, decoder, patched
+    from app.injection.answers import shape_key, shareable
+    from app.injection.mutate import MutateRequest, _key_text
+
+    reviews = decoder(MutateRequest)
+    requests = [decode_review(reviews, b) for b in bodies]
+    specs = [orjson.loads(bytes(r.object.spec)) for r in requests if r.object is not None]
+    pods = [{"metadata": r.object.metadata, "spec": spec} for r, spec in zip(requests, specs, strict=True)
+            if r.object is not None]
+    plans = [plan_injection(p, options=options, ca_fingerprints=FINGERPRINTS) for p in pods]
+    ops = [patch_ops(plan) for plan in plans]
+    answers = [dict(patched("u", o)) for o in ops]
+    texts = [_key_text(r.object.metadata, bytes(r.object.spec), FINGERPRINTS) for r in requests if r.object]
+    keys = [shape_key(t or b"") for t in texts]
+    at = itertools.count()
+
+    def each(call: Callable[[int], object]) -> Callable[[], object]:
+        return lambda: call(next(at) % len(bodies))
+
+    parts: list[tuple[str, Callable[[int], object]]] = [
+        ("decode (typed)", lambda i: decode_review(reviews, bodies[i])),
+        ("memo key", lambda i: shape_key(_key_text(requests[i].object.metadata,  # type: ignore[union-attr]
+                                                   bytes(requests[i].object.spec), FINGERPRINTS) or b"")),  # type: ignore[union-attr]
+        ("spec decoded", lambda i: orjson.loads(bytes(requests[i].object.spec))),  # type: ignore[union-attr]
+        ("plan", lambda i: plan_injection(pods[i], options=options, ca_fingerprints=FINGERPRINTS)),
+        ("patch ops", lambda i: patch_ops(plans[i])),
+        ("answer (JSON, base64)", lambda i: patched("u", ops[i])),
+        ("shareable check", lambda i: shareable(answers[i], keys[i][1])),
+        ("review answer encoded", lambda i: orjson.dumps(review_envelope(answers[i]))),  # type: ignore[arg-type]
+    ]
+    print(f"a new shape, step by step (median of {repeat} x {number} calls, CPU time per call):")
+    for name, call in parts:
+        print(f"  {name:<22} {per_call_us(each(call), number=number, repeat=repeat):8.1f} us")
 
 
 if __name__ == "__main__":
