@@ -19,7 +19,6 @@ from app.kube import (
     CONFIG_MAPS,
     LEASES,
     SECRETS,
-    SERVICES,
     SUBJECT_ACCESS_REVIEWS,
     KubeApi,
     KubeError,
@@ -92,8 +91,6 @@ def _cluster(api: KubeApi, snap: Snapshot) -> None:
     snap.pod_certificates = NativeApis(api).version() is not None
     for target in targets(snap):
         _by_name(api, snap, "Secret", target.namespace, target.secret_name)
-    for namespace in sorted({t.namespace for t in targets(snap)}):
-        snap.services += api.list_objects(SERVICES, namespace=namespace).items
     for pod in snap.observed.pods:
         for kind, name in mounted(pod):
             _by_name(api, snap, kind, pod["metadata"].get("namespace") or "default", name)

@@ -33,7 +33,7 @@ class Permission:
 _CALLS: tuple[tuple[str, tuple[str, ...], tuple[str, ...], str, str], ...] = (
     ("apps", ("deployments", "statefulsets", "daemonsets", "replicasets"), ("list", "watch"), "cluster", ""),
     ("batch", ("jobs", "cronjobs"), ("list", "watch"), "cluster", ""),
-    ("", ("namespaces", "pods"), ("list", "watch"), "cluster", ""),
+    ("", ("namespaces", "pods", "services"), ("list", "watch"), "cluster", ""),
     ("", ("secrets", "configmaps"), ("get", "list", "watch", "create", "update", "delete"), "cluster", ""),
     ("", ("events",), ("create",), "cluster", ""),
     ("certificates.k8s.io", ("podcertificaterequests",), ("get", "list", "watch"), "cluster", ""),

@@ -59,7 +59,6 @@ class Snapshot:
     secrets: dict[tuple[str, str], Obj | None] = field(default_factory=dict)  # read by name, beyond ours
     config_maps: dict[tuple[str, str], Obj | None] = field(default_factory=dict)
     lease: Obj | None = None
-    services: list[Obj] = field(default_factory=list)  # the Services of namespaces with opted-in workloads
     pod_certificates: bool = False  # the cluster serves pod certificates: workloads asking for them get no Secret
     access: list[Access] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)

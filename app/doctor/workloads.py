@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from app.doctor.model import Result, error, ok, warning
+from app.doctor.model import Result, error, ok
 from app.doctor.snapshot import Snapshot
 from app.injection import names, pod_workload, template_of
 from app.kube import Obj
@@ -31,6 +31,7 @@ def targets(snap: Snapshot) -> list[Target]:
         workloads = [(k, w) for k, w in workloads if not wants_pod_certificates(template_of(k, w) or {})]
         pods = [p for p in pods if not wants_pod_certificates(p)]
     return discover(workloads, pods, enabled=snap.observed.enabled, cluster_domain=snap.settings.cluster_domain,
+                    services=snap.observed.services,
                     own_namespace=snap.settings.namespace)
 
 
@@ -113,44 +114,6 @@ def check_service_names(snap: Snapshot, wanted: list[Target]) -> Result:
                           "whose names changed on its next pass; to force it: "
                           + _RENEW.format(ns=bad[0].namespace, name=bad[0].secret_name))
     return ok(CATEGORY, title, f"{checked} certificates")
-
-
-def check_services_named(snap: Snapshot, wanted: list[Target]) -> Result:
-    """A Service whose selector picks an opted-in workload's pods: its certificate should name it, or
-    clients calling that Service fail the host name check."""
-    title = "every Service selecting opted-in pods is named by their certificate"
-    labels = _pod_labels(snap)
-    problems = []
-    for target in wanted:
-        sets = [labels.get((ref.kind, ref.namespace, ref.name)) or {} for ref in target.workloads]
-        for service in (s for s in snap.services if (s["metadata"].get("namespace") or "") == target.namespace):
-            selector = (service.get("spec") or {}).get("selector") or {}
-            name = service["metadata"]["name"]
-            if selector and any(_selects(selector, found) for found in sets) and \
-                    f"{name}.{target.namespace}.svc" not in target.dns_names:
-                problems.append(f"{_who(target)}: Service {name} selects its pods; the certificate does not name it")
-    if problems:
-        return warning(CATEGORY, title, f"{len(problems)} Services not named", details=problems,
-                       hint=f"add the Service to the pod template's {names.SERVICE_NAMES_ANNOTATION} (comma-"
-                            "separated; list the workload's own name too); clients calling it fail the name check")
-    return ok(CATEGORY, title, f"{len(snap.services)} Services")
-
-
-def _pod_labels(snap: Snapshot) -> dict[tuple[str, str, str], dict[str, Any]]:
-    """The labels each workload's pods get: its pod template's, or a bare pod's own."""
-    found: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for kind, obj in snap.observed.workloads:
-        template = template_of(kind, obj) or {}
-        labels = (template.get("metadata") or {}).get("labels") or {}
-        found[kind, obj["metadata"].get("namespace") or "default", obj["metadata"]["name"]] = labels
-    for pod in snap.observed.pods:
-        meta = pod["metadata"]
-        found["Pod", meta.get("namespace") or "default", meta.get("name") or ""] = meta.get("labels") or {}
-    return found
-
-
-def _selects(selector: dict[str, Any], labels: dict[str, Any]) -> bool:
-    return all(labels.get(key) == value for key, value in selector.items())
 
 
 def check_names_accepted(wanted: list[Target]) -> Result:
@@ -255,6 +218,5 @@ def checks(snap: Snapshot) -> list[Result]:
                            "and the Secrets and ConfigMaps tls-injector manages")]
     wanted = targets(snap)
     return [check_secrets_exist(snap, wanted), check_trusted_by_bundle(snap, wanted),
-            check_service_names(snap, wanted), check_names_accepted(wanted),
-            check_services_named(snap, wanted), check_bundles_writable(snap, wanted),
+            check_service_names(snap, wanted), check_names_accepted(wanted), check_bundles_writable(snap, wanted),
             check_pods_injected(snap), check_pod_mounts(snap)]

@@ -29,6 +29,7 @@ from app.kube import (
     PODS,
     REPLICA_SETS,
     SECRETS,
+    SERVICES,
     STATEFUL_SETS,
     Gone,
     KubeApi,
@@ -69,6 +70,7 @@ WATCHED: tuple[tuple[Resource, str | None], ...] = (
     (CRON_JOBS, None),
     (NAMESPACES, f"{names.INJECT_LABEL}={names.NAMESPACE_OPT_IN}"),
     (PODS, None),
+    (SERVICES, None),  # a Service added or changed may name a workload's pods: its certificate is re-issued
     (SECRETS, f"{MANAGED_BY_LABEL}={MANAGER}"),
     (CONFIG_MAPS, f"{MANAGED_BY_LABEL}={MANAGER}"),
 )

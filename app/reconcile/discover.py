@@ -13,6 +13,7 @@ naming `/mutate` and `inject` use, so the Secret a pod mounts is the one issued 
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -94,6 +95,7 @@ def discover(
     enabled: set[str],
     cluster_domain: str = names.DEFAULT_CLUSTER_DOMAIN,
     own_namespace: str = "",
+    services: Iterable[Obj] = (),
 ) -> list[Target]:
     """Targets for opted-in (kind, object) workloads and pods; workloads sharing a Secret share it.
 
@@ -102,6 +104,7 @@ def discover(
     and anything else run beside the injector get none unless asked.
     """
     enabled = enabled - {own_namespace}
+    selectors = service_selectors(services)
     listed = {(kind, _namespace(obj), obj["metadata"]["name"]): obj for kind, obj in workloads}
     wanted: Wanted = defaultdict(dict)
     for (kind, namespace, name), obj in listed.items():
@@ -111,14 +114,36 @@ def discover(
         workload = template_workload(kind, name, _map(template, "metadata"))
         if not _covered_by_owner(kind, obj, workload, listed):
             ref = WorkloadRef(kind, namespace, name, obj["metadata"].get("uid") or "", LISTED_KINDS[kind])
-            _want(wanted, namespace, ref, workload)
+            _want(wanted, namespace, ref, _with_services(workload, template, selectors.get(namespace, ())))
     for pod in pods:
         namespace = _namespace(pod)
         owner = controller_of(pod["metadata"])
         if _listed_kind(owner) or not _opted_in(pod, namespace, enabled):
             continue
-        _want(wanted, namespace, _pod_user(pod, namespace, owner), pod_workload(pod["metadata"]))
+        _want(wanted, namespace, _pod_user(pod, namespace, owner),
+              _with_services(pod_workload(pod["metadata"]), pod, selectors.get(namespace, ())))
     return [_target(ns, secret, users, cluster_domain) for (ns, secret), users in sorted(wanted.items())]
+
+
+def service_selectors(services: Iterable[Obj]) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    """(name, selector) of every Service with a selector, by namespace (one without selects no pods)."""
+    found: dict[str, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+    for service in services:
+        selector = _map(_map(service, "spec"), "selector")
+        name = _map(service, "metadata").get("name")
+        if selector and isinstance(name, str):
+            found[_namespace(service)].append((name, selector))
+    return found
+
+
+def _with_services(workload: Workload, template: Obj, selectors: Iterable[tuple[str, dict[str, Any]]]) -> Workload:
+    """The workload's own service names plus every Service of its namespace whose selector picks its pods
+    (the names its clients actually call, as OpenShift's service CA finds them)."""
+    labels = _map(_map(template, "metadata"), "labels")
+    selected = [name for name, selector in selectors if all(labels.get(k) == v for k, v in selector.items())]
+    if not selected or not workload.secret_name:
+        return workload
+    return dataclasses.replace(workload, service_names=tuple(sorted({*workload.service_names, *selected})))
 
 
 def pod_may_need_a_secret(pod: Obj) -> bool:

@@ -134,6 +134,7 @@ class Observed:
     # Namespaces where a ConfigMap of the bundle's name exists that is not ours: never written, and left
     # out of the CA's rotation facts (docs/security.md), so one tenant cannot hold every rotation back.
     squatted: set[str] = field(default_factory=set)
+    services: list[Obj] = field(default_factory=list)  # every Service: their selectors name workloads' pods
     truststores: set[str] = field(default_factory=set)  # namespaces where a workload asks for truststore.p12
 
     def lookup(self, item: Item) -> Obj | None:

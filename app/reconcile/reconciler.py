@@ -31,6 +31,7 @@ from app.kube import (
     PODS,
     REPLICA_SETS,
     SECRETS,
+    SERVICES,
     STATEFUL_SETS,
     Conflict,
     KubeApi,
@@ -210,6 +211,7 @@ class Reconciler:
             workloads = [(k, w) for k, w in workloads if not wants_pod_certificates(template_of(k, w) or {})
                          or (w["metadata"].get("namespace") or "", w["metadata"]["name"]) in mounting]
         targets = discover(workloads, pods, enabled=observed.enabled, cluster_domain=self.settings.cluster_domain,
+                           services=observed.services,
                            own_namespace=self.settings.namespace)
         observed.truststores = truststore_namespaces(workloads, pods, enabled=observed.enabled)
         self._report_refused_names(targets, report, now)
@@ -622,6 +624,7 @@ def read_cluster(api: KubeApi) -> Observed:
     selector = f"{names.INJECT_LABEL}={names.NAMESPACE_OPT_IN}"
     observed.enabled = enabled_namespaces(api.list_objects(NAMESPACES, label_selector=selector).items)
     observed.pods = read_candidate_pods(api, observed.enabled)
+    observed.services = api.list_objects(SERVICES).items
     for obj in api.list_objects(SECRETS, label_selector=own.owned_selector("leaf")).items:
         observed.leaves[obj["metadata"]["namespace"], obj["metadata"]["name"]] = obj
     # By name, not by our label: a ConfigMap of that name that is not ours must be seen too (it decides

@@ -114,3 +114,29 @@ def test_a_refusal_is_one_event_while_it_lasts(kubeapi: Emulator) -> None:
 
 def _b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode()
+
+
+def test_the_services_selecting_a_workloads_pods_are_named_and_a_new_one_reissues_the_certificate(
+        kubeapi: Emulator) -> None:
+    """Names from what the namespace really has: a Service added later is in the next certificate, and a
+    client dialling it verifies; a Service of another namespace with the same selector is not."""
+    namespace(kubeapi, OWN_NS)
+    namespace(kubeapi, "team-a")
+    namespace(kubeapi, "team-b")
+    deployment(kubeapi, "web", "team-a")  # pod template labels app=web
+    clock = Clock(datetime.now(UTC))
+    rec = reconciler(kubeapi, clock)
+    assert rec.run_pass().converged
+    for ns, name in (("team-a", "web-public"), ("team-b", "stolen")):
+        kubeapi.add({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": ns},
+                     "spec": {"selector": {"app": "web"}, "ports": [{"port": 443}]}})
+    report = rec.run_pass()
+    assert report.reasons["renewed:sans-changed"] == 1
+    leaf = data(kubeapi.get("secrets", "web-tls", "team-a"))
+    assert sorted(dns_sans(load_certificates(leaf["tls.crt"])[0])) == [
+        "web-public.team-a.svc", "web-public.team-a.svc.cluster.local",
+        "web.team-a.svc", "web.team-a.svc.cluster.local"]
+    bundle = kubeapi.get("configmaps", "tls-injector-trust-bundle", "team-a")["data"]["ca-bundle.crt"].encode()
+    assert handshake(Party(leaf["tls.crt"], leaf["tls.key"]), bundle_pem=bundle, hostname="web-public.team-a.svc")
+    with pytest.raises(ssl.SSLCertVerificationError):
+        handshake(Party(leaf["tls.crt"], leaf["tls.key"]), bundle_pem=bundle, hostname="stolen.team-b.svc")
