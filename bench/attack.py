@@ -8,6 +8,10 @@
   (slowloris); reconnect when the server closes it.
 Prints how many connections were opened, and how many of them replaced one the server closed, when it
 exits (SIGTERM).
+
+The connections come from SOURCES loopback addresses (127.0.0.2 onwards), a few hostile pods rather than
+one: the server caps connections per source address, and the client measuring beside the attack (from
+127.0.0.1, as the apiserver would be) must not share the attackers' address.
 """
 
 from __future__ import annotations
@@ -21,14 +25,23 @@ import ssl
 HEAD = b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nX-Slow: " + b"a" * 4096
 
 
+SOURCES = 8
+
+
 class Tally:
     opened = 0
 
 
-async def idle(port: int, context: ssl.SSLContext, tally: Tally) -> None:
+def source(n: int) -> tuple[str, int]:
+    """The n-th attacking task's own loopback address, round robin over SOURCES addresses."""
+    return (f"127.0.0.{2 + n % SOURCES}", 0)
+
+
+async def idle(port: int, context: ssl.SSLContext, tally: Tally, n: int) -> None:
     while True:
         with contextlib.suppress(OSError, asyncio.IncompleteReadError, ssl.SSLError):
-            reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="localhost")
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="localhost",
+                                                           local_addr=source(n))
             tally.opened += 1
             writer.write(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
             await reader.readuntil(b"\r\n\r\n")
@@ -37,11 +50,11 @@ async def idle(port: int, context: ssl.SSLContext, tally: Tally) -> None:
         await asyncio.sleep(0.1)
 
 
-async def trickle(port: int, context: ssl.SSLContext, tally: Tally) -> None:
+async def trickle(port: int, context: ssl.SSLContext, tally: Tally, n: int) -> None:
     while True:
         with contextlib.suppress(OSError, asyncio.IncompleteReadError, ssl.SSLError):
             reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context,
-                                                           server_hostname="localhost")
+                                                           server_hostname="localhost", local_addr=source(n))
             tally.opened += 1
             for byte in HEAD:
                 writer.write(bytes([byte]))
@@ -61,8 +74,8 @@ async def main(port: int, n_idle: int, n_trickle: int) -> None:
     tally = Tally()
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    tasks = [asyncio.create_task(idle(port, context, tally)) for _ in range(n_idle)]
-    tasks += [asyncio.create_task(trickle(port, context, tally)) for _ in range(n_trickle)]
+    tasks = [asyncio.create_task(idle(port, context, tally, n)) for n in range(n_idle)]
+    tasks += [asyncio.create_task(trickle(port, context, tally, n)) for n in range(n_trickle)]
     await stop.wait()
     for task in tasks:
         task.cancel()
