@@ -52,6 +52,9 @@ def cluster_flags(command: argparse.ArgumentParser) -> None:
                               "auto = when the cluster serves certificates.k8s.io v1 or v1beta1 pod certificates "
                               "(found by discovery), on = the same but an error in the log when it does not, "
                               "off = never (pods asking for them get the Secret path)")
+    command.add_argument("--trust-domain", type=flags.trust_domain,
+                         help="SPIFFE trust domain of client certificates' URI SANs, spiffe://<trust domain>/ns/"
+                              "<namespace>/sa/<service account> (default: the cluster domain)")
     command.add_argument("--metrics-per-object", action="store_true",
                          help="also one certificate-expiry series per workload Secret, labelled with its namespace "
                               "and name (default: only the earliest expiry and the count, so /metrics does not list "
@@ -83,7 +86,8 @@ def settings_for(args: argparse.Namespace, *, resolv_conf: Path | None = None) -
     return ReconcileSettings(namespace=namespace, cluster_domain=domain,
                              user_ca_secret=args.ca_secret or None, webhook=webhook if configurations else None,
                              pod_certificates=getattr(args, "pod_certificates", "auto"),
-                             per_object_metrics=getattr(args, "metrics_per_object", False))
+                             per_object_metrics=getattr(args, "metrics_per_object", False),
+                             trust_domain=getattr(args, "trust_domain", "") or "")
 
 
 def served_address(args: argparse.Namespace, namespace: str) -> tuple[str, int] | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 from app.injection.names import MODE_ANNOTATION, MODE_SECRET, MODES
 
@@ -45,6 +46,16 @@ def cluster_domain(value: str) -> str:
         return check_cluster_domain(value)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from error
+
+
+# The SPIFFE specification's trust domain: lowercase letters, digits, '.', '-' and '_', at most 255 characters.
+_TRUST_DOMAIN = re.compile(r"[a-z0-9._-]{1,255}")
+
+
+def trust_domain(value: str) -> str:
+    if not _TRUST_DOMAIN.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"a SPIFFE trust domain is 1-255 of a-z 0-9 . - _, got {value[:100]!r}")
+    return value
 
 
 def mode_flag(command: argparse.ArgumentParser) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.injection import names
-from app.injection.workload import Workload
+from app.injection.workload import Workload, client_secret_name_for
 
 # DNS-1123 subdomain, what the apiserver requires of a Secret name (RFC 1123 labels, at most 253 chars).
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -58,6 +58,8 @@ class Choices:
     env: tuple[str, ...]
     mode: str = names.MODE_SECRET  # what the pod gets; asked for and served
     fallback: str = ""  # why a pod that asked for pod certificates gets the Secret, for a warning
+    client_secret: str = ""  # the client certificate's Secret when the pod asks for one (docs/mtls.md)
+    client_path: str = names.CLIENT_MOUNT_PATH
 
 
 def read_choices(workload: Workload, annotations: Mapping[str, Any], options: InjectionOptions) -> Choices:
@@ -69,15 +71,41 @@ def read_choices(workload: Workload, annotations: Mapping[str, Any], options: In
             f"not inside one another (see {names.CERT_PATH_ANNOTATION} and {names.TRUST_PATH_ANNOTATION})"
         )
     mode, fallback = _mode(annotations, options)
+    secret = _secret_name(workload)
+    client = _client_secret(annotations, secret, mode)
+    for other in (cert_path, trust_path):
+        if client and _nested(names.CLIENT_MOUNT_PATH, other):
+            raise InjectionRefused(
+                f"{names.CLIENT_CERT_ANNOTATION}: the client certificate's path {names.CLIENT_MOUNT_PATH} and {other} "
+                f"must be distinct and not inside one another (see {names.CERT_PATH_ANNOTATION} and "
+                f"{names.TRUST_PATH_ANNOTATION})"
+            )
     return Choices(
-        secret_name=_secret_name(workload),
+        secret_name=secret,
         cert_path=cert_path,
         trust_path=trust_path,
         containers=_containers(annotations),
         env=_env(annotations),
         mode=mode,
         fallback=fallback,
+        client_secret=client,
     )
+
+
+def _client_secret(annotations: Mapping[str, Any], secret: str, mode: str) -> str:
+    """The client certificate's Secret when the pod asks for one ("true"), "" when it does not ("false" or
+    unset); anything else is refused, as is asking for it with pod certificates (docs/mtls.md: the
+    PodCertificateRequest API carries no client usage choice for this signer yet, so that mode has none)."""
+    raw = _text(annotations, names.CLIENT_CERT_ANNOTATION).lower()
+    if raw in {"", "false"}:
+        return ""
+    if raw != "true":
+        raise InjectionRefused(f"{names.CLIENT_CERT_ANNOTATION}: {shown(raw)} must be \"true\" or \"false\"")
+    if mode == names.MODE_POD_CERTIFICATE:
+        raise InjectionRefused(f"{names.CLIENT_CERT_ANNOTATION}: client certificates are not issued in the "
+                               f"{names.MODE_POD_CERTIFICATE} mode yet; use {names.MODE_ANNOTATION}: "
+                               f"\"{names.MODE_SECRET}\" for this pod")
+    return client_secret_name_for(secret)
 
 
 def _mode(annotations: Mapping[str, Any], options: InjectionOptions) -> tuple[str, str]:

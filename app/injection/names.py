@@ -50,6 +50,15 @@ ENV_ANNOTATION = f"{DOMAIN}/env"  # "true" for all TLS_ENV_VARS, or a comma list
 # The variables common TLS stacks read for extra trust: OpenSSL/Go/Python ssl, Python requests, Node.js.
 TLS_ENV_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")
 CERT_VOLUME = "tls-injector-cert"
+# On a pod template: "true" gives the workload an mTLS client certificate too (docs/mtls.md): its own
+# Secret (workload.client_secret_name_for), EKU clientAuth only, from the client CA, with the URI SAN
+# spiffe://<trust domain>/ns/<namespace>/sa/<service account>; mounted read-only at CLIENT_MOUNT_PATH with
+# the same file names as the serving one (tls.crt, tls.key, and ca.crt: the serving CAs, to verify servers).
+CLIENT_CERT_ANNOTATION = f"{DOMAIN}/client-certificate"
+CLIENT_MOUNT_PATH = "/etc/tls-injector/client"
+CLIENT_VOLUME = "tls-injector-client"
+# The trust bundle ConfigMap's key holding the client CAs: what a server verifies client certificates with.
+CLIENT_BUNDLE_KEY = "client-ca-bundle.crt"
 TRUST_VOLUME = "tls-injector-trust"
 # Deployment pods carry this label; its value is the suffix of their ReplicaSet's name.
 POD_TEMPLATE_HASH_LABEL = "pod-template-hash"

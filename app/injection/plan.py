@@ -96,6 +96,12 @@ def plan_injection(
     _check_size(spec)
     choices = read_choices(pod_workload(metadata) if workload is None else workload, annotations, options)
     (cert, trust), new_volumes = _volumes(spec, choices, options)
+    mounts = [_mount(cert, choices.cert_path), _mount(trust, choices.trust_path)]
+    if choices.client_secret:  # its own volume and directory, read-only like the others (docs/mtls.md)
+        client, client_present = _volume(_list(spec, "volumes", "spec.volumes"), names.CLIENT_VOLUME, "secret",
+                                         {"secretName": choices.client_secret})
+        new_volumes += () if client_present else (client,)
+        mounts.append(_mount(client, choices.client_path))
     env = tuple({"name": var, "value": f"{choices.trust_path}/{names.BUNDLE_KEY}"} for var in choices.env)
     targets = _targets(spec, choices.containers)
     warnings: list[str] = [choices.fallback] if choices.fallback else []
@@ -103,8 +109,7 @@ def plan_injection(
         # ClusterTrustBundle projections are PEM only, and the kubelet's key never leaves the node.
         warnings.append(f"{names.TRUSTSTORE_ANNOTATION}: no PKCS#12 truststore with pod certificates; "
                         f"read the PEM bundle instead")
-    changes = [_change(t, (_mount(cert, choices.cert_path), _mount(trust, choices.trust_path)), env, warnings)
-               for t in targets]
+    changes = [_change(t, mounts, env, warnings) for t in targets]
     record = _record(choices, options, [t.name for t in targets], ca_fingerprints)
     wanted_annotations = {**(pins or {}), names.INJECTED_ANNOTATION: record}
     return Plan(
@@ -281,6 +286,7 @@ def _record(choices: Choices, options: InjectionOptions, containers: list[str], 
         "env": list(choices.env),
         "cas": sorted(set(cas)),
         **({"mode": choices.mode, "signer": names.SIGNER_NAME} if native else {}),
+        **({"client": choices.client_secret, "clientPath": choices.client_path} if choices.client_secret else {}),
     }
     return orjson.dumps(record, option=orjson.OPT_SORT_KEYS).decode()
 

@@ -39,6 +39,7 @@ TEMPLATE_KINDS: frozenset[str] = frozenset(TEMPLATE_PATHS) - {"Pod"}
 # name is cut and made unique again with a hash of the whole name, as controllers shorten generated names.
 MAX_SECRET_NAME = 253
 SECRET_SUFFIX = "-tls"  # noqa: S105 - a name's suffix, not a password
+CLIENT_SECRET_SUFFIX = "-client-tls"  # noqa: S105 - a name's suffix, not a password
 _HASH_CHARS = 10  # hex digits of SHA-256: 40 bits, no clash among the names one namespace can hold
 
 
@@ -95,15 +96,23 @@ def cronjob_pins(cronjob: str, template_annotations: Mapping[str, Any]) -> dict[
     return {key: value for key, value in pins.items() if not _text(template_annotations, key)}
 
 
-def secret_name_for(workload: str) -> str:
+def secret_name_for(workload: str, *, suffix: str = SECRET_SUFFIX) -> str:
     """`<workload>-tls`, the Secret of a workload whose template does not name one; past 253 characters the
     workload's name is cut and `-<hash of the whole name>` keeps it unique: `<cut>-<10 hex>-tls`."""
-    name = f"{workload}{SECRET_SUFFIX}"
+    name = f"{workload}{suffix}"
     if len(name) <= MAX_SECRET_NAME:
         return name
     digest = hashlib.sha256(workload.encode()).hexdigest()[:_HASH_CHARS]
-    cut = workload[: MAX_SECRET_NAME - len(SECRET_SUFFIX) - _HASH_CHARS - 1].rstrip("-.")
-    return f"{cut}-{digest}{SECRET_SUFFIX}"
+    cut = workload[: MAX_SECRET_NAME - len(suffix) - _HASH_CHARS - 1].rstrip("-.")
+    return f"{cut}-{digest}{suffix}"
+
+
+def client_secret_name_for(serving_secret: str) -> str:
+    """The client certificate's Secret of the workload whose serving Secret is `serving_secret`:
+    `<workload>-tls` gives `<workload>-client-tls`, a name chosen by annotation `<name>-client-tls`, cut
+    and hashed past 253 characters like the serving one. Derived from the serving Secret's name, which
+    /mutate and the reconciler already agree on for every way pods are made, so they agree on this too."""
+    return secret_name_for(serving_secret.removesuffix(SECRET_SUFFIX), suffix=CLIENT_SECRET_SUFFIX)
 
 
 def controller_of(metadata: Mapping[str, Any]) -> Mapping[str, Any] | None:

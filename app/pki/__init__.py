@@ -28,6 +28,8 @@ from app.pki.domains import (
     issue_client,
     make_intermediate,
     make_root,
+    spiffe_id,
+    uri_sans,
 )
 from app.pki.keys import KEY_TYPES, KeyType, PrivateKey, generate_key
 from app.pki.names import (
@@ -152,11 +154,13 @@ __all__ = [
     "sealed_leaf_renewal",
     "service_name_constraints",
     "service_name_problem",
+    "spiffe_id",
     "to_pem",
     "to_pkcs12",
     "to_truststore",
     "trust_bundle",
     "truststore_fingerprints",
+    "uri_sans",
     "verify_client",
     "verify_server",
 ]

@@ -114,15 +114,17 @@ def issue_leaf(
     server: bool = True,
     client: bool = False,
     key_type: KeyType = "ecdsa-p256",
+    uris: Sequence[str] = (),
 ) -> CertKey:
-    """A leaf for the given names, never valid past its issuer (a client would reject the chain)."""
+    """A leaf for the given names (and URI SANs), never valid past its issuer (a client would reject the chain)."""
     key = generate_key(key_type)
-    common_name = dns_names[0] if dns_names else "tls-injector"
+    common_name = dns_names[0] if dns_names else (uris[0] if uris else "tls-injector")
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name[:64])])
     builder = _base(name, key, now, validity, cap=issuer.cert.not_valid_after_utc)
     builder = builder.issuer_name(issuer.cert.subject)
     sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
     sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
+    sans += [x509.UniformResourceIdentifier(uri) for uri in uris]
     builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
     builder = builder.add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
     builder = builder.add_extension(_key_usage(ca=False, rsa_key=isinstance(key, rsa.RSAPrivateKey)), critical=True)

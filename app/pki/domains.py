@@ -66,10 +66,27 @@ def intermediate_renewal(
     return decision
 
 
-def issue_client(issuer: CertKey, *, names: Sequence[str], now: datetime, validity: timedelta = LEAF_VALIDITY,
-                 key_type: KeyType = "ecdsa-p256") -> CertKey:
-    """An mTLS client certificate (EKU clientAuth only); `names` are its identities, as DNS SANs."""
-    if not names:
-        raise ValueError("a client certificate needs at least one name (a DNS SAN identifies the client)")
+def issue_client(issuer: CertKey, *, names: Sequence[str] = (), now: datetime, validity: timedelta = LEAF_VALIDITY,
+                 key_type: KeyType = "ecdsa-p256", uris: Sequence[str] = ()) -> CertKey:
+    """An mTLS client certificate (EKU clientAuth only); `names` (DNS SANs) and `uris` (URI SANs, e.g. a
+    SPIFFE ID) are its identities."""
+    if not names and not uris:
+        raise ValueError("a client certificate needs at least one name (a DNS or URI SAN identifies the client)")
     return issue_leaf(issuer=issuer, dns_names=names, now=now, validity=validity, server=False, client=True,
-                      key_type=key_type)
+                      key_type=key_type, uris=uris)
+
+
+def spiffe_id(trust_domain: str, namespace: str, service_account: str) -> str:
+    """`spiffe://<trust domain>/ns/<namespace>/sa/<service account>`, the SPIFFE form of a workload's
+    identity in Kubernetes (as Istio and SPIRE's k8s workload attestor name it). Namespaces and service
+    accounts are DNS names, valid path segments as they are; the trust domain is lowercased (SPIFFE
+    requires it)."""
+    return f"spiffe://{trust_domain.lower()}/ns/{namespace}/sa/{service_account}"
+
+
+def uri_sans(cert: x509.Certificate) -> list[str]:
+    try:
+        return cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+            x509.UniformResourceIdentifier)
+    except x509.ExtensionNotFound:
+        return []

@@ -19,8 +19,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.injection import Workload, controller_of, names, pod_workload, template_of, template_workload
-from app.pki import ServiceNames, check_service_names, dns_names_for_services
+from app.injection import (
+    Workload,
+    client_secret_name_for,
+    controller_of,
+    names,
+    pod_workload,
+    template_of,
+    template_workload,
+)
+from app.pki import ServiceNames, check_service_names, dns_names_for_services, spiffe_id
 
 Obj = dict[str, Any]
 # The kinds the reconciler lists (group, kind) with their apiVersion; pods owned by one of them are
@@ -60,6 +68,21 @@ class Target:
     # Service names asked for that no certificate may carry, each with why (docs/security.md): reported,
     # never issued. The rest are issued; when nothing valid is left, the workload's own name is used.
     refused: tuple[tuple[str, str], ...] = ()
+    # The SPIFFE IDs of the users that asked for a client certificate (docs/mtls.md), sorted: none, no
+    # client certificate; one, the client Secret names it; more (users of one Secret running as different
+    # service accounts), refused with `client_refusal`, as one certificate must name one identity.
+    client_ids: tuple[str, ...] = ()
+
+    @property
+    def client_secret(self) -> str:
+        return client_secret_name_for(self.secret_name) if self.client_ids else ""
+
+    def client_refusal(self) -> str:
+        if len(self.client_ids) <= 1:
+            return ""
+        return (f"Secret {self.namespace}/{self.client_secret}: the workloads sharing Secret {self.secret_name} run "
+                f"as different service accounts ({', '.join(self.client_ids)}); a client certificate names one: "
+                f"give them one service account, or each its own {names.SECRET_NAME_ANNOTATION}")
 
     def refusal(self) -> str:
         """The refused names for a person ("" when none)."""
@@ -69,7 +92,7 @@ class Target:
                 f"{ServiceNames((), self.refused).reason()}; a certificate names only Services of its own namespace")
 
 
-Wanted = dict[tuple[str, str], dict[WorkloadRef, Workload]]
+Wanted = dict[tuple[str, str], dict[WorkloadRef, tuple[Workload, str]]]  # with the client SPIFFE ID or ""
 
 
 def opted_in(pod_labels: Mapping[str, str], *, namespace_enabled: bool) -> bool:
@@ -96,6 +119,7 @@ def discover(
     cluster_domain: str = names.DEFAULT_CLUSTER_DOMAIN,
     own_namespace: str = "",
     services: Iterable[Obj] = (),
+    trust_domain: str = "",
 ) -> list[Target]:
     """Targets for opted-in (kind, object) workloads and pods; workloads sharing a Secret share it.
 
@@ -114,14 +138,16 @@ def discover(
         workload = template_workload(kind, name, _map(template, "metadata"))
         if not _covered_by_owner(kind, obj, workload, listed):
             ref = WorkloadRef(kind, namespace, name, obj["metadata"].get("uid") or "", LISTED_KINDS[kind])
-            _want(wanted, namespace, ref, _with_services(workload, template, selectors.get(namespace, ())))
+            _want(wanted, namespace, ref, _with_services(workload, template, selectors.get(namespace, ())),
+                  _client_id(template, namespace, trust_domain or cluster_domain))
     for pod in pods:
         namespace = _namespace(pod)
         owner = controller_of(pod["metadata"])
         if _listed_kind(owner) or not _opted_in(pod, namespace, enabled):
             continue
         _want(wanted, namespace, _pod_user(pod, namespace, owner),
-              _with_services(pod_workload(pod["metadata"]), pod, selectors.get(namespace, ())))
+              _with_services(pod_workload(pod["metadata"]), pod, selectors.get(namespace, ())),
+              _client_id(pod, namespace, trust_domain or cluster_domain))
     return [_target(ns, secret, users, cluster_domain) for (ns, secret), users in sorted(wanted.items())]
 
 
@@ -194,15 +220,30 @@ def _opted_in(template: Obj, namespace: str, enabled: set[str]) -> bool:
     return opted_in(labels, namespace_enabled=namespace in enabled)
 
 
-def _want(wanted: Wanted, namespace: str, ref: WorkloadRef, workload: Workload) -> None:
+def _want(wanted: Wanted, namespace: str, ref: WorkloadRef, workload: Workload, client_id: str) -> None:
     if workload.secret_name:
-        wanted[namespace, workload.secret_name][ref] = workload
+        wanted[namespace, workload.secret_name][ref] = (workload, client_id)
 
 
-def _target(namespace: str, secret: str, users: Mapping[WorkloadRef, Workload], domain: str) -> Target:
-    services, refused = service_names(users.values())
+def _client_id(template: Obj, namespace: str, trust_domain: str) -> str:
+    """The SPIFFE ID of a pod template that asks for a client certificate ("" when it does not): its
+    service account is `serviceAccountName`, else the deprecated `serviceAccount`, else "default", as the
+    apiserver's ServiceAccount admission sets it."""
+    annotations = _map(_map(template, "metadata"), "annotations")
+    asked = annotations.get(names.CLIENT_CERT_ANNOTATION)
+    if not isinstance(asked, str) or asked.strip().lower() != "true":
+        return ""
+    spec = _map(template, "spec")
+    account = next((v for v in (spec.get("serviceAccountName"), spec.get("serviceAccount"))
+                    if isinstance(v, str) and v), "default")
+    return spiffe_id(trust_domain, namespace, account)
+
+
+def _target(namespace: str, secret: str, users: Mapping[WorkloadRef, tuple[Workload, str]], domain: str) -> Target:
+    services, refused = service_names(workload for workload, _ in users.values())
     dns = dns_names_for_services(services, namespace, cluster_domain=domain)
-    return Target(namespace, secret, tuple(dns), tuple(sorted(users)), refused)
+    client_ids = tuple(sorted({client for _, client in users.values() if client}))
+    return Target(namespace, secret, tuple(dns), tuple(sorted(users)), refused, client_ids)
 
 
 def service_names(workloads: Iterable[Workload]) -> tuple[list[str], tuple[tuple[str, str], ...]]:

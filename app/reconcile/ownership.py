@@ -23,6 +23,8 @@ FORCE_RENEW_ANNOTATION = f"{DOMAIN}/force-renew"  # on a leaf Secret: re-issue i
 FORCE_REPLACE_ANNOTATION = f"{DOMAIN}/force-replace"  # on the CA Secret: rotate to a new CA key
 
 CA_SECRET = "tls-injector-ca"  # noqa: S105 - a Secret's name, not a password
+# The client CA set (docs/mtls.md): its own Secret and trust state machine, rotating apart from the serving CA.
+CLIENT_CA_SECRET = "tls-injector-client-ca"  # noqa: S105 - a Secret's name, not a password
 
 
 def owned_selector(role: Role) -> str:

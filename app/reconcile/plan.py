@@ -10,11 +10,11 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
-from app.injection.names import BUNDLE_KEY, TRUST_BUNDLE_CONFIGMAP, TRUSTSTORE_KEY
+from app.injection.names import BUNDLE_KEY, CLIENT_BUNDLE_KEY, TRUST_BUNDLE_CONFIGMAP, TRUSTSTORE_KEY
 from app.kube import CONFIG_MAPS, SECRETS, Resource
 from app.pki import (
     CaSet,
@@ -23,6 +23,7 @@ from app.pki import (
     Sealed,
     SealedLeaf,
     fingerprint,
+    issue_client,
     issue_leaf,
     leaf_renewal,
     load_certificates,
@@ -33,6 +34,7 @@ from app.pki import (
     to_truststore,
     trust_bundle,
     truststore_fingerprints,
+    uri_sans,
 )
 from app.reconcile import ownership as own
 from app.reconcile.discover import Target, WorkloadRef
@@ -41,8 +43,10 @@ Obj = dict[str, Any]
 Action = Literal["create", "update", "delete"]
 # What a leaf decision reads of the stored Secret (its ca.crt is compared as stored, never decoded).
 _LEAF_KEYS = ("tls.crt", "tls.key")
-# Keys of the bundle ConfigMap that are ours: the whole bundle and one per CA (16 hex digits of SHA-256).
-_BUNDLE_KEYS = re.compile(r"^ca-(bundle|[0-9a-f]{16})\.crt$")
+# Keys of the bundle ConfigMap that are ours: the whole bundle and one per CA (16 hex digits of SHA-256),
+# for the serving CAs (`ca-`) and the client CAs (`client-ca-`, docs/mtls.md).
+_BUNDLE_KEYS = re.compile(r"^(client-)?ca-(bundle|[0-9a-f]{16})\.crt$")
+CLIENT_PREFIX = CLIENT_BUNDLE_KEY.removesuffix("-bundle.crt")
 
 
 @dataclass(frozen=True)
@@ -109,13 +113,20 @@ class Signing:
     seal_key: bytes | None = None  # the signer's key for leaf seals (app/pki/seal.py)
     # Seals opened in this pass, by what they were opened on: a pass decides a leaf, then reports its expiry.
     opened: dict[tuple[Any, ...], Sealed | None] = field(default_factory=dict, compare=False, repr=False)
+    # The client CA set's bundle keys (`client-ca-bundle.crt`, ...) the trust bundle ConfigMap carries too,
+    # and the client CA set itself (None while no workload asks for a client certificate; docs/mtls.md).
+    client: Signing | None = None
 
     @staticmethod
-    def of(cas: CaSet, *, now: datetime, waiting: str = "") -> Signing:
+    def of(cas: CaSet, *, now: datetime, waiting: str = "", prefix: str = "ca") -> Signing:
         signer = cas.signer()
         why = "" if signer is not None else waiting or "no CA may sign yet"
         key = seal_key(signer) if signer is not None else None
-        return Signing(cas, signer, trust_bundle(cas.bundle(), now=now), now, why, key)
+        return Signing(cas, signer, trust_bundle(cas.bundle(), now=now, prefix=prefix), now, why, key)
+
+    @property
+    def client_bundle(self) -> dict[str, str]:
+        return self.client.bundle if self.client is not None else {}
 
     @property
     def bundle_pem(self) -> str:
@@ -147,13 +158,64 @@ def plan(targets: Iterable[Target], observed: Observed, signing: Signing) -> lis
     """Every leaf Secret and bundle ConfigMap to converge, and every one of ours no longer needed."""
     targets = list(targets)
     items = [_leaf_item(t, signing) for t in targets]
-    wanted = {(t.namespace, t.secret_name) for t in targets}
+    if signing.client is not None:
+        items += [_client_item(t, signing) for t in targets if len(t.client_ids) == 1]
+    wanted = {(t.namespace, t.secret_name) for t in targets} | client_secrets(targets)
     items += [_orphan(SECRETS, ns, name, "leaf") for (ns, name) in sorted(observed.leaves) if (ns, name) not in wanted]
     namespaces = bundle_namespaces(targets, observed.enabled)
     items += [_bundle_item(ns, signing, truststore=ns in observed.truststores) for ns in sorted(namespaces)]
     items += [_orphan(CONFIG_MAPS, ns, TRUST_BUNDLE_CONFIGMAP, "bundle")
               for ns in sorted(observed.bundles) if ns not in namespaces]
     return items
+
+
+def client_secrets(targets: Iterable[Target]) -> set[tuple[str, str]]:
+    """(namespace, name) of every client Secret the targets want kept (a refused one is left as it is)."""
+    return {(t.namespace, t.client_secret) for t in targets if t.client_ids}
+
+
+def _client_item(target: Target, signing: Signing) -> Item:
+    return Item(SECRETS, target.namespace, target.client_secret,
+                lambda existing: decide_client_leaf(target, existing, signing), target.workloads)
+
+
+def decide_client_leaf(target: Target, existing: Obj | None, signing: Signing) -> Outcome:
+    """The workload's client certificate: EKU clientAuth only, from the client CA set, its one URI SAN the
+    SPIFFE ID; ca.crt the serving CAs (what a client verifies servers with). Issued when missing, or when
+    the PKI says renew (expiring, tampered, client CA rotated) or the identity changed; else only ca.crt,
+    labels and annotations are kept current. No seal: every pass checks it in full."""
+    name = target.client_secret
+    if existing is not None and not own.is_owned(existing, "leaf"):
+        return Refused(f"Secret {target.namespace}/{name} exists and is not managed by tls-injector")
+    client = signing.client
+    assert client is not None
+    [identity] = target.client_ids
+    data = secret_data(existing, keys=_LEAF_KEYS)
+    signer = client.signer
+    decision = leaf_renewal(cert_pem=data.get("tls.crt"), key_pem=data.get("tls.key"), desired_dns=(),
+                            trusted=client.cas.bundle(), now=signing.now, issuer=signer.cert if signer else None,
+                            client=True)
+    why: str = decision.reason or ""
+    if not decision.renew and uri_sans(load_certificates(data["tls.crt"])[0]) != [identity]:
+        why = "sans-changed"
+    forced = own.FORCE_RENEW_ANNOTATION in _annotations(existing)
+    ours = {"ca.crt": signing.bundle_pem.encode()}
+    issuer = _annotations(existing).get(own.ISSUER_ANNOTATION, "")
+    where = _as_client_secret(target, name)
+    reason = "refreshed"
+    if why or forced or existing is None:
+        if signer is None:
+            return _waiting(where, existing, ours, issuer, role="leaf", signing=client, why=why or "force-renew")
+        leaf = issue_client(signer, uris=[identity], now=signing.now)
+        ours.update({"tls.crt": leaf.chain_pem, "tls.key": leaf.key_pem})
+        issuer = fingerprint(signer.cert)
+        reason = f"{'renewed' if existing else 'issued'}:{why or 'force-renew'}"
+    return _write_if_changed(SECRETS, existing, _leaf_body(where, existing, ours, issuer, role="leaf"), reason=reason)
+
+
+def _as_client_secret(target: Target, secret_name: str) -> Target:
+    """The target as the client Secret's: the same namespace and users, under the client Secret's name."""
+    return replace(target, secret_name=secret_name, dns_names=())
 
 
 def bundle_namespaces(targets: Iterable[Target], enabled: set[str]) -> set[str]:
@@ -287,7 +349,7 @@ def decide_bundle(namespace: str, existing: Obj | None, signing: Signing, *, tru
         return Refused(f"ConfigMap {namespace}/{TRUST_BUNDLE_CONFIGMAP} exists and is not managed by tls-injector")
     body = _base_body(existing, CONFIG_MAPS, namespace, TRUST_BUNDLE_CONFIGMAP, role="bundle")
     kept = {k: v for k, v in ((existing or {}).get("data") or {}).items() if not _BUNDLE_KEYS.match(k)}
-    body["data"] = {**kept, **signing.bundle}
+    body["data"] = {**kept, **signing.bundle, **signing.client_bundle}
     binary = _binary_data(existing, signing, truststore=truststore)
     if binary:
         body["binaryData"] = binary

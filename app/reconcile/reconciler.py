@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from app.injection import names, template_of
+from app.injection.names import CLIENT_BUNDLE_KEY
 from app.injection.workload import pod_workload
 from app.kube import (
     CONFIG_MAPS,
@@ -48,6 +49,7 @@ from app.reconcile.ca import CaPolicy, CaStep, CaUnusable, decide_ca, load_ca_se
 from app.reconcile.discover import Target, WorkloadRef, discover, enabled_namespaces, missing_injection, opted_in
 from app.reconcile.metrics import ReconcileMetrics
 from app.reconcile.plan import (
+    CLIENT_PREFIX,
     Item,
     Obj,
     Observed,
@@ -56,6 +58,7 @@ from app.reconcile.plan import (
     Waiting,
     Write,
     bundle_namespaces,
+    client_secrets,
     leaf_expiry,
     parsed_chain,
     plan,
@@ -104,6 +107,8 @@ class ReconcileSettings:
     # One expiry series per workload Secret, labelled with its namespace and name (off: those names are
     # the cluster's inventory, served to whoever can scrape /metrics; the earliest expiry is always there).
     per_object_metrics: bool = False
+    # The SPIFFE trust domain of client certificates' URI SANs (docs/mtls.md); "" means the cluster domain.
+    trust_domain: str = ""
 
 
 @dataclass
@@ -211,8 +216,8 @@ class Reconciler:
             workloads = [(k, w) for k, w in workloads if not wants_pod_certificates(template_of(k, w) or {})
                          or (w["metadata"].get("namespace") or "", w["metadata"]["name"]) in mounting]
         targets = discover(workloads, pods, enabled=observed.enabled, cluster_domain=self.settings.cluster_domain,
-                           services=observed.services,
-                           own_namespace=self.settings.namespace)
+                           services=observed.services, own_namespace=self.settings.namespace,
+                           trust_domain=self.settings.trust_domain)
         observed.truststores = truststore_namespaces(workloads, pods, enabled=observed.enabled)
         self._report_refused_names(targets, report, now)
         step = self._ensure_ca(observed, targets, now, report, native=native)
@@ -221,6 +226,10 @@ class Reconciler:
             log.warning("no CA may sign yet: certificates that need one wait", extra={"reason": step.waiting})
         stored: dict[tuple[str, str, str], Obj | None] = {}
         signing = Signing.of(step.cas, now=now, waiting=step.waiting)
+        if any(t.client_ids for t in targets):  # the client CA set only once a workload asks for it
+            client = self._ensure_client_ca(observed, targets, now, report)
+            signing = dataclasses.replace(signing, client=Signing.of(client.cas, now=now, waiting=client.waiting,
+                                                                     prefix=CLIENT_PREFIX))
         for item in plan(targets, observed, signing):
             stored[item.key] = self._converge(item, observed.lookup(item), report, now)
         expiries = self._cert_metrics(targets, stored, signing)
@@ -320,7 +329,9 @@ class Reconciler:
         namespaces = bundle_namespaces(targets, observed.enabled)
         excluded = self._unwritable_bundles(namespaces, observed, targets, report, now)
         namespaces -= set(excluded)
-        wanted = {(t.namespace, t.secret_name) for t in targets}
+        # Client Secrets too: their ca.crt is a bundle of the serving CAs in use (their tls.crt chains to no
+        # serving CA, so it changes no fact about one).
+        wanted = {(t.namespace, t.secret_name) for t in targets} | client_secrets(targets)
         in_use = [obj for key, obj in observed.leaves.items() if key in wanted]
         leaves = [parsed_chain(secret_data(obj, keys=("tls.crt",)).get("tls.crt", b"")) for obj in in_use]
         # A leaf Secret whose last write failed keeps serving (its leaf counts), but its ca.crt cannot be
@@ -340,6 +351,30 @@ class Reconciler:
             leaves += [parsed_chain(chain) for chain in podcerts.issued_chains(native.requests, now=now)]
         return self._step_ca(self.workload_ca_policy, bundles=bundles, leaves=leaves, user_ca=self._user_ca(now),
                              now=now, report=report)
+
+    def _ensure_client_ca(self, observed: Observed, targets: list[Target], now: datetime,
+                          report: PassReport) -> CaStep:
+        """The client CA set, stepped by the same trust state machine as the workload CA, on its own facts:
+        the bundles in use are the `client-ca-bundle.crt` of every namespace's trust bundle (those left out
+        of the serving CA's facts are left out here too), the leaves the client Secrets' certificates.
+        Refused client Secrets (users of one Secret with different service accounts) are reported here."""
+        for target in targets:
+            if message := target.client_refusal():
+                report.refused.append(message)
+                log.warning("client certificate refused", extra={"namespace": target.namespace,
+                                                                 "object": target.client_secret, "reason": message})
+                self._announce(target.workloads, f"{target.namespace}/{target.client_secret}",
+                               reason="ClientCertificateRefused", message=message, now=now)
+        namespaces = bundle_namespaces(targets, observed.enabled) - set(report.excluded)
+        stored = {((observed.bundles.get(ns) or {}).get("data") or {}).get(CLIENT_BUNDLE_KEY, "") for ns in namespaces}
+        bundles = [bundle_certificates({CLIENT_BUNDLE_KEY: pem}, prefix=CLIENT_PREFIX) for pem in stored]
+        wanted = client_secrets(targets)
+        leaves = [parsed_chain(secret_data(obj, keys=("tls.crt",)).get("tls.crt", b""))
+                  for key, obj in observed.leaves.items() if key in wanted]
+        base = self.settings.ca
+        policy = CaPolicy(secret_name=own.CLIENT_CA_SECRET, common_name="tls-injector client CA",
+                          validity=base.validity, lookahead=base.lookahead, settle=base.settle)
+        return self._step_ca(policy, bundles=bundles, leaves=leaves, user_ca=None, now=now, report=report)
 
     def _unwritable_bundles(self, namespaces: set[str], observed: Observed, targets: list[Target],
                             report: PassReport, now: datetime) -> dict[str, str]:
