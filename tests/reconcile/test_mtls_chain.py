@@ -15,7 +15,7 @@ import ssl
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -26,11 +26,20 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from app.injection import InjectionOptions, client_secret_name_for, make_mutate_handler
 from app.injection.names import CERT_MOUNT_PATH, CLIENT_MOUNT_PATH, TRUST_MOUNT_PATH
-from app.kube import DEPLOYMENTS, PODS, REPLICA_SETS, KubeApi
-from app.pki import fingerprint, issue_client, issue_leaf, load_certificates, make_root, to_pem, uri_sans
+from app.kube import DEPLOYMENTS, PODS, REPLICA_SETS, SECRETS, KubeApi
+from app.pki import (
+    fingerprint,
+    issue_client,
+    issue_leaf,
+    load_certificates,
+    make_root,
+    to_pem,
+    uri_sans,
+    verify_client,
+)
 from app.pki.keys import key_to_pem
 from tests.kubeapi import Emulator
-from tests.reconcile.cluster import OWN_NS, Clock, data, namespace, reconciler
+from tests.reconcile.cluster import OWN_NS, Clock, data, deployment, namespace, reconciler
 from tests.support.kube_schema import schema_errors
 from tests.support.kubelet import NODE, File, Kubelet
 from tests.support.reviews import review
@@ -321,3 +330,53 @@ def test_a_serving_leaf_carries_server_auth_only_and_a_client_leaf_client_auth_o
     client = issue_client(root, uris=["spiffe://cluster.local/ns/shop/sa/default"], now=clock.now)
     assert eku(to_pem([client.cert])) == {ExtendedKeyUsageOID.CLIENT_AUTH}
     assert key_to_pem(client.key) == client.key_pem
+
+
+def client_ca_states(emu: Emulator, secret: str = "tls-injector-client-ca") -> dict[str, str]:
+    stored = data(emu.get("secrets", secret, OWN_NS))
+    return {k.split(".")[0][:8]: k.split(".")[1] for k in stored if not k.endswith((".crt", ".key"))}
+
+
+def test_the_client_ca_rotates_on_its_own_and_every_client_leaf_stays_trusted_by_every_bundle(
+    kubeapi: Emulator,
+) -> None:
+    """A forced replacement of the client CA walks it through the trust state machine; after every pass
+    each client leaf verifies, as an mTLS server checks it, against the client bundle of every namespace
+    (a client anywhere may call a server anywhere), and the serving CA does not move."""
+    namespace(kubeapi, OWN_NS)
+    clients = []
+    for ns in ("a", "b"):
+        namespace(kubeapi, ns)
+        deployment(kubeapi, "caller", ns, annotations={CLIENT: "true"})
+        clients.append((ns, "caller-client-tls"))
+    clock = Clock()
+    assert reconciler(kubeapi, clock).run_pass().converged
+    serving = client_ca_states(kubeapi, "tls-injector-ca")
+    (old,) = client_ca_states(kubeapi)
+    api = KubeApi(kubeapi.api_client())
+    ca = api.get(SECRETS, "tls-injector-client-ca", namespace=OWN_NS)
+    ca["metadata"]["annotations"] = {"tls-injector.io/force-replace": "1"}
+    api.replace(SECRETS, ca)
+    history = [client_ca_states(kubeapi)]
+    for _ in range(20):
+        clock.advance(timedelta(minutes=6))
+        report = reconciler(kubeapi, clock).run_pass()
+        assert report.converged, report
+        assert client_ca_states(kubeapi, "tls-injector-ca") == serving, "the serving CA does not move"
+        bundles = [load_certificates(kubeapi.get("configmaps", "tls-injector-trust-bundle", ns)["data"]
+                                     ["client-ca-bundle.crt"].encode()) for ns in ("a", "b")]
+        for ns, name in clients:
+            chain = load_certificates(data(kubeapi.get("secrets", name, ns))["tls.crt"])
+            for bundle in bundles:
+                verify_client(chain[0], chain[1:], trusted=bundle, now=clock.now)
+        if history[-1] != client_ca_states(kubeapi):
+            history.append(client_ca_states(kubeapi))
+        if report.write_count == 0 and old not in client_ca_states(kubeapi):
+            break
+    else:
+        raise AssertionError(f"the rotation did not finish: {history}")
+    (new,) = client_ca_states(kubeapi)
+    assert [h.get(old, "removed") for h in history] == [
+        "trusted-used", "trusted-used", "trusted-used", "phase-out", "zombie", "removed"]
+    assert [h.get(new, "-") for h in history] == [
+        "-", "untrusted", "trusted-unused", "trusted-used", "trusted-used", "trusted-used"]
