@@ -7,9 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
 
 from app.injection import InjectionOptions, InjectionRefused, plan_injection
 from app.injection.names import CERT_PATH_ANNOTATION, CONTAINERS_ANNOTATION, MODE_ANNOTATION
+from app.offline.inject import inject_manifests
 from tests.test_injection_plan import inject, make_pod, record
 
 CLIENT = "tls-injector.io/client-certificate"
@@ -67,3 +69,15 @@ def test_a_user_mount_at_the_client_path_is_refused() -> None:
     with pytest.raises(InjectionRefused, match="already mounts volume 'mine'"):
         plan_injection(make_pod(container, annotations={CLIENT: "true"}, volumes=[{"name": "mine", "emptyDir": {}}]),
                        options=InjectionOptions())
+
+
+def test_inject_renders_the_client_volume_into_a_template_as_mutate_does() -> None:
+    manifest = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "caller", "namespace": "shop"},
+                "spec": {"selector": {"matchLabels": {"app": "caller"}}, "template": {
+                    "metadata": {"labels": {"app": "caller", "tls-injector.io/inject": "true"},
+                                 "annotations": {CLIENT: "true"}},
+                    "spec": {"containers": [{"name": "app", "image": "a"}]}}}}
+    [out] = yaml.safe_load_all(inject_manifests(yaml.safe_dump(manifest), options=InjectionOptions()).text)
+    template = out["spec"]["template"]
+    assert {"name": "tls-injector-client", "secret": {"secretName": "caller-client-tls"}} in template["spec"]["volumes"]
+    assert CLIENT_MOUNT in template["spec"]["containers"][0]["volumeMounts"]
