@@ -11,7 +11,7 @@ import jsonpatch
 import pytest
 
 from app.cli import build_handlers
-from app.injection.names import INJECTED_ANNOTATION
+from app.names import INJECTED_ANNOTATION
 from app.pki import fingerprint
 from app.settings import ServeSettings
 from app.web.fingerprints import BundleFingerprints

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from app.injection import InjectionOptions, InjectionRefused, plan_injection
-from app.injection.names import CERT_PATH_ANNOTATION, CONTAINERS_ANNOTATION, MODE_ANNOTATION
+from app.names import CERT_PATH_ANNOTATION, CONTAINERS_ANNOTATION, MODE_ANNOTATION
 from app.offline.inject import inject_manifests
 from tests.test_injection_plan import inject, make_pod, record
 

@@ -19,7 +19,7 @@ from app.injection import (
     pointer,
     template_workload,
 )
-from app.injection.names import (
+from app.names import (
     CERT_PATH_ANNOTATION,
     CONTAINERS_ANNOTATION,
     ENV_ANNOTATION,

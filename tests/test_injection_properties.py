@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from app.injection import InjectionOptions, InjectionRefused, Plan, patch_ops, plan_injection
-from app.injection.names import (
+from app.names import (
     CERT_PATH_ANNOTATION,
     CONTAINERS_ANNOTATION,
     ENV_ANNOTATION,

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app import names
 from app.admission import AdmissionResponse
-from app.injection import InjectionOptions, make_mutate_handler, names
+from app.injection import InjectionOptions, make_mutate_handler
 from app.injection.answers import TOKEN_PLACEHOLDER, Answers, shape_key
 from tests.support.reviews import answer, review
 from tests.support.workloads import build

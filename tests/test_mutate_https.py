@@ -15,7 +15,7 @@ import pytest
 
 from app.cli import build_handlers
 from app.injection import InjectionOptions, make_mutate_handler
-from app.injection.names import INJECTED_ANNOTATION, SECRET_NAME_ANNOTATION
+from app.names import INJECTED_ANNOTATION, SECRET_NAME_ANNOTATION
 from app.settings import ServeSettings
 from tests.support.kube_schema import schema_errors
 from tests.support.reviews import answer, fixture, review

@@ -17,7 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.injection import InjectionOptions, make_mutate_handler, names
+from app import names
+from app.injection import InjectionOptions, make_mutate_handler
 from app.injection.answers import Answers
 from app.web.endpoints import AdmissionEndpoint
 from app.web.metrics import ServerMetrics

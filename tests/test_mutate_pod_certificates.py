@@ -17,7 +17,7 @@ import pytest
 from app.cli import build_handlers
 from app.cli.parser import build_parser as _parser
 from app.cli.serve_cluster import webhook_pod_certificates as _webhook_pod_certificates
-from app.injection.names import INJECTED_ANNOTATION, MODE_ANNOTATION, SIGNER_NAME
+from app.names import INJECTED_ANNOTATION, MODE_ANNOTATION, SIGNER_NAME
 from app.pki import load_certificates, verify_server
 from app.settings import ServeSettings
 from tests.kubeapi import running_emulator

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from app.cli import admission_handlers
-from app.injection.names import MODE_ANNOTATION, MODE_POD_CERTIFICATE
+from app.names import MODE_ANNOTATION, MODE_POD_CERTIFICATE
 from app.settings import ServeSettings
 from tests.rules_matrix import (
     ENABLED_NAMESPACE_RULES,

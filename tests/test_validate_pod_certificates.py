@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from app.cli import build_handlers
-from app.injection.names import MODE_ANNOTATION
+from app.names import MODE_ANNOTATION
 from app.settings import ServeSettings
 from tests.rules_matrix import WORKLOAD_KINDS, workload
 from tests.support.reviews import review

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from app.cli.command import EXIT_FINDINGS, EXIT_OK, Command, fail
 from app.cli.handlers import admission_handlers
+from app.names import INJECT_LABEL, NAMESPACE_OPT_IN
 from app.settings import ServeSettings
 
 
@@ -16,9 +17,9 @@ def add(check: argparse.ArgumentParser) -> None:
     check.add_argument("--new", required=True, help="the manifests after the change")
     check.add_argument("--rules", type=Path, help="YAML rules file (added to the built-in rules)")
     check.add_argument("--namespace-enabled", action="append", default=[], metavar="NAMESPACE",
-                       help="judge this namespace's objects as in a namespace labelled tls-injector.io/inject="
-                            "enabled (also /validate/enabled-namespace's rules); repeat for more. A Namespace "
-                            "object labelled so in OLD or NEW counts too")
+                       help=f"judge this namespace's objects as in a namespace labelled "
+                            f"{INJECT_LABEL}={NAMESPACE_OPT_IN} (also /validate/enabled-namespace's rules); repeat "
+                            "for more. A Namespace object labelled so in OLD or NEW counts too")
     check.add_argument("--allow-empty", action="store_true",
                        help="accept an OLD or NEW that holds no Kubernetes object (by default an error: a failed "
                             "`helm template` must not pass as everything deleted)")

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app import names
 from app.cli import flags
 
 if TYPE_CHECKING:
@@ -25,16 +26,17 @@ def connection_flags(command: argparse.ArgumentParser) -> None:
                                              "(default: the pod's service-account namespace)")
     command.add_argument("--cluster-domain", type=flags.cluster_domain,
                          help="DNS domain of the cluster, for SANs (default: from the search path of the pod's "
-                              "/etc/resolv.conf, else cluster.local)")
+                              f"/etc/resolv.conf, else {names.DEFAULT_CLUSTER_DOMAIN})")
 
 
 def webhook_flags(command: argparse.ArgumentParser) -> None:
     """The webhook's own TLS: shared by `serve`/`reconcile` (which keep it current) and `bootstrap`."""
-    command.add_argument("--webhook-configurations", default="tls-injector",
+    command.add_argument("--webhook-configurations", default=names.WEBHOOK_CONFIGURATION,
                          help="comma list of webhook configuration names whose caBundle is kept current "
                               "(both kinds; empty = no webhook self-care)")
-    command.add_argument("--webhook-service", default="tls-injector", help="the webhook's Service (its cert's SANs)")
-    command.add_argument("--webhook-secret", default="tls-injector-webhook-tls",
+    command.add_argument("--webhook-service", default=names.WEBHOOK_SERVICE,
+                         help="the webhook's Service (its cert's SANs)")
+    command.add_argument("--webhook-secret", default=names.WEBHOOK_SECRET,
                          help="the webhook's serving certificate Secret in --namespace")
 
 
@@ -48,7 +50,7 @@ def cluster_flags(command: argparse.ArgumentParser) -> None:
     command.add_argument("--ca-secret", help="a kubernetes.io/tls Secret in --namespace holding a CA you provide "
                                              "(default: tls-injector creates and rotates its own)")
     command.add_argument("--pod-certificates", choices=["auto", "on", "off"], default="auto",
-                         help="act as the signer tls-injector.io/serving and publish the CAs as a ClusterTrustBundle: "
+                         help=f"act as the signer {names.SIGNER_NAME} and publish the CAs as a ClusterTrustBundle: "
                               "auto = when the cluster serves certificates.k8s.io v1 or v1beta1 pod certificates "
                               "(found by discovery), on = the same but an error in the log when it does not, "
                               "off = never (pods asking for them get the Secret path)")

@@ -10,6 +10,7 @@ from app.cli import flags
 from app.cli.cluster import NO_CLUSTER, connection_flags, find_cluster, settings_for, webhook_flags
 from app.cli.command import EXIT_FINDINGS, EXIT_OK, Command, fail
 from app.logs import configure_logging
+from app.names import RECONCILER_ACCOUNT
 
 
 def add(doctor: argparse.ArgumentParser) -> None:
@@ -19,7 +20,7 @@ def add(doctor: argparse.ArgumentParser) -> None:
                         help="HOST:PORT where the webhook answers, e.g. 127.0.0.1:8443 after `kubectl -n tls-injector "
                              "port-forward svc/tls-injector 8443:443` (default: the Service's DNS name, which "
                              "resolves only inside the cluster)")
-    doctor.add_argument("--reconciler-service-account", default="tls-injector-reconciler",
+    doctor.add_argument("--reconciler-service-account", default=RECONCILER_ACCOUNT,
                         help="the reconciler's service account in --namespace, whose permissions are checked")
     doctor.add_argument("-o", "--output", choices=["text", "json"], default="text", help="report format")
     doctor.set_defaults(ca_secret=None)

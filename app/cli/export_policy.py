@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from app.cli.command import EXIT_OK, Command, fail
+from app.names import DEFAULT_NAMESPACE
 from app.offline.rulesfile import RulesFileError, load_rule_set
 from app.offline.yamltext import dump_all
 from app.rules import export_documents
@@ -16,7 +17,7 @@ def add(export: argparse.ArgumentParser) -> None:
     export.add_argument("--rules", type=Path, help="YAML rules file (added to the built-in rules)")
     export.add_argument("--format", choices=["vap", "crd"], default="vap",
                         help="vap: policies and bindings to kubectl apply; crd: snippets for CRD schemas")
-    export.add_argument("--namespace", default="tls-injector",
+    export.add_argument("--namespace", default=DEFAULT_NAMESPACE,
                         help="the injector's own namespace, left out of the bindings with the system namespaces")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from app.injection.names import MODE_ANNOTATION, MODE_SECRET, MODES
+from app.names import MODE_ANNOTATION, MODE_SECRET, MODES
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

@@ -10,6 +10,7 @@ from importlib import metadata
 from app.cli import bootstrap, check, doctor, export_policy, inject, reconcile, serve
 from app.cli.command import EXIT_USAGE, Command
 from app.cli.flags import HelpFormatter
+from app.names import NAME
 
 DESCRIPTION = """The `tls-injector` command: parse flags, build settings once, wire the parts together.
 
@@ -35,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tls-injector", description=DESCRIPTION, formatter_class=HelpFormatter)
+    parser = argparse.ArgumentParser(prog=NAME, description=DESCRIPTION, formatter_class=HelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(title="commands")
     for command in COMMANDS:
@@ -48,6 +49,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _version() -> str:
     try:
-        return metadata.version("tls-injector")
+        return metadata.version(NAME)
     except metadata.PackageNotFoundError:  # run from a source tree that was never installed
         return "unknown (not installed)"

@@ -18,6 +18,7 @@ from app.cli.serve_cluster import UnusableCluster, reconciler_in_background, web
 from app.cli.supervise import run_supervisor, workers
 from app.injection import no_fingerprints
 from app.logs import configure_logging
+from app.names import BUNDLE_KEY
 from app.offline.rulesfile import RulesFileError
 from app.pki.serving import ServingPairError
 from app.settings import Limits, ServeSettings
@@ -55,7 +56,7 @@ def add(serve: argparse.ArgumentParser) -> None:
                        help="where to write the self-signed CA when no certificate is given (default: a temp dir)")
     serve.add_argument("--rules", type=Path, help="YAML rules file for /validate")
     serve.add_argument("--trust-bundle-file", type=Path,
-                       help="the mirrored trust bundle (ca-bundle.crt), mounted; its CA fingerprints are recorded "
+                       help=f"the mirrored trust bundle ({BUNDLE_KEY}), mounted; its CA fingerprints are recorded "
                             "on injected pods; re-read when it changes")
     serve.add_argument("--reload-interval", type=float, default=defaults.reload_interval_seconds,
                        help="seconds between checks of the certificate files")

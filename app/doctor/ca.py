@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 
 from app.doctor.model import Result, error, ok, warning
 from app.doctor.snapshot import Snapshot
+from app.names import FORCE_REPLACE_ANNOTATION
 from app.pki import CA_LOOKAHEAD, CaSet, CaState, rotation_due
 from app.reconcile.ca import CaUnusable, load_ca_set
 
@@ -73,7 +74,7 @@ def _expiry(now: datetime, label: str, cas: CaSet) -> Result:
     left = ends - now
     if left <= timedelta(0):
         return error(CATEGORY, title, f"the signing CA expired {ends:%Y-%m-%d %H:%M} UTC: nothing it signed verifies",
-                     hint="annotate the CA Secret tls-injector.io/force-replace=now and let the reconciler rotate "
+                     hint=f"annotate the CA Secret {FORCE_REPLACE_ANNOTATION}=now and let the reconciler rotate "
                           "(clients fail until their pods have the new bundle and certificates)")
     if rotation_due(cas, now=now, lookahead=CA_LOOKAHEAD):
         return warning(CATEGORY, title, f"the signing CA expires in {left.days} days and no successor is on its way",

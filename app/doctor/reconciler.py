@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 from app.doctor.model import Result, error, ok, warning
 from app.doctor.snapshot import Snapshot
-from app.injection.names import SIGNER_NAME
+from app.names import SIGNER_NAME
 from app.reconcile.podcerts import TRUST_BUNDLE_NAME
 
 CATEGORY = "tls-injector reconciler"

@@ -6,12 +6,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from app.kube import Obj
+from app.names import LEASE_NAME, RECONCILER_ACCOUNT
 from app.reconcile.plan import Observed
 from app.reconcile.served import Served
 from app.reconcile.webhook_plan import WebhookSettings
-
-LEASE_NAME = "tls-injector-leader"  # app.kube.lease.LeaderElector's default, pinned in the shipped RBAC
-RECONCILER_ACCOUNT = "tls-injector-reconciler"  # manifests/base/reconciler.yaml
 
 
 @dataclass(frozen=True)

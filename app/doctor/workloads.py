@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from app import names
 from app.doctor.model import Result, error, ok
 from app.doctor.snapshot import Snapshot
-from app.injection import names, pod_workload, template_of
+from app.injection import pod_workload, template_of
 from app.kube import Obj
 from app.pki import ServiceNames, UntrustedChain, bundle_certificates, dns_sans, verify_server
 from app.reconcile import ownership as own
@@ -21,7 +22,7 @@ from app.reconcile.plan import bundle_namespaces, parsed_chain, secret_data
 from app.reconcile.reconciler import wants_pod_certificates
 
 CATEGORY = "workloads"
-_RENEW = "kubectl -n {ns} annotate secret {name} tls-injector.io/force-renew=now"
+_RENEW = "kubectl -n {ns} annotate secret {name} " + names.FORCE_RENEW_ANNOTATION + "=now"
 
 
 def targets(snap: Snapshot) -> list[Target]:
@@ -54,7 +55,7 @@ def check_secrets_exist(snap: Snapshot, wanted: list[Target]) -> Result:
         return error(CATEGORY, title, f"{len(problems)} of {len(wanted)} missing or unusable", details=problems,
                      hint="the reconciler issues them within a pass: check that it runs (reconciler checks) and "
                           "the workload's events (kubectl describe); a Secret someone else owns must be renamed or "
-                          "removed, or the workload pointed elsewhere with tls-injector.io/secret-name")
+                          f"removed, or the workload pointed elsewhere with {names.SECRET_NAME_ANNOTATION}")
     return ok(CATEGORY, title, f"{len(wanted)} Secrets")
 
 

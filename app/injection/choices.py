@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.injection import names
+from app import names
 from app.injection.workload import Workload, client_secret_name_for
 
 # DNS-1123 subdomain, what the apiserver requires of a Secret name (RFC 1123 labels, at most 253 chars).

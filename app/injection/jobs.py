@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from app import names
 from app.admission import JsonPatchOp
-from app.injection import names
 from app.injection.patch import pointer
 from app.injection.workload import controller_of, cronjob_pins
 

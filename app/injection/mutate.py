@@ -24,8 +24,8 @@ from typing import Any
 import msgspec
 import orjson
 
+from app import names
 from app.admission import AdmissionResponse, BadReview, Request, Route, Skipped, allowed, decoder, denied, patched
-from app.injection import names
 from app.injection.answers import Answer, Answers
 from app.injection.choices import InjectionOptions, InjectionRefused
 from app.injection.jobs import job_pin_ops

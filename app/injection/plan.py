@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import orjson
 
-from app.injection import names
+from app import names
 from app.injection.choices import Choices, InjectionOptions, InjectionRefused, read_choices, shown
 from app.injection.workload import Workload, pod_workload
 

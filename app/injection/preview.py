@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from app import names
 from app.admission import GroupVersionKind
-from app.injection import names
 from app.injection.choices import InjectionOptions, InjectionRefused, read_choices
 from app.injection.workload import TEMPLATE_PATHS, template_workload
 

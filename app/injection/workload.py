@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.injection.names import POD_TEMPLATE_HASH_LABEL, SECRET_NAME_ANNOTATION, SERVICE_NAMES_ANNOTATION
+from app.names import POD_TEMPLATE_HASH_LABEL, SECRET_NAME_ANNOTATION, SERVICE_NAMES_ANNOTATION
 
 # Where each kind keeps the template its controller stamps pods from; a Pod is its own template.
 TEMPLATE_PATHS: Mapping[str, tuple[str, ...]] = {

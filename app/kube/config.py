@@ -10,9 +10,9 @@ import yaml
 from kubernetes import client, config
 
 from app.kube.errors import KubeError
+from app.names import DEFAULT_NAMESPACE
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-DEFAULT_NAMESPACE = "tls-injector"
 
 
 @dataclass(frozen=True)

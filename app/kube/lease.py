@@ -14,6 +14,7 @@ from typing import Literal
 
 from app.kube.api import LEASES, KubeApi, Obj
 from app.kube.errors import Conflict, KubeError, NotFound
+from app.names import LEASE_NAME
 
 log = logging.getLogger("tls_injector.lease")
 LEASE_DURATION = timedelta(seconds=15)
@@ -38,7 +39,7 @@ class LeaderElector:
     api: KubeApi
     namespace: str
     identity: str
-    name: str = "tls-injector-leader"  # pinned by resourceNames in manifests/base/rbac.yaml
+    name: str = LEASE_NAME
     duration: timedelta = LEASE_DURATION
     renew_deadline: timedelta = RENEW_DEADLINE
     _renewed_at: datetime | None = None

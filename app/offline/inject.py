@@ -17,12 +17,12 @@ from typing import Any
 
 import jsonpatch
 
+from app import names
 from app.injection import (
     TEMPLATE_PATHS,
     InjectionOptions,
     InjectionRefused,
     cronjob_pins,
-    names,
     patch_ops,
     plan_injection,
     template_workload,

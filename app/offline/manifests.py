@@ -18,7 +18,7 @@ from typing import Any, Literal, TextIO
 
 from ruamel.yaml.nodes import Node
 
-from app.injection import names
+from app import names
 from app.offline.errors import InputError
 from app.offline.files import STDIN, manifest_files, read_stdin, read_text
 from app.offline.yamltext import load_all

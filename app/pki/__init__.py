@@ -5,7 +5,7 @@ and most TLS 1.2 clients reject it; chains holding it are verified here by a pla
 the ECDSA P-256 default, or RSA for old clients.
 """
 
-from app.pki.bundle import BUNDLE_KEY, bundle_certificates, trust_bundle
+from app.pki.bundle import bundle_certificates, trust_bundle
 from app.pki.certs import (
     BACKDATE,
     CA_VALIDITY,
@@ -33,7 +33,6 @@ from app.pki.domains import (
 )
 from app.pki.keys import KEY_TYPES, KeyType, PrivateKey, generate_key
 from app.pki.names import (
-    DEFAULT_CLUSTER_DOMAIN,
     MAX_SERVICES,
     ServiceNames,
     check_service_names,
@@ -84,11 +83,9 @@ from app.pki.verify import UntrustedChain, dns_sans, verify_client, verify_serve
 
 __all__ = [
     "BACKDATE",
-    "BUNDLE_KEY",
     "BUNDLE_PREFIX",
     "CA_LOOKAHEAD",
     "CA_VALIDITY",
-    "DEFAULT_CLUSTER_DOMAIN",
     "DEFAULT_POD_KEY_TYPE",
     "ISSUED_KEY_TYPES",
     "KDF_ROUNDS",

@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from app.names import NAME
 from app.pki.keys import KeyType, PrivateKey, generate_key, key_from_pem, key_to_pem, signature_hash
 
 # Nodes whose clocks run a few minutes behind must still accept a certificate issued just now.
@@ -118,7 +119,7 @@ def issue_leaf(
 ) -> CertKey:
     """A leaf for the given names (and URI SANs), never valid past its issuer (a client would reject the chain)."""
     key = generate_key(key_type)
-    common_name = dns_names[0] if dns_names else (uris[0] if uris else "tls-injector")
+    common_name = dns_names[0] if dns_names else (uris[0] if uris else NAME)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name[:64])])
     builder = _base(name, key, now, validity, cap=issuer.cert.not_valid_after_utc)
     builder = builder.issuer_name(issuer.cert.subject)

@@ -7,7 +7,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-DEFAULT_CLUSTER_DOMAIN = "cluster.local"
+from app.names import DEFAULT_CLUSTER_DOMAIN
+
 # A Service's name is a DNS-1035 label (what the apiserver accepts for `metadata.name` of a Service):
 # a lower-case letter, then letters, digits and inner hyphens, 63 characters at most.
 _SERVICE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from app.injection.names import DOMAIN
+from app import names
 from app.kube import SECRETS
 from app.pki import (
     CA_LOOKAHEAD,
@@ -40,7 +40,7 @@ from app.reconcile.plan import Obj, Write, encode_data, secret_data
 _PENDING = (CaState.UNTRUSTED, CaState.TRUSTED_UNUSED)
 _LEAVING = (CaState.PHASE_OUT, CaState.ZOMBIE)
 # Annotation prefix (+ 16 hex digits of the CA's SHA-256) recording when a pass first saw it in every bundle.
-_EVERYWHERE = f"{DOMAIN}/in-every-bundle-since-"
+_EVERYWHERE = names.IN_EVERY_BUNDLE_SINCE_PREFIX
 
 
 class CaUnusable(Exception):
@@ -52,7 +52,7 @@ class CaUnusable(Exception):
 
 @dataclass(frozen=True)
 class CaPolicy:
-    secret_name: str = own.CA_SECRET
+    secret_name: str = names.CA_SECRET
     common_name: str = "tls-injector CA"
     validity: timedelta = CA_VALIDITY
     lookahead: timedelta = CA_LOOKAHEAD
@@ -100,7 +100,7 @@ def decide_ca(
     a bundle and has none yet), `leaves` the chains served by the leaf Secrets in use.
     """
     stored = load_ca_set(existing, user_ca=user_ca)
-    forced = own.FORCE_REPLACE_ANNOTATION in _annotations(existing)
+    forced = names.FORCE_REPLACE_ANNOTATION in _annotations(existing)
     bundles, leaves = [list(b) for b in bundles], [list(c) for c in leaves]
     cas, reason = _with_new_ca(stored, now=now, policy=policy, user_ca=user_ca, forced=forced)
     if not stored.records and policy.adopt_orphans:  # lost: keep trusting what is still served
@@ -166,7 +166,8 @@ def gate_propagation(
     its propagation time. The first time a pass sees the CA everywhere is recorded in an annotation of
     the CA Secret (written with the same precondition as the set), and the step waits `settle` from there.
     """
-    kept = {k: v for k, v in annotations.items() if not k.startswith(_EVERYWHERE) and k != own.FORCE_REPLACE_ANNOTATION}
+    kept = {k: v for k, v in annotations.items()
+            if not k.startswith(_EVERYWHERE) and k != names.FORCE_REPLACE_ANNOTATION}
     everywhere = set(facts.in_every_bundle)
     for record in cas.in_state(CaState.UNTRUSTED):
         if record.fingerprint not in everywhere:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from app.injection import names
+from app import names
 from app.kube import (
     CONFIG_MAPS,
     CRON_JOBS,
@@ -39,8 +39,8 @@ from app.kube import (
     pod_certificate_requests,
 )
 from app.kube.lease import RETRY_PERIOD
+from app.names import MANAGED_BY_LABEL, MANAGER
 from app.reconcile.discover import pod_may_need_a_secret
-from app.reconcile.ownership import MANAGED_BY_LABEL, MANAGER
 from app.reconcile.reconciler import PassReport, Reconciler
 
 log = logging.getLogger("tls_injector.controller")

@@ -19,15 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.injection import (
-    Workload,
-    client_secret_name_for,
-    controller_of,
-    names,
-    pod_workload,
-    template_of,
-    template_workload,
-)
+from app import names
+from app.injection import Workload, client_secret_name_for, controller_of, pod_workload, template_of, template_workload
 from app.pki import ServiceNames, check_service_names, dns_names_for_services, spiffe_id
 
 Obj = dict[str, Any]

@@ -8,10 +8,11 @@ from datetime import datetime
 from typing import Literal
 
 from app.kube import EVENTS, KubeApi, KubeError
+from app.names import EVENT_COMPONENT
 from app.reconcile.discover import WorkloadRef
 
 log = logging.getLogger("tls_injector.events")
-COMPONENT = "tls-injector"
+COMPONENT = EVENT_COMPONENT
 
 
 def event_body(ref: WorkloadRef, *, reason: str, message: str, kind: Literal["Normal", "Warning"],

@@ -8,6 +8,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from app.names import SIGNER_NAME
+
 # A pass over a few thousand objects takes seconds; a stuck one (API timeouts) takes minutes.
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
@@ -43,7 +45,7 @@ class ReconcileMetrics:
             "Namespaces whose trust bundle cannot be written, left out of CA rotation (last pass).", registry=r)
         self.leader = Gauge("tls_injector_leader", "1 while this replica holds the leader lease.", registry=r)
         self.pod_certificates = Counter("tls_injector_pod_certificate_requests",
-                                        "PodCertificateRequests answered by the signer tls-injector.io/serving, "
+                                        f"PodCertificateRequests answered by the signer {SIGNER_NAME}, "
                                         "by verdict (Issued, or the Denied/Failed reason).",
                                         ["verdict"], registry=r)
         self.serving_trusted = Gauge(

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
-from app.injection.names import BUNDLE_KEY, CLIENT_BUNDLE_KEY, TRUST_BUNDLE_CONFIGMAP, TRUSTSTORE_KEY
+from app import names
 from app.kube import CONFIG_MAPS, SECRETS, Resource
+from app.names import BUNDLE_KEY, CLIENT_BUNDLE_KEY, TRUST_BUNDLE_CONFIGMAP, TRUSTSTORE_KEY
 from app.pki import (
     CaSet,
     CertKey,
@@ -198,9 +199,9 @@ def decide_client_leaf(target: Target, existing: Obj | None, signing: Signing) -
     why: str = decision.reason or ""
     if not decision.renew and uri_sans(load_certificates(data["tls.crt"])[0]) != [identity]:
         why = "sans-changed"
-    forced = own.FORCE_RENEW_ANNOTATION in _annotations(existing)
+    forced = names.FORCE_RENEW_ANNOTATION in _annotations(existing)
     ours = {"ca.crt": signing.bundle_pem.encode()}
-    issuer = _annotations(existing).get(own.ISSUER_ANNOTATION, "")
+    issuer = _annotations(existing).get(names.ISSUER_ANNOTATION, "")
     where = _as_client_secret(target, name)
     reason = "refreshed"
     if why or forced or existing is None:
@@ -264,10 +265,10 @@ def decide_leaf(target: Target, existing: Obj | None, signing: Signing, *, role:
     sealed = _open_seal(target, existing, signing)
     data = {} if sealed is not None else secret_data(existing, keys=_LEAF_KEYS)  # the seal stands for them
     decision = _leaf_decision(target, data, signing, sealed)
-    forced = own.FORCE_RENEW_ANNOTATION in _annotations(existing)
+    forced = names.FORCE_RENEW_ANNOTATION in _annotations(existing)
     ours = {"ca.crt": signing.bundle_pem.encode()}
-    issuer = _annotations(existing).get(own.ISSUER_ANNOTATION, "")
-    sealed_as = _annotations(existing).get(own.SEAL_ANNOTATION, "")
+    issuer = _annotations(existing).get(names.ISSUER_ANNOTATION, "")
+    sealed_as = _annotations(existing).get(names.SEAL_ANNOTATION, "")
     reason = ""
     if decision.renew or forced or existing is None:
         if signer is None:
@@ -283,7 +284,7 @@ def decide_leaf(target: Target, existing: Obj | None, signing: Signing, *, role:
         sealed_as = _seal(target, signing, data["tls.crt"], data["tls.key"], load_certificates(data["tls.crt"])[0])
     body = _leaf_body(target, existing, ours, issuer, role=role)
     if sealed_as:
-        body["metadata"]["annotations"][own.SEAL_ANNOTATION] = sealed_as
+        body["metadata"]["annotations"][names.SEAL_ANNOTATION] = sealed_as
     return _write_if_changed(SECRETS, existing, body, reason=reason or "refreshed")
 
 
@@ -297,7 +298,7 @@ def _leaf_decision(target: Target, data: dict[str, bytes], signing: Signing, sea
 
 
 def _open_seal(target: Target, existing: Obj | None, signing: Signing) -> Sealed | None:
-    value = _annotations(existing).get(own.SEAL_ANNOTATION)
+    value = _annotations(existing).get(names.SEAL_ANNOTATION)
     raw = (existing or {}).get("data") or {}
     cert, key = raw.get("tls.crt"), raw.get("tls.key")
     if signing.seal_key is None or not value or not isinstance(cert, str) or not isinstance(key, str):
@@ -333,9 +334,9 @@ def _waiting(target: Target, existing: Obj | None, ours: dict[str, bytes], issue
     refresh = None
     if existing is not None:  # the stored certificate is kept, with ca.crt carrying the whole set
         body = _leaf_body(target, existing, ours, issuer, role=role)
-        forced = _annotations(existing).get(own.FORCE_RENEW_ANNOTATION)
+        forced = _annotations(existing).get(names.FORCE_RENEW_ANNOTATION)
         if forced is not None:  # still to be done, once a CA may sign
-            body["metadata"]["annotations"][own.FORCE_RENEW_ANNOTATION] = forced
+            body["metadata"]["annotations"][names.FORCE_RENEW_ANNOTATION] = forced
         refresh = _write_if_changed(SECRETS, existing, body, reason="refreshed")
     verb = "issue" if existing is None else f"renewal ({why})"
     return Waiting(f"Secret {target.namespace}/{target.secret_name}: certificate {verb} waits: {signing.waiting}",
@@ -410,9 +411,9 @@ def _leaf_body(target: Target, existing: Obj | None, ours: dict[str, bytes], iss
     body["type"] = (existing or {}).get("type") or "kubernetes.io/tls"
     body["data"] = {**((existing or {}).get("data") or {}), **encode_data(ours)}
     annotations = body["metadata"]["annotations"]
-    annotations.pop(own.FORCE_RENEW_ANNOTATION, None)
-    annotations[own.WORKLOADS_ANNOTATION] = workloads_note(target.workloads)
-    annotations[own.ISSUER_ANNOTATION] = issuer
+    annotations.pop(names.FORCE_RENEW_ANNOTATION, None)
+    annotations[names.WORKLOADS_ANNOTATION] = workloads_note(target.workloads)
+    annotations[names.ISSUER_ANNOTATION] = issuer
     references = owner_references(target.workloads)
     if references or body["metadata"].get("ownerReferences"):
         body["metadata"]["ownerReferences"] = references

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from app.injection import names
+from app import names
 from app.injection.workload import pod_workload
 from app.pki import (
     CaSet,
@@ -158,7 +158,7 @@ def bundle_write(existing: Obj | None, desired: Obj) -> Obj | None:
         return desired
     if not own.is_owned(existing, "bundle"):
         raise ValueError(f"ClusterTrustBundle {TRUST_BUNDLE_NAME} exists without the label "
-                         f"{own.MANAGED_BY_LABEL}={own.MANAGER}; left untouched")
+                         f"{names.MANAGED_BY_LABEL}={names.MANAGER}; left untouched")
     if existing.get("spec") == desired["spec"]:
         return None
     meta = existing.get("metadata") or {}

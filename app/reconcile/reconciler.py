@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from app.injection import names, template_of
-from app.injection.names import CLIENT_BUNDLE_KEY
+from app import names
+from app.injection import template_of
 from app.injection.workload import pod_workload
 from app.kube import (
     CONFIG_MAPS,
@@ -41,7 +41,8 @@ from app.kube import (
     Resource,
     Unavailable,
 )
-from app.pki import BUNDLE_KEY, CaSet, CertKey, bundle_certificates, load_user_ca, service_name_constraints
+from app.names import BUNDLE_KEY, CLIENT_BUNDLE_KEY
+from app.pki import CaSet, CertKey, bundle_certificates, load_user_ca, service_name_constraints
 from app.reconcile import events, podcerts, signer
 from app.reconcile import ownership as own
 from app.reconcile import status as st
@@ -372,7 +373,7 @@ class Reconciler:
         leaves = [parsed_chain(secret_data(obj, keys=("tls.crt",)).get("tls.crt", b""))
                   for key, obj in observed.leaves.items() if key in wanted]
         base = self.settings.ca
-        policy = CaPolicy(secret_name=own.CLIENT_CA_SECRET, common_name="tls-injector client CA",
+        policy = CaPolicy(secret_name=names.CLIENT_CA_SECRET, common_name="tls-injector client CA",
                           validity=base.validity, lookahead=base.lookahead, settle=base.settle)
         return self._step_ca(policy, bundles=bundles, leaves=leaves, user_ca=None, now=now, report=report)
 

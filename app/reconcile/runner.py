@@ -14,7 +14,8 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 
 from app.kube import ClusterConfig, KubeApi, KubeError, LeaderElector, api_client, find_cluster
-from app.pki import DEFAULT_CLUSTER_DOMAIN, cluster_domain_from_resolv_conf
+from app.names import DEFAULT_CLUSTER_DOMAIN
+from app.pki import cluster_domain_from_resolv_conf
 from app.reconcile.controller import Controller
 from app.reconcile.metrics import ReconcileMetrics
 from app.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from app.injection import names
+from app import names
 from app.kube import (
     Conflict,
     KubeApi,

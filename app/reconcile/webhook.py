@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from app import names
 from app.kube import KubeApi
 from app.reconcile.metrics import ReconcileMetrics
 from app.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
@@ -18,10 +19,10 @@ def ensure_webhook_certificate(
     *,
     namespace: str,
     now: datetime,
-    service: str = "tls-injector",
-    secret_name: str = "tls-injector-webhook-tls",  # noqa: S107 - a Secret name (manifests/base)
-    webhook_names: Sequence[str] = ("tls-injector",),
-    cluster_domain: str = "cluster.local",
+    service: str = names.WEBHOOK_SERVICE,
+    secret_name: str = names.WEBHOOK_SECRET,
+    webhook_names: Sequence[str] = (names.WEBHOOK_CONFIGURATION,),
+    cluster_domain: str = names.DEFAULT_CLUSTER_DOMAIN,
     metrics: ReconcileMetrics | None = None,
 ) -> PassReport:
     """Create or renew the serving certificate Secret (`kubernetes.io/tls` in `namespace`, for Service

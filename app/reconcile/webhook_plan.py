@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from app import names
 from app.kube import MUTATING_WEBHOOKS, SECRETS, VALIDATING_WEBHOOKS, Resource
 from app.pki import UntrustedChain, dns_names_for_services, verify_server
 from app.reconcile.ca import CaPolicy
@@ -25,17 +26,16 @@ WEBHOOK_KINDS: tuple[Resource, ...] = (MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS)
 
 
 def _webhook_ca_policy() -> CaPolicy:
-    return CaPolicy(secret_name="tls-injector-webhook-ca", common_name="tls-injector webhook CA",  # noqa: S106
-                    adopt_orphans=True)
+    return CaPolicy(secret_name=names.WEBHOOK_CA_SECRET, common_name=f"{names.NAME} webhook CA", adopt_orphans=True)
 
 
 @dataclass(frozen=True)
 class WebhookSettings:
-    service: str = "tls-injector"
-    secret_name: str = "tls-injector-webhook-tls"  # noqa: S105 - a Secret's name (manifests/base)
-    configurations: tuple[str, ...] = ("tls-injector",)  # names looked up among both webhook kinds
+    service: str = names.WEBHOOK_SERVICE
+    secret_name: str = names.WEBHOOK_SECRET
+    configurations: tuple[str, ...] = (names.WEBHOOK_CONFIGURATION,)  # names looked up among both webhook kinds
     ca: CaPolicy = field(default_factory=_webhook_ca_policy)
-    cluster_domain: str = "cluster.local"
+    cluster_domain: str = names.DEFAULT_CLUSTER_DOMAIN
     # Where a pass connects to check that every caBundle trusts what the webhook serves; None: not checked.
     served_address: tuple[str, int] | None = None
 

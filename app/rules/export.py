@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from app.names import DEFAULT_NAMESPACE, INJECT_LABEL, MANAGED_BY_LABEL, MANAGER, NAMESPACE_OPT_IN, POLICY_NAME_PREFIX
 from app.rules.handler import DENIED_REASON
 from app.rules.model import SCOPE_ENABLED_NAMESPACES, SCOPE_OTHER_NAMESPACES, Match, Rule, RuleSet
 from app.rules.paths import cel_value_or_empty, format_path
 
 ADMISSIONREGISTRATION = "admissionregistration.k8s.io/v1"
-NAME_PREFIX = "tls-injector."
+NAME_PREFIX = POLICY_NAME_PREFIX
 SELF_VARIABLE, OLD_SELF_VARIABLE = "selfValue", "oldSelfValue"
 ExportFormat = Literal["vap", "crd"]
 # The bindings skip the namespaces the webhook configurations skip: the control plane's, and the
@@ -30,9 +31,9 @@ ExportFormat = Literal["vap", "crd"]
 # sets on every Namespace and nobody can change.
 SYSTEM_NAMESPACES = ("kube-system", "kube-node-lease", "kube-public")
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
-DEFAULT_OWN_NAMESPACE = "tls-injector"
+DEFAULT_OWN_NAMESPACE = DEFAULT_NAMESPACE
 # A rule scoped to enabled (other) namespaces binds only in (outside) those, as its webhook entry selects.
-NAMESPACE_OPT_IN_LABEL, NAMESPACE_OPT_IN = "tls-injector.io/inject", "enabled"
+NAMESPACE_OPT_IN_LABEL = INJECT_LABEL
 
 
 def export_documents(rule_set: RuleSet, *, fmt: ExportFormat,
@@ -107,7 +108,7 @@ def _policy(rule: Rule, name: str, validation: dict[str, str]) -> dict[str, Any]
     return {
         "apiVersion": ADMISSIONREGISTRATION,
         "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "tls-injector"}},
+        "metadata": {"name": name, "labels": {MANAGED_BY_LABEL: MANAGER}},
         "spec": {
             # An error must not let a change through: the webhook denies on error too (see judge.py).
             "failurePolicy": "Fail",
@@ -129,7 +130,7 @@ def _binding(name: str, action: Literal["Deny", "Warn"], excluded: list[str], sc
     return {
         "apiVersion": ADMISSIONREGISTRATION,
         "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "tls-injector"}},
+        "metadata": {"name": name, "labels": {MANAGED_BY_LABEL: MANAGER}},
         "spec": {"policyName": name, "validationActions": [action],
                  "matchResources": {"namespaceSelector": selector}},
     }

@@ -27,6 +27,7 @@ import uvicorn
 from fastapi import FastAPI, Response
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from app.names import NAME
 from app.web.app import OPERATOR_BACKLOG, Plain
 
 log = logging.getLogger("tls_injector.operator")
@@ -66,7 +67,7 @@ class PortStats:
     open: set[Any] = field(default_factory=set)
 
 
-def create_app(routes: Routes, *, title: str = "tls-injector") -> FastAPI:
+def create_app(routes: Routes, *, title: str = NAME) -> FastAPI:
     """A FastAPI app answering each route (`b"/healthz"` -> a function returning status, type, body).
 
     The OpenAPI schema is at /openapi.json; the interactive docs are off, since they load their scripts

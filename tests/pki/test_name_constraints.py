@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from app.names import BUNDLE_KEY
 from app.pki import (
-    BUNDLE_KEY,
     CertKey,
     UntrustedChain,
     dns_names_for_services,

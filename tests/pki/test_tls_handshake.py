@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from app.names import BUNDLE_KEY
 from app.pki import (
-    BUNDLE_KEY,
     BUNDLE_PREFIX,
     CertKey,
     dns_names_for_services,

@@ -16,8 +16,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from app.injection.names import MODE_ANNOTATION, MODE_POD_CERTIFICATE, SIGNER_NAME
 from app.kube import KubeApi, pod_certificate_requests
+from app.names import MODE_ANNOTATION, MODE_POD_CERTIFICATE, SIGNER_NAME
 from app.pki import load_certificates
 from app.reconcile.podcerts import TRUST_BUNDLE_NAME
 from tests.kubeapi import Emulator

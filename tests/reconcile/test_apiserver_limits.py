@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.reconcile import ownership as own
+from app import names
 from app.reconcile import podcerts
 from app.reconcile.plan import MAX_WORKLOADS_NOTE
 from tests.kubeapi import Emulator, running_emulator
@@ -29,7 +29,7 @@ def test_a_secret_shared_by_the_pods_of_one_generate_name_is_written_with_a_boun
     assert report.converged, report.failed[:3]
     secret = kubeapi.get("secrets", f"{STEM}-tls", "jobs")
     assert secret is not None
-    note = secret["metadata"]["annotations"][own.WORKLOADS_ANNOTATION]
+    note = secret["metadata"]["annotations"][names.WORKLOADS_ANNOTATION]
     assert len(note) <= MAX_WORKLOADS_NOTE
     assert note.startswith(f"Pod/{STEM}-00000,Pod/{STEM}-00001,")
     shown = note.count("Pod/")

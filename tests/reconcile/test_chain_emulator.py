@@ -21,8 +21,8 @@ import yaml
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from app.injection import InjectionOptions, make_mutate_handler
-from app.injection.names import CERT_MOUNT_PATH, MODE_ANNOTATION, MODE_POD_CERTIFICATE, TRUST_MOUNT_PATH
 from app.kube import CRON_JOBS, DAEMON_SETS, DEPLOYMENTS, JOBS, PODS, REPLICA_SETS, STATEFUL_SETS, KubeApi, Resource
+from app.names import CERT_MOUNT_PATH, MODE_ANNOTATION, MODE_POD_CERTIFICATE, TRUST_MOUNT_PATH
 from app.offline.inject import inject_manifests
 from app.pki import load_certificates, verify_server
 from tests.kubeapi import Emulator, running_emulator

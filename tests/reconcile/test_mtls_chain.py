@@ -25,8 +25,8 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from app.injection import InjectionOptions, client_secret_name_for, make_mutate_handler
-from app.injection.names import CERT_MOUNT_PATH, CLIENT_MOUNT_PATH, TRUST_MOUNT_PATH
 from app.kube import DEPLOYMENTS, PODS, REPLICA_SETS, SECRETS, KubeApi
+from app.names import CERT_MOUNT_PATH, CLIENT_MOUNT_PATH, TRUST_MOUNT_PATH
 from app.pki import (
     fingerprint,
     issue_client,

@@ -9,8 +9,8 @@ from typing import Any
 
 from app.doctor.read import read
 from app.doctor.workloads import targets
-from app.injection.names import TRUST_BUNDLE_CONFIGMAP
 from app.kube import KubeApi
+from app.names import TRUST_BUNDLE_CONFIGMAP
 from tests.doctor.test_checks import SETTINGS
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, START, Clock, deployment, namespace, reconciler

@@ -26,8 +26,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from app.cli import main
 from app.cli.cluster import settings_for
 from app.cli.parser import build_parser as _parser
-from app.injection.names import SIGNER_NAME
 from app.kube import KubeApi, LeaderElector
+from app.names import SIGNER_NAME
 from app.pki import issue_leaf, make_ca
 from app.reconcile.controller import Controller
 from app.reconcile.reconciler import Reconciler, ReconcileSettings

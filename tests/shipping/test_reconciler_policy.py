@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from app.injection.names import TRUST_BUNDLE_CONFIGMAP
 from app.kube import DEPLOYMENTS, KubeApi
+from app.names import TRUST_BUNDLE_CONFIGMAP
 from app.reconcile.ownership import MANAGED_BY_LABEL, MANAGER, owner_labels
 from app.rules.cel import Environment, EvalError, to_cel
 from tests.kubeapi import Emulator

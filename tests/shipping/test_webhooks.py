@@ -9,7 +9,7 @@ import pytest
 from cel_expr_python import cel
 
 from app.cli import admission_handlers
-from app.injection.names import (
+from app.names import (
     INJECT_LABEL,
     MODE_ANNOTATION,
     MODE_POD_CERTIFICATE,

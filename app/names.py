@@ -1,7 +1,12 @@
-"""The names users see (the contract): keep them stable; docs/injection.md lists them for users."""
+"""The names users see (the contract): keep them stable; docs/injection.md lists them for users.
+
+Their one home: every package imports them from here (the bottom layer), and a test fails on a second
+spelling of any of them anywhere in app/.
+"""
 
 from __future__ import annotations
 
+NAME = "tls-injector"  # the project's name, and the default name of its own objects
 DOMAIN = "tls-injector.io"
 INJECT_LABEL = f"{DOMAIN}/inject"
 POD_OPT_IN = "true"
@@ -15,6 +20,8 @@ BUNDLE_KEY = "ca-bundle.crt"
 CERT_MOUNT_PATH = "/etc/tls-injector/certs"
 TRUST_MOUNT_PATH = "/etc/tls-injector/trust"
 DEFAULT_CLUSTER_DOMAIN = "cluster.local"
+# The CA fingerprints the reconciler has seen in every bundle, on the CA Secret: `<prefix><16 hex>`.
+IN_EVERY_BUNDLE_SINCE_PREFIX = f"{DOMAIN}/in-every-bundle-since-"
 # The signer the reconciler acts as for PodCertificateRequests (pods' `podCertificate` volumes) and whose
 # CAs it publishes as the ClusterTrustBundle CLUSTER_TRUST_BUNDLE.
 SIGNER_NAME = f"{DOMAIN}/serving"
@@ -62,3 +69,30 @@ CLIENT_BUNDLE_KEY = "client-ca-bundle.crt"
 TRUST_VOLUME = "tls-injector-trust"
 # Deployment pods carry this label; its value is the suffix of their ReplicaSet's name.
 POD_TEMPLATE_HASH_LABEL = "pod-template-hash"
+
+# How the reconciler marks the objects it owns: the well-known managed-by label (RBAC docs rely on it)
+# plus a role label, so lists and watches select exactly ours.
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGER = NAME
+ROLE_LABEL = f"{DOMAIN}/role"
+WORKLOADS_ANNOTATION = f"{DOMAIN}/workloads"  # which workloads a leaf Secret serves, for people and events
+ISSUER_ANNOTATION = f"{DOMAIN}/issuer"  # SHA-256 of the CA that signed the leaf
+# On a leaf Secret: proof that its certificate and key passed the full check (app/pki/seal.py).
+SEAL_ANNOTATION = f"{DOMAIN}/seal"
+FORCE_RENEW_ANNOTATION = f"{DOMAIN}/force-renew"  # on a leaf Secret: re-issue it now (then removed)
+FORCE_REPLACE_ANNOTATION = f"{DOMAIN}/force-replace"  # on the CA Secret: rotate to a new CA key
+
+# The objects of the injector's own namespace (manifests/base): the defaults of their flags.
+DEFAULT_NAMESPACE = NAME
+CA_SECRET = f"{NAME}-ca"
+# The client CA set (docs/mtls.md): its own Secret and trust state machine, rotating apart from the serving CA.
+CLIENT_CA_SECRET = f"{NAME}-client-ca"
+WEBHOOK_SERVICE = NAME
+WEBHOOK_CONFIGURATION = NAME  # the Mutating- and ValidatingWebhookConfiguration
+WEBHOOK_SECRET = f"{NAME}-webhook-tls"
+WEBHOOK_CA_SECRET = f"{NAME}-webhook-ca"
+LEASE_NAME = f"{NAME}-leader"  # pinned by resourceNames in manifests/base/rbac.yaml
+RECONCILER_ACCOUNT = f"{NAME}-reconciler"  # manifests/base/reconciler.yaml
+EVENT_COMPONENT = NAME  # source.component and reportingComponent of the Events the reconciler writes
+# ValidatingAdmissionPolicies (and bindings) `export-policy` writes are named `<prefix><rule name>`.
+POLICY_NAME_PREFIX = f"{NAME}."
