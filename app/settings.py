@@ -11,6 +11,9 @@ from pathlib import Path
 # for the envelope admits every review whatever the cluster's storage settings, and refuses anything
 # larger before it is parsed. Held in memory for at most the body timeout.
 MAX_BODY_BYTES = 7 * 1024 * 1024
+# One call to the Kubernetes API must not hang a pass or a command: the API answers reads in
+# milliseconds; 30 s covers a slow apiserver. The commands' --timeout sets it (kubectl's --request-timeout).
+API_TIMEOUT_SECONDS = 30.0
 
 
 @dataclass(frozen=True)

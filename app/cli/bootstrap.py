@@ -6,9 +6,9 @@ import argparse
 import sys
 from datetime import UTC, datetime
 
-from app.cli.cluster import NO_CLUSTER, connection_flags, find_cluster, settings_for, webhook_flags
+from app.cli.cluster import NO_CLUSTER, connection_flags, find_cluster, settings_for, unreachable, webhook_flags
 from app.cli.command import EXIT_FINDINGS, EXIT_OK, LOG_LEVELS, Command, fail
-from app.logs import configure_logging
+from app.cli.startup import HeldLogs
 
 
 def add(boot: argparse.ArgumentParser) -> None:
@@ -23,17 +23,20 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from app.reconcile import runner  # noqa: PLC0415 - only the commands that talk to a cluster load the client
     from app.reconcile.bootstrap import bootstrap, bootstrap_settings, connect  # noqa: PLC0415
 
-    configure_logging(args.log_level)
-    settings = bootstrap_settings(settings_for(args))
-    if settings is None:
-        parser.error("--webhook-configurations must name at least one webhook configuration")
-    cluster = find_cluster(args)
-    if cluster is None:
-        return fail("bootstrap", NO_CLUSTER)
-    try:
-        result = bootstrap(connect(cluster), settings, now=datetime.now(UTC))
-    except runner.KubeError as error:  # configuration that cannot be loaded: a message, not a traceback
-        return fail("bootstrap", str(error))
+    with HeldLogs(args.log_level) as start:
+        settings = bootstrap_settings(settings_for(args))
+        if settings is None:
+            parser.error("--webhook-configurations must name at least one webhook configuration")
+        cluster = find_cluster(args)
+        if cluster is None:
+            return start.failed("bootstrap", NO_CLUSTER)
+        if problem := unreachable(cluster):  # a configuration that cannot load, an API that does not answer
+            return start.failed("bootstrap", problem)
+        start.started()
+        try:
+            result = bootstrap(connect(cluster), settings, now=datetime.now(UTC))
+        except runner.KubeError as error:
+            return fail("bootstrap", str(error))
     print(runner.summary(result.report), flush=True)
     for problem in result.problems:
         print(f"tls-injector bootstrap: {problem}", file=sys.stderr)

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app import names
 from app.cli import flags
+from app.settings import API_TIMEOUT_SECONDS
 
 if TYPE_CHECKING:
     from app.kube import ClusterConfig
@@ -22,11 +24,15 @@ def connection_flags(command: argparse.ArgumentParser) -> None:
                          help="kubeconfig file (default: in-cluster service account, then $KUBECONFIG/~/.kube/config)")
     command.add_argument("--server", type=flags.server_url,
                          help="API server URL without credentials (for tests against an emulator)")
-    command.add_argument("--namespace", help="the injector's own namespace, where its CAs live "
-                                             "(default: the pod's service-account namespace)")
+    command.add_argument("--namespace", type=flags.namespace,
+                         help="the injector's own namespace, where its CAs live (default: the pod's service-account "
+                              "namespace)")
     command.add_argument("--cluster-domain", type=flags.cluster_domain,
                          help="DNS domain of the cluster, for SANs (default: from the search path of the pod's "
                               f"/etc/resolv.conf, else {names.DEFAULT_CLUSTER_DOMAIN})")
+    command.add_argument("--timeout", type=flags.duration, default=API_TIMEOUT_SECONDS, metavar="DURATION",
+                         help="how long one request to the API server may take before the command gives up on it "
+                              "(seconds, or with a unit: 10s, 2m; kubectl's --request-timeout)")
 
 
 def webhook_flags(command: argparse.ArgumentParser) -> None:
@@ -65,10 +71,32 @@ def cluster_flags(command: argparse.ArgumentParser) -> None:
 
 
 def find_cluster(args: argparse.Namespace) -> ClusterConfig | None:
-    """The cluster --kubeconfig/--server name, else the in-cluster account or $KUBECONFIG; None: none."""
+    """The cluster --kubeconfig/--server name, else the in-cluster account or $KUBECONFIG; None: none.
+    Its requests time out after --timeout."""
     from app.kube import find_cluster as find  # noqa: PLC0415 - only the commands that call the API load the client
 
-    return find(kubeconfig=args.kubeconfig, server=args.server)
+    found = find(kubeconfig=args.kubeconfig, server=args.server)
+    return dataclasses.replace(found, timeout=args.timeout) if found else None
+
+
+def unreachable(cluster: ClusterConfig) -> str | None:
+    """Why the API cannot be used, or None: a configuration that does not load, or an API server that
+    does not answer GET /version within the timeout. One-shot commands ask this first, so an API that
+    never answers costs one --timeout and one line, not a silent wait per call. Any other answer (even
+    403) says the server is there; the command's own calls then say what they may not do."""
+    from app.kube import KubeApi, KubeError, Unavailable, api_client  # noqa: PLC0415
+
+    try:
+        client = api_client(cluster)
+    except KubeError as error:
+        return str(error)
+    try:
+        KubeApi(client, timeout=cluster.timeout).server_version()
+    except Unavailable as error:
+        return f"cannot reach the API server ({cluster.describe}; --timeout {cluster.timeout:g}s): {error}"
+    except KubeError:
+        pass
+    return None
 
 
 def settings_for(args: argparse.Namespace, *, resolv_conf: Path | None = None) -> ReconcileSettings:

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from app.cli import flags
 from app.cli.command import EXIT_OK, Command, fail
 from app.names import DEFAULT_NAMESPACE
 from app.offline.rulesfile import RulesFileError, load_rule_set
@@ -17,7 +18,7 @@ def add(export: argparse.ArgumentParser) -> None:
     export.add_argument("--rules", type=Path, help="YAML rules file (added to the built-in rules)")
     export.add_argument("--format", choices=["vap", "crd"], default="vap",
                         help="vap: policies and bindings to kubectl apply; crd: snippets for CRD schemas")
-    export.add_argument("--namespace", default=DEFAULT_NAMESPACE,
+    export.add_argument("--namespace", default=DEFAULT_NAMESPACE, type=flags.namespace,
                         help="the injector's own namespace, left out of the bindings with the system namespaces")
 
 

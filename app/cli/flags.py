@@ -39,6 +39,33 @@ def server_url(value: str) -> str:
     return value
 
 
+# A Namespace's name is a DNS-1123 label, as the apiserver requires: at most 63 characters, lower-case
+# letters, digits and inner hyphens.
+_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+# kubectl's --request-timeout units. Seconds are the finest a person types; hours the coarsest.
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
+MAX_TIMEOUT_SECONDS = 24 * 3600.0
+
+
+def namespace(value: str) -> str:
+    if not _LABEL.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"not a valid namespace name (a DNS-1123 label: at most 63 lower-case "
+                                         f"letters, digits and inner hyphens): {value[:100]!r}")
+    return value
+
+
+def duration(value: str) -> float:
+    """Seconds from `30`, `30s`, `2m` or `1h` (kubectl's --request-timeout), above zero (kubectl's 0 means
+    "wait forever", the silent wait this flag exists to end) and at most a day (a request unanswered for
+    a day never will be; a bound also keeps an absurd value from overflowing the socket layer's timer)."""
+    match = re.fullmatch(r"(\d{1,9}(?:\.\d{1,9})?)([smh]?)", value.strip())
+    seconds = float(match[1]) * _UNITS[match[2]] if match else 0.0
+    if not 0 < seconds <= MAX_TIMEOUT_SECONDS:
+        raise argparse.ArgumentTypeError(f"expected a duration above zero and at most 24h, such as 30s, 2m or 1h, "
+                                         f"got {value[:20]!r}")
+    return seconds
+
+
 def cluster_domain(value: str) -> str:
     from app.pki.names import check_cluster_domain  # noqa: PLC0415 - loads the PKI only when the flag is given
 

@@ -25,12 +25,17 @@ COMMANDS: tuple[Command, ...] = (serve.COMMAND, check.COMMAND, export_policy.COM
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # `serve --workers N` starts workers with it
     if not hasattr(args, "run"):
+        if unknown:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    # Each command gets its own parser, so `parser.error` prints that command's usage, not the top one.
+    # Each command gets its own parser, so `parser.error` prints that command's usage, not the top one:
+    # an unknown flag too (parse_args would report it as the top parser's, with the top usage).
+    if unknown:
+        args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     code: int = args.run(args, args.command_parser)
     return code
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 
 from app.cli import flags
-from app.cli.cluster import NO_CLUSTER, cluster_flags, find_cluster, settings_for
-from app.cli.command import EXIT_FINDINGS, EXIT_OK, LOG_LEVELS, Command, fail
-from app.logs import configure_logging
+from app.cli.cluster import NO_CLUSTER, cluster_flags, find_cluster, settings_for, unreachable
+from app.cli.command import EXIT_FINDINGS, EXIT_OK, LOG_LEVELS, Command
+from app.cli.startup import HeldLogs
 
 
 def add(reconcile: argparse.ArgumentParser) -> None:
@@ -29,22 +29,29 @@ def add(reconcile: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from app.reconcile import runner  # noqa: PLC0415 - only the reconciling commands load the client
 
-    configure_logging(args.log_level)
-    cluster = find_cluster(args)
-    if cluster is None:
-        return fail("reconcile", NO_CLUSTER)
-    settings = settings_for(args)
-    try:
-        if args.once:
-            report = runner.run_once(cluster, settings)
-            print(runner.summary(report), flush=True)
-            return EXIT_OK if report.converged else EXIT_FINDINGS
-        probe = (args.metrics_host, args.metrics_port) if args.metrics_port else None
-        runner.run_until_signalled(cluster, settings, probe_address=probe, status=args.status)
-    except OSError as error:  # the metrics port is taken or not ours to bind
-        return fail("reconcile", f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {error}")
-    except runner.KubeError as error:  # configuration that cannot be loaded: a message, not a traceback
-        return fail("reconcile", str(error))
+    with HeldLogs(args.log_level) as start:
+        cluster = find_cluster(args)
+        if cluster is None:
+            return start.failed("reconcile", NO_CLUSTER)
+        # One pass against an API that does not answer would wait --timeout per call: ask once, first.
+        # The loop instead retries (an apiserver restarting is no reason for the pod to crash).
+        if args.once and (problem := unreachable(cluster)):
+            return start.failed("reconcile", problem)
+        settings = settings_for(args)
+        try:
+            if args.once:
+                start.started()
+                report = runner.run_once(cluster, settings)
+                print(runner.summary(report), flush=True)
+                return EXIT_OK if report.converged else EXIT_FINDINGS
+            probe = (args.metrics_host, args.metrics_port) if args.metrics_port else None
+            runner.run_until_signalled(cluster, settings, probe_address=probe, status=args.status,
+                                       on_started=start.started)
+        except OSError as error:  # the metrics port is taken or not ours to bind
+            return start.failed("reconcile", f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: "
+                                             f"{error}")
+        except runner.KubeError as error:  # configuration that cannot be loaded: a message, not a traceback
+            return start.failed("reconcile", str(error))
     return EXIT_OK
 
 

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 
 from app.cli import flags
 from app.cli.cluster import cluster_flags
-from app.cli.command import EXIT_OK, LOG_LEVELS, Command, fail
+from app.cli.command import EXIT_OK, LOG_LEVELS, Command
 from app.cli.handlers import admission_handlers
 from app.cli.serve_cluster import UnusableCluster, reconciler_in_background, webhook_pod_certificates
+from app.cli.startup import HeldLogs
 from app.cli.supervise import run_supervisor, workers
 from app.injection import no_fingerprints
-from app.logs import configure_logging
 from app.names import BUNDLE_KEY
 from app.offline.rulesfile import RulesFileError
 from app.pki.serving import ServingPairError
@@ -92,7 +92,11 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     limits = limits_from(args, parser)
     if args.workers > 1 and args.worker_fd is None:
         return run_supervisor(args, settings)
-    configure_logging(settings.log_level)
+    with HeldLogs(settings.log_level) as start:  # a start-up error is the only line printed
+        return _serve(args, settings, limits, start)
+
+
+def _serve(args: argparse.Namespace, settings: ServeSettings, limits: Limits, start: HeldLogs) -> int:
     pod_certificates, why = webhook_pod_certificates(args)
     settings = dataclasses.replace(settings, pod_certificates=pod_certificates)
     log.info(f"pod certificates for /mutate: {why}", extra={"pod_certificates": why})
@@ -113,20 +117,21 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                               validate_enabled_namespace=handlers.validate_enabled_namespace, metrics=metrics,
                               background=background, health=health, limits=limits, worker=worker_slot(args))
     except (RulesFileError, ServingPairError, SelfSignedError, UnusableCluster) as error:
-        return fail("serve", str(error))
+        return start.failed("serve", str(error))
     except OSError as error:  # the probe port is taken or not ours to bind
-        return fail("serve", f"cannot listen on probe port {settings.probe_port}: {error.strerror}")
+        return start.failed("serve", f"cannot listen on probe port {settings.probe_port}: {error.strerror}")
     log.info(f"starting: webhook on https://{settings.host}:{settings.port}; reconciler {reconciler}",
              extra={"webhook": f"{settings.host}:{settings.port}", "reconciler": reconciler})
     # The server drains on SIGTERM and returns: exit status 0 tells the kubelet (and anyone reading the
     # exit code) that the shutdown was the orderly one.
+    server.on_started = start.started
     try:
         server.run()
     except OSError as error:
         if server.started:
             raise
         # the webhook port is taken or not ours to bind
-        return fail("serve", f"cannot listen on {settings.host}:{settings.port}: {error.strerror}")
+        return start.failed("serve", f"cannot listen on {settings.host}:{settings.port}: {error.strerror}")
     return EXIT_OK
 
 

@@ -10,9 +10,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from app.cli.command import fail
 from app.cli.handlers import admission_handlers
-from app.logs import configure_logging
+from app.cli.startup import HeldLogs
 from app.offline.rulesfile import RulesFileError
 from app.pki.serving import ServingPairError
 from app.settings import ServeSettings
@@ -32,26 +31,31 @@ def workers(value: str) -> int:
 
 def run_supervisor(args: argparse.Namespace, settings: ServeSettings) -> int:
     """Check, listen, then start and watch the workers; returns the exit status when they are done."""
+    with HeldLogs(settings.log_level) as start:  # a start-up error is the only line printed
+        return _supervise(args, settings, start)
+
+
+def _supervise(args: argparse.Namespace, settings: ServeSettings, start: HeldLogs) -> int:
     from app.web.selfsigned import SelfSignedError, write_self_signed  # noqa: PLC0415
     from app.web.tls import CertReloader  # noqa: PLC0415
     from app.web.workers import Supervisor, strip_flags  # noqa: PLC0415
 
     if not args.no_reconciler:
-        return fail("serve", "--workers above 1 needs --no-reconciler: run the reconciler as its own Deployment "
-                             "(tls-injector reconcile), as the shipped manifests do")
-    configure_logging(settings.log_level)
+        return start.failed("serve", "--workers above 1 needs --no-reconciler: run the reconciler as its own "
+                                     "Deployment (tls-injector reconcile), as the shipped manifests do")
     extra: list[str] = []
+    said: list[str] = []
     try:  # every worker would fail the same way: find it here, once, in one line
         admission_handlers(settings)
         if settings.tls_cert_file is None or settings.tls_private_key_file is None:
             files = write_self_signed(settings.self_signed_dir, now=datetime.now(UTC))
-            print(f"tls-injector: self-signed CA written to {files.ca_file}", flush=True)
+            said.append(f"tls-injector: self-signed CA written to {files.ca_file}")  # once listening
             extra = ["--tls-cert-file", str(files.cert_file), "--tls-private-key-file", str(files.key_file)]
             CertReloader(files.cert_file, files.key_file)
         else:
             CertReloader(settings.tls_cert_file, settings.tls_private_key_file)
     except (RulesFileError, ServingPairError, SelfSignedError) as error:
-        return fail("serve", str(error))
+        return start.failed("serve", str(error))
     passed_on = strip_flags(args.argv, {"--workers": 1, "--probe-port": 1})
 
     def worker_argv(index: int, fd: int, state: Path) -> list[str]:
@@ -64,13 +68,17 @@ def run_supervisor(args: argparse.Namespace, settings: ServeSettings) -> int:
     try:
         supervisor.bind()
     except OSError as error:
-        return fail("serve", f"cannot listen on {settings.host}:{settings.port} or probe port "
-                             f"{settings.probe_port}: {error.strerror}")
+        return start.failed("serve", f"cannot listen on {settings.host}:{settings.port} or probe port "
+                                     f"{settings.probe_port}: {error.strerror}")
     try:  # the workers' state and metrics files live in a directory of their own under $TMPDIR
         supervisor.make_state_dir()
     except OSError as error:
-        return fail("serve", f"cannot make the workers' directory in {error.filename or 'the temp directory'}: "
-                             f"{error.strerror} (a read-only root file system needs an emptyDir at /tmp)")
+        where = error.filename or "the temp directory"
+        return start.failed("serve", f"cannot make the workers' directory in {where}: {error.strerror} "
+                                     f"(a read-only root file system needs an emptyDir at /tmp)")
+    for line in said:
+        print(line, flush=True)
+    start.started()
     log.info(f"starting: {args.workers} workers on https://{settings.host}:{settings.port}",
              extra={"webhook": f"{settings.host}:{settings.port}", "workers": args.workers,
                     "state_dir": str(supervisor.state_dir)})

@@ -20,10 +20,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from app.kube.errors import KubeError, NotFound, Unavailable, error_for
+from app.settings import API_TIMEOUT_SECONDS
 
 Obj = dict[str, Any]
-# One call must not hang a pass: the API answers reads in milliseconds; 30 s covers a slow apiserver.
-DEFAULT_TIMEOUT = 30.0
 # Lists come in pages so one answer never holds the whole cluster in memory at once.
 PAGE_SIZE = 500
 
@@ -94,7 +93,7 @@ class KubeApi:
     """Every call the program makes to the API server. Thread-safe: the client pools connections."""
 
     api_client: client.ApiClient
-    timeout: float = DEFAULT_TIMEOUT
+    timeout: float = API_TIMEOUT_SECONDS
     calls: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
     on_call: Callable[[str, str], None] | None = None  # (verb, "ok" or error class name), for metrics
@@ -146,6 +145,11 @@ class KubeApi:
         if not meta.get("resourceVersion"):
             raise ValueError("replace_status needs metadata.resourceVersion: an unconditional update could overwrite")
         return self._json("update", "PUT", resource.path(meta.get("namespace"), meta["name"]) + "/status", body=body)
+
+    def server_version(self) -> Obj:
+        """GET /version: the cheapest call every API server answers (any authenticated user may), so a
+        one-shot command learns at once, within the timeout, whether the API answers at all."""
+        return self._json("get", "GET", "/version")
 
     def served_resources(self, group: str, version: str) -> set[str] | None:
         """The resource names (plurals, and `x/status` subresources) a group-version serves; None when the

@@ -11,6 +11,7 @@ from kubernetes import client, config
 
 from app.kube.errors import KubeError
 from app.names import DEFAULT_NAMESPACE
+from app.settings import API_TIMEOUT_SECONDS
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -22,6 +23,7 @@ class ClusterConfig:
     server: str | None = None
     kubeconfig: Path | None = None
     in_cluster: bool = False
+    timeout: float = API_TIMEOUT_SECONDS  # seconds one request may take (KubeApi.timeout)
 
     @property
     def describe(self) -> str:
@@ -49,6 +51,8 @@ def api_client(cluster: ClusterConfig) -> client.ApiClient:
         if cluster.server:
             configuration.host = cluster.server.rstrip("/")
         elif cluster.kubeconfig:
+            if not cluster.kubeconfig.exists():  # the client would say "Invalid kube-config file"
+                raise FileNotFoundError("no such file")
             config.load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=str(cluster.kubeconfig), client_configuration=configuration
             )

@@ -55,7 +55,7 @@ def bootstrap_settings(settings: ReconcileSettings) -> BootstrapSettings | None:
 
 
 def connect(cluster: ClusterConfig) -> KubeApi:
-    return KubeApi(api_client(cluster))
+    return KubeApi(api_client(cluster), timeout=cluster.timeout)
 
 
 def bootstrap(api: KubeApi, settings: BootstrapSettings, *, now: datetime) -> BootstrapResult:

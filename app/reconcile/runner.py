@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -71,7 +72,7 @@ def pod_certificates_version(cluster: ClusterConfig) -> str | None:
 
 
 def connect(cluster: ClusterConfig, metrics: ReconcileMetrics) -> KubeApi:
-    return KubeApi(api_client(cluster), on_call=metrics.api_call)
+    return KubeApi(api_client(cluster), timeout=cluster.timeout, on_call=metrics.api_call)
 
 
 def run_once(cluster: ClusterConfig, settings: ReconcileSettings, *, metrics: ReconcileMetrics | None = None,
@@ -97,10 +98,11 @@ def run_forever(cluster: ClusterConfig, settings: ReconcileSettings, stop: threa
 
 def run_until_signalled(cluster: ClusterConfig, settings: ReconcileSettings, *,
                         probe_address: tuple[str, int] | None = None, stop: threading.Event | None = None,
-                        status: bool = False) -> None:
+                        status: bool = False, on_started: Callable[[], None] | None = None) -> None:
     """`tls-injector reconcile` without --once: until SIGTERM or SIGINT (or `stop`, for tests). With
     `probe_address`, the operator port is served there on plain HTTP while the loop runs: /healthz,
-    /readyz, /metrics and, with `status`, the status API and page (app.web.operator, app.web.status)."""
+    /readyz, /metrics and, with `status`, the status API and page (app.web.operator, app.web.status).
+    `on_started` is called once the client is configured and the port open, before the first pass."""
     stop = stop or threading.Event()
     previous = {}
     if threading.current_thread() is threading.main_thread():  # signal handlers can only be set there
@@ -120,6 +122,8 @@ def run_until_signalled(cluster: ClusterConfig, settings: ReconcileSettings, *,
             snapshot = (lambda: loop.reconciler.status) if status else None
             server = OperatorPort(sock, status_app(reconciler_probes(loop, metrics), snapshot))
             server.start()
+        if on_started is not None:
+            on_started()
         loop.run(stop)
     finally:
         if server is not None:

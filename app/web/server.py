@@ -19,7 +19,7 @@ import resource
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -93,6 +93,8 @@ class WebhookServer:
         self.probes = (_operator_port(settings.host, settings.probe_port, routes)
                        if settings.probe_port is not None and worker is None else None)
         self.started = False
+        # Called once the port is open and every task runs (the CLI then writes the log lines it held).
+        self.on_started: Callable[[], None] | None = None
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -124,6 +126,8 @@ class WebhookServer:
         if self.probes is not None:
             self.probes.start()
         self.started = True
+        if self.on_started is not None:
+            self.on_started()
         try:
             await self._stop.wait()
         finally:
