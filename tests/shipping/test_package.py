@@ -2,16 +2,21 @@
 
 The Dockerfile's builder runs `pip wheel --no-deps .` on the context .dockerignore lets through; this
 runs the same command on the same files, then opens the wheel: a module or data file missing there
-(the built-in rules YAML, say) would make the image fail at start, not at build.
+(the built-in rules YAML, say) would make the image fail at start, not at build. The same wheel,
+installed in a virtual environment of its own, is the command docs/install.md tells people to get.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tomllib
+import venv
 import zipfile
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -69,3 +74,37 @@ def test_the_wheel_declares_the_entry_point_and_the_dependencies_of_pyproject(wh
 def _normal(requirement: str) -> tuple[str, str, frozenset[str]]:
     parsed = Requirement(requirement)
     return parsed.name.lower(), str(parsed.specifier), frozenset(parsed.extras)
+
+
+def test_the_wheel_installs_a_working_command_as_pipx_would(wheel: zipfile.ZipFile, tmp_path: Path) -> None:
+    """docs/install.md: `pipx install` from the repository gives a `tls-injector` command. pipx makes a
+    virtual environment and installs the wheel into it; so does this, with the dependencies taken from the
+    test environment (no index here) and the wheel's own `app` package, never this source tree."""
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=False)
+    bin_dir = env_dir / ("Scripts" if os.name == "nt" else "bin")
+    site = Path(subprocess.run([bin_dir / "python", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               capture_output=True, text=True, check=True, timeout=60).stdout.strip())
+    # The dependencies: a path line adds the directory without running its .pth files (the editable
+    # install of this tree among them).
+    (site / "dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(bin_dir / "python"), "install", "--no-deps",
+                              "--no-index", "--disable-pip-version-check", "-q", str(wheel.filename)],
+                             capture_output=True, text=True, check=False, timeout=120)
+    assert install.returncode == 0, install.stdout + install.stderr
+
+    def run(*argv: str | Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120, cwd=tmp_path,
+                              env={k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")})
+
+    version = metadata.version("tls-injector")
+    command = run(bin_dir / "tls-injector", "--version")
+    assert (command.returncode, command.stdout.strip()) == (0, f"tls-injector {version}"), command.stderr
+    module = run(bin_dir / "python", "-m", "app", "--version")
+    assert (module.returncode, module.stdout.strip()) == (0, f"tls-injector {version}"), module.stderr
+    where = run(bin_dir / "python", "-c", "import app; print(app.__file__)")
+    assert Path(where.stdout.strip()).is_relative_to(site), where.stdout + where.stderr
+    # A command that loads the rules, CEL and YAML from the installed package, data file included.
+    policies = run(bin_dir / "tls-injector", "export-policy")
+    assert policies.returncode == 0, policies.stderr
+    assert "kind: ValidatingAdmissionPolicy\n" in policies.stdout
