@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from app.cli import main
 from app.injection import InjectionOptions, InjectionRefused, plan_injection
 from app.names import CERT_PATH_ANNOTATION, CONTAINERS_ANNOTATION, MODE_ANNOTATION
 from app.offline.inject import inject_manifests
@@ -81,3 +82,15 @@ def test_inject_renders_the_client_volume_into_a_template_as_mutate_does() -> No
     template = out["spec"]["template"]
     assert {"name": "tls-injector-client", "secret": {"secretName": "caller-client-tls"}} in template["spec"]["volumes"]
     assert CLIENT_MOUNT in template["spec"]["containers"][0]["volumeMounts"]
+
+
+@pytest.mark.parametrize("value", ["Example.org", "spiffe://example.org", "a b", ""])
+def test_a_trust_domain_that_spiffe_refuses_stops_the_command_with_one_line(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["reconcile", "--once", "--trust-domain", value])
+    assert stop.value.code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert errors == [f"tls-injector reconcile: error: argument --trust-domain: a SPIFFE trust domain is 1-255 of "
+                      f"a-z 0-9 . - _, got {value!r}"]
