@@ -171,8 +171,10 @@ def plan(targets: Iterable[Target], observed: Observed, signing: Signing) -> lis
 
 
 def client_secrets(targets: Iterable[Target]) -> set[tuple[str, str]]:
-    """(namespace, name) of every client Secret the targets want kept (a refused one is left as it is)."""
-    return {(t.namespace, t.client_secret) for t in targets if t.client_ids}
+    """(namespace, name) of every client Secret the targets want: one identity each. A refused one (users of
+    different service accounts) is not wanted: one issued before is deleted, as a serving certificate whose
+    names are all refused is, rather than kept unrefreshed (its ca.crt would hold CA rotations back)."""
+    return {(t.namespace, t.client_secret) for t in targets if len(t.client_ids) == 1}
 
 
 def _client_item(target: Target, signing: Signing) -> Item:

@@ -305,10 +305,13 @@ def test_users_of_one_secret_with_different_service_accounts_get_no_client_certi
     namespace(kubeapi, OWN_NS)
     namespace(kubeapi, NS)
     shared = {CLIENT: "true", "tls-injector.io/secret-name": "shared-tls"}
+    clock = Clock()
     run(kubeapi, webhook, Shape("Deployment", "one", OPTED_IN, shared), service_account="a")
+    assert reconciler(kubeapi, clock).run_pass().converged
+    assert kubeapi.get("secrets", "shared-client-tls", NS) is not None
     run(kubeapi, webhook, Shape("Deployment", "two", OPTED_IN, shared), service_account="b")
-    report = reconciler(kubeapi, Clock()).run_pass()
-    assert kubeapi.get("secrets", "shared-client-tls", NS) is None
+    report = reconciler(kubeapi, clock).run_pass()
+    assert kubeapi.get("secrets", "shared-client-tls", NS) is None, "one certificate cannot name two identities"
     assert any("different service accounts" in r for r in report.refused), report.refused
     assert kubeapi.get("secrets", "shared-tls", NS) is not None, "the serving certificate is issued all the same"
 
