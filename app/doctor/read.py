@@ -28,7 +28,7 @@ from app.kube import (
     Unauthorized,
     Unavailable,
 )
-from app.reconcile.reconciler import read_cluster
+from app.reconcile.read import read_cluster
 from app.reconcile.served import Served, fetch_served
 from app.reconcile.signer import NativeApis
 from app.reconcile.webhook_plan import WEBHOOK_KINDS

@@ -8,7 +8,8 @@ from typing import Any
 from app.doctor.model import Result, error, ok, warning
 from app.doctor.snapshot import Snapshot
 from app.kube import Obj
-from app.reconcile.plan import parsed_chain, secret_data
+from app.pki import load_certificates
+from app.reconcile.plan import secret_data
 from app.reconcile.webhook_plan import entry_dns_name, entry_trust_problem
 
 CATEGORY = "tls-injector webhook"
@@ -57,7 +58,7 @@ def check_ca_bundle_trusts_secret(snap: Snapshot) -> Result:
     if "serving_secret" in snap.errors:
         return error(CATEGORY, title, f"cannot read Secret {where}: {snap.errors['serving_secret']}",
                      hint="doctor needs get on Secrets in the injector's namespace")
-    chain = parsed_chain(secret_data(snap.serving_secret).get("tls.crt", b""))
+    chain = load_certificates(secret_data(snap.serving_secret).get("tls.crt", b""))
     if snap.serving_secret is None or not chain:
         state = "does not exist" if snap.serving_secret is None else "holds no certificate"
         return error(CATEGORY, title, f"Secret {where} {state}",
@@ -88,7 +89,7 @@ def check_served_certificate(snap: Snapshot) -> Result:
                      hint="check the address given with --webhook-address (a running `kubectl port-forward`?) and "
                           "that the webhook pods run: kubectl -n "
                           f"{snap.settings.namespace} get pods -l app.kubernetes.io/component=webhook")
-    problems = [p for s in snap.served if not s.error for p in _entry_problems(snap, parsed_chain(s.chain_pem),
+    problems = [p for s in snap.served if not s.error for p in _entry_problems(snap, load_certificates(s.chain_pem),
                                                                                  server_name=s.server_name)]
     if problems:
         return error(CATEGORY, title, f"the API server refuses the served certificate in {len(problems)} entries",

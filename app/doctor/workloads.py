@@ -15,11 +15,10 @@ from app.doctor.model import Result, error, ok
 from app.doctor.snapshot import Snapshot
 from app.injection import pod_workload, template_of
 from app.kube import Obj
-from app.pki import ServiceNames, UntrustedChain, bundle_certificates, dns_sans, verify_server
+from app.pki import ServiceNames, UntrustedChain, bundle_certificates, dns_sans, load_certificates, verify_server
 from app.reconcile import ownership as own
-from app.reconcile.discover import Target, discover, missing_injection, should_be_injected
-from app.reconcile.plan import bundle_namespaces, parsed_chain, secret_data
-from app.reconcile.reconciler import wants_pod_certificates
+from app.reconcile.discover import Target, discover, missing_injection, should_be_injected, wants_pod_certificates
+from app.reconcile.plan import bundle_namespaces, secret_data
 
 CATEGORY = "workloads"
 _RENEW = "kubectl -n {ns} annotate secret {name} " + names.FORCE_RENEW_ANNOTATION + "=now"
@@ -49,7 +48,7 @@ def check_secrets_exist(snap: Snapshot, wanted: list[Target]) -> Result:
             problems.append(f"{_who(target)}: the Secret does not exist")
         elif not own.is_owned(secret, "leaf"):
             problems.append(f"{_who(target)}: the Secret exists but tls-injector does not manage it")
-        elif not parsed_chain(secret_data(secret).get("tls.crt", b"")):
+        elif not load_certificates(secret_data(secret).get("tls.crt", b"")):
             problems.append(f"{_who(target)}: the Secret holds no certificate")
     if problems:
         return error(CATEGORY, title, f"{len(problems)} of {len(wanted)} missing or unusable", details=problems,
@@ -63,7 +62,7 @@ def _leaves(snap: Snapshot, wanted: list[Target]) -> Iterator[tuple[Target, list
     """The parsed chain of every wanted Secret that is ours and holds one (the others are reported above)."""
     for target in wanted:
         secret = snap.secret(target.namespace, target.secret_name)
-        chain = parsed_chain(secret_data(secret).get("tls.crt", b"")) if own.is_owned(secret, "leaf") else []
+        chain = load_certificates(secret_data(secret).get("tls.crt", b"")) if own.is_owned(secret, "leaf") else []
         if chain:
             yield target, chain
 

@@ -27,7 +27,8 @@ from app.kube import (
     Resource,
     api_client,
 )
-from app.reconcile.plan import parsed_chain, secret_data
+from app.pki import load_certificates
+from app.reconcile.plan import secret_data
 from app.reconcile.reconciler import PassReport, ReconcileSettings
 from app.reconcile.webhook import ensure_webhook_certificate
 from app.reconcile.webhook_plan import WebhookSettings, entry_trust_problem
@@ -79,7 +80,7 @@ def service_dns_name(settings: BootstrapSettings) -> str:
 
 def trust_problems(api: KubeApi, settings: BootstrapSettings, *, now: datetime) -> list[str]:
     secret = _optional(api, SECRETS, settings.webhook.secret_name, namespace=settings.namespace)
-    chain = parsed_chain(secret_data(secret).get("tls.crt", b""))
+    chain = load_certificates(secret_data(secret).get("tls.crt", b""))
     if not chain:
         return [f"Secret {settings.namespace}/{settings.webhook.secret_name} holds no serving certificate"]
     problems: list[str] = []

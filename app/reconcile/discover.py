@@ -14,6 +14,7 @@ naming `/mutate` and `inject` use, so the Secret a pod mounts is the one issued 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -287,3 +288,48 @@ def missing_injection(pods: Iterable[Obj], *, enabled: set[str], own_namespace: 
     """Opted-in pods without the injection record: created while the webhook was down, or before install."""
     return [pod for pod in pods if should_be_injected(pod, enabled=enabled, own_namespace=own_namespace)
             and names.INJECTED_ANNOTATION not in _map(pod["metadata"], "annotations")]
+
+
+def wants_pod_certificates(obj: Obj) -> bool:
+    """A pod (or pod template) in the pod-certificate mode: where the webhook recorded what it injected, the
+    record's mode (a webhook not told that the cluster serves pod certificates mounts the Secret even for a
+    pod that asked for them, and that Secret must then be issued, or the pod never starts); otherwise
+    what the annotations ask for."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    if not isinstance(annotations, dict):
+        return False
+    record = annotations.get(names.INJECTED_ANNOTATION)
+    if isinstance(record, str):
+        try:
+            recorded = json.loads(record)
+        except ValueError:
+            recorded = None
+        if isinstance(recorded, dict):
+            return recorded.get("mode") == names.MODE_POD_CERTIFICATE
+    return annotations.get(names.MODE_ANNOTATION) == names.MODE_POD_CERTIFICATE
+
+
+def secret_users(workloads: list[tuple[str, Obj]], pods: list[Obj]) -> tuple[list[tuple[str, Obj]], list[Obj]]:
+    """Where the cluster serves pod certificates: the workloads and pods that still need a Secret.
+
+    Pods that asked for pod certificates get none; a workload that asked keeps its Secret while a pod of
+    its own still mounts it (moving from the Secret rolls its pods one by one, and an old pod that
+    restarts must still find its Secret).
+    """
+    pods = [p for p in pods if not wants_pod_certificates(p)]
+    mounting = {(p["metadata"].get("namespace") or "", pod_workload(p["metadata"]).name) for p in pods}
+    workloads = [(k, w) for k, w in workloads if not wants_pod_certificates(template_of(k, w) or {})
+                 or (w["metadata"].get("namespace") or "", w["metadata"]["name"]) in mounting]
+    return workloads, pods
+
+
+def truststore_namespaces(workloads: list[tuple[str, Obj]], pods: list[Obj], *, enabled: set[str]) -> set[str]:
+    """Namespaces where an opted-in Secret-mode workload (or bare pod) asks for the PKCS#12 truststore."""
+    found = set()
+    for template, namespace in [(template_of(k, w) or {}, w["metadata"].get("namespace")) for k, w in workloads] + [
+            (p, p["metadata"].get("namespace")) for p in pods]:
+        meta = template.get("metadata") or {}
+        asks = (meta.get("annotations") or {}).get(names.TRUSTSTORE_ANNOTATION) == names.TRUSTSTORE_PKCS12
+        if asks and opted_in(meta.get("labels") or {}, namespace_enabled=namespace in enabled):
+            found.add(str(namespace))
+    return found

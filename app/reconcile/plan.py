@@ -319,7 +319,7 @@ def leaf_expiry(target: Target, secret: Obj | None, signing: Signing) -> datetim
     sealed = _open_seal(target, secret, signing)
     if sealed is not None:
         return sealed.not_after
-    chain = parsed_chain(secret_data(secret, keys=("tls.crt",)).get("tls.crt", b""))
+    chain = load_certificates(secret_data(secret, keys=("tls.crt",)).get("tls.crt", b""))
     return chain[0].not_valid_after_utc if chain else None
 
 
@@ -390,18 +390,6 @@ def secret_data(secret: Obj | None, *, keys: Iterable[str] | None = None) -> dic
         except (ValueError, TypeError):
             continue  # tampered: treated as missing, so the certificate is re-issued
     return decoded
-
-
-def parsed_chain(pem: bytes) -> list[Any]:
-    """The certificates of a stored PEM value; none when it does not parse (tampered or half-written).
-
-    A broken value is a fact about one object, to be repaired like a missing one, not a reason to stop
-    the whole pass (which would leave every other object unrepaired too).
-    """
-    try:
-        return load_certificates(pem)
-    except ValueError:
-        return []
 
 
 def encode_data(data: dict[str, bytes]) -> dict[str, str]:

@@ -1,4 +1,6 @@
-"""One reconcile pass: read the cluster, step the CA set, plan every object purely, apply with preconditions.
+"""A reconcile pass: one reading of the cluster, then the three passes of docs/reconcile.md, in order:
+workload certificates and bundles (`converge_workloads`), the pod-certificate signer
+(`converge_pod_certificates`) and the webhook's certificate and caBundle (`converge_webhook`).
 
 Reads first and writes only what the plan says; a 409 re-reads that one object and decides again. An
 object that fails is reported and the pass goes on; an unreachable API (or a lost lease) stops the pass,
@@ -9,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import json
 import logging
 import time
 from collections import Counter
@@ -20,20 +21,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from app import names
-from app.injection import template_of
-from app.injection.workload import pod_workload
 from app.kube import (
     CONFIG_MAPS,
-    CRON_JOBS,
-    DAEMON_SETS,
-    DEPLOYMENTS,
-    JOBS,
     NAMESPACES,
-    PODS,
-    REPLICA_SETS,
     SECRETS,
-    SERVICES,
-    STATEFUL_SETS,
     Conflict,
     KubeApi,
     KubeError,
@@ -42,12 +33,19 @@ from app.kube import (
     Unavailable,
 )
 from app.names import BUNDLE_KEY, CLIENT_BUNDLE_KEY
-from app.pki import CaSet, CertKey, bundle_certificates, load_user_ca, service_name_constraints
+from app.pki import CaSet, CertKey, bundle_certificates, load_certificates, load_user_ca, service_name_constraints
 from app.reconcile import events, podcerts, signer
-from app.reconcile import ownership as own
 from app.reconcile import status as st
 from app.reconcile.ca import CaPolicy, CaStep, CaUnusable, decide_ca, load_ca_set
-from app.reconcile.discover import Target, WorkloadRef, discover, enabled_namespaces, missing_injection, opted_in
+from app.reconcile.discover import (
+    Target,
+    WorkloadRef,
+    discover,
+    enabled_namespaces,
+    missing_injection,
+    secret_users,
+    truststore_namespaces,
+)
 from app.reconcile.metrics import ReconcileMetrics
 from app.reconcile.plan import (
     CLIENT_PREFIX,
@@ -61,10 +59,10 @@ from app.reconcile.plan import (
     bundle_namespaces,
     client_secrets,
     leaf_expiry,
-    parsed_chain,
     plan,
     secret_data,
 )
+from app.reconcile.read import read_candidate_pods, read_cluster
 from app.reconcile.served import fetch_served
 from app.reconcile.webhook_plan import (
     WEBHOOK_KINDS,
@@ -85,10 +83,6 @@ UNAVAILABLE_STREAK = 3
 # write the API server refuses (too large, invalid, denied by a policy) is refused the same way next time.
 BACKOFF_FIRST = timedelta(seconds=30)
 BACKOFF_MAX = timedelta(minutes=10)
-# Every kind whose pod template discovery reads (discover.LISTED_KINDS); pods of other controllers are
-# found from the pods themselves.
-WORKLOAD_KINDS = (("Deployment", DEPLOYMENTS), ("StatefulSet", STATEFUL_SETS), ("DaemonSet", DAEMON_SETS),
-                  ("ReplicaSet", REPLICA_SETS), ("Job", JOBS), ("CronJob", CRON_JOBS))
 
 
 class NotLeader(Exception):
@@ -133,6 +127,15 @@ class PassReport:
     @property
     def converged(self) -> bool:
         return not (self.refused or self.failed or self.waiting or self.aborted or self.excluded)
+
+
+@dataclass(frozen=True)
+class WorkloadsPassed:
+    """What the workloads' pass leaves for the rest: the CA set as stepped, the Secrets and their expiries."""
+
+    cas: CaSet
+    targets: list[Target]
+    expiries: dict[tuple[str, str], datetime]
 
 
 class Reconciler:
@@ -180,6 +183,13 @@ class Reconciler:
                                     cas=tuple(cas), workloads=tuple(workloads), pods_missing_injection=tuple(pods))
         return report
 
+    def run_signer_pass(self) -> PassReport:
+        """Only the pending pod certificate requests, signed by the CA set as stored: what the loop runs
+        when nothing but a request changed, so a pod waits for a few reads rather than a full pass (which
+        takes seconds to tens of seconds on thousands of workloads). The CA set is not stepped and the
+        bundle not written here; the next full pass does both."""
+        return self._guarded(self._signer_pass)
+
     def run_webhook_pass(self, ws: WebhookSettings) -> PassReport:
         """Only the webhook's serving certificate and caBundle (what `tls-injector bootstrap` does)."""
         return self._guarded(lambda report, now: self.converge_webhook(ws, report, now))
@@ -205,17 +215,31 @@ class Reconciler:
         return report
 
     def _pass(self, report: PassReport, now: datetime) -> None:
+        """A full pass: the three passes of docs/reconcile.md, on one reading of the cluster."""
         # Requests before pods: a request's pod was created before it, so it is in the pod list read next.
         native = signer.observe(self.api, self.native)
         observed = read_cluster(self.api)
+        workloads = self.converge_workloads(observed, native, report, now)
+        if native is not None:
+            self.converge_pod_certificates(native, workloads.cas, observed, report, now)
+        missing = missing_injection(observed.pods, enabled=observed.enabled, own_namespace=self.settings.namespace)
+        self.metrics.missing_injection.set(len(missing))
+        self._seen = (st.workload_statuses(workloads.targets, workloads.expiries, report.waiting),
+                      st.pod_statuses(missing))
+        if self.settings.webhook is not None:
+            configs = self.converge_webhook(self.settings.webhook, report, now)
+            self.metrics.serving_verdict = self._served_verdict(self.settings.webhook, configs, now)
+
+    # The first pass: workload certificates and bundles (docs/reconcile.md, "A pass").
+
+    def converge_workloads(self, observed: Observed, native: signer.NativeView | None, report: PassReport,
+                           now: datetime) -> WorkloadsPassed:
+        """Workload certificates and bundles: discover the Secrets the cluster needs, step the workload CA
+        on the bundles and leaves in use, then plan and write every leaf Secret and trust bundle. Returns
+        the CA set as stepped (the pod-certificate signer signs with it), the Secrets and their expiries."""
         workloads, pods = observed.workloads, observed.pods
-        if native is not None:  # pod certificates served: workloads that asked for them get no Secret...
-            pods = [p for p in pods if not wants_pod_certificates(p)]
-            # ...once no pod of theirs mounts it: a workload moving from the Secret rolls its pods one by one,
-            # and an old pod that restarts must still find its Secret.
-            mounting = {(p["metadata"].get("namespace") or "", pod_workload(p["metadata"]).name) for p in pods}
-            workloads = [(k, w) for k, w in workloads if not wants_pod_certificates(template_of(k, w) or {})
-                         or (w["metadata"].get("namespace") or "", w["metadata"]["name"]) in mounting]
+        if native is not None:  # pod certificates served: who asked for them gets no Secret
+            workloads, pods = secret_users(workloads, pods)
         targets = discover(workloads, pods, enabled=observed.enabled, cluster_domain=self.settings.cluster_domain,
                            services=observed.services, own_namespace=self.settings.namespace,
                            trust_domain=self.settings.trust_domain)
@@ -234,14 +258,7 @@ class Reconciler:
         for item in plan(targets, observed, signing):
             stored[item.key] = self._converge(item, observed.lookup(item), report, now)
         expiries = self._cert_metrics(targets, stored, signing)
-        if native is not None:
-            self._converge_native(native, step.cas, observed, report, now)
-        missing = missing_injection(observed.pods, enabled=observed.enabled, own_namespace=self.settings.namespace)
-        self.metrics.missing_injection.set(len(missing))
-        self._seen = st.workload_statuses(targets, expiries, report.waiting), st.pod_statuses(missing)
-        if self.settings.webhook is not None:
-            configs = self.converge_webhook(self.settings.webhook, report, now)
-            self.metrics.serving_verdict = self._served_verdict(self.settings.webhook, configs, now)
+        return WorkloadsPassed(step.cas, targets, expiries)
 
     def _report_refused_names(self, targets: list[Target], report: PassReport, now: datetime) -> None:
         """Names a workload asked for that no certificate may carry: the rest are issued; these are said
@@ -256,74 +273,6 @@ class Reconciler:
             self._announce(target.workloads, f"{target.namespace}/{target.secret_name}", reason="ServiceNamesRefused",
                            message=message, now=now)
 
-    def _served_verdict(self, ws: WebhookSettings, configs: dict[tuple[str, str], Obj], now: datetime) -> bool | None:
-        """Does every caBundle trust the certificate the webhook serves now? One TLS handshake per pass
-        (no API call: the configurations were just read); None when not checked or unreachable."""
-        self.metrics.serving_trusted.clear()
-        if ws.served_address is None or not configs:
-            return None
-        dns_name = f"{ws.service}.{self.settings.namespace}.svc"
-        served = fetch_served(*ws.served_address, server_name=dns_name, explicit=True)
-        chain = parsed_chain(served.chain_pem)
-        if not chain:
-            log.warning("cannot check the served certificate", extra={"address": served.address, "error": served.error})
-            return None
-        trusted = configurations_trusting(configs, chain, default_dns=dns_name, now=now)
-        for name, verdict in trusted.items():
-            self.metrics.serving_trusted.labels(name).set(int(verdict))
-        if not all(trusted.values()):
-            log.error("a caBundle does not trust the certificate the webhook serves: admission calls fail",
-                      extra={"address": served.address, "configurations": [n for n, v in trusted.items() if not v]})
-        return all(trusted.values())
-
-    def _converge_native(self, native: signer.NativeView, cas: CaSet, observed: Observed, report: PassReport,
-                         now: datetime) -> None:
-        """Publish the CA set as the ClusterTrustBundle, then answer the pending pod certificate requests
-        (they wait, pending, while no CA may sign)."""
-        try:
-            report.writes["update" if native.bundle else "create"] += signer.publish(
-                self.api, native, cas, now=now, guard=self._guard)
-        except ValueError as e:  # a bundle of our name that is not ours
-            report.refused.append(str(e))
-        self._answer_requests(native, cas, observed, report, now)
-
-    def _answer_requests(self, native: signer.NativeView, cas: CaSet, observed: Observed, report: PassReport,
-                         now: datetime) -> None:
-        signing = cas.signer()
-        if signing is None:
-            return
-        pods = {(p["metadata"].get("namespace") or "", p["metadata"]["name"]): p for p in observed.pods}
-        outcome = signer.sign(self.api, native, signer=signing, pods=pods, enabled=observed.enabled, now=now,
-                              guard=self._guard, cluster_domain=self.settings.cluster_domain)
-        report.writes["update"] += outcome.writes
-        report.reasons["pod-certificate:issued"] += outcome.issued
-        report.reasons["pod-certificate:denied"] += outcome.denied
-        for verdict, count in outcome.verdicts.items():
-            self.metrics.pod_certificates.labels(verdict).inc(count)
-        report.failed += outcome.failed
-
-    def run_signer_pass(self) -> PassReport:
-        """Only the pending pod certificate requests, signed by the CA set as stored: what the loop runs
-        when nothing but a request changed, so a pod waits for a few reads rather than a full pass (which
-        takes seconds to tens of seconds on thousands of workloads). The CA set is not stepped and the
-        bundle not written here; the next full pass does both."""
-        return self._guarded(self._signer_pass)
-
-    def _signer_pass(self, report: PassReport, now: datetime) -> None:
-        native = signer.observe(self.api, self.native)
-        if native is None or not any(podcerts.is_ours(r) for r in native.requests):
-            return
-        cas = load_ca_set(self._read_optional(SECRETS, self.settings.ca.secret_name), user_ca=self._user_ca(now))
-        observed = Observed()
-        selector = f"{names.INJECT_LABEL}={names.NAMESPACE_OPT_IN}"
-        observed.enabled = enabled_namespaces(self.api.list_objects(NAMESPACES, label_selector=selector).items)
-        observed.pods = read_candidate_pods(self.api, observed.enabled)
-        self._answer_requests(native, cas, observed, report, now)
-
-    def _guard(self) -> None:
-        if not self.may_write():
-            raise NotLeader("lost the leader lease")
-
     def _ensure_ca(self, observed: Observed, targets: list[Target], now: datetime, report: PassReport, *,
                    native: signer.NativeView | None = None) -> CaStep:
         """The workloads' CA set, stepped on what this pass observed of bundles and leaves in use."""
@@ -334,7 +283,7 @@ class Reconciler:
         # serving CA, so it changes no fact about one).
         wanted = {(t.namespace, t.secret_name) for t in targets} | client_secrets(targets)
         in_use = [obj for key, obj in observed.leaves.items() if key in wanted]
-        leaves = [parsed_chain(secret_data(obj, keys=("tls.crt",)).get("tls.crt", b"")) for obj in in_use]
+        leaves = [load_certificates(secret_data(obj, keys=("tls.crt",)).get("tls.crt", b"")) for obj in in_use]
         # A leaf Secret whose last write failed keeps serving (its leaf counts), but its ca.crt cannot be
         # brought up to date, so it is no bundle the new CA must wait for.
         in_use = [obj for obj in in_use if (SECRETS.kind, obj["metadata"]["namespace"], obj["metadata"]["name"])
@@ -344,12 +293,12 @@ class Reconciler:
         # (A leaf Secret's ca.crt is a bundle too: a client may trust its peers through its own mount.)
         bundles = [bundle_certificates({BUNDLE_KEY: pem}) for pem in
                    {((observed.bundles.get(ns) or {}).get("data") or {}).get(BUNDLE_KEY, "") for ns in namespaces}]
-        bundles += [parsed_chain(pem) for pem in
+        bundles += [load_certificates(pem) for pem in
                     {secret_data(obj, keys=("ca.crt",)).get("ca.crt", b"") for obj in in_use}]
         if native is not None:  # the ClusterTrustBundle is a bundle in use; issued pod certificates are leaves
-            bundles.append(parsed_chain(str(((native.bundle or {}).get("spec") or {}).get("trustBundle") or "")
+            bundles.append(load_certificates(str(((native.bundle or {}).get("spec") or {}).get("trustBundle") or "")
                                         .encode()))
-            leaves += [parsed_chain(chain) for chain in podcerts.issued_chains(native.requests, now=now)]
+            leaves += [load_certificates(chain) for chain in podcerts.issued_chains(native.requests, now=now)]
         return self._step_ca(self.workload_ca_policy, bundles=bundles, leaves=leaves, user_ca=self._user_ca(now),
                              now=now, report=report)
 
@@ -370,7 +319,7 @@ class Reconciler:
         stored = {((observed.bundles.get(ns) or {}).get("data") or {}).get(CLIENT_BUNDLE_KEY, "") for ns in namespaces}
         bundles = [bundle_certificates({CLIENT_BUNDLE_KEY: pem}, prefix=CLIENT_PREFIX) for pem in stored]
         wanted = client_secrets(targets)
-        leaves = [parsed_chain(secret_data(obj, keys=("tls.crt",)).get("tls.crt", b""))
+        leaves = [load_certificates(secret_data(obj, keys=("tls.crt",)).get("tls.crt", b""))
                   for key, obj in observed.leaves.items() if key in wanted]
         base = self.settings.ca
         policy = CaPolicy(secret_name=names.CLIENT_CA_SECRET, common_name="tls-injector client CA",
@@ -399,26 +348,64 @@ class Reconciler:
             self._announce(users, f"bundle/{ns}", reason="TrustBundleExcluded", message=message, now=now)
         return excluded
 
-    def _step_ca(self, policy: CaPolicy, *, bundles: Sequence[Sequence[Any]], leaves: Sequence[Sequence[Any]],
-                 user_ca: CertKey | None, now: datetime, report: PassReport) -> CaStep:
-        """Step a CA set and persist it before anything is signed with it; a 409 re-reads and re-decides."""
-        for _ in range(MAX_ATTEMPTS):
-            existing = self._read_optional(SECRETS, policy.secret_name)
-            step: CaStep = decide_ca(existing, namespace=self.settings.namespace, bundles=bundles, leaves=leaves,
-                                     now=now, policy=policy, user_ca=user_ca)
-            if step.write is not None:
-                try:
-                    self._write(step.write, report)
-                except Conflict:
-                    continue  # another reconciler stepped first: use what it stored
-                self.metrics.rotations.labels("ca", step.write.reason.partition(":")[0]).inc()
-                log.info("CA set stored", extra={"secret": policy.secret_name, "reason": step.write.reason,
-                                                 "states": step.cas.states()})
-            self._steps[policy.secret_name] = step
-            if step.next_step_at is not None:
-                report.next_ca_step = min(step.next_step_at, report.next_ca_step or step.next_step_at)
-            return step
-        raise Conflict(f"the CA Secret {policy.secret_name} kept changing under us; next pass")
+    def _ca_metrics(self, cas: CaSet) -> None:
+        self.metrics.ca_expiry.clear()
+        for record in cas.records:
+            expiry = record.cert.not_valid_after_utc.timestamp()
+            self.metrics.ca_expiry.labels(record.fingerprint[:16], str(record.state)).set(expiry)
+
+    def _cert_metrics(self, targets: list[Target], stored: dict[tuple[str, str, str], Obj | None],
+                      signing: Signing) -> dict[tuple[str, str], datetime]:
+        """Each stored leaf's expiry, into the metric; returned for the status snapshot."""
+        expiries = {}
+        for target in targets:
+            obj = stored.get((SECRETS.kind, target.namespace, target.secret_name))
+            if obj is not None and (expiry := leaf_expiry(target, obj, signing)) is not None:
+                expiries[target.namespace, target.secret_name] = expiry
+        self.metrics.cert_expiry.replace({key: expiry.timestamp() for key, expiry in expiries.items()},
+                                         per_object=self.settings.per_object_metrics)
+        return expiries
+
+    # The second: the pod-certificate signer (docs/reconcile.md, "Pod certificates").
+
+    def converge_pod_certificates(self, native: signer.NativeView, cas: CaSet, observed: Observed, report: PassReport,
+                         now: datetime) -> None:
+        """The pod-certificate signer: publish the CA set as the ClusterTrustBundle, then answer the pending
+        pod certificate requests (they wait, pending, while no CA may sign)."""
+        try:
+            report.writes["update" if native.bundle else "create"] += signer.publish(
+                self.api, native, cas, now=now, guard=self._guard)
+        except ValueError as e:  # a bundle of our name that is not ours
+            report.refused.append(str(e))
+        self._answer_requests(native, cas, observed, report, now)
+
+    def _answer_requests(self, native: signer.NativeView, cas: CaSet, observed: Observed, report: PassReport,
+                         now: datetime) -> None:
+        signing = cas.signer()
+        if signing is None:
+            return
+        pods = {(p["metadata"].get("namespace") or "", p["metadata"]["name"]): p for p in observed.pods}
+        outcome = signer.sign(self.api, native, signer=signing, pods=pods, enabled=observed.enabled, now=now,
+                              guard=self._guard, cluster_domain=self.settings.cluster_domain)
+        report.writes["update"] += outcome.writes
+        report.reasons["pod-certificate:issued"] += outcome.issued
+        report.reasons["pod-certificate:denied"] += outcome.denied
+        for verdict, count in outcome.verdicts.items():
+            self.metrics.pod_certificates.labels(verdict).inc(count)
+        report.failed += outcome.failed
+
+    def _signer_pass(self, report: PassReport, now: datetime) -> None:
+        native = signer.observe(self.api, self.native)
+        if native is None or not any(podcerts.is_ours(r) for r in native.requests):
+            return
+        cas = load_ca_set(self._read_optional(SECRETS, self.settings.ca.secret_name), user_ca=self._user_ca(now))
+        observed = Observed()
+        selector = f"{names.INJECT_LABEL}={names.NAMESPACE_OPT_IN}"
+        observed.enabled = enabled_namespaces(self.api.list_objects(NAMESPACES, label_selector=selector).items)
+        observed.pods = read_candidate_pods(self.api, observed.enabled)
+        self._answer_requests(native, cas, observed, report, now)
+
+    # The third: the webhook's certificate and caBundle (docs/reconcile.md, "Webhook self-care").
 
     def converge_webhook(self, ws: WebhookSettings, report: PassReport,
                          now: datetime) -> dict[tuple[str, str], Obj]:
@@ -443,6 +430,49 @@ class Reconciler:
             if item.resource is not SECRETS and result is not None:
                 stored[item.resource.kind, item.name] = result
         return stored
+
+    def _served_verdict(self, ws: WebhookSettings, configs: dict[tuple[str, str], Obj], now: datetime) -> bool | None:
+        """Does every caBundle trust the certificate the webhook serves now? One TLS handshake per pass
+        (no API call: the configurations were just read); None when not checked or unreachable."""
+        self.metrics.serving_trusted.clear()
+        if ws.served_address is None or not configs:
+            return None
+        dns_name = f"{ws.service}.{self.settings.namespace}.svc"
+        served = fetch_served(*ws.served_address, server_name=dns_name, explicit=True)
+        chain = load_certificates(served.chain_pem)
+        if not chain:
+            log.warning("cannot check the served certificate", extra={"address": served.address, "error": served.error})
+            return None
+        trusted = configurations_trusting(configs, chain, default_dns=dns_name, now=now)
+        for name, verdict in trusted.items():
+            self.metrics.serving_trusted.labels(name).set(int(verdict))
+        if not all(trusted.values()):
+            log.error("a caBundle does not trust the certificate the webhook serves: admission calls fail",
+                      extra={"address": served.address, "configurations": [n for n, v in trusted.items() if not v]})
+        return all(trusted.values())
+
+    # What the three share: stepping a CA set, and writing one object with its preconditions and retries.
+
+    def _step_ca(self, policy: CaPolicy, *, bundles: Sequence[Sequence[Any]], leaves: Sequence[Sequence[Any]],
+                 user_ca: CertKey | None, now: datetime, report: PassReport) -> CaStep:
+        """Step a CA set and persist it before anything is signed with it; a 409 re-reads and re-decides."""
+        for _ in range(MAX_ATTEMPTS):
+            existing = self._read_optional(SECRETS, policy.secret_name)
+            step: CaStep = decide_ca(existing, namespace=self.settings.namespace, bundles=bundles, leaves=leaves,
+                                     now=now, policy=policy, user_ca=user_ca)
+            if step.write is not None:
+                try:
+                    self._write(step.write, report)
+                except Conflict:
+                    continue  # another reconciler stepped first: use what it stored
+                self.metrics.rotations.labels("ca", step.write.reason.partition(":")[0]).inc()
+                log.info("CA set stored", extra={"secret": policy.secret_name, "reason": step.write.reason,
+                                                 "states": step.cas.states()})
+            self._steps[policy.secret_name] = step
+            if step.next_step_at is not None:
+                report.next_ca_step = min(step.next_step_at, report.next_ca_step or step.next_step_at)
+            return step
+        raise Conflict(f"the CA Secret {policy.secret_name} kept changing under us; next pass")
 
     def _user_ca(self, now: datetime) -> CertKey | None:
         name = self.settings.user_ca_secret
@@ -529,6 +559,10 @@ class Reconciler:
             self._written(item, write, now)
         return stored
 
+    def _guard(self) -> None:
+        if not self.may_write():
+            raise NotLeader("lost the leader lease")
+
     def _written(self, item: Item, write: Write, now: datetime) -> None:
         verb, _, why = write.reason.partition(":")
         if verb in ("issued", "renewed"):
@@ -574,43 +608,6 @@ class Reconciler:
         except NotFound:
             return None
 
-    def _ca_metrics(self, cas: CaSet) -> None:
-        self.metrics.ca_expiry.clear()
-        for record in cas.records:
-            expiry = record.cert.not_valid_after_utc.timestamp()
-            self.metrics.ca_expiry.labels(record.fingerprint[:16], str(record.state)).set(expiry)
-
-    def _cert_metrics(self, targets: list[Target], stored: dict[tuple[str, str, str], Obj | None],
-                      signing: Signing) -> dict[tuple[str, str], datetime]:
-        """Each stored leaf's expiry, into the metric; returned for the status snapshot."""
-        expiries = {}
-        for target in targets:
-            obj = stored.get((SECRETS.kind, target.namespace, target.secret_name))
-            if obj is not None and (expiry := leaf_expiry(target, obj, signing)) is not None:
-                expiries[target.namespace, target.secret_name] = expiry
-        self.metrics.cert_expiry.replace({key: expiry.timestamp() for key, expiry in expiries.items()},
-                                         per_object=self.settings.per_object_metrics)
-        return expiries
-
-
-def wants_pod_certificates(obj: Obj) -> bool:
-    """A pod (or pod template) in the pod-certificate mode: where the webhook recorded what it injected, the
-    record's mode (a webhook not told that the cluster serves pod certificates mounts the Secret even for a
-    pod that asked for them, and that Secret must then be issued, or the pod never starts); otherwise
-    what the annotations ask for."""
-    annotations = (obj.get("metadata") or {}).get("annotations") or {}
-    if not isinstance(annotations, dict):
-        return False
-    record = annotations.get(names.INJECTED_ANNOTATION)
-    if isinstance(record, str):
-        try:
-            recorded = json.loads(record)
-        except ValueError:
-            recorded = None
-        if isinstance(recorded, dict):
-            return recorded.get("mode") == names.MODE_POD_CERTIFICATE
-    return annotations.get(names.MODE_ANNOTATION) == names.MODE_POD_CERTIFICATE
-
 
 @contextmanager
 def collector_paused() -> Iterator[None]:
@@ -628,47 +625,3 @@ def collector_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
-
-
-def truststore_namespaces(workloads: list[tuple[str, Obj]], pods: list[Obj], *, enabled: set[str]) -> set[str]:
-    """Namespaces where an opted-in Secret-mode workload (or bare pod) asks for the PKCS#12 truststore."""
-    found = set()
-    for template, namespace in [(template_of(k, w) or {}, w["metadata"].get("namespace")) for k, w in workloads] + [
-            (p, p["metadata"].get("namespace")) for p in pods]:
-        meta = template.get("metadata") or {}
-        asks = (meta.get("annotations") or {}).get(names.TRUSTSTORE_ANNOTATION) == names.TRUSTSTORE_PKCS12
-        if asks and opted_in(meta.get("labels") or {}, namespace_enabled=namespace in enabled):
-            found.add(str(namespace))
-    return found
-
-
-def read_candidate_pods(api: KubeApi, enabled: set[str]) -> list[Obj]:
-    """Pods labelled in, anywhere, and every pod of the enabled namespaces (opt-outs are filtered later)."""
-    pods = api.list_objects(PODS, label_selector=f"{names.INJECT_LABEL}={names.POD_OPT_IN}").items
-    not_listed_yet = f"{names.INJECT_LABEL}!={names.POD_OPT_IN}"  # those were in the cluster-wide list
-    for ns in sorted(enabled):
-        pods += api.list_objects(PODS, namespace=ns, label_selector=not_listed_yet).items
-    return pods
-
-
-def read_cluster(api: KubeApi) -> Observed:
-    """Everything a pass decides on. Workloads are listed whole (their pod template labels cannot be
-    selected server-side); Secrets and ConfigMaps only by our ownership label."""
-    observed = Observed()
-    for kind, resource in WORKLOAD_KINDS:
-        observed.workloads += [(kind, obj) for obj in api.list_objects(resource).items]
-    selector = f"{names.INJECT_LABEL}={names.NAMESPACE_OPT_IN}"
-    observed.enabled = enabled_namespaces(api.list_objects(NAMESPACES, label_selector=selector).items)
-    observed.pods = read_candidate_pods(api, observed.enabled)
-    observed.services = api.list_objects(SERVICES).items
-    for obj in api.list_objects(SECRETS, label_selector=own.owned_selector("leaf")).items:
-        observed.leaves[obj["metadata"]["namespace"], obj["metadata"]["name"]] = obj
-    # By name, not by our label: a ConfigMap of that name that is not ours must be seen too (it decides
-    # which namespaces cannot get a bundle), and the list costs the same one call.
-    selector = f"metadata.name={names.TRUST_BUNDLE_CONFIGMAP}"
-    for obj in api.list_objects(CONFIG_MAPS, field_selector=selector).items:
-        if own.is_owned(obj, "bundle"):
-            observed.bundles[obj["metadata"]["namespace"]] = obj
-        else:
-            observed.squatted.add(obj["metadata"]["namespace"])
-    return observed

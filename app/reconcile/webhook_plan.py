@@ -17,10 +17,10 @@ from typing import Any
 
 from app import names
 from app.kube import MUTATING_WEBHOOKS, SECRETS, VALIDATING_WEBHOOKS, Resource
-from app.pki import UntrustedChain, dns_names_for_services, verify_server
+from app.pki import UntrustedChain, dns_names_for_services, load_certificates, verify_server
 from app.reconcile.ca import CaPolicy
 from app.reconcile.discover import Target
-from app.reconcile.plan import Item, Obj, Outcome, Signing, Write, decide_leaf, parsed_chain, secret_data
+from app.reconcile.plan import Item, Obj, Outcome, Signing, Write, decide_leaf, secret_data
 
 WEBHOOK_KINDS: tuple[Resource, ...] = (MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS)
 
@@ -76,13 +76,13 @@ def decide_ca_bundle(resource: Resource, existing: Obj | None, *, bundle_pem: by
 
 def bundles_in_use(configs: Iterable[Obj]) -> list[Sequence[Any]]:
     """The CAs the API server trusts, one list per webhook entry (an entry without caBundle trusts none)."""
-    return [parsed_chain(decode_ca_bundle((w.get("clientConfig") or {}).get("caBundle") or ""))
+    return [load_certificates(decode_ca_bundle((w.get("clientConfig") or {}).get("caBundle") or ""))
             for config in configs for w in config.get("webhooks") or []]
 
 
 def leaves_in_use(serving: Obj | None) -> list[Sequence[Any]]:
     chain = secret_data(serving).get("tls.crt", b"")
-    return [parsed_chain(chain)] if chain else []
+    return [load_certificates(chain)] if chain else []
 
 
 def decode_ca_bundle(value: str) -> bytes:
@@ -99,7 +99,7 @@ def entry_trust_problem(entry: Obj, chain: Sequence[Any], *, dns_name: str, now:
     the entry's caBundle must verify the chain for `dns_name`, at `now`, as the API server's client does."""
     if not chain:
         return "no certificate to verify"
-    trusted = parsed_chain(decode_ca_bundle((entry.get("clientConfig") or {}).get("caBundle") or ""))
+    trusted = load_certificates(decode_ca_bundle((entry.get("clientConfig") or {}).get("caBundle") or ""))
     if not trusted:
         return "its caBundle is empty or holds no certificate"
     try:
