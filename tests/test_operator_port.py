@@ -15,7 +15,7 @@ import httpx
 import orjson
 import pytest
 
-from app.web.app import JSON, Probes, listen, plain_routes
+from app.web.health import JSON, Probes, listen, plain_routes
 from app.web.operator import OperatorPort, PortLimits, create_app
 
 LIMITS = PortLimits(max_connections=16, request_seconds=0.5, answer_seconds=5.0)

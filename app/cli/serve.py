@@ -100,8 +100,8 @@ def _serve(args: argparse.Namespace, settings: ServeSettings, limits: Limits, st
     pod_certificates, why = webhook_pod_certificates(args)
     settings = dataclasses.replace(settings, pod_certificates=pod_certificates)
     log.info(f"pod certificates for /mutate: {why}", extra={"pod_certificates": why})
-    from app.web.app import Health  # noqa: PLC0415 - only serving loads the web stack
     from app.web.fingerprints import BundleFingerprints  # noqa: PLC0415
+    from app.web.health import Health  # noqa: PLC0415 - only serving loads the web stack
     from app.web.metrics import ServerMetrics  # noqa: PLC0415
     from app.web.selfsigned import SelfSignedError  # noqa: PLC0415
     from app.web.server import build_server  # noqa: PLC0415

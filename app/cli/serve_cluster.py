@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from app.cli.cluster import find_cluster, settings_for
 
 if TYPE_CHECKING:
-    from app.web.app import BackgroundTask, Health
+    from app.web.health import BackgroundTask, Health
     from app.web.metrics import ServerMetrics
 
 

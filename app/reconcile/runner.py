@@ -21,7 +21,7 @@ from app.reconcile.controller import Controller
 from app.reconcile.metrics import ReconcileMetrics
 from app.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
 from app.reconcile.signer import NativeApis
-from app.web.app import Probes, listen
+from app.web.health import Probes, listen
 
 log = logging.getLogger("tls_injector.reconcile")
 RESOLV_CONF = Path("/etc/resolv.conf")

@@ -37,8 +37,8 @@ import httptools
 import orjson
 
 from app.settings import Limits
-from app.web.app import JSON, Plain
 from app.web.endpoints import AdmissionEndpoint, Headers, HttpError, check_call
+from app.web.health import JSON, Plain
 from app.web.metrics import ServerMetrics
 
 log = logging.getLogger("tls_injector.http")

@@ -28,7 +28,7 @@ from fastapi import FastAPI, Response
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.names import NAME
-from app.web.app import OPERATOR_BACKLOG, Plain
+from app.web.health import OPERATOR_BACKLOG, Plain
 
 log = logging.getLogger("tls_injector.operator")
 Routes = Mapping[bytes, Callable[[], Plain]]
@@ -89,7 +89,7 @@ def _endpoint(route: Callable[[], Plain]) -> Callable[[], Any]:
 
 
 class OperatorPort:
-    """Serves `app` on a socket from `app.web.app.listen` (bound first, so a port that cannot be had is
+    """Serves `app` on a socket from `app.web.health.listen` (bound first, so a port that cannot be had is
     an error before anything starts): `start()` serves from a thread of its own, `stop()` closes the
     socket and ends the thread."""
 

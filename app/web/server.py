@@ -28,8 +28,8 @@ import uvloop
 from app.admission import Route
 from app.logs import flush_access_lines
 from app.settings import Limits, ServeSettings
-from app.web.app import BackgroundTask, Health, listen, plain_routes, webhook_probes
 from app.web.endpoints import AdmissionEndpoint
+from app.web.health import BackgroundTask, Health, listen, plain_routes, webhook_probes
 from app.web.http import Clock, ConnectionSet, HttpConnection, Routes
 from app.web.metrics import ServerMetrics
 from app.web.selfsigned import write_self_signed

@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict
 
-from app.web.app import Probes, plain_routes
+from app.web.health import Probes, plain_routes
 from app.web.operator import create_app
 from app.web.page import render_page
 

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from prometheus_client import multiprocess
 
-from app.web.app import STALL_SECONDS, Health, Plain, Probes, listen, plain_routes
+from app.web.health import STALL_SECONDS, Health, Plain, Probes, listen, plain_routes
 from app.web.metrics import MULTIPROCESS_ENV, render_shared
 
 if TYPE_CHECKING:
@@ -292,7 +292,7 @@ class Supervisor:
         return found
 
     def routes(self) -> dict[bytes, Callable[[], Plain]]:
-        """The probe port's routes (app.web.app), answered from the workers' state files."""
+        """The probe port's routes (app.web.health), answered from the workers' state files."""
         return plain_routes(Probes(healthy=self._healthy, ready=self._ready,
                                    metrics=lambda: render_shared(self.metrics_dir)))
 

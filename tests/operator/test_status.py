@@ -11,7 +11,7 @@ import pytest
 
 from app.reconcile import status as snapshot
 from app.web import status as api
-from app.web.app import Probes, listen
+from app.web.health import Probes, listen
 from app.web.operator import OperatorPort
 from tests.kubeapi import Emulator
 from tests.operator.scene import Scene

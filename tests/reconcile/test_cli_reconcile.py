@@ -64,7 +64,7 @@ def test_serve_runs_the_reconciler_in_the_background_only_when_a_cluster_is_conf
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from app.cli.serve_cluster import reconciler_in_background as _reconciler_in_background
-    from app.web.app import Health
+    from app.web.health import Health
     from app.web.metrics import ServerMetrics
 
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
