@@ -197,15 +197,15 @@ def raise_open_files_limit() -> None:
 
 # Memory that connections leave behind. Every TLS connection allocates outside Python's allocator
 # (OpenSSL's state and record buffers, uvloop's 256 KiB read buffer) and frees it when it closes; with
-# glibc, freed pages stay in the process. Once closed connections are freed promptly (app.web.http,
-# HttpConnection.connection_lost), a soak with about 25 new connections a second (python -m bench.soak)
-# still saw the C heap creep by ~0.4 MiB a minute; with the two remedies below it stayed flat:
+# glibc, freed pages stay in the process, so even with closed connections freed promptly (app.web.http,
+# HttpConnection.connection_lost) the C heap would creep with every new connection. Two remedies keep it
+# flat (python -m bench.soak measures it):
 # - glibc raises its mmap threshold to the size of every large block freed (up to 32 MiB), and its trim
 #   threshold to twice that, so after the first connection closes the 256 KiB buffers are carved from
 #   the heap too. Fixed at glibc's starting values, each is mapped and unmapped with its connection;
 # - what smaller blocks free is given back by malloc_trim, at most every TRIM_SECONDS and only when
-#   connections closed meanwhile (an apiserver's kept-alive connections cause none). One call took
-#   40 us to 1.1 ms on the event loop in that soak.
+#   connections closed meanwhile (an apiserver's kept-alive connections cause none): one call holds the
+#   event loop for up to about a millisecond, so it runs at most once a second.
 # The constants are glibc's malloc.h.
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 THRESHOLD_BYTES = 128 * 1024
