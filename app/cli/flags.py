@@ -67,10 +67,10 @@ def duration(value: str) -> float:
 
 
 def cluster_domain(value: str) -> str:
-    from app.pki.names import check_cluster_domain  # noqa: PLC0415 - loads the PKI only when the flag is given
+    from app.pki.names import vet_cluster_domain  # noqa: PLC0415 - loads the PKI only when the flag is given
 
     try:
-        return check_cluster_domain(value)
+        return vet_cluster_domain(value)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from error
 

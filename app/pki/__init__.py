@@ -35,11 +35,11 @@ from app.pki.keys import KEY_TYPES, KeyType, PrivateKey, generate_key
 from app.pki.names import (
     MAX_SERVICES,
     ServiceNames,
-    check_service_names,
     cluster_domain_from_resolv_conf,
     dns_names_for_services,
     service_name_constraints,
     service_name_problem,
+    vet_service_names,
 )
 from app.pki.pkcs12 import KDF_ROUNDS, TRUSTSTORE_PASSWORD, to_pkcs12, to_truststore, truststore_fingerprints
 from app.pki.podcert import (
@@ -48,10 +48,10 @@ from app.pki.podcert import (
     POD_CERT_VALIDITY,
     KeyRejected,
     PodCertTimes,
-    check_key_type,
     issue_for_key,
     pod_cert_times,
     requested_key,
+    vet_key_type,
 )
 from app.pki.renewal import (
     CA_LOOKAHEAD,
@@ -118,8 +118,6 @@ __all__ = [
     "advance",
     "bundle_certificates",
     "ca_renewal",
-    "check_key_type",
-    "check_service_names",
     "cluster_domain_from_resolv_conf",
     "decode",
     "dns_names_for_services",
@@ -160,4 +158,6 @@ __all__ = [
     "uri_sans",
     "verify_client",
     "verify_server",
+    "vet_key_type",
+    "vet_service_names",
 ]

@@ -73,7 +73,7 @@ class ServiceNames:
         return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
 
 
-def check_service_names(asked: Iterable[str], *, limit: int = MAX_SERVICES) -> ServiceNames:
+def vet_service_names(asked: Iterable[str], *, limit: int = MAX_SERVICES) -> ServiceNames:
     """Keep what can be a Service of the workload's own namespace; refuse the rest, each with a reason.
 
     Order is kept (the caller sorts); past `limit` valid names the rest are refused as over the limit.
@@ -151,7 +151,7 @@ def _is_domain(name: str) -> bool:
     return 0 < len(name) <= _MAX_NAME and all(_LABEL.match(label) for label in name.split("."))
 
 
-def check_cluster_domain(value: str) -> str:
+def vet_cluster_domain(value: str) -> str:
     """A cluster domain as given by a person (`--cluster-domain`), normalised; ValueError if it is not one."""
     domain = value.strip().lower().rstrip(".")
     if not _is_domain(domain):

@@ -86,7 +86,7 @@ def key_type_of(key: PublicKey) -> str:
     return curves.get(key.curve.name, "")
 
 
-def check_key_type(key: PublicKey) -> str:
+def vet_key_type(key: PublicKey) -> str:
     """The key's type when this signer issues for it; KeyRejected naming what it does issue for otherwise."""
     kind = key_type_of(key)
     if kind not in ISSUED_KEY_TYPES:

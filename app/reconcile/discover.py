@@ -22,7 +22,7 @@ from typing import Any
 
 from app import names
 from app.injection import Workload, client_secret_name_for, controller_of, pod_workload, template_of, template_workload
-from app.pki import ServiceNames, check_service_names, dns_names_for_services, spiffe_id
+from app.pki import ServiceNames, dns_names_for_services, spiffe_id, vet_service_names
 
 Obj = dict[str, Any]
 # The kinds the reconciler lists (group, kind) with their apiVersion; pods owned by one of them are
@@ -249,10 +249,10 @@ def service_names(workloads: Iterable[Workload]) -> tuple[list[str], tuple[tuple
     kept: set[str] = set()
     refused: dict[tuple[str, str], None] = {}
     for workload in workloads:
-        checked = check_service_names(workload.service_names)
+        checked = vet_service_names(workload.service_names)
         refused.update(dict.fromkeys(checked.refused))
-        kept.update(checked.kept or check_service_names([workload.name] if workload.name else []).kept)
-    final = check_service_names(sorted(kept))
+        kept.update(checked.kept or vet_service_names([workload.name] if workload.name else []).kept)
+    final = vet_service_names(sorted(kept))
     refused.update(dict.fromkeys(final.refused))
     return list(final.kept), tuple(sorted(refused))
 

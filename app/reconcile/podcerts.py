@@ -24,13 +24,13 @@ from app.pki import (
     CaSet,
     CertKey,
     KeyRejected,
-    check_key_type,
-    check_service_names,
     dns_names_for_services,
     issue_for_key,
     pod_cert_times,
     requested_key,
     trust_bundle,
+    vet_key_type,
+    vet_service_names,
 )
 from app.reconcile import ownership as own
 from app.reconcile.discover import opted_in
@@ -94,7 +94,7 @@ def decide(request: Mapping[str, Any], *, pod: Mapping[str, Any] | None, namespa
         return dns
     try:
         key = requested_key(stub_pkcs10=_der(spec.get("stubPKCS10Request")), pkix=_der(spec.get("pkixPublicKey")))
-        check_key_type(key)
+        vet_key_type(key)
     except KeyRejected as e:
         return Deny("UnsupportedKeyType", str(e))
     try:
@@ -196,7 +196,7 @@ def _dns_names(pod: Mapping[str, Any], namespace: str, domain: str) -> tuple[str
     workload = pod_workload(meta if isinstance(meta, dict) else {})
     if not workload.name:
         return Deny("NoWorkload", "cannot tell which workload the pod belongs to (no owner, name or generateName)")
-    checked = check_service_names(workload.service_names)
+    checked = vet_service_names(workload.service_names)
     if checked.refused:
         return Deny("InvalidNames", f"{names.SERVICE_NAMES_ANNOTATION}: {checked.reason()}; a certificate names "
                                     f"only Services of its own namespace")
