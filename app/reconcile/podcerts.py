@@ -1,9 +1,10 @@
 """The signer `tls-injector.io/serving`, decided purely: a PodCertificateRequest and its pod in, a verdict out.
 
 Issued when the pod the kubelet names exists with that UID, runs as the service account and on the node
-the request says, is opted in, and its workload maps to names; the certificate gets exactly the DNS
-names the workload's Secret would get. Denied otherwise, with the reason a person needs. Requests for
-other signers, and requests already Issued/Denied/Failed, are not ours to touch.
+the request says, that ServiceAccount and Node exist with the UIDs the request names, the pod is opted
+in, and its workload maps to names; the certificate gets exactly the DNS names the workload's Secret
+would get. Denied otherwise, with the reason a person needs. Requests for other signers, and requests
+already Issued/Denied/Failed, are not ours to touch.
 
 The ClusterTrustBundle holding the CA set is decided here too: one object for the signer, all the CAs of
 the set in it (old and new together during a rotation), written only when its contents change.
@@ -80,12 +81,16 @@ def is_ours(request: Mapping[str, Any]) -> bool:
 
 
 def decide(request: Mapping[str, Any], *, pod: Mapping[str, Any] | None, namespace_enabled: bool,
-           signer: CertKey, now: datetime, cluster_domain: str = names.DEFAULT_CLUSTER_DOMAIN) -> Verdict:
+           signer: CertKey, now: datetime, node: Mapping[str, Any] | None, account: Mapping[str, Any] | None,
+           cluster_domain: str = names.DEFAULT_CLUSTER_DOMAIN) -> Verdict:
     """Issue or deny one request of this signer. `pod` is the opted-in candidate named by spec.podName, None
-    when there is none (the pod is gone, or was never opted in: either way nothing vouches for it)."""
+    when there is none (the pod is gone, or was never opted in: either way nothing vouches for it). `node`
+    and `account` are the Node spec.nodeName and the ServiceAccount spec.serviceAccountName name, read for
+    this request, None when they do not exist."""
     spec = request.get("spec") or {}
     namespace = str((request.get("metadata") or {}).get("namespace") or "")
-    refusal = _check_pod(spec, pod, namespace_enabled) or _check_annotations(spec)
+    refusal = (_check_pod(spec, pod, namespace_enabled) or _check_identities(spec, node, account)
+               or _check_annotations(spec))
     if refusal:
         return refusal
     assert pod is not None  # _check_pod refuses a missing pod
@@ -178,6 +183,21 @@ def _check_pod(spec: Mapping[str, Any], pod: Mapping[str, Any] | None, namespace
     if not opted_in(meta.get("labels") or {}, namespace_enabled=namespace_enabled):
         return Deny("NotOptedIn", f"pod {_shown(meta.get('name'))} is not opted in to tls-injector "
                                   f"(label {names.INJECT_LABEL})")
+    return None
+
+
+def _check_identities(spec: Mapping[str, Any], node: Mapping[str, Any] | None,
+                      account: Mapping[str, Any] | None) -> Deny | None:
+    """The request names the node and service account by UID too: a Node or ServiceAccount deleted and
+    re-created under the same name since the pod was bound is another identity, and is not vouched for."""
+    for kind, field, obj, name in (("Node", "nodeUID", node, spec.get("nodeName")),
+                                   ("ServiceAccount", "serviceAccountUID", account, spec.get("serviceAccountName"))):
+        if obj is None:
+            return Deny(f"{kind}Mismatch", f"{kind} {_shown(name)} does not exist")
+        uid = (obj.get("metadata") or {}).get("uid")
+        if not uid or uid != spec.get(field):
+            return Deny(f"{kind}Mismatch", f"{kind} {_shown(name)} has UID {_shown(uid)}, the request's "
+                                           f"{field} is {_shown(spec.get(field))}")
     return None
 
 

@@ -17,6 +17,8 @@ from typing import Literal
 
 from app import names
 from app.kube import (
+    NODES,
+    SERVICE_ACCOUNTS,
     Conflict,
     KubeApi,
     KubeError,
@@ -167,10 +169,17 @@ def _answer(api: KubeApi, view: NativeView, request: Obj, *, signer: CertKey, po
             outcome: Outcome) -> None:
     meta = request.get("metadata") or {}
     namespace = str(meta.get("namespace") or "")
-    pod = pods.get((namespace, str((request.get("spec") or {}).get("podName") or "")))
+    spec = request.get("spec") or {}
+    pod = pods.get((namespace, str(spec.get("podName") or "")))
+    # The Node and ServiceAccount the request names, read by name for this request only (never listed,
+    # never kept across passes: a re-created one has a new UID). Without a pod the request is denied anyway.
+    node = account = None
+    if pod is not None:
+        node = _get_named(api, NODES, spec.get("nodeName"), None)
+        account = _get_named(api, SERVICE_ACCOUNTS, spec.get("serviceAccountName"), namespace)
     for _ in range(MAX_ATTEMPTS):
         verdict = podcerts.decide(request, pod=pod, namespace_enabled=namespace in enabled, signer=signer,
-                                  now=now, cluster_domain=cluster_domain)
+                                  now=now, node=node, account=account, cluster_domain=cluster_domain)
         guard()
         try:
             api.replace_status(view.requests_resource, podcerts.status_update(request, verdict, now=now))
@@ -214,5 +223,14 @@ def _record(api: KubeApi, request: Obj, pod: Obj | None, verdict: podcerts.Verdi
 def _get_optional(api: KubeApi, resource: Resource, name: str) -> Obj | None:
     try:
         return api.get(resource, name)
+    except NotFound:
+        return None
+
+
+def _get_named(api: KubeApi, resource: Resource, name: object, namespace: str | None) -> Obj | None:
+    if not isinstance(name, str) or not name:
+        return None
+    try:
+        return api.get(resource, name, namespace=namespace)
     except NotFound:
         return None

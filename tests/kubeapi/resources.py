@@ -60,6 +60,8 @@ def _workload(plural: str, kind: str, short: str) -> Resource:
 RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "namespaces", "Namespace", namespaced=False, status_subresource=True,
              field_labels=("status.phase",), short_names=("ns",), delete_returns_object=True),
+    Resource("", "v1", "nodes", "Node", namespaced=False, status_subresource=True, short_names=("no",),
+             delete_returns_object=True),
     Resource("", "v1", "secrets", "Secret", namespaced=True, field_labels=("type",)),
     Resource("", "v1", "configmaps", "ConfigMap", namespaced=True, short_names=("cm",)),
     Resource("", "v1", "services", "Service", namespaced=True, status_subresource=True, short_names=("svc",),

@@ -21,6 +21,7 @@ from app.names import MODE_ANNOTATION, MODE_POD_CERTIFICATE, SIGNER_NAME
 from app.pki import load_certificates
 from app.reconcile.podcerts import TRUST_BUNDLE_NAME
 from tests.kubeapi import Emulator
+from tests.support.kubelet import identity_uids
 
 NODE = "node-1"
 _names = itertools.count()
@@ -61,13 +62,18 @@ def make_key(key_type: str) -> Key:
 
 def request(emu: Emulator, pod_obj: dict[str, Any], *, key_type: str = "ECDSAP256", version: str = "v1",
             signer: str = SIGNER_NAME, user_annotations: dict[str, str] | None = None, pkix: bool = False,
-            uid: str | None = None, max_expiration_seconds: int | None = None) -> Request:
-    """Create the PodCertificateRequest the kubelet would for this pod's `podCertificate` volume."""
+            uid: str | None = None, max_expiration_seconds: int | None = None,
+            node_uid: str | None = None, account_uid: str | None = None) -> Request:
+    """Create the PodCertificateRequest the kubelet would for this pod's `podCertificate` volume: the node
+    and service-account UIDs are those of the Node and ServiceAccount (created if missing), unless given."""
     key = make_key(key_type)
     meta = pod_obj["metadata"]
     spec: dict[str, Any] = {
         "signerName": signer, "podName": meta["name"], "podUID": uid or meta["uid"],
-        "serviceAccountName": "default", "serviceAccountUID": "sa-uid", "nodeName": NODE, "nodeUID": "node-uid",
+        "serviceAccountName": "default", "nodeName": NODE,
+        **identity_uids(emu, NODE, meta["namespace"], "default"),
+        **({"nodeUID": node_uid} if node_uid is not None else {}),
+        **({"serviceAccountUID": account_uid} if account_uid is not None else {}),
         **({"unverifiedUserAnnotations": user_annotations} if user_annotations else {}),
         **({"maxExpirationSeconds": max_expiration_seconds} if max_expiration_seconds else {}),
     }

@@ -92,6 +92,10 @@ def test_requests_for_other_signers_are_left_alone(cluster: Emulator, clock: Clo
     ("opted-out-in-enabled-namespace", "NotOptedIn"),
     ("pod-gone", "NotOptedIn"),
     ("other-uid", "PodMismatch"),
+    ("other-node-uid", "NodeMismatch"),
+    ("other-account-uid", "ServiceAccountMismatch"),
+    ("node-recreated", "NodeMismatch"),
+    ("account-gone", "ServiceAccountMismatch"),
     ("bad-service-names", "InvalidNames"),
     ("ed25519", "UnsupportedKeyType"),
     ("p521", "UnsupportedKeyType"),
@@ -109,9 +113,16 @@ def test_requests_the_signer_cannot_vouch_for_are_denied_with_a_reason(
         pod = kubelet.pod(cluster, "web", "demo", opted_in=case != "not-opted-in", annotations=notes)
     key_type = {"ed25519": "ED25519", "p521": "ECDSAP521"}.get(case, "ECDSAP256")
     req = kubelet.request(cluster, pod, key_type=key_type, uid="another-uid" if case == "other-uid" else None,
-                          user_annotations={"example.com/wish": "x"} if case == "user-annotation" else None)
+                          user_annotations={"example.com/wish": "x"} if case == "user-annotation" else None,
+                          node_uid="another-node" if case == "other-node-uid" else None,
+                          account_uid="another-account" if case == "other-account-uid" else None)
     if case == "pod-gone":
         cluster.store.delete(cluster.resource("pods"), pod["metadata"]["namespace"], pod["metadata"]["name"])
+    if case == "node-recreated":  # the same name, another Node: the UID the request names is gone
+        cluster.store.delete(cluster.resource("nodes"), None, kubelet.NODE)
+        cluster.add({"apiVersion": "v1", "kind": "Node", "metadata": {"name": kubelet.NODE}})
+    if case == "account-gone":
+        cluster.store.delete(cluster.resource("serviceaccounts"), pod["metadata"]["namespace"], "default")
     rec = reconciler(cluster, clock)
     assert rec.run_pass().converged
     cond = kubelet.condition(cluster, req)
@@ -315,6 +326,9 @@ def test_a_signer_pass_answers_requests_with_a_few_reads_and_writes_nothing_else
     assert written == {("update", "podcertificaterequests/status.certificates.k8s.io"), ("create", "events")}
     read = {e.resource for e in cluster.log if e.verb in ("get", "list")}
     assert "deployments.apps" not in read  # no workload listing: that is what makes it fast
+    # The request's Node and ServiceAccount, each read once by name to compare UIDs; never listed.
+    named = sorted((e.verb, e.resource, e.name) for e in cluster.log if e.resource in ("nodes", "serviceaccounts"))
+    assert named == [("get", "nodes", kubelet.NODE), ("get", "serviceaccounts", "default")]
     cluster.reset_log()
     assert reconciler(cluster, clock).run_signer_pass().converged  # nothing pending: reads only the requests
     assert [(e.verb, e.resource) for e in cluster.log] == [

@@ -34,6 +34,7 @@ from app.reconcile.reconciler import Reconciler, ReconcileSettings
 from tests.kubeapi import Emulator, running_emulator
 from tests.shipping.rbac import Call, Grant, authorized, grants_for
 from tests.shipping.support import ROOT, Obj, only, reconciler, render, webhook
+from tests.support.kubelet import identity_uids
 from tests.support.reviews import fixture
 from tests.test_cli_serve import serve_process, wait_ready
 
@@ -104,7 +105,7 @@ def _kubelet_asks(emu: Emulator, pod: str, namespace: str) -> None:
     emu.add({"apiVersion": "certificates.k8s.io/v1", "kind": "PodCertificateRequest",
              "metadata": {"generateName": f"{pod}-", "namespace": namespace},
              "spec": {"signerName": SIGNER_NAME, "podName": pod, "podUID": uid, "serviceAccountName": "default",
-                      "serviceAccountUID": "sa", "nodeName": "node-1", "nodeUID": "node",
+                      "nodeName": "node-1", **identity_uids(emu, "node-1", namespace, "default"),
                       "stubPKCS10Request": base64.b64encode(csr.public_bytes(serialization.Encoding.DER)).decode()}})
 
 

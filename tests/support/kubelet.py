@@ -268,7 +268,9 @@ class Kubelet:
             "metadata": {"generateName": f"{meta['name'][:200]}-", "namespace": meta["namespace"]},
             "spec": {"signerName": spec["signerName"], "podName": meta["name"], "podUID": meta["uid"],
                      "serviceAccountName": pod["spec"].get("serviceAccountName") or "default",
-                     "serviceAccountUID": "sa-uid", "nodeName": self.node, "nodeUID": "node-uid",
+                     "nodeName": self.node,
+                     **identity_uids(self.emu, self.node, meta["namespace"],
+                                     pod["spec"].get("serviceAccountName") or "default"),
                      **({"maxExpirationSeconds": spec["maxExpirationSeconds"]}
                         if spec.get("maxExpirationSeconds") else {})}}
         if version == "v1":
@@ -366,3 +368,13 @@ def _make_key(key_type: str) -> Key:
     if key_type not in _KEY_TYPES:
         raise Unresolvable(f"podCertificate keyType {key_type!r} is not one the kubelet makes")
     return ec.generate_private_key(_KEY_TYPES[key_type])
+
+
+def identity_uids(emu: Emulator, node: str, namespace: str, account: str) -> dict[str, str]:
+    """spec.nodeUID and spec.serviceAccountUID as a kubelet fills them: the UIDs of its registered Node
+    and of the pod's ServiceAccount. Both are created here when missing, as the kubelet registers its
+    Node and the ServiceAccount controller makes `default` in every namespace."""
+    found = emu.get("nodes", node) or emu.add({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
+    sa = emu.get("serviceaccounts", account, namespace) or emu.add(
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": namespace}})
+    return {"nodeUID": found["metadata"]["uid"], "serviceAccountUID": sa["metadata"]["uid"]}
