@@ -34,6 +34,7 @@ _CALLS: tuple[tuple[str, tuple[str, ...], tuple[str, ...], str, str], ...] = (
     ("apps", ("deployments", "statefulsets", "daemonsets", "replicasets"), ("list", "watch"), "cluster", ""),
     ("batch", ("jobs", "cronjobs"), ("list", "watch"), "cluster", ""),
     ("", ("namespaces", "pods", "services"), ("list", "watch"), "cluster", ""),
+    ("", ("nodes", "serviceaccounts"), ("get",), "cluster", ""),  # the signer's nodeUID/serviceAccountUID
     ("", ("secrets", "configmaps"), ("get", "list", "watch", "create", "update", "delete"), "cluster", ""),
     ("", ("events",), ("create",), "cluster", ""),
     ("certificates.k8s.io", ("podcertificaterequests",), ("get", "list", "watch"), "cluster", ""),
