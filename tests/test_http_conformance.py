@@ -10,7 +10,6 @@ without a protocol), so ours completes the handshake, selects nothing and answer
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import ssl
 import subprocess
@@ -212,7 +211,6 @@ def test_alpn_offering_only_h2_never_gets_h2_from_a_server_without_it(target: Ta
     assert [a.status for a in answers] == [200]
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl command line tool renegotiates")
 def test_a_client_initiated_renegotiation_is_refused(target: Target) -> None:
     """TLS 1.2 renegotiation, asked for by the client (`R` in s_client): both servers refuse it with an
     alert (OpenSSL: no_renegotiation; Go: unexpected_message) and serve nothing after."""

