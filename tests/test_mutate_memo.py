@@ -22,7 +22,7 @@ from app.injection import InjectionOptions, make_mutate_handler
 from app.injection.answers import Answers
 from app.web.endpoints import AdmissionEndpoint
 from app.web.metrics import ServerMetrics
-from tests.support.broken import broken, each_place_changed
+from tests.support.broken import broken, each_place_changed, nested, recursion_limit
 from tests.support.reviews import fixture, review
 from tests.support.workloads import build
 from tests.test_mutate_answers import TOKEN_PATH, replica, token_suffix
@@ -167,14 +167,8 @@ def test_nesting_deeper_than_the_decode_takes_is_a_400_even_for_a_remembered_sha
     run): the decode refuses what it cannot take, before any memo is asked."""
     pair = Pair()
     pair.both(orjson.dumps(GOOD))
-    deep = orjson.dumps(GOOD).replace(b'"request":{', b'"request":{"options":' + b"[" * depth + b"]" * depth + b",", 1)
-    before = sys.getrecursionlimit()
-    try:
-        if limit is not None:
-            sys.setrecursionlimit(limit)
-        remembered, planned = pair.both(deep)
-    finally:
-        sys.setrecursionlimit(before)
+    with recursion_limit(limit):
+        remembered, planned = pair.both(nested(orjson.dumps(GOOD), depth))
     assert remembered == planned
     assert remembered[0] == (200 if depth == 900 else 400)
     assert b"Traceback" not in remembered[1]

@@ -41,7 +41,7 @@ from tests.rules_matrix import (
     with_image,
     workload,
 )
-from tests.support.broken import CUTS, broken, each_place_changed
+from tests.support.broken import CUTS, broken, each_place_changed, nested, recursion_limit
 from tests.support.reviews import review
 
 JSON = b"application/json"
@@ -218,14 +218,8 @@ def test_rules_on_paths_below_other_rules_paths_are_judged_the_same() -> None:
 def test_nesting_deeper_than_the_decode_takes_is_a_400(depth: int, limit: int | None) -> None:
     pair = example_pair()
     pair.both(orjson.dumps(GOOD))
-    deep = orjson.dumps(GOOD).replace(b'"request":{', b'"request":{"options":' + b"[" * depth + b"]" * depth + b",", 1)
-    before = sys.getrecursionlimit()
-    try:
-        if limit is not None:
-            sys.setrecursionlimit(limit)
-        memo, plain = pair.both(deep)
-    finally:
-        sys.setrecursionlimit(before)
+    with recursion_limit(limit):
+        memo, plain = pair.both(nested(orjson.dumps(GOOD), depth))
     assert memo == plain
     assert memo[0] == (200 if depth == 900 else 400)
     assert b"Traceback" not in memo[1]

@@ -8,7 +8,9 @@ and values.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -18,14 +20,31 @@ from hypothesis import strategies as st
 Place = tuple[str, ...]
 Cut = Callable[[bytes], bytes]
 
+
+def nested(encoded: bytes, depth: int) -> bytes:
+    """`encoded` with a field the decode skips, `depth` lists deep, at the head of its request."""
+    return encoded.replace(b'"request":{', b'"request":{"options":' + b"[" * depth + b"]" * depth + b",", 1)
+
+
+@contextlib.contextmanager
+def recursion_limit(limit: int | None) -> Iterator[None]:
+    """The interpreter's recursion limit set to `limit` (None: left as it is) while the block runs."""
+    before = sys.getrecursionlimit()
+    try:
+        if limit is not None:
+            sys.setrecursionlimit(limit)
+        yield
+    finally:
+        sys.setrecursionlimit(before)
+
+
 # Ways to spoil the encoded body in a field the decode skips.
 CUTS: dict[str, Cut] = {
     "none": lambda encoded: encoded,
     # invalid UTF-8
     "non-ascii": lambda encoded: encoded.replace(b'"request":{', b'"request":{"userInfo":{"username":"\xff"},', 1),
     # deeper than either decoder takes
-    "deep": lambda encoded: encoded.replace(b'"request":{',
-                                            b'"request":{"options":' + b"[" * 1100 + b"]" * 1100 + b",", 1),
+    "deep": lambda encoded: nested(encoded, 1100),
 }
 
 
