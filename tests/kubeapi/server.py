@@ -7,11 +7,13 @@ thread per connection. Watches are chunked responses of JSON lines, like the api
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import select
 import socket
 import threading
 import time
 from dataclasses import dataclass
+from datetime import UTC
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
@@ -105,6 +107,11 @@ class Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         self.server.track(self.connection, open_=True)
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        """The Date header from the emulator's clock (`Emulator(now=...)`), as an apiserver dates its answers
+        by its own clock: a test can set one cluster's clock apart from another's."""
+        return email.utils.format_datetime(self.server.emulator.store.now().astimezone(UTC), usegmt=True)
 
     def finish(self) -> None:
         self.server.track(self.connection, open_=False)
@@ -331,7 +338,7 @@ class Handler(BaseHTTPRequestHandler):
         write is a GIL hand-over, and two of them measured ~2x the wall time of one."""
         extra = f"Retry-After: {self.server.emulator.retry_after}\r\n" if retry_after else ""
         head = (f"HTTP/1.1 {code} {HTTPStatus(code).phrase}\r\nContent-Type: {_JSON}\r\n"
-                f"Content-Length: {len(payload)}\r\n{extra}\r\n")
+                f"Date: {self.date_time_string()}\r\nContent-Length: {len(payload)}\r\n{extra}\r\n")
         self.wfile.write(head.encode() + payload)
 
 

@@ -114,6 +114,10 @@ class Store:
     def resource_version(self) -> int:
         return self._rv
 
+    def now(self) -> datetime:
+        """The emulator's clock (what it stamps and dates answers with)."""
+        return self._now()
+
     def get(self, res: Resource, namespace: str | None, name: str) -> Stored:
         found = self._objects[res].get(namespace or "", {}).get(name)
         if found is None:
