@@ -87,6 +87,15 @@ DEFAULT_NAMESPACE = NAME
 CA_SECRET = f"{NAME}-ca"
 # The client CA set (docs/mtls.md): its own Secret and trust state machine, rotating apart from the serving CA.
 CLIENT_CA_SECRET = f"{NAME}-client-ca"
+# Multi-cluster (docs/multicluster.md). In a hub, a member is a Secret of the hub's namespace labelled
+# MEMBER_LABEL=<member name> whose MEMBER_KUBECONFIG_KEY holds a kubeconfig for the hub's account in the
+# member. In a member's namespace, the hub writes one intermediate CA per role (chain and key in one Secret,
+# `ca.crt` the role's roots), each annotated with the SHA-256 of the hub root that signed it.
+MEMBER_LABEL = f"{DOMAIN}/member"
+MEMBER_KUBECONFIG_KEY = "kubeconfig"
+INTERMEDIATE_CA_SECRET = f"{NAME}-intermediate-ca"
+CLIENT_INTERMEDIATE_CA_SECRET = f"{NAME}-client-intermediate-ca"
+ISSUING_ROOT_ANNOTATION = f"{DOMAIN}/issuing-root"
 WEBHOOK_SERVICE = NAME
 WEBHOOK_CONFIGURATION = NAME  # the Mutating- and ValidatingWebhookConfiguration
 WEBHOOK_SECRET = f"{NAME}-webhook-tls"

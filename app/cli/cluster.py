@@ -117,7 +117,8 @@ def settings_for(args: argparse.Namespace, *, resolv_conf: Path | None = None) -
                              user_ca_secret=args.ca_secret or None, webhook=webhook if configurations else None,
                              pod_certificates=getattr(args, "pod_certificates", "auto"),
                              per_object_metrics=getattr(args, "metrics_per_object", False),
-                             trust_domain=getattr(args, "trust_domain", "") or "")
+                             trust_domain=getattr(args, "trust_domain", "") or "",
+                             hub=getattr(args, "hub", False))
 
 
 def served_address(args: argparse.Namespace, namespace: str) -> tuple[str, int] | None:

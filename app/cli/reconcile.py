@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from app import names
 from app.cli import flags
 from app.cli.cluster import NO_CLUSTER, cluster_flags, find_cluster, settings_for, unreachable
 from app.cli.command import EXIT_FINDINGS, EXIT_OK, LOG_LEVELS, Command
@@ -14,6 +15,10 @@ def add(reconcile: argparse.ArgumentParser) -> None:
     reconcile.add_argument("--once", action="store_true",
                            help="one full pass, then exit: 0 when everything converged, 1 otherwise")
     cluster_flags(reconcile)
+    reconcile.add_argument("--hub", action="store_true",
+                           help="this cluster is the hub of several (docs/multicluster.md): its CAs are the roots, "
+                                "and every pass issues each member registered in --namespace (a Secret labelled "
+                                f"{names.MEMBER_LABEL}=<name> with a kubeconfig) its intermediates")
     reconcile.add_argument("--metrics-host", default="0.0.0.0",  # noqa: S104 - Prometheus and the kubelet
                            help="address of the plain-HTTP operator port: /healthz, /readyz, /metrics, "
                                 "/api/v1/status and the status page /")

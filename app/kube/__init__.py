@@ -27,7 +27,14 @@ from app.kube.api import (
     cluster_trust_bundles,
     pod_certificate_requests,
 )
-from app.kube.config import ClusterConfig, api_client, find_cluster, own_namespace
+from app.kube.config import (
+    MEMBER_KUBECONFIG_LIMIT,
+    ClusterConfig,
+    api_client,
+    find_cluster,
+    member_client,
+    own_namespace,
+)
 from app.kube.errors import (
     AlreadyExists,
     Conflict,
@@ -49,6 +56,7 @@ __all__ = [
     "EVENTS",
     "JOBS",
     "LEASES",
+    "MEMBER_KUBECONFIG_LIMIT",
     "MUTATING_WEBHOOKS",
     "NAMESPACES",
     "NODES",
@@ -79,6 +87,7 @@ __all__ = [
     "api_client",
     "cluster_trust_bundles",
     "find_cluster",
+    "member_client",
     "own_namespace",
     "pod_certificate_requests",
 ]

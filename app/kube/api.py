@@ -12,6 +12,8 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import orjson
@@ -152,6 +154,17 @@ class KubeApi:
         """GET /version: the cheapest call every API server answers (any authenticated user may), so a
         one-shot command learns at once, within the timeout, whether the API answers at all."""
         return self._json("get", "GET", "/version")
+
+    def server_date(self) -> datetime | None:
+        """The API server's clock: the Date header of its answer to GET /version (1 s resolution), None
+        when the answer has none. For comparing clocks between clusters."""
+        response = self._call("get", "GET", "/version")
+        response.read()
+        header = response.getheader("Date")
+        try:
+            return parsedate_to_datetime(header) if header else None
+        except (TypeError, ValueError):
+            return None
 
     def served_resources(self, group: str, version: str) -> set[str] | None:
         """The resource names (plurals, and `x/status` subresources) a group-version serves; None when the

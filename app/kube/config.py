@@ -69,6 +69,57 @@ def api_client(cluster: ClusterConfig) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
+# A kubeconfig with inline certificates and a token is a few KiB; 64 KiB bounds what a member Secret may
+# make the hub parse (YAML is composed recursively: the bound also keeps a crafted nesting short).
+MEMBER_KUBECONFIG_LIMIT = 64 * 1024
+# What a member's kubeconfig may not ask of the hub: running a program (exec, auth-provider plugins) or
+# reading the hub's own files (paths instead of inline data) would let whoever registers a member act
+# as the hub's pod; skipping TLS verification would hand CA keys to whoever answers on the address.
+_REFUSED_USER_KEYS = ("exec", "auth-provider", "tokenFile", "client-certificate", "client-key")
+_REFUSED_CLUSTER_KEYS = ("certificate-authority", "insecure-skip-tls-verify", "proxy-url")
+_LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
+
+
+def member_client(kubeconfig: bytes) -> client.ApiClient:
+    """A client for a member cluster from the kubeconfig stored in the hub (its current context).
+
+    KubeError with a reason a person can act on when it is not one the hub will use: too large, not
+    YAML, no current context, a program to run or a file to read, TLS verification off, or plain HTTP
+    to anything but loopback (a local proxy): the hub sends a CA's private key over this connection.
+    """
+    if len(kubeconfig) > MEMBER_KUBECONFIG_LIMIT:
+        raise KubeError(f"the kubeconfig is {len(kubeconfig)} bytes, over the limit of {MEMBER_KUBECONFIG_LIMIT}")
+    try:
+        loaded = yaml.safe_load(kubeconfig.decode("utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
+        raise KubeError(f"the kubeconfig is not YAML: {' '.join(str(e).split())[:200]}") from e
+    if not isinstance(loaded, dict):
+        raise KubeError("the kubeconfig is not a YAML mapping")
+    _vet_member_kubeconfig(loaded)
+    configuration = client.Configuration()
+    try:
+        config.load_kube_config_from_dict(loaded, client_configuration=configuration)  # type: ignore[no-untyped-call]
+    except (config.ConfigException, OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+        raise KubeError(f"the kubeconfig does not load: {' '.join(str(e).split())[:200]}") from e
+    configuration.retries = False
+    return client.ApiClient(configuration)
+
+
+def _vet_member_kubeconfig(loaded: dict[str, object]) -> None:
+    sections = (("users", "user", _REFUSED_USER_KEYS), ("clusters", "cluster", _REFUSED_CLUSTER_KEYS))
+    for section, inner, refused in sections:
+        entries = loaded.get(section) or []
+        for entry in entries if isinstance(entries, list) else []:
+            body = entry.get(inner) if isinstance(entry, dict) else None
+            for key in refused if isinstance(body, dict) else ():
+                if key in body and body[key] not in (None, False, ""):  # type: ignore[operator,index]
+                    raise KubeError(f"the kubeconfig's {section} entry uses {key!r}, which a member kubeconfig "
+                                    "may not (only inline data: a token or client certificate, and the CA)")
+            server = str(body.get("server") or "") if isinstance(body, dict) and inner == "cluster" else ""
+            if server.startswith("http://") and not server[7:].startswith(_LOOPBACK):
+                raise KubeError(f"the kubeconfig's server {server[:100]} is plain HTTP (allowed on loopback only)")
+
+
 def own_namespace(explicit: str | None) -> str:
     """--namespace, else the pod's service-account namespace, else the manifests' default."""
     if explicit:

@@ -37,11 +37,55 @@ def make_root(role: CaRole, *, now: datetime, validity: timedelta = CA_VALIDITY,
 
 def make_intermediate(root: CertKey, *, domain: str, now: datetime, validity: timedelta = CA_VALIDITY,
                       key_type: KeyType = "ecdsa-p256") -> CertKey:
-    """An intermediate for one trust domain. Path length 0: it signs leaves, never another CA."""
+    """An intermediate for one trust domain. Path length 0: it signs leaves, never another CA. It carries
+    the root's permitted DNS subtrees as its own NameConstraints (none when the root has none), so a
+    verifier that ignores the root's (some do not check a trust anchor's constraints) still applies them.
+    It does not check that `root` may sign a CA (`root_problem` says): tests make too-deep chains with it."""
     if not domain.strip():
         raise ValueError("a trust domain needs a name")
     return make_ca(common_name=f"tls-injector {domain.strip()} intermediate {now:%Y-%m-%d %H:%M}"[:64], now=now,
-                   validity=validity, key_type=key_type, issuer=root, path_length=0)
+                   validity=validity, key_type=key_type, issuer=root, path_length=0,
+                   permitted_dns=permitted_dns(root.cert))
+
+
+def root_problem(cert: x509.Certificate, *, now: datetime) -> str:
+    """Why `cert` cannot sign intermediates (for a person), empty when it can: it must be a CA (basic
+    constraints CA:TRUE, keyCertSign), allow a CA below it (no path length, or one of at least 1), and be
+    valid now."""
+    try:
+        basic = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
+    except x509.ExtensionNotFound:
+        return "the root is not a CA (it has no basic constraints extension)"
+    if not basic.ca:
+        return "the root is not a CA (basic constraints CA:FALSE)"
+    try:
+        if not cert.extensions.get_extension_for_class(x509.KeyUsage).value.key_cert_sign:
+            return "the root may not sign certificates (key usage without keyCertSign)"
+    except x509.ExtensionNotFound:
+        pass  # no key usage extension: every usage is allowed
+    if basic.path_length == 0:
+        return "the root has path length 0: it may sign leaves only, never an intermediate"
+    if not cert.not_valid_before_utc <= now < cert.not_valid_after_utc:
+        return f"the root is not valid now (from {cert.not_valid_before_utc:%Y-%m-%dT%H:%M:%SZ} " \
+               f"to {cert.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ})"
+    return ""
+
+
+def path_length(cert: x509.Certificate) -> int | None:
+    """The CA's path length constraint (None: none, or not a CA)."""
+    try:
+        return cert.extensions.get_extension_for_class(x509.BasicConstraints).value.path_length
+    except x509.ExtensionNotFound:
+        return None
+
+
+def permitted_dns(cert: x509.Certificate) -> tuple[str, ...]:
+    """The DNS subtrees of the certificate's NameConstraints (empty: none)."""
+    try:
+        constraints = cert.extensions.get_extension_for_class(x509.NameConstraints).value
+    except x509.ExtensionNotFound:
+        return ()
+    return tuple(str(n.value) for n in constraints.permitted_subtrees or () if isinstance(n, x509.DNSName))
 
 
 def intermediate_renewal(

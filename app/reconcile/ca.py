@@ -32,6 +32,7 @@ from app.pki import (
     fingerprint,
     make_ca,
     observe,
+    path_length,
     rotation_due,
 )
 from app.reconcile import ownership as own
@@ -68,6 +69,9 @@ class CaPolicy:
     # labels, so a CA "still served" there may be one a tenant planted (docs/security.md): there the new
     # CA signs at once and every leaf is re-issued from it; restore a lost set from a backup instead.
     adopt_orphans: bool = False
+    # The path length of a CA this policy mints: 0 signs leaves only; a hub's roots (`reconcile --hub`)
+    # need 1 to sign its members' intermediates, and a stored signer with less is rotated out.
+    path_length: int = 0
 
 
 @dataclass(frozen=True)
@@ -211,13 +215,24 @@ def _with_new_ca(
         return added, ("user-ca" if added != cas else "")
     pending = any(r.state in _PENDING for r in cas.records)
     due = rotation_due(cas, now=now, lookahead=policy.lookahead)
+    signer = cas.signer()
+    depth = path_length(signer.cert) if signer is not None else None  # None: no limit
+    too_short = not pending and policy.path_length > 0 and depth is not None and depth < policy.path_length
+    if too_short and not due and not forced:
+        # A standalone cluster turned hub: its CA signs leaves only. A new root rotates in through the
+        # state machine like any replacement (trusted everywhere first, then it signs).
+        return add_ca(cas, _mint(policy, now), now=now), "ca-hub-root"
     if not due and not (forced and not pending):
         return cas, ""
-    # Path length 0: it signs leaves only, never another CA (an intermediate per namespace would need 1:
-    # docs/security.md says what that would cost).
-    new = make_ca(common_name=policy.common_name, now=now, validity=policy.validity, path_length=0,
-                  permitted_dns=policy.permitted_dns)
+    new = _mint(policy, now)
     return add_ca(cas, new, now=now), "ca-created" if not cas.records else ("ca-forced" if forced else "ca-expiring")
+
+
+def _mint(policy: CaPolicy, now: datetime) -> CertKey:
+    # Path length 0 unless a hub: it signs leaves only, never another CA (an intermediate per namespace
+    # would need 1: docs/security.md says what that would cost).
+    return make_ca(common_name=policy.common_name, now=now, validity=policy.validity,
+                   path_length=policy.path_length, permitted_dns=policy.permitted_dns)
 
 
 def _with_user_ca(cas: CaSet, user_ca: CertKey, *, now: datetime) -> CaSet:

@@ -57,6 +57,14 @@ class ReconcileMetrics:
             "tls_injector_pods_missing_injection",
             "Opted-in pods without the injection (created while the webhook was down or before install), last pass.",
             registry=r)
+        self.member_ready = Gauge(
+            "tls_injector_federation_member_ready",
+            "A hub: 1 when the member has current intermediates of both roles, 0 when not (the log, an Event "
+            "on its Secret and `doctor` say why); last pass.", ["member"], registry=r)
+        self.member_intermediate = Gauge(
+            "tls_injector_federation_intermediate_in_use",
+            "A member: 1 when the hub's intermediate of the role is found and usable, 0 when not; last pass.",
+            ["role"], registry=r)
         # The last verdict on the served certificate, for /readyz: None until known (or when unreachable).
         self.serving_verdict: bool | None = None
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
@@ -119,11 +119,13 @@ class Signing:
     client: Signing | None = None
 
     @staticmethod
-    def of(cas: CaSet, *, now: datetime, waiting: str = "", prefix: str = "ca") -> Signing:
+    def of(cas: CaSet, *, now: datetime, waiting: str = "", prefix: str = "ca",
+           anchors: Sequence[Any] = ()) -> Signing:
+        """`anchors`: roots every bundle carries besides the set's own (a member's federation roots)."""
         signer = cas.signer()
         why = "" if signer is not None else waiting or "no CA may sign yet"
         key = seal_key(signer) if signer is not None else None
-        return Signing(cas, signer, trust_bundle(cas.bundle(), now=now, prefix=prefix), now, why, key)
+        return Signing(cas, signer, trust_bundle([*cas.bundle(), *anchors], now=now, prefix=prefix), now, why, key)
 
     @property
     def client_bundle(self) -> dict[str, str]:

@@ -33,8 +33,16 @@ from app.kube import (
     Unavailable,
 )
 from app.names import BUNDLE_KEY, CLIENT_BUNDLE_KEY
-from app.pki import CaSet, CertKey, bundle_certificates, load_certificates, load_user_ca, service_name_constraints
-from app.reconcile import events, podcerts, signer
+from app.pki import (
+    CaRole,
+    CaSet,
+    CertKey,
+    bundle_certificates,
+    load_certificates,
+    load_user_ca,
+    service_name_constraints,
+)
+from app.reconcile import events, hub, podcerts, signer
 from app.reconcile import status as st
 from app.reconcile.ca import CaPolicy, CaStep, CaUnusable, decide_ca, load_ca_set
 from app.reconcile.discover import (
@@ -46,6 +54,14 @@ from app.reconcile.discover import (
     secret_users,
     truststore_namespaces,
 )
+from app.reconcile.federation import (
+    INTERMEDIATE_SECRETS,
+    Intermediate,
+    load_intermediate,
+    members_from,
+    roots_of,
+)
+from app.reconcile.hub import converge_member
 from app.reconcile.metrics import ReconcileMetrics
 from app.reconcile.plan import (
     CLIENT_PREFIX,
@@ -104,6 +120,9 @@ class ReconcileSettings:
     per_object_metrics: bool = False
     # The SPIFFE trust domain of client certificates' URI SANs (docs/mtls.md); "" means the cluster domain.
     trust_domain: str = ""
+    # A hub (docs/multicluster.md): its CA sets are roots (path length 1), and every pass keeps each
+    # registered member's intermediates current.
+    hub: bool = False
 
 
 @dataclass
@@ -116,6 +135,9 @@ class PassReport:
     waiting: dict[str, str] = field(default_factory=dict)
     # namespace -> why its trust bundle cannot be written (left out of the CA's rotation facts)
     excluded: dict[str, str] = field(default_factory=dict)
+    # A hub: member name -> why it is not ready (absent when it is); a member: "intermediate-<role>" -> why
+    # the hub's intermediate cannot be used (docs/multicluster.md)
+    federation: dict[str, str] = field(default_factory=dict)
     aborted: str = ""
     unavailable_streak: int = 0
     next_ca_step: datetime | None = None  # when a CA set can next move on time alone (ca.next_step_at)
@@ -126,7 +148,7 @@ class PassReport:
 
     @property
     def converged(self) -> bool:
-        return not (self.refused or self.failed or self.waiting or self.aborted or self.excluded)
+        return not (self.refused or self.failed or self.waiting or self.aborted or self.excluded or self.federation)
 
 
 @dataclass(frozen=True)
@@ -159,19 +181,25 @@ class Reconciler:
         # What the last full pass saw, for the status API (app.reconcile.status); swapped in whole.
         self.status: st.Status | None = None
         self._steps: dict[str, CaStep] = {}  # by CA Secret, as the pass stepped them
+        # A member: the hub's intermediates found in this pass, by role (docs/multicluster.md).
+        self._intermediates: dict[CaRole, Intermediate] = {}
+        self._members: dict[str, str] = {}  # a hub: member -> why it is not ready ("" when it is), last pass
         self._seen: tuple[list[st.WorkloadStatus], list[st.PodStatus]] | None = None
 
     @property
     def workload_ca_policy(self) -> CaPolicy:
-        """The workload CA's policy, its name constraints those of the cluster domain unless set."""
+        """The workload CA's policy, its name constraints those of the cluster domain unless set; a hub's
+        CA is a root that signs its members' intermediates (path length 1)."""
         policy = self.settings.ca
+        if self.settings.hub:
+            policy = dataclasses.replace(policy, path_length=max(policy.path_length, 1))
         if policy.permitted_dns:
             return policy
         return dataclasses.replace(policy, permitted_dns=service_name_constraints(self.settings.cluster_domain))
 
     def run_pass(self) -> PassReport:
         """Workloads, their CA and bundles, then the webhook's own certificate when configured."""
-        self._steps, now = {}, self.clock()
+        self._steps, self._members, now = {}, {}, self.clock()
         report = self._guarded(self._pass)
         seen, self._seen = self._seen, None  # set by a pass that got as far as the workloads
         if seen is None:
@@ -179,8 +207,10 @@ class Reconciler:
         else:
             workloads, pods = seen
             cas = [ca for name, step in self._steps.items() for ca in st.ca_statuses(name, step)]
+            members = tuple(st.MemberStatus(name, not problem, problem) for name, problem in self._members.items())
             self.status = st.Status(pass_at=now, converged=report.converged, aborted=report.aborted,
-                                    cas=tuple(cas), workloads=tuple(workloads), pods_missing_injection=tuple(pods))
+                                    cas=tuple(cas), workloads=tuple(workloads), pods_missing_injection=tuple(pods),
+                                    members=members)
         return report
 
     def run_signer_pass(self) -> PassReport:
@@ -220,6 +250,8 @@ class Reconciler:
         native = signer.observe(self.api, self.native)
         observed = read_cluster(self.api)
         workloads = self.converge_workloads(observed, native, report, now)
+        if self.settings.hub:
+            self.converge_members(report)
         if native is not None:
             self.converge_pod_certificates(native, workloads.cas, observed, report, now)
         missing = missing_injection(observed.pods, enabled=observed.enabled, own_namespace=self.settings.namespace)
@@ -245,16 +277,19 @@ class Reconciler:
                            trust_domain=self.settings.trust_domain)
         observed.truststores = truststore_namespaces(workloads, pods, enabled=observed.enabled)
         self._report_refused_names(targets, report, now)
+        self._intermediates = self._read_intermediates(report, now)
         step = self._ensure_ca(observed, targets, now, report, native=native)
         self._ca_metrics(step.cas)
         if step.waiting:
             log.warning("no CA may sign yet: certificates that need one wait", extra={"reason": step.waiting})
         stored: dict[tuple[str, str, str], Obj | None] = {}
-        signing = Signing.of(step.cas, now=now, waiting=step.waiting)
-        if any(t.client_ids for t in targets):  # the client CA set only once a workload asks for it
+        signing = Signing.of(step.cas, now=now, waiting=step.waiting, anchors=self._roots("serving"))
+        # The client CA set only once a workload asks for it, or in a hub, where it is the client root.
+        if any(t.client_ids for t in targets) or self.settings.hub:
             client = self._ensure_client_ca(observed, targets, now, report)
             signing = dataclasses.replace(signing, client=Signing.of(client.cas, now=now, waiting=client.waiting,
-                                                                     prefix=CLIENT_PREFIX))
+                                                                     prefix=CLIENT_PREFIX,
+                                                                     anchors=self._roots("client")))
         for item in plan(targets, observed, signing):
             stored[item.key] = self._converge(item, observed.lookup(item), report, now)
         expiries = self._cert_metrics(targets, stored, signing)
@@ -299,8 +334,8 @@ class Reconciler:
             bundles.append(load_certificates(str(((native.bundle or {}).get("spec") or {}).get("trustBundle") or "")
                                         .encode()))
             leaves += [load_certificates(chain) for chain in podcerts.issued_chains(native.requests, now=now)]
-        return self._step_ca(self.workload_ca_policy, bundles=bundles, leaves=leaves, user_ca=self._user_ca(now),
-                             now=now, report=report)
+        return self._step_ca(self.workload_ca_policy, bundles=bundles, leaves=leaves,
+                             user_ca=self._user_ca(now) or self._member_ca("serving"), now=now, report=report)
 
     def _ensure_client_ca(self, observed: Observed, targets: list[Target], now: datetime,
                           report: PassReport) -> CaStep:
@@ -323,8 +358,70 @@ class Reconciler:
                   for key, obj in observed.leaves.items() if key in wanted]
         base = self.settings.ca
         policy = CaPolicy(secret_name=names.CLIENT_CA_SECRET, common_name="tls-injector client CA",
-                          validity=base.validity, lookahead=base.lookahead, settle=base.settle)
-        return self._step_ca(policy, bundles=bundles, leaves=leaves, user_ca=None, now=now, report=report)
+                          validity=base.validity, lookahead=base.lookahead, settle=base.settle,
+                          path_length=1 if self.settings.hub else 0)
+        return self._step_ca(policy, bundles=bundles, leaves=leaves, user_ca=self._member_ca("client"), now=now,
+                             report=report)
+
+    # Multi-cluster (docs/multicluster.md): a member signs with the hub's intermediates; a hub issues them.
+
+    def _read_intermediates(self, report: PassReport, now: datetime) -> dict[CaRole, Intermediate]:
+        """The hub's intermediates in this member's namespace, by role; none: standalone, as before. One
+        that cannot be used is reported (log, report, metric) and left out: the CA set then goes on with
+        what it holds, as it would without a hub (a user-provided --ca-secret takes precedence)."""
+        found: dict[CaRole, Intermediate] = {}
+        if self.settings.user_ca_secret or self.settings.hub:
+            return found
+        for role, name in INTERMEDIATE_SECRETS.items():
+            obj = self._read_optional(SECRETS, name)
+            if obj is None:
+                continue
+            try:
+                found[role] = load_intermediate(obj, now=now)
+            except ValueError as e:
+                report.federation[f"intermediate-{role}"] = str(e)
+                log.error("the hub's intermediate cannot be used", extra={"role": role, "reason": str(e)})
+        for role in ("serving", "client"):
+            self.metrics.member_intermediate.labels(role).set(int(role in found))
+        return found
+
+    def _member_ca(self, role: CaRole) -> CertKey | None:
+        found = self._intermediates.get(role)
+        return found.ca if found is not None else None
+
+    def _roots(self, role: CaRole) -> tuple[Any, ...]:
+        found = self._intermediates.get(role)
+        return found.roots if found is not None else ()
+
+    def converge_members(self, report: PassReport) -> None:
+        """A hub: every registered member's intermediates, from the roots as this pass stepped them."""
+        settings = self.settings
+        now = self.clock()
+        roots = (roots_of("serving", self._steps.get(self.workload_ca_policy.secret_name), now=now),
+                 roots_of("client", self._steps.get(names.CLIENT_CA_SECRET), now=now))
+        registered = self.api.list_objects(SECRETS, namespace=settings.namespace, label_selector=names.MEMBER_LABEL)
+        members, problems = members_from(registered.items)
+        outcomes = [converge_member(m, namespace=settings.namespace, roots=roots, clock=self.clock,
+                                    guard=self._guard) for m in members]
+        self.metrics.member_ready.clear()
+        secrets = {m.name: m.secret for m in members}
+        for key, problem in problems.items():
+            outcomes.append(hub.MemberOutcome(key, problem))
+        for outcome in outcomes:
+            self._members[outcome.name] = outcome.problem
+            self.metrics.member_ready.labels(outcome.name).set(int(outcome.ready))
+            report.writes.update(outcome.writes)
+            report.reasons.update(f"member:{reason}" for reason in outcome.reasons)
+            if outcome.ready:
+                continue
+            report.federation[outcome.name] = outcome.problem
+            log.error("member not ready", extra={"member": outcome.name, "reason": outcome.problem})
+            secret = secrets.get(outcome.name)
+            if secret is not None:
+                meta = secret["metadata"]
+                ref = WorkloadRef("Secret", settings.namespace, meta["name"], meta.get("uid", ""), "v1")
+                self._announce((ref,), f"member/{outcome.name}", reason="MemberNotReady", message=outcome.problem,
+                               now=now)
 
     def _unwritable_bundles(self, namespaces: set[str], observed: Observed, targets: list[Target],
                             report: PassReport, now: datetime) -> dict[str, str]:
@@ -398,7 +495,9 @@ class Reconciler:
         native = signer.observe(self.api, self.native)
         if native is None or not any(podcerts.is_ours(r) for r in native.requests):
             return
-        cas = load_ca_set(self._read_optional(SECRETS, self.settings.ca.secret_name), user_ca=self._user_ca(now))
+        # A member's intermediate as the last full pass found it (the key is never in the CA Secret).
+        cas = load_ca_set(self._read_optional(SECRETS, self.settings.ca.secret_name),
+                          user_ca=self._user_ca(now) or self._member_ca("serving"))
         observed = Observed()
         selector = f"{names.INJECT_LABEL}={names.NAMESPACE_OPT_IN}"
         observed.enabled = enabled_namespaces(self.api.list_objects(NAMESPACES, label_selector=selector).items)

@@ -63,9 +63,12 @@ class PodStatus:
 
 @dataclass(frozen=True)
 class MemberStatus:
-    """A member cluster of a hub. No hub mode exists yet, so the list is always empty."""
+    """A member cluster of a hub (`reconcile --hub`; empty elsewhere): ready when it has current
+    intermediates of both roles, else why not (docs/multicluster.md)."""
 
     name: str
+    ready: bool = True
+    reason: str = ""
 
 
 @dataclass(frozen=True)

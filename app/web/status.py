@@ -56,6 +56,8 @@ class Pod(_Model):
 
 class Member(_Model):
     name: str
+    ready: bool = True  # a hub: the member has current intermediates of both roles
+    reason: str = ""  # why not, when not
 
 
 class Status(_Model):

@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-LIBRARY_ONLY = {"make_root", "make_intermediate", "intermediate_renewal", "to_pkcs12", "BUNDLE_PREFIX"}
+LIBRARY_ONLY = {"make_root", "to_pkcs12", "BUNDLE_PREFIX"}
 
 
 def _names_used(path: Path) -> set[str]:

@@ -1,0 +1,146 @@
+"""The hub's side of a pass (`reconcile --hub`, docs/multicluster.md): reach every registered member and
+keep its intermediates current. One member that fails (a kubeconfig that does not load, an API that
+does not answer, a namespace missing, an intermediate that is not ours) is reported and the others go on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from app.kube import (
+    SECRETS,
+    Conflict,
+    Forbidden,
+    KubeApi,
+    KubeError,
+    NotFound,
+    Unauthorized,
+    Unavailable,
+    member_client,
+)
+from app.reconcile.federation import (
+    INTERMEDIATE_SECRETS,
+    Member,
+    Roots,
+    Verdict,
+    clock_skew_problem,
+    decide_intermediate,
+)
+
+log = logging.getLogger("tls_injector.hub")
+# One request to a member may take 10 s (connect and read): a member is another cluster, often across a
+# WAN, but one that does not answer must not hold the others for the hub's 30 s --timeout per call. An
+# unreachable member costs one such timeout (the first call, GET /version, fails) per pass.
+MEMBER_TIMEOUT_SECONDS = 10.0
+# A 409 on an intermediate means someone wrote it in between: read it again and decide again, twice more.
+MAX_ATTEMPTS = 3
+
+
+@dataclass
+class MemberOutcome:
+    name: str
+    problem: str = ""  # empty: the member has current intermediates of both roles
+    writes: Counter[str] = field(default_factory=Counter)  # by action: create, update, delete
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def ready(self) -> bool:
+        return not self.problem
+
+
+def converge_member(member: Member, *, namespace: str, roots: tuple[Roots, ...], clock: Callable[[], datetime],
+                    guard: Callable[[], None]) -> MemberOutcome:
+    """Both intermediates of one member, each written whole (chain and key) or not at all."""
+    outcome = MemberOutcome(member.name)
+    try:
+        api = KubeApi(member_client(member.kubeconfig), timeout=MEMBER_TIMEOUT_SECONDS)
+    except KubeError as e:
+        outcome.problem = f"member {member.name}: its kubeconfig is not usable: {e}"
+        return outcome
+    try:
+        outcome.problem = _MemberPass(api, member, namespace, clock, guard, outcome).run(roots)
+    except (Unauthorized, Forbidden) as e:
+        outcome.problem = f"member {member.name}: its API server refused the hub's credentials: {_short(e)}"
+    except Unavailable as e:
+        outcome.problem = f"member {member.name}: unreachable: {_short(e)}"
+    except KubeError as e:
+        outcome.problem = f"member {member.name}: {type(e).__name__}: {_short(e)}"
+    finally:
+        api.api_client.close()  # type: ignore[no-untyped-call]
+    return outcome
+
+
+@dataclass
+class _MemberPass:
+    api: KubeApi
+    member: Member
+    namespace: str
+    clock: Callable[[], datetime]
+    guard: Callable[[], None]
+    outcome: MemberOutcome
+
+    def run(self, roots: tuple[Roots, ...]) -> str:
+        """Why the member is not ready (empty when it is): the clocks first, then each role."""
+        if skew := clock_skew_problem(self.member.name, self.api.server_date(), self.clock()):
+            return skew
+        problems: list[str] = []
+        for role_roots in roots:
+            problem = self.converge_role(role_roots)
+            if problem and problem not in problems:  # a missing namespace is said once, not per role
+                problems.append(problem)
+        return "; ".join(problems)
+
+    def converge_role(self, roots: Roots) -> str:
+        name, member = INTERMEDIATE_SECRETS[roots.role], self.member.name
+        for _ in range(MAX_ATTEMPTS):
+            try:
+                existing = self.api.get(SECRETS, name, namespace=self.namespace)
+            except NotFound:
+                existing = None
+            verdict = decide_intermediate(existing, roots=roots, member=member, namespace=self.namespace,
+                                          now=self.clock())
+            if verdict.action == "refuse":
+                return verdict.problem
+            if verdict.action == "keep":
+                return ""
+            self.guard()
+            try:
+                _write(self.api, verdict, existing, self.namespace)
+            except Conflict:
+                continue
+            except NotFound:
+                if verdict.action == "create":
+                    return (f"member {member}: namespace {self.namespace} does not exist there (install "
+                            "tls-injector in the member first)")
+                continue  # deleted in between: decide again
+            self.outcome.writes["update" if verdict.action == "replace" else verdict.action] += 1
+            self.outcome.reasons += (f"{roots.role}:{verdict.reason}",)
+            log.info("member intermediate written", extra={"member": member, "role": roots.role,
+                                                           "action": verdict.action, "reason": verdict.reason})
+            return ""
+        return f"member {member}: Secret {self.namespace}/{name} kept changing under the hub; next pass"
+
+
+def _write(api: KubeApi, verdict: Verdict, existing: dict[str, object] | None, namespace: str) -> None:
+    body = verdict.body or {}
+    if verdict.action == "create":
+        api.create(SECRETS, body, namespace=namespace)
+    elif verdict.action == "replace" and existing is not None and existing.get("type") != body.get("type"):
+        # A Secret's type is immutable: a forced replacement of another type is a delete (at the version
+        # decided on) and a create; in between the member signs with what its CA set already holds.
+        meta = body["metadata"]
+        api.delete(SECRETS, meta["name"], namespace=namespace, resource_version=meta.get("resourceVersion", ""))
+        api.create(SECRETS, {**body, "metadata": {k: v for k, v in meta.items() if k != "resourceVersion"}},
+                   namespace=namespace)
+    else:
+        api.replace(SECRETS, body)
+
+
+def _short(error: Exception) -> str:
+    return " ".join(str(error).split())[:300]
+
+

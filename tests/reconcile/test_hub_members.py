@@ -1,0 +1,360 @@
+"""One chain of trust across clusters (docs/multicluster.md), through the real CLI processes: three API
+server emulators at once (a hub and two members), `python -m app reconcile --once --hub` against the hub,
+`python -m app reconcile --once` against each member; the members are registered in the hub as Secrets
+holding a kubeconfig for their emulator. Pods go through the real /mutate; the kubelet
+(tests/support/kubelet.py) resolves their volumes; real TLS 1.3 handshakes with client auth then run
+between pods of different members with nothing but the files mounted in them."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from app.names import CERT_MOUNT_PATH, CLIENT_MOUNT_PATH, MEMBER_LABEL, TRUST_MOUNT_PATH
+from app.pki import (
+    UntrustedChain,
+    fingerprint,
+    issue_client,
+    load_certificates,
+    make_root,
+    uri_sans,
+    verify_client,
+    verify_server,
+)
+from tests.kubeapi import Emulator, running_emulator
+from tests.reconcile.cluster import OWN_NS, Clock, data, namespace, reconciler
+from tests.reconcile.test_mtls_chain import (
+    CLIENT,
+    NS,
+    OPTED_IN,
+    Mounted,
+    client_context,
+    handshake,
+    mounted,
+    run,
+    server_context,
+    webhook,
+)
+from tests.support.workloads import Shape
+
+ROOT = Path(__file__).resolve().parents[2]
+__all__ = ["webhook"]  # the /mutate fixture, shared with test_mtls_chain
+INTERMEDIATES = ("tls-injector-intermediate-ca", "tls-injector-client-intermediate-ca")
+MEMBERS = ("east", "west")
+
+
+def cli(url: str, *extra: str) -> subprocess.Popen[bytes]:
+    """`python -m app reconcile --once` against one emulator (no webhook self-care, no pod certificates:
+    neither is what these tests look at)."""
+    argv = [sys.executable, "-m", "app", "reconcile", "--once", "--server", url, "--namespace", OWN_NS,
+            "--cluster-domain", "cluster.local", "--webhook-configurations", "", "--pod-certificates", "off", *extra]
+    env = {**os.environ, "KUBECONFIG": os.devnull}
+    return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def finished(*procs: subprocess.Popen[bytes]) -> list[tuple[int, str, str]]:
+    """Each process's exit status, stdout, and stderr (the JSON log), waited for together."""
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=90)
+        assert b"Traceback" not in err, err.decode()
+        results.append((proc.returncode, out.decode(), err.decode()))
+    return results
+
+
+def register(hub: Emulator, name: str, kubeconfig: dict[str, Any] | bytes) -> None:
+    raw = kubeconfig if isinstance(kubeconfig, bytes) else json.dumps(kubeconfig).encode()
+    hub.add({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+             "metadata": {"name": f"member-{name}", "namespace": OWN_NS, "labels": {MEMBER_LABEL: name}},
+             "data": {"kubeconfig": base64.b64encode(raw).decode()}})
+
+
+class Federation:
+    def __init__(self, hub: Emulator, members: dict[str, Emulator]) -> None:
+        self.hub, self.members = hub, members
+
+    def roots(self, secret: str) -> list[x509.Certificate]:
+        stored = data(self.hub.get("secrets", secret, OWN_NS))
+        return [load_certificates(v)[0] for k, v in sorted(stored.items()) if k.endswith(".crt")]
+
+    def root_keys(self) -> dict[str, bytes]:
+        """Every private key in the hub's CA Secrets, by fingerprint of its public key."""
+        keys = {}
+        for secret in ("tls-injector-ca", "tls-injector-client-ca"):
+            for k, v in data(self.hub.get("secrets", secret, OWN_NS)).items():
+                if k.endswith(".key"):
+                    keys.update(private_keys(v))
+        return keys
+
+    def pass_hub(self) -> tuple[int, str, str]:
+        return finished(cli(self.hub.url, "--hub"))[0]
+
+    def pass_members(self) -> dict[str, tuple[int, str, str]]:
+        """Each member's pass, at once; each member names its own SPIFFE trust domain (<member>.mesh)."""
+        procs = {name: cli(emu.url, "--trust-domain", f"{name}.mesh") for name, emu in self.members.items()}
+        return dict(zip(procs, finished(*procs.values()), strict=True))
+
+
+def private_keys(pem: bytes) -> dict[str, bytes]:
+    """Every PEM private key found in `pem`, by the SHA-256 of its public key (DER SubjectPublicKeyInfo)."""
+    found = {}
+    for block in pem.split(b"-----BEGIN ")[1:]:
+        if b"PRIVATE KEY-----" not in block.split(b"\n", 1)[0]:
+            continue
+        text = b"-----BEGIN " + block.split(b"-----END", 1)[0] + b"-----END" + block.split(b"-----END", 1)[1].split(
+            b"\n", 1)[0] + b"\n"
+        key = serialization.load_pem_private_key(text, password=None)
+        public = key.public_key().public_bytes(serialization.Encoding.DER,
+                                               serialization.PublicFormat.SubjectPublicKeyInfo)
+        found[_sha(public)] = text
+    return found
+
+
+def _sha(raw: bytes) -> str:
+    return hashlib.sha256(raw).hexdigest()
+
+
+def public_fp(cert: x509.Certificate) -> str:
+    return _sha(cert.public_key().public_bytes(serialization.Encoding.DER,
+                                              serialization.PublicFormat.SubjectPublicKeyInfo))
+
+
+@pytest.fixture
+def federation() -> Iterator[Federation]:
+    with ExitStack() as stack:
+        hub = stack.enter_context(running_emulator(seed=1))
+        members = {name: stack.enter_context(running_emulator(seed=2 + i)) for i, name in enumerate(MEMBERS)}
+        for emu in (hub, *members.values()):
+            namespace(emu, OWN_NS)
+            namespace(emu, NS)
+        for name, emu in members.items():
+            register(hub, name, emu.kubeconfig())
+        yield Federation(hub, members)
+
+
+def chain_lines(pem: bytes) -> list[str]:
+    return [f"subject={c.subject.rfc4514_string()}  issuer={c.issuer.rfc4514_string()}" for c in load_certificates(pem)]
+
+
+def test_a_hub_issues_each_member_intermediates_and_pods_of_two_members_trust_each_other(
+    federation: Federation, webhook: httpx.Client, tmp_path: Path
+) -> None:
+    hub, east, west = federation.hub, federation.members["east"], federation.members["west"]
+    pods = {(member, name): run(emu, webhook, Shape("Deployment", name, OPTED_IN, {CLIENT: "true"}),
+                                service_account=f"{name}-sa")
+            for member, emu in (("east", east), ("west", west)) for name in ("api", "caller")}
+
+    code, out, err = federation.pass_hub()
+    assert code == 0, (out, err)
+    assert "converged" in out
+    serving_roots, client_roots = federation.roots("tls-injector-ca"), federation.roots("tls-injector-client-ca")
+    assert len(serving_roots) == len(client_roots) == 1
+    serving_root, client_root = serving_roots[0], client_roots[0]
+    for name, emu in federation.members.items():
+        for secret, root in zip(INTERMEDIATES, (serving_root, client_root), strict=True):
+            stored = emu.get("secrets", secret, OWN_NS)
+            assert stored is not None, f"{name} has no {secret}"
+            assert stored["type"] == "kubernetes.io/tls"
+            inter = load_certificates(data(stored)["tls.crt"])
+            assert len(inter) == 1
+            assert inter[0].issuer == root.subject
+            inter[0].verify_directly_issued_by(root)
+            assert inter[0].extensions.get_extension_for_class(x509.BasicConstraints).value.path_length == 0
+            assert load_certificates(data(stored)["ca.crt"]) == [root]
+            assert stored["metadata"]["annotations"]["tls-injector.io/issuing-root"] == fingerprint(root)
+    assert finished(cli(hub.url, "--hub"))[0][1].startswith("converged: 0 writes"), "a converged hub writes nothing"
+
+    passes = federation.pass_members()
+    assert all(code == 0 for code, _, _ in passes.values()), passes
+
+    # Leaf Secrets carry leaf + intermediate; ca.crt and every bundle carry the roots only.
+    for name, emu in federation.members.items():
+        serving_inter = load_certificates(data(emu.get("secrets", INTERMEDIATES[0], OWN_NS))["tls.crt"])[0]
+        client_inter = load_certificates(data(emu.get("secrets", INTERMEDIATES[1], OWN_NS))["tls.crt"])[0]
+        for workload in ("api", "caller"):
+            leaf = data(emu.get("secrets", f"{workload}-tls", NS))
+            assert load_certificates(leaf["tls.crt"])[1:] == [serving_inter], name
+            assert load_certificates(leaf["ca.crt"]) == [serving_root], name
+            client = data(emu.get("secrets", f"{workload}-client-tls", NS))
+            assert load_certificates(client["tls.crt"])[1:] == [client_inter], name
+            assert uri_sans(load_certificates(client["tls.crt"])[0]) == [
+                f"spiffe://{name}.mesh/ns/{NS}/sa/{workload}-sa"]
+        bundle = emu.get("configmaps", "tls-injector-trust-bundle", NS)["data"]
+        assert load_certificates(bundle["ca-bundle.crt"].encode()) == [serving_root]
+        assert load_certificates(bundle["client-ca-bundle.crt"].encode()) == [client_root]
+        assert fingerprint(serving_root) != fingerprint(client_root)
+
+    # No root key in any member: every private key in every Secret of every member is compared with the
+    # roots' public keys. The same search finds the roots' keys in the hub and the intermediates' in the
+    # members, so it is a search that can find what it looks for.
+    roots_public = {public_fp(serving_root), public_fp(client_root)}
+    assert set(federation.root_keys()) == roots_public
+    for name, emu in federation.members.items():
+        found: dict[str, bytes] = {}
+        for secret in emu.objects("secrets"):
+            for value in data(secret).values():
+                found.update(private_keys(value))
+        intermediates = {public_fp(load_certificates(data(emu.get("secrets", s, OWN_NS))["tls.crt"])[0])
+                         for s in INTERMEDIATES}
+        assert intermediates <= set(found), name
+        assert not roots_public & set(found), f"a root key is in member {name}"
+
+    # Cross-cluster: with only what each container has mounted.
+    files = {key: mounted(federation.members[key[0]], pod, tmp_path / "-".join(key)) for key, pod in pods.items()}
+    matrix = handshakes(files, tmp_path)
+    print("\nissued chain (west caller's client certificate):",
+          *chain_lines(files["west", "caller"].files[f"{CLIENT_MOUNT_PATH}/tls.crt"].content),
+          f"root: {client_root.subject.rfc4514_string()}", sep="\n  ")
+    print("issued chain (east api's serving certificate):",
+          *chain_lines(files["east", "api"].files[f"{CERT_MOUNT_PATH}/tls.crt"].content),
+          f"root: {serving_root.subject.rfc4514_string()}", sep="\n  ")
+    print("handshake matrix:", *(f"{case}: {'accepted ' + o.version if o.accepted else 'refused'} ({o.server}; "
+                                 f"client: {o.client})" for case, o in matrix.items()), sep="\n  ")
+    assert {case: o.accepted for case, o in matrix.items()} == {
+        "west caller -> east api": True,
+        "east caller -> west api": True,
+        "outsider client certificate -> east api": False,
+        "west serving certificate as client -> east api": False,
+        "west serving certificate as client -> east api trusting both roots": False,
+    }, matrix
+    for case in ("west caller -> east api", "east caller -> west api"):
+        assert matrix[case].version == "TLSv1.3"
+    assert matrix["west caller -> east api"].server == f"accepted ['spiffe://west.mesh/ns/{NS}/sa/caller-sa']"
+    assert matrix["east caller -> west api"].server == f"accepted ['spiffe://east.mesh/ns/{NS}/sa/caller-sa']"
+    refused = [o.server for o in matrix.values() if not o.accepted]
+    assert all("certificate verify failed" in why for why in refused), refused
+    assert "unsuitable certificate purpose" in matrix[
+        "west serving certificate as client -> east api trusting both roots"].server
+
+    # A second round writes nothing anywhere.
+    assert federation.pass_hub()[1].startswith("converged: 0 writes")
+    assert all(out.startswith("converged: 0 writes") for _, out, _ in federation.pass_members().values())
+
+
+def handshakes(files: dict[tuple[str, str], Mounted], tmp_path: Path) -> dict[str, Any]:
+    def server(member: str, *, also_serving_roots: bool = False) -> Any:
+        api = files[member, "api"]
+        cas = api.text(f"{TRUST_MOUNT_PATH}/client-ca-bundle.crt")
+        if also_serving_roots:
+            cas += api.text(f"{TRUST_MOUNT_PATH}/ca-bundle.crt")
+        return server_context(api.path(f"{CERT_MOUNT_PATH}/tls.crt"), api.path(f"{CERT_MOUNT_PATH}/tls.key"),
+                              client_cas=cas)
+
+    def client(member: str, mount: str = CLIENT_MOUNT_PATH) -> Any:
+        caller = files[member, "caller"]
+        return client_context(caller.path(f"{mount}/tls.crt"), caller.path(f"{mount}/tls.key"),
+                              server_cas=caller.text(f"{CLIENT_MOUNT_PATH}/ca.crt"))
+
+    now = datetime.now(UTC)
+    outsider = issue_client(make_root("client", now=now), uris=[f"spiffe://west.mesh/ns/{NS}/sa/caller-sa"],
+                            now=now)
+    (tmp_path / "outsider.crt").write_bytes(outsider.chain_pem)
+    (tmp_path / "outsider.key").write_bytes(outsider.key_pem)
+    foreign = client_context(str(tmp_path / "outsider.crt"), str(tmp_path / "outsider.key"),
+                             server_cas=files["west", "caller"].text(f"{CLIENT_MOUNT_PATH}/ca.crt"))
+    east_host, west_host = f"api.{NS}.svc", f"api.{NS}.svc"
+    return {
+        "west caller -> east api": handshake(server("east"), client("west"), server_name=east_host),
+        "east caller -> west api": handshake(server("west"), client("east"), server_name=west_host),
+        "outsider client certificate -> east api": handshake(server("east"), foreign, server_name=east_host),
+        "west serving certificate as client -> east api": handshake(
+            server("east"), client("west", CERT_MOUNT_PATH), server_name=east_host),
+        "west serving certificate as client -> east api trusting both roots": handshake(
+            server("east", also_serving_roots=True), client("west", CERT_MOUNT_PATH), server_name=east_host),
+    }
+
+
+def serving_and_client_chains(emu: Emulator) -> tuple[dict[str, list[x509.Certificate]], list[list[x509.Certificate]]]:
+    """The member's leaves in use by workload (serving `<w>`, client `<w>-client`) and every bundle a pod
+    of it may trust peers with: the namespace's bundle and each leaf Secret's ca.crt (serving role)."""
+    leaves, bundles = {}, []
+    for secret in emu.objects("secrets", NS):
+        name, stored = secret["metadata"]["name"], data(secret)
+        leaves[name.removesuffix("-tls")] = load_certificates(stored["tls.crt"])
+        bundles.append(load_certificates(stored["ca.crt"]))
+    bundle = emu.get("configmaps", "tls-injector-trust-bundle", NS)["data"]
+    bundles.append(load_certificates(bundle["ca-bundle.crt"].encode()))
+    return leaves, bundles
+
+
+def untrusted_pairs(emu: Emulator, now: datetime) -> list[str]:
+    """Every (leaf in use, bundle in use) pair of the member where the bundle does not verify the leaf."""
+    bad = []
+    leaves, bundles = serving_and_client_chains(emu)
+    client_bundle = load_certificates(
+        emu.get("configmaps", "tls-injector-trust-bundle", NS)["data"]["client-ca-bundle.crt"].encode())
+    for name, chain in leaves.items():
+        trusted_sets = [client_bundle] if name.endswith("-client") else bundles
+        for i, trusted in enumerate(trusted_sets):
+            try:
+                if name.endswith("-client"):
+                    verify_client(chain[0], chain[1:], trusted=trusted, now=now)
+                else:
+                    verify_server(chain[0], chain[1:], trusted=trusted, dns_name=f"{name}.{NS}.svc", now=now)
+            except UntrustedChain as e:
+                bad.append(f"{name} against bundle {i}: {e}")
+    return bad
+
+
+def test_a_running_standalone_cluster_turns_member_without_a_moment_of_untrust(
+    federation: Federation, webhook: httpx.Client
+) -> None:
+    """West runs alone first (its own CAs); then the hub registers it. West keeps signing with its own
+    CAs while the roots join every bundle, and moves to the intermediates only once every bundle in use
+    has carried the roots for the settle time; its old CAs leave the bundles only once no leaf uses them.
+    After every pass, every leaf in use verifies against every bundle in use. The first passes are the CLI;
+    the later ones run in process with a clock moved past each settle time (5 minutes)."""
+    west = federation.members["west"]
+    for name in ("api", "caller"):
+        run(west, webhook, Shape("Deployment", name, OPTED_IN, {CLIENT: "true"}), service_account=f"{name}-sa")
+    [(code, out, err)] = finished(cli(west.url))
+    assert code == 0, (out, err)
+    local = load_certificates(data(west.get("secrets", "api-tls", NS))["tls.crt"])[1:]
+    assert local == [], "standalone: the leaf is signed by the local CA directly"
+    assert untrusted_pairs(west, datetime.now(UTC)) == []
+    before = {name: chain[0] for name, chain in serving_and_client_chains(west)[0].items()}
+
+    assert federation.pass_hub()[0] == 0
+    [(code, out, err)] = finished(cli(west.url))
+    assert code == 0, (out, err)
+    serving_root, client_root = federation.roots("tls-injector-ca")[0], federation.roots("tls-injector-client-ca")[0]
+    leaves, bundles = serving_and_client_chains(west)
+    assert {name: chain[0] for name, chain in leaves.items()} == before, "no leaf moves before the roots settle"
+    assert all(serving_root in b and len(b) == 2 for b in bundles), "the roots join the bundles, the local CA stays"
+    assert untrusted_pairs(west, datetime.now(UTC)) == []
+
+    clock = Clock(datetime.now(UTC))
+    member = reconciler(west, clock)
+    inter = {role: load_certificates(data(west.get("secrets", s, OWN_NS))["tls.crt"])[0]
+             for role, s in zip(("serving", "client"), INTERMEDIATES, strict=True)}
+    for _ in range(8):
+        clock.now += timedelta(minutes=6)
+        report = member.run_pass()
+        assert not report.aborted, report
+        assert untrusted_pairs(west, clock.now) == [], clock.now
+        leaves, bundles = serving_and_client_chains(west)
+        if all(len(b) == 1 for b in bundles) and all(chain[1:] == [inter["client" if name.endswith("-client")
+                                                                         else "serving"]]
+                                                      for name, chain in leaves.items()):
+            break
+    else:
+        raise AssertionError(f"west did not finish moving to the intermediates: {member.status}")
+    assert all(b == [serving_root] for b in bundles)
+    client_bundle = west.get("configmaps", "tls-injector-trust-bundle", NS)["data"]["client-ca-bundle.crt"]
+    assert load_certificates(client_bundle.encode()) == [client_root]
+    assert member.run_pass().write_count == 0
+
