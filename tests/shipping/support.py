@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import copy
 import functools
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -81,6 +83,21 @@ def _render(directory: Path) -> list[Obj]:
 def render(directory: Path) -> list[Obj]:
     """`kubectl kustomize DIR` (the kustomize built into kubectl); a fresh copy each call."""
     return copy.deepcopy(_render(directory.resolve()))
+
+
+_OVERLAYS = tempfile.TemporaryDirectory(prefix="overlay-")  # removed at interpreter exit
+
+
+def render_with_components(base: str, *components: str) -> list[Obj]:
+    """`base` (a kustomization, relative to ROOT) with `components` added, as an operator's own overlay
+    would include them (a Component renders nothing useful alone: its patches need what it is added to)."""
+    directory = Path(_OVERLAYS.name) / "-".join(p.replace("/", "_") for p in (base, *components))
+    directory.mkdir(exist_ok=True)
+    relative = Path(os.path.relpath(ROOT, directory))
+    (directory / KUSTOMIZATION).write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [str(relative / base)], "components": [str(relative / c) for c in components]}))
+    return render(directory)
 
 
 # Every overlay an operator applies for the injector itself (the bootstrap Job's are separate).

@@ -68,10 +68,11 @@ def cel_data(review: Obj) -> dict[str, Any]:
     return {"request": to_cel(review), "object": to_cel(review["object"]), "oldObject": to_cel(review["oldObject"])}
 
 
-def refusals(review: Obj) -> list[str]:
-    """The messages of every validation that refuses `review`, over every policy that applies."""
+def refusals(review: Obj, policies: list[Obj] | None = None) -> list[str]:
+    """The messages of every validation that refuses `review`, over every policy (default: the base's
+    two) that applies."""
     found = []
-    for policy in (p for p in POLICIES if applies(p, review)):
+    for policy in (p for p in (POLICIES if policies is None else policies) if applies(p, review)):
         data = cel_data(review)
         data["variables"] = {}
         for variable in policy["spec"]["variables"]:  # in order: a variable may use the ones before it
