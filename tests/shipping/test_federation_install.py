@@ -8,11 +8,18 @@ AdmissionRequest-shaped inputs, taken from the rendering an operator applies (ba
 
 from __future__ import annotations
 
+import base64
+import os
+import subprocess
+from pathlib import Path
+
 import pytest
+import yaml
 
 from app.reconcile.ownership import owner_labels
+from tests.kubeapi import Emulator
 from tests.shipping.rbac import Call, authorized, grants_for
-from tests.shipping.support import ROOT, Obj, of_kind, only, render, render_with_components
+from tests.shipping.support import ROOT, Obj, kubectl, of_kind, only, render, render_with_components
 from tests.shipping.test_reconciler_policy import ADMIN, RECONCILER, TENANT, changed, refusals, request, thing
 from tests.shipping.test_schema import validate
 
@@ -190,3 +197,57 @@ def test_the_policies_name_the_account_the_role_is_bound_to() -> None:
     text = (ROOT / MEMBER / "hub-admission-policy.yaml").read_text()
     assert f"'{HUB}'" in text
     assert f"'{HUB}'" in (ROOT / MEMBER / "reserved-objects.yaml").read_text()
+
+
+SCRIPT = ROOT / MEMBER / "member-secret.sh"
+CLUSTER_CA = b"-----BEGIN CERTIFICATE-----\nMIIBmember\n-----END CERTIFICATE-----\n"
+
+
+def _token_secret(data: dict[str, bytes]) -> Obj:
+    token = only(member(), "Secret", "tls-injector-hub-token")
+    return {**token, "data": {k: base64.b64encode(v).decode() for k, v in data.items()}}
+
+
+def _run_script(emu: Emulator, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The script as an operator runs it: kubectl on PATH, its kubeconfig naming the member (the emulator)."""
+    env = {**os.environ, "KUBECONFIG": str(emu.write_kubeconfig(tmp_path / "member.kubeconfig")),
+           "PATH": f"{Path(kubectl()).parent}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, env=env, check=False, timeout=60)
+
+
+def test_the_script_prints_the_hubs_member_secret_with_a_kubeconfig_for_the_hubs_token(
+        kubeapi: Emulator, tmp_path: Path) -> None:
+    kubeapi.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    # As the token controller leaves it once the member component is applied.
+    kubeapi.add(_token_secret({"token": b"eyJhbGciOi.hub.token", "ca.crt": CLUSTER_CA, "namespace": b"tls-injector"}))
+    result = _run_script(kubeapi, tmp_path, "member-a", "https://member-a.example:6443")
+    assert result.returncode == 0, result.stderr
+    secret = yaml.safe_load(result.stdout)
+    validate(secret)
+    assert secret["metadata"]["namespace"] == NAMESPACE
+    assert secret["metadata"]["labels"] == {"tls-injector.io/member": "member-a"}
+    assert list(secret["data"]) == ["kubeconfig"]
+    config = yaml.safe_load(base64.b64decode(secret["data"]["kubeconfig"]))
+    [cluster], [user], [context] = config["clusters"], config["users"], config["contexts"]
+    assert cluster["cluster"]["server"] == "https://member-a.example:6443"
+    assert base64.b64decode(cluster["cluster"]["certificate-authority-data"]) == CLUSTER_CA
+    assert user["user"] == {"token": "eyJhbGciOi.hub.token"}
+    assert context["context"] == {"cluster": cluster["name"], "user": user["name"], "namespace": NAMESPACE}
+    assert config["current-context"] == context["name"]
+    assert "eyJhbGciOi" not in result.stderr
+
+
+@pytest.mark.parametrize(("args", "status", "says"), [
+    (["Member_A", "https://a.example:6443"], 2, "not a DNS-1123 label"),
+    (["a" * 64, "https://a.example:6443"], 2, "not a DNS-1123 label"),
+    (["member-a", "http://a.example:6443"], 2, "must be an https:// URL"),
+    (["member-a"], 2, "usage:"),
+    (["member-a", "https://a.example:6443"], 1, "has no token or ca.crt yet"),
+])
+def test_the_script_refuses_with_a_reason(kubeapi: Emulator, tmp_path: Path, args: list[str], status: int,
+                                          says: str) -> None:
+    kubeapi.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    kubeapi.add(_token_secret({}))  # not filled in yet
+    result = _run_script(kubeapi, tmp_path, *args)
+    assert (result.returncode, result.stdout) == (status, "")
+    assert says in result.stderr
