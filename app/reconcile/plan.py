@@ -415,7 +415,7 @@ def _leaf_body(target: Target, existing: Obj | None, ours: dict[str, bytes], iss
 # The `workloads` annotation is for people reading the Secret, so it is cut at this many characters, the
 # rest counted ("+N more"): a Secret shared by the pods of one generateName lists each pod, and at about
 # 3,850 pods the whole list passed the apiserver's 256 KiB limit on an object's annotations (422 on every
-# pass, and the pods waiting). The complete list of users is the Secret's ownerReferences.
+# pass, and the pods waiting). The Secret's ownerReferences list them all, up to MAX_OWNER_REFERENCES.
 MAX_WORKLOADS_NOTE = 1024
 
 
@@ -432,17 +432,37 @@ def workloads_note(workloads: Iterable[WorkloadRef]) -> str:
     return text
 
 
+# A Secret used by more workloads than this carries no ownerReferences at all; the reconciler's own
+# garbage collection (an owned Secret no workload needs is deleted, with a resourceVersion precondition)
+# is then the whole mechanism. Why a bound: a Secret shared by the pods of one generateName (bare pods,
+# each its own workload) carried one reference per pod, about 200 bytes each with 63-character names, and
+# near 8,000 pods the object passed etcd's request limit (--max-request-bytes, 1.5 MiB by default:
+# etcd.io/docs/v3.4/dev-guide/limit); kube-apiserver then answers every write 500 "etcdserver: request is
+# too large" (kubernetes/kubernetes#74600, #112152), so the pods waited for a Secret refused on every pass.
+# Why 100: a reference is at most about 770 bytes (a 253-character name, a custom resource's 317-character
+# apiVersion, a 63-character kind, a uid), so 100 are at most 77 KiB; with the 1 MiB of data and 256 KiB
+# of annotations the apiserver's validation already allows, the Secret stays under 1.5 MiB whatever else
+# it holds. A Deployment's Secret has one user; a hundred is far past sharing by design.
+# Why none rather than some: Kubernetes deletes a dependent once every owner it lists is gone, so listing
+# a subset would let the garbage collector delete a Secret still mounted by the unlisted users (the first
+# hundred pods of a generateName ending while the rest run). The trade-off: with the reconciler
+# uninstalled, a Secret of more than 100 users is never collected by Kubernetes when they go; it stays
+# until deleted by hand (docs/install.md#uninstall lists the command) or with its namespace.
+MAX_OWNER_REFERENCES = 100
+
+
 def owner_references(workloads: Iterable[WorkloadRef]) -> list[Obj]:
     """One reference per workload using the Secret, so Kubernetes' garbage collector removes it with the
-    last of them, as the reconciler does. Never `controller` (several workloads may share a Secret, and
-    none of them manages it) and `blockOwnerDeletion: false` (deleting a workload must not wait on its
-    Secret; `true` would also need `update` on each owner kind's `finalizers`, which the apiserver's
-    OwnerReferencesPermissionEnforcement checks). A workload without a uid is left out: a reference
-    with a wrong uid counts as a gone owner.
+    last of them, as the reconciler does; none when more than MAX_OWNER_REFERENCES workloads use it (why:
+    above). Never `controller` (several workloads may share a Secret, and none of them manages it) and
+    `blockOwnerDeletion: false` (deleting a workload must not wait on its Secret; `true` would also need
+    `update` on each owner kind's `finalizers`, which the apiserver's OwnerReferencesPermissionEnforcement
+    checks). A workload without a uid is left out: a reference with a wrong uid counts as a gone owner.
     The field is ours as a whole, like the rest of the Secret: a stale reference is dropped."""
-    return [{"apiVersion": w.api_version, "kind": w.kind, "name": w.name, "uid": w.uid,
-             "controller": False, "blockOwnerDeletion": False}
-            for w in sorted(workloads, key=lambda w: w.uid) if w.uid]
+    references = [{"apiVersion": w.api_version, "kind": w.kind, "name": w.name, "uid": w.uid,
+                   "controller": False, "blockOwnerDeletion": False}
+                  for w in sorted(workloads, key=lambda w: w.uid) if w.uid]
+    return references if len(references) <= MAX_OWNER_REFERENCES else []
 
 
 def _base_body(existing: Obj | None, resource: Resource, namespace: str, name: str, *, role: own.Role) -> Obj:

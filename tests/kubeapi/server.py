@@ -81,6 +81,7 @@ class Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True  # small JSON answers must not wait for delayed ACKs (~40 ms each)
     server: EmulatorHTTPServer
     request_headers: dict[str, str]
+    body_size = 0  # of the request being served
     raw_requestline: bytes  # set by the base class; missing from its type stubs
 
     def parse_request(self) -> bool:
@@ -179,6 +180,7 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             length = 0
         raw = self.rfile.read(length) if length else b""
+        self.body_size = len(raw)  # read whole even when too large, so the connection stays usable
         if not raw:
             return None
         try:
@@ -187,6 +189,8 @@ class Handler(BaseHTTPRequestHandler):
             return _MALFORMED
 
     def _serve(self, verb: str, r: Route, query: dict[str, str], body: Any) -> tuple[int, bytes]:
+        if self.body_size > errors.MAX_REQUEST_BODY:  # the API's paths only: the emulator's controls seed more
+            raise errors.body_too_large()
         if body is _MALFORMED:
             raise errors.bad_request("the request body is not valid JSON")
         if r.subresource not in (None, "status") or (r.subresource and not r.res.status_subresource):

@@ -343,9 +343,11 @@ class Store:
         return Stored(res, obj, orjson.dumps(obj))
 
     def _commit(self, res: Resource, obj: dict[str, Any], old: Stored | None, kind: str) -> Stored:
-        self._rv += 1
-        obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(self._rv)}}
+        obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(self._rv + 1)}}
         stored = self._stage(obj, res)
+        if kind != "DELETED" and stored_size(stored) > errors.MAX_STORED_OBJECT:
+            raise errors.too_large_to_store()  # etcd refuses the write: nothing changes, no event
+        self._rv += 1
         namespace, name = obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
         spaces = self._objects[res]
         if kind == "DELETED":
@@ -379,6 +381,16 @@ def _object_body(body: Any) -> dict[str, Any]:
         raise errors.bad_request("metadata must be an object")
     obj["metadata"] = dict(obj.get("metadata") or {})
     return obj
+
+
+def stored_size(stored: Stored) -> int:
+    """The bytes etcd would be asked to store, estimated from the JSON: what the apiserver stores is
+    protobuf, where a Secret's data and a ConfigMap's binaryData are raw bytes (here base64) and field
+    names are tags, so the JSON with those counted decoded is the estimate. It is a little larger than
+    the protobuf (key names), so the emulator refuses no later than a cluster would."""
+    encoded = {("", "secrets"): "data", ("", "configmaps"): "binaryData"}.get((stored.res.group, stored.res.plural))
+    values = (stored.obj.get(encoded) or {}).values() if encoded else ()
+    return len(stored.raw) - sum(len(str(v)) - len(str(v)) * 3 // 4 for v in values)
 
 
 def _parse_rv(text: str) -> int:
