@@ -6,7 +6,7 @@ and turns those flags into settings; `handlers` builds the admission handlers `s
 
 Exit status, the same for every command: 0 ok; 1 findings or rejections (a rejected update, a pass that
 did not converge, a webhook the API server would not trust); 2 usage or input error (bad flags, an
-unreadable or invalid file, no cluster configured, a start-up failure).
+unreadable or invalid file, no cluster configured or none answering, a start-up failure).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import sys
 from datetime import UTC, datetime
 
 from app.cli import flags
-from app.cli.cluster import NO_CLUSTER, connection_flags, find_cluster, settings_for, webhook_flags
+from app.cli.cluster import NO_CLUSTER, connection_flags, find_cluster, settings_for, unreachable, webhook_flags
 from app.cli.command import EXIT_FINDINGS, EXIT_OK, Command, fail
 from app.logs import configure_logging
 from app.names import RECONCILER_ACCOUNT
@@ -44,6 +44,11 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     cluster = find_cluster(args)
     if cluster is None:
         return fail("doctor", NO_CLUSTER)
+    # An API that does not answer (or a configuration that does not load) leaves nothing to check: one
+    # line and exit 2 after one --timeout, as `reconcile --once` and `bootstrap` do, not a report of one
+    # failed check (exit 1 means the cluster was read and something in it is wrong).
+    if problem := unreachable(cluster):
+        return fail("doctor", problem)
     reconcile = settings_for(args)
     webhook = reconcile.webhook or WebhookSettings(service=args.webhook_service, secret_name=args.webhook_secret,
                                                    configurations=(), cluster_domain=reconcile.cluster_domain)
@@ -67,4 +72,4 @@ COMMAND = Command(
                 "caBundle trusts the certificate the webhook serves, the CA sets, every opted-in workload's "
                 "certificate, pods that missed the injection or mount a missing Secret, the reconciler's RBAC "
                 "and its leader Lease. Exit status 0 when no check failed (warnings allowed), 1 when one did, "
-                "2 for a usage or configuration error.")
+                "2 for a usage or configuration error or an API server that does not answer within --timeout.")

@@ -16,7 +16,7 @@ DESCRIPTION = """The `tls-injector` command: parse flags, build settings once, w
 
 Exit status, the same for every command: 0 ok; 1 findings or rejections (a rejected update, a pass that
 did not converge, a webhook the API server would not trust); 2 usage or input error (bad flags, an
-unreadable or invalid file, no cluster configured, a start-up failure).
+unreadable or invalid file, no cluster configured or none answering, a start-up failure).
 """
 # In the order `tls-injector --help` lists them.
 COMMANDS: tuple[Command, ...] = (serve.COMMAND, check.COMMAND, export_policy.COMMAND, reconcile.COMMAND,

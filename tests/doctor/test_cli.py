@@ -1,4 +1,5 @@
-"""The doctor's command line: usage errors exit 2, an unreachable API is a failed check (exit 1), and the
+"""The doctor's command line: usage errors exit 2, an API that answers but fails its reads is a failed
+check (exit 1), and the
 permissions it asks about are exactly the ones the shipped RBAC grants the reconciler."""
 
 from __future__ import annotations
@@ -33,8 +34,10 @@ def test_no_cluster_configured_is_a_usage_error(tmp_path: Path, monkeypatch: pyt
     assert "no cluster configured" in capsys.readouterr().err
 
 
-def test_an_api_server_that_does_not_answer_is_one_failed_check(kubeapi: Emulator,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_api_server_that_answers_then_fails_its_reads_is_one_failed_check(kubeapi: Emulator,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """/version answers (as an apiserver whose etcd is down still does), every read is 503: the report says
+    so, with the hint. One that does not answer at all is one line and exit 2 (tests/test_cli_errors.py)."""
     kubeapi.outage(code=503)
     code, out = run(["doctor", "--server", kubeapi.url, "--namespace", "tls-injector"], capsys)
     assert code == 1
