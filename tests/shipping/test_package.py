@@ -8,7 +8,9 @@ installed in a virtual environment of its own, is the command docs/install.md te
 
 from __future__ import annotations
 
+import fnmatch
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -104,7 +106,27 @@ def test_the_wheel_installs_a_working_command_as_pipx_would(wheel: zipfile.ZipFi
     assert (module.returncode, module.stdout.strip()) == (0, f"tls-injector {version}"), module.stderr
     where = run(bin_dir / "python", "-c", "import app; print(app.__file__)")
     assert Path(where.stdout.strip()).is_relative_to(site), where.stdout + where.stderr
+    helped = run(bin_dir / "tls-injector", "--help")
+    assert helped.returncode == 0, helped.stderr
+    assert helped.stdout.startswith("usage: tls-injector "), helped.stdout
+    assert "{serve,check,export-policy,reconcile,bootstrap,inject,doctor}" in helped.stdout
     # A command that loads the rules, CEL and YAML from the installed package, data file included.
     policies = run(bin_dir / "tls-injector", "export-policy")
     assert policies.returncode == 0, policies.stderr
     assert "kind: ValidatingAdmissionPolicy\n" in policies.stdout
+
+
+def test_the_install_instructions_are_the_commands_this_file_checks(wheel: zipfile.ZipFile) -> None:
+    """docs/install.md's commands, every one: a clone's `pipx install .` (the wheel built from the tree,
+    installed in a virtual environment of its own, as above), or the wheel built by the command shown and
+    installed by its file name; no placeholder to fill in."""
+    text = (ROOT / "docs" / "install.md").read_text()
+    section = text.split("### The `tls-injector` command on your machine\n", 1)[1].split("\n### ", 1)[0]
+    shown = [line.split("  #")[0].strip() for block in re.findall(r"```sh\n(.*?)```", section, re.DOTALL)
+             for line in block.splitlines() if line.strip()]
+    assert shown == ["cd tls-injector", "pipx install .", "tls-injector --version", "tls-injector --help",
+                     "python3 -m pip wheel --no-deps --wheel-dir dist .",
+                     "pipx install dist/tls_injector-*-py3-none-any.whl"]
+    assert not re.search(r"<[a-z][^>]*>", section), "a placeholder the reader cannot run"
+    assert fnmatch.fnmatch(Path(str(wheel.filename)).name, "tls_injector-*-py3-none-any.whl")
+    assert "`python -m app` is the same command" in section
