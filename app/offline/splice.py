@@ -5,9 +5,11 @@ before it, so a comment after a mapping's last key, or heading the next document
 into the middle of what was added) and rewrite what it does not keep (`~`, spacing). So the source text
 stays as it is and only what the injection added is inserted: new keys after the last line of their
 block mapping, new items after the last line of their block sequence, at that collection's own column
-and nested the way the document indents. A changed scalar or a flow collection (`[{name: app}]`) is
-rewritten in place on its own line(s). Where that is not possible (a key removed, a merge key or an
-alias on the way), `splice` returns None and the caller writes the whole document instead.
+and nested the way the document indents. A changed scalar is rewritten in place; what is added to a flow
+collection on one line (`[{name: app}]`) is written before its closing bracket, the rest of the line kept
+as written, and a flow collection over several lines is rewritten whole. Where that is not possible (a
+key removed, a merge key or an alias on the way), `splice` returns None and the caller writes the whole
+document instead.
 """
 
 from __future__ import annotations
@@ -127,7 +129,31 @@ class _Builder:
             return self._sequence(node, before, after, depth)
         if isinstance(node, MappingNode | SequenceNode) and not flow:
             return False  # a block collection replaced wholesale: not a change the injector makes
+        if flow and self._flow_added(node, before, after, depth):
+            return True
         self._replace(node, after, depth)
+        return True
+
+    def _flow_added(self, node: Node, before: Any, after: Any, depth: int) -> bool:
+        """Keys or items added to a flow collection on one line (`{app: "api"}`), written before its closing
+        bracket, so every character of it stays as written (quotes, spacing); False where only rewriting
+        it whole can do (a key removed, or a collection over several lines, where a comment may sit)."""
+        brackets = self.text[node.start_mark.index] + self.text[node.end_mark.index - 1]
+        one_line = node.start_mark.line == node.end_mark.line and brackets in ("{}", "[]")  # not `[k: v]`
+        found = _flow_parts(node, before, after) if one_line else None
+        if found is None:
+            return False
+        pairs, added = found
+        edits = len(self.edits)
+        if not all(self.diff(child, old, new, depth=depth + 1) for child, old, new in pairs):
+            del self.edits[edits:]
+            return False
+        if added:
+            close = node.end_mark.index - 1  # the closing bracket
+            inside = self.text[node.start_mark.index + 1 : close].rstrip()
+            separator = "" if not inside.strip() else " " if inside.endswith(",") else ", "
+            at = node.start_mark.index + 1 + len(inside)
+            self.edits.append(_Edit(at, at, depth, separator + added))
         return True
 
     def _mapping(self, node: MappingNode, before: dict[str, Any], after: dict[str, Any], depth: int) -> bool:
@@ -209,6 +235,23 @@ class _Builder:
     @staticmethod
     def _block(text: str, column: int) -> str:
         return "".join(" " * column + line if line.strip() else line for line in text.splitlines(keepends=True))
+
+
+def _flow_parts(node: Node, before: Any, after: Any) -> tuple[list[tuple[Node, Any, Any]], str] | None:
+    """A flow collection's kept children with their old and new values, and what is added to it as flow
+    text without the brackets; None when something was removed or moved."""
+    if isinstance(node, MappingNode) and isinstance(before, dict) and isinstance(after, dict):
+        old = list(before)
+        children = [_value_node(node, key) for key in old]
+        if list(after)[: len(old)] != old or len(node.value) != len(old) or None in children:
+            return None
+        pairs = [(child, before[key], after[key]) for child, key in zip(children, old, strict=True) if child]
+        return pairs, _inline({key: after[key] for key in list(after)[len(old) :]})[1:-1]
+    if isinstance(node, SequenceNode) and isinstance(before, list) and isinstance(after, list):
+        if len(after) < len(before) or len(node.value) != len(before):
+            return None
+        return list(zip(node.value, before, after[: len(before)], strict=True)), _inline(after[len(before) :])[1:-1]
+    return None
 
 
 def _inline(value: Any) -> str:

@@ -197,3 +197,34 @@ spec:
     assert document["spec"]["template"]["metadata"]["labels"] == {"app": "web", "tls-injector.io/inject": "true"}
     assert schema_errors(document) == []
     assert CERTS in str(document["spec"]["template"]["spec"]["containers"][0]["volumeMounts"])
+
+
+FLOW = """apiVersion: apps/v1
+kind: Deployment
+metadata: {name: api, labels: {app: "api"}}
+spec:
+  selector: {matchLabels: {app: 'api'}}
+  template:
+    metadata: {labels: {app: "api", tls-injector.io/inject: "true"}}   # flow, double-quoted
+    spec:
+      containers: [{name: api, image: "example/api:1",  ports: [{containerPort: 8443}]}]
+      volumes: [ ]
+"""
+
+
+def test_what_is_added_to_a_flow_collection_keeps_every_character_of_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A flow line must change to take what is added; the characters already on it (quotes, spacing, the
+    comment) all stay: compared character by character, the output only inserts."""
+    source = tmp_path / "flow.yaml"
+    source.write_text(FLOW)
+    code, out, err = inject(capsys, "-f", str(source))
+    assert (code, err) == (0, "")
+    matcher = difflib.SequenceMatcher(a=FLOW, b=out, autojunk=False)
+    assert {op[0] for op in matcher.get_opcodes()} == {"equal", "insert"}, out
+    document = yaml.load(out, Loader=KubernetesLoader)
+    spec = document["spec"]["template"]["spec"]
+    assert [v["name"] for v in spec["volumes"]] == ["tls-injector-cert", "tls-injector-trust"]
+    assert spec["containers"][0]["volumeMounts"][0]["mountPath"] == CERTS
+    assert schema_errors(document) == []
