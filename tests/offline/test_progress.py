@@ -13,6 +13,7 @@ import sys
 import termios
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,10 +54,13 @@ def output(tmp_path: Path) -> list[object]:
     return list(yaml.safe_load_all((tmp_path / "out.yaml").read_text()))
 
 
-def test_a_long_inject_shows_progress_on_a_terminal(tmp_path: Path) -> None:
+@pytest.mark.parametrize("columns", [120, 0], ids=["120 columns", "no size"])
+def test_a_long_inject_shows_progress_on_a_terminal(tmp_path: Path, columns: int) -> None:
+    """On a terminal 120 columns wide, and on one that reports no size (a fresh pseudo-terminal, as
+    `script` or a CI runner's allocated tty give), where a line cut to the width would be nothing."""
     leader, follower = pty.openpty()
-    # A terminal 120 columns wide (a fresh pseudo-terminal has none, and the line would be cut to nothing).
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    if columns:
+        fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
     process = inject(manifests(tmp_path), stderr=follower)
     os.close(follower)
     screen = b""
