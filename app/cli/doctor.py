@@ -22,6 +22,9 @@ def add(doctor: argparse.ArgumentParser) -> None:
                              "resolves only inside the cluster)")
     doctor.add_argument("--reconciler-service-account", default=RECONCILER_ACCOUNT,
                         help="the reconciler's service account in --namespace, whose permissions are checked")
+    doctor.add_argument("--hub", action="store_true",
+                        help="this cluster is a hub (reconcile --hub): also reach every registered member with its "
+                             "kubeconfig, read-only, and check its intermediates (docs/multicluster.md)")
     doctor.add_argument("-o", "--output", choices=["text", "json"], default="text", help="report format")
     doctor.set_defaults(ca_secret=None)
 
@@ -54,7 +57,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                                                    configurations=(), cluster_domain=reconcile.cluster_domain)
     settings = DoctorSettings(namespace=reconcile.namespace, cluster_domain=reconcile.cluster_domain, webhook=webhook,
                               ca_secret=reconcile.ca.secret_name, webhook_address=args.webhook_address,
-                              reconciler_account=args.reconciler_service_account)
+                              reconciler_account=args.reconciler_service_account, hub=args.hub)
     try:
         results = run_checks(read(connect(cluster), settings, now=datetime.now(UTC)))
     except runner.KubeError as error:  # the configuration itself cannot be loaded

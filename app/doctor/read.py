@@ -28,6 +28,11 @@ from app.kube import (
     Unauthorized,
     Unavailable,
 )
+from app.names import CLIENT_CA_SECRET, MEMBER_LABEL
+from app.pki import CaRole
+from app.reconcile.ca import CaUnusable, load_ca_set
+from app.reconcile.federation import INTERMEDIATE_SECRETS, Roots, members_from, roots_from
+from app.reconcile.hub import MemberOutcome, inspect_member
 from app.reconcile.read import read_cluster
 from app.reconcile.served import Served, fetch_served
 from app.reconcile.signer import NativeApis
@@ -50,8 +55,33 @@ def read(api: KubeApi, settings: DoctorSettings, *, now: datetime, fetch: Fetch 
     _section(snap, "lease", lambda: setattr(snap, "lease", _optional(api, LEASES, settings.lease_name,
                                                                           settings.namespace)))
     _section(snap, "access", lambda: _access(api, snap))
+    _section(snap, "federation", lambda: _federation(api, snap))
     snap.served = _served(snap, fetch)
     return snap
+
+
+def _federation(api: KubeApi, snap: Snapshot) -> None:
+    """A hub: each registered member, visited read-only with its kubeconfig (`inspect_member`, 10 s per
+    request); a member: the hub's intermediate Secrets in its namespace."""
+    settings = snap.settings
+    if not settings.hub:
+        for name in INTERMEDIATE_SECRETS.values():
+            snap.intermediates[name] = _optional(api, SECRETS, name, settings.namespace)
+        return
+    roots = (_roots("serving", snap.ca_secrets.get(settings.ca_secret), snap.now),
+             _roots("client", _optional(api, SECRETS, CLIENT_CA_SECRET, settings.namespace), snap.now))
+    registered = api.list_objects(SECRETS, namespace=settings.namespace, label_selector=MEMBER_LABEL).items
+    members, problems = members_from(registered)
+    snap.members = [inspect_member(m, namespace=settings.namespace, roots=roots, clock=lambda: snap.now)
+                    for m in members]
+    snap.members += [MemberOutcome(name, problem) for name, problem in problems.items()]
+
+
+def _roots(role: CaRole, secret: Obj | None, now: datetime) -> Roots:
+    try:
+        return roots_from(role, load_ca_set(secret), now=now)
+    except CaUnusable as e:
+        return Roots(role, None, (), f"the hub's {role} CA Secret cannot be used: {e}")
 
 
 def _section(snap: Snapshot, name: str, work: Callable[[], object]) -> None:

@@ -7,6 +7,7 @@ from datetime import datetime
 
 from app.kube import Obj
 from app.names import LEASE_NAME, RECONCILER_ACCOUNT
+from app.reconcile.hub import MemberOutcome
 from app.reconcile.plan import Observed
 from app.reconcile.served import Served
 from app.reconcile.webhook_plan import WebhookSettings
@@ -23,6 +24,7 @@ class DoctorSettings:
     webhook_address: tuple[str, int] | None = None  # where to reach the webhook (e.g. a port-forward)
     reconciler_account: str = RECONCILER_ACCOUNT
     lease_name: str = LEASE_NAME
+    hub: bool = False  # `doctor --hub`: also reach every registered member (docs/multicluster.md)
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,9 @@ class Snapshot:
     lease: Obj | None = None
     pod_certificates: bool = False  # the cluster serves pod certificates: workloads asking for them get no Secret
     access: list[Access] = field(default_factory=list)
+    # Multi-cluster: a hub's members as `inspect_member` found them; a member's intermediate Secrets by name.
+    members: list[MemberOutcome] = field(default_factory=list)
+    intermediates: dict[str, Obj | None] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
 
     def secret(self, namespace: str, name: str) -> Obj | None:

@@ -26,6 +26,7 @@ from app.pki import (
     BACKDATE,
     CA_LOOKAHEAD,
     CaRole,
+    CaSet,
     CertKey,
     fingerprint,
     intermediate_renewal,
@@ -110,10 +111,17 @@ class Roots:
 def roots_of(role: CaRole, step: CaStep | None, *, now: datetime) -> Roots:
     if step is None:
         return Roots(role, None, (), f"the hub has no {role} CA set yet")
-    anchors = tuple(step.cas.bundle())
-    signer = step.cas.signer()
+    return roots_from(role, step.cas, now=now, waiting=step.waiting)
+
+
+def roots_from(role: CaRole, cas: CaSet, *, now: datetime, waiting: str = "") -> Roots:
+    """A role's roots from the hub's CA set as stored (what `doctor --hub` reads)."""
+    anchors = tuple(cas.bundle())
+    signer = cas.signer()
+    if not cas.records:
+        return Roots(role, None, (), f"the hub has no {role} CA set yet")
     if signer is None:
-        return Roots(role, None, anchors, f"no {role} root may sign now: {step.waiting or 'none has its key'}")
+        return Roots(role, None, anchors, f"no {role} root may sign now: {waiting or 'none has its key'}")
     if problem := root_problem(signer.cert, now=now):
         return Roots(role, None, anchors, f"the {role} root {fingerprint(signer.cert)[:16]} cannot sign "
                                           f"intermediates: {problem}")
@@ -152,10 +160,7 @@ def _decide_existing(existing: Obj, *, roots: Roots, member: str, namespace: str
         issued_by(chain[0], root) for root in roots.anchors)
     forced = names.FORCE_REPLACE_ANNOTATION in ((existing.get("metadata") or {}).get("annotations") or {})
     if not ours and not forced:
-        issuer = f"issued by {chain[0].issuer.rfc4514_string()[:120]}" if chain else "no readable certificate"
-        return Verdict("refuse", problem=(
-            f"{where} holds an intermediate this hub did not issue ({issuer}); refused, left untouched: "
-            f"delete it, or annotate it {names.FORCE_REPLACE_ANNOTATION} to have it replaced"))
+        return Verdict("refuse", problem=_not_ours(where, chain))
     if not ours:
         return _issue(existing, roots, member, namespace, now, action="replace", reason="forced")
     decision = intermediate_renewal(cert_pem=data.get("tls.crt"), key_pem=data.get("tls.key"),
@@ -186,6 +191,44 @@ def _body(existing: Obj | None, namespace: str, name: str, data: dict[str, bytes
         meta["resourceVersion"] = version
     return {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": "kubernetes.io/tls",
             "data": encode_data(data)}
+
+
+def check_intermediate(existing: Obj | None, *, roots: Roots, member: str, namespace: str,
+                       now: datetime) -> tuple[str, str]:
+    """(problem, note) for `doctor --hub`, from the roots' certificates alone (no signing key needed): the
+    problem when the intermediate is missing, not the hub's or expired; else a note: "due ..." when the
+    hub's next pass renews it, or a description of it."""
+    where = f"Secret {namespace}/{INTERMEDIATE_SECRETS[roots.role]} in member {member}"
+    if existing is None:
+        why = roots.problem or "the hub writes it on its next pass"
+        return f"{where} does not exist ({why})", ""
+    chain = load_certificates(secret_data(existing, keys=("tls.crt",)).get("tls.crt", b""))
+    if not (own.is_owned(existing, "intermediate") and chain and any(issued_by(chain[0], r) for r in roots.anchors)):
+        return _not_ours(where, chain), ""
+    ends = chain[0].not_valid_after_utc
+    if now >= ends:
+        return f"{where}: the intermediate expired at {ends:%Y-%m-%d %H:%M} UTC", ""
+    if roots.signer is not None and chain[0].issuer != roots.signer.cert.subject:
+        return "", "due: the root that signs changed; the hub re-issues it on its next pass"
+    if now + CA_LOOKAHEAD >= ends:
+        return "", f"due: it ends {ends:%Y-%m-%d} UTC; the hub renews it on its next pass"
+    return "", describe(existing, roots.role)
+
+
+def _not_ours(where: str, chain: Sequence[Any]) -> str:
+    issuer = f"issued by {chain[0].issuer.rfc4514_string()[:120]}" if chain else "no readable certificate"
+    return (f"{where} holds an intermediate this hub did not issue ({issuer}); refused, left untouched: delete it, "
+            f"or annotate it {names.FORCE_REPLACE_ANNOTATION} to have it replaced")
+
+
+def describe(obj: Obj | None, role: CaRole) -> str:
+    """An intermediate in place, for a person: whose, from which root, until when."""
+    chain = load_certificates(secret_data(obj, keys=("tls.crt",)).get("tls.crt", b""))
+    if not chain:
+        return f"{role} intermediate: none"
+    cert = chain[0]
+    return (f"{role} intermediate {fingerprint(cert)[:16]} from root {_annotation(obj or {})[:16]}, valid until "
+            f"{cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC")
 
 
 def _annotation(obj: Obj) -> str:

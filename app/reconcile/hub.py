@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from app.kube import (
+    NAMESPACES,
     SECRETS,
     Conflict,
     Forbidden,
@@ -27,6 +28,7 @@ from app.reconcile.federation import (
     Member,
     Roots,
     Verdict,
+    check_intermediate,
     clock_skew_problem,
     decide_intermediate,
 )
@@ -46,6 +48,8 @@ class MemberOutcome:
     problem: str = ""  # empty: the member has current intermediates of both roles
     writes: Counter[str] = field(default_factory=Counter)  # by action: create, update, delete
     reasons: tuple[str, ...] = ()
+    current: tuple[str, ...] = ()  # read only (`inspect_member`): each intermediate in place, for a person
+    pending: tuple[str, ...] = ()  # read only: what the hub's next pass will write, and why
 
     @property
     def ready(self) -> bool:
@@ -56,13 +60,61 @@ def converge_member(member: Member, *, namespace: str, roots: tuple[Roots, ...],
                     guard: Callable[[], None]) -> MemberOutcome:
     """Both intermediates of one member, each written whole (chain and key) or not at all."""
     outcome = MemberOutcome(member.name)
+    return _visit(member, outcome, lambda api: _MemberPass(api, member, namespace, clock, guard, outcome).run(roots))
+
+
+def inspect_member(member: Member, *, namespace: str, roots: tuple[Roots, ...],
+                   clock: Callable[[], datetime]) -> MemberOutcome:
+    """Read only (`doctor --hub`): the member answers, its clock agrees, and each intermediate is in place,
+    from one of the hub's roots and not due for renewal (`current` describes each; `pending` what is due)."""
+    outcome = MemberOutcome(member.name)
+
+    def look(api: KubeApi) -> str:
+        if skew := clock_skew_problem(member.name, api.server_date(), clock()):
+            return skew
+        problems = []
+        for role_roots in roots:
+            name = INTERMEDIATE_SECRETS[role_roots.role]
+            try:
+                existing: dict[str, object] | None = api.get(SECRETS, name, namespace=namespace)
+            except NotFound:
+                existing = None
+            if existing is None and (missing := _namespace_missing(api, member.name, namespace)):
+                return missing
+            problem, note = check_intermediate(existing, roots=role_roots, member=member.name, namespace=namespace,
+                                               now=clock())
+            if problem:
+                problems.append(problem)
+            elif note.startswith("due"):
+                outcome.pending += (f"{role_roots.role} intermediate {note}",)
+            else:
+                outcome.current += (note,)
+        return "; ".join(problems)
+
+    return _visit(member, outcome, look)
+
+
+def _namespace_missing(api: KubeApi, member: str, namespace: str) -> str:
+    """A read cannot tell a missing Secret from a missing namespace (both 404); asking for the namespace
+    can, when the identity may (the member Role the hub needs does not grant it: then nothing is said)."""
+    try:
+        api.get(NAMESPACES, namespace)
+    except NotFound:
+        return f"member {member}: namespace {namespace} does not exist there (install tls-injector in the member first)"
+    except (Forbidden, Unauthorized):
+        return ""
+    return ""
+
+
+def _visit(member: Member, outcome: MemberOutcome, work: Callable[[KubeApi], str]) -> MemberOutcome:
+    """Connect with the member's kubeconfig, do `work`, and turn every failure into a reason."""
     try:
         api = KubeApi(member_client(member.kubeconfig), timeout=MEMBER_TIMEOUT_SECONDS)
     except KubeError as e:
         outcome.problem = f"member {member.name}: its kubeconfig is not usable: {e}"
         return outcome
     try:
-        outcome.problem = _MemberPass(api, member, namespace, clock, guard, outcome).run(roots)
+        outcome.problem = work(api)
     except (Unauthorized, Forbidden) as e:
         outcome.problem = f"member {member.name}: its API server refused the hub's credentials: {_short(e)}"
     except Unavailable as e:

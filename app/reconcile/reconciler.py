@@ -577,11 +577,17 @@ class Reconciler:
         name = self.settings.user_ca_secret
         if not name:
             return None
-        data = secret_data(self.api.get(SECRETS, name, namespace=self.settings.namespace))
+        secret = self.api.get(SECRETS, name, namespace=self.settings.namespace)
+        data = secret_data(secret)
         try:
             return load_user_ca(data.get("tls.crt", b""), data.get("tls.key", b""), now=now)
         except ValueError as e:
-            raise CaUnusable(f"user-provided CA Secret {self.settings.namespace}/{name}: {e}") from e
+            message = f"user-provided CA Secret {self.settings.namespace}/{name}: {e}"
+            # The pass stops (nothing may be signed with it, and no other CA is minted in its place); the
+            # log, the exit status, the failures metric and this Event on the Secret say why.
+            ref = WorkloadRef("Secret", self.settings.namespace, name, secret["metadata"].get("uid", ""), "v1")
+            self._announce((ref,), f"ca/{name}", reason="CaUnusable", message=message, now=now)
+            raise CaUnusable(message) from e
 
     def _converge(self, item: Item, existing: Obj | None, report: PassReport, now: datetime) -> Obj | None:
         """Decide and write one object, re-reading after a 409; returns what is stored at the end."""

@@ -11,6 +11,7 @@ import base64
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,17 +25,23 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from app.kube import SECRETS, KubeApi
 from app.names import CERT_MOUNT_PATH, CLIENT_MOUNT_PATH, MEMBER_LABEL, TRUST_MOUNT_PATH
 from app.pki import (
     UntrustedChain,
     fingerprint,
     issue_client,
+    issue_leaf,
+    load_cert_key,
     load_certificates,
+    make_ca,
     make_root,
     uri_sans,
     verify_client,
     verify_server,
 )
+from app.reconcile.metrics import ReconcileMetrics
+from app.reconcile.reconciler import Reconciler, ReconcileSettings
 from tests.kubeapi import Emulator, running_emulator
 from tests.reconcile.cluster import OWN_NS, Clock, data, namespace, reconciler
 from tests.reconcile.test_mtls_chain import (
@@ -76,6 +83,13 @@ def finished(*procs: subprocess.Popen[bytes]) -> list[tuple[int, str, str]]:
     return results
 
 
+def doctor(url: str, *extra: str) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "app", "doctor", "--server", url, "--namespace", OWN_NS, "--cluster-domain",
+            "cluster.local", "--webhook-configurations", "", "-o", "json", *extra]
+    return subprocess.Popen(argv, cwd=ROOT, env={**os.environ, "KUBECONFIG": os.devnull}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+
+
 def register(hub: Emulator, name: str, kubeconfig: dict[str, Any] | bytes) -> None:
     raw = kubeconfig if isinstance(kubeconfig, bytes) else json.dumps(kubeconfig).encode()
     hub.add({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
@@ -84,8 +98,8 @@ def register(hub: Emulator, name: str, kubeconfig: dict[str, Any] | bytes) -> No
 
 
 class Federation:
-    def __init__(self, hub: Emulator, members: dict[str, Emulator]) -> None:
-        self.hub, self.members = hub, members
+    def __init__(self, hub: Emulator, members: dict[str, Emulator], shift: list[timedelta]) -> None:
+        self.hub, self.members, self.shift = hub, members, shift
 
     def roots(self, secret: str) -> list[x509.Certificate]:
         stored = data(self.hub.get("secrets", secret, OWN_NS))
@@ -135,15 +149,22 @@ def public_fp(cert: x509.Certificate) -> str:
 
 @pytest.fixture
 def federation() -> Iterator[Federation]:
+    """A hub and two members; their API servers' clocks run `shift` (a one-item list) ahead of real time,
+    for tests that move every cluster's time at once."""
+    shift = [timedelta(0)]
+
+    def clock() -> datetime:
+        return datetime.now(UTC) + shift[0]
+
     with ExitStack() as stack:
-        hub = stack.enter_context(running_emulator(seed=1))
-        members = {name: stack.enter_context(running_emulator(seed=2 + i)) for i, name in enumerate(MEMBERS)}
+        hub = stack.enter_context(running_emulator(seed=1, now=clock))
+        members = {name: stack.enter_context(running_emulator(seed=2 + i, now=clock)) for i, name in enumerate(MEMBERS)}
         for emu in (hub, *members.values()):
             namespace(emu, OWN_NS)
             namespace(emu, NS)
         for name, emu in members.items():
             register(hub, name, emu.kubeconfig())
-        yield Federation(hub, members)
+        yield Federation(hub, members, shift)
 
 
 def chain_lines(pem: bytes) -> list[str]:
@@ -357,4 +378,159 @@ def test_a_running_standalone_cluster_turns_member_without_a_moment_of_untrust(
     client_bundle = west.get("configmaps", "tls-injector-trust-bundle", NS)["data"]["client-ca-bundle.crt"]
     assert load_certificates(client_bundle.encode()) == [client_root]
     assert member.run_pass().write_count == 0
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def foreign_intermediate(now: datetime) -> dict[str, Any]:
+    """A kubernetes.io/tls Secret of the intermediate's name, from a root that is not the hub's."""
+    other = make_ca(common_name="someone else's root", now=now, path_length=1)
+    inter = make_ca(common_name="someone else's intermediate", now=now, issuer=other, path_length=0)
+    return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": {"name": INTERMEDIATES[0], "namespace": OWN_NS},
+            "data": {k: base64.b64encode(v).decode() for k, v in
+                     {"tls.crt": inter.cert_pem, "tls.key": inter.key_pem, "ca.crt": other.cert_pem}.items()}}
+
+
+def test_bad_members_are_each_refused_with_a_reason_and_the_good_one_is_served(federation: Federation) -> None:
+    """One hub pass over two good members and one of each kind of bad input: the good ones get their
+    intermediates; each bad one gets nothing (never part of a chain) and its reason in the log, an Event on
+    its Secret, the metric, the status API and the exit status; nothing crashes."""
+    hub, east = federation.hub, federation.members["east"]
+    now = datetime.now(UTC)
+    with ExitStack() as stack:
+        no_namespace = stack.enter_context(running_emulator(seed=7))
+        skewed = stack.enter_context(running_emulator(seed=8, now=lambda: datetime.now(UTC) + timedelta(minutes=10)))
+        foreign = stack.enter_context(running_emulator(seed=9))
+        for emu in (skewed, foreign):
+            namespace(emu, OWN_NS)
+        foreign.add(foreign_intermediate(now))
+        planted = foreign.get("secrets", INTERMEDIATES[0], OWN_NS)
+        gone = {**east.kubeconfig(), "clusters": [{"name": "kubeapi-emulator",
+                                                   "cluster": {"server": f"http://127.0.0.1:{closed_port()}"}}]}
+        plugin = {**east.kubeconfig(), "users": [{"name": "kubeapi-emulator", "user": {
+            "exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "/bin/sh", "args": ["-c", "id"]}}}]}
+        register(hub, "broken", b"{{{ this is not a kubeconfig")
+        for name, config in (("gone", gone), ("plugin", plugin), ("nons", no_namespace.kubeconfig()),
+                             ("skewed", skewed.kubeconfig()), ("foreign", foreign.kubeconfig())):
+            register(hub, name, config)
+        hub.add({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "member-bad", "namespace": OWN_NS,
+                                                                  "labels": {MEMBER_LABEL: "Not_A_Name"}}})
+
+        code, out, err = federation.pass_hub()
+        assert code == 1, (out, err)
+        doctors = dict(zip(("hub", "east"), finished(doctor(hub.url, "--hub"), doctor(east.url)), strict=True))
+        expected = {
+            "broken": "its kubeconfig is not usable: the kubeconfig is not YAML",
+            "gone": "unreachable",
+            "plugin": "uses 'exec', which a member kubeconfig may not",
+            "nons": f"namespace {OWN_NS} does not exist there",
+            "skewed": "s ahead of the hub's (more than 300s",
+            "foreign": "holds an intermediate this hub did not issue (issued by CN=someone else's root)",
+            "secret/member-bad": "is not a DNS-1123 label",
+        }
+        logged = {line["member"]: line["reason"] for line in map(json.loads, err.splitlines())
+                  if line.get("msg") == "member not ready"}
+        assert set(logged) == set(expected), logged
+        for member, words in expected.items():
+            assert words in logged[member], (member, logged[member])
+        skew = int(logged["skewed"].split("clock is ")[1].split("s ")[0])
+        assert 595 <= skew <= 600, "10 minutes, measured on the Date header (1 s resolution) of a request"
+        events = {e["involvedObject"]["name"]: e for e in hub.objects("events", OWN_NS)
+                  if e["reason"] == "MemberNotReady"}
+        assert set(events) == {f"member-{m}" for m in expected if not m.startswith("secret/")}
+        assert all(e["type"] == "Warning" and expected[n.removeprefix("member-")] in e["message"]
+                   for n, e in events.items())
+
+        # The good member is served; the bad ones got nothing, or (foreign) only the role not in the way.
+        assert all(east.get("secrets", s, OWN_NS) is not None for s in INTERMEDIATES)
+        for emu in (no_namespace, skewed):
+            assert emu.objects("secrets") == []
+        assert foreign.get("secrets", INTERMEDIATES[0], OWN_NS) == planted, "never overwritten silently"
+        assert foreign.get("secrets", INTERMEDIATES[1], OWN_NS) is not None
+        for emu in (east, foreign):
+            for secret in INTERMEDIATES[emu is foreign:]:
+                stored = data(emu.get("secrets", secret, OWN_NS))
+                load_cert_key(stored["tls.crt"], stored["tls.key"])  # chain and key belong together
+
+        # doctor --hub says the same, read-only; a member's doctor says its intermediates are usable.
+        found = {c["title"]: c for c in json.loads(doctors["hub"][1])["checks"] if c["category"] == "multi-cluster"}
+        assert found["member east holds current intermediates"]["status"] == "ok"
+        assert len(found["member east holds current intermediates"]["details"]) == 2
+        for member, words in expected.items():
+            check = found[f"member {member} holds current intermediates"]
+            assert check["status"] == "error", check
+            assert words in check["message"], check
+        member_side = {c["title"]: c["status"] for c in json.loads(doctors["east"][1])["checks"]
+                       if c["category"] == "multi-cluster"}
+        assert member_side == {"the hub's serving intermediate is usable": "ok",
+                               "the hub's client intermediate is usable": "ok"}
+
+        # The same in process, for the metric and the status API.
+        metrics = ReconcileMetrics()
+        hub_reconciler = Reconciler(KubeApi(hub.api_client()), ReconcileSettings(namespace=OWN_NS, hub=True),
+                                    metrics=metrics)
+        report = hub_reconciler.run_pass()
+        ready = {m: metrics.registry.get_sample_value("tls_injector_federation_member_ready", {"member": m})
+                 for m in [*expected, *MEMBERS]}
+        assert ready == {**dict.fromkeys(expected, 0.0), "east": 1.0, "west": 1.0}
+        assert set(report.federation) == set(expected)
+        assert report.write_count == 0
+        assert hub_reconciler.status is not None
+        assert {m.name: m.ready for m in hub_reconciler.status.members} == {**dict.fromkeys(expected, False),
+                                                                             "east": True, "west": True}
+
+        # A person who wants the planted Secret replaced says so on it; the hub then replaces it.
+        KubeApi(foreign.api_client()).replace(SECRETS, {**planted, "metadata": {
+            **planted["metadata"], "annotations": {"tls-injector.io/force-replace": "now"}}})
+        report = hub_reconciler.run_pass()
+        assert "foreign" not in report.federation, report.federation
+        replaced = data(foreign.get("secrets", INTERMEDIATES[0], OWN_NS))
+        assert load_certificates(replaced["tls.crt"])[0].issuer == federation.roots("tls-injector-ca")[0].subject
+
+
+def test_a_user_root_that_cannot_sign_intermediates_stops_with_its_reason_and_writes_no_chain() -> None:
+    """`--ca-secret` naming a certificate that is not a CA, or a key that is not its own, stops the hub's pass
+    with the reason (exit 1, the summary line, an Event on the Secret), as for a standalone cluster; a CA
+    limited to leaves (path length 0) is kept for the hub's own leaves and each member is told why it gets no
+    serving intermediate. No member gets a serving chain from any of them."""
+    now = datetime.now(UTC)
+    issuer = make_ca(common_name="some CA", now=now)
+    leaf = issue_leaf(issuer=issuer, dns_names=["not-a-ca.example"], now=now)
+    leaf_only = make_ca(common_name="leaf-only root", now=now, path_length=0)
+    cases = {"not a CA": (leaf.cert_pem, leaf.key_pem),
+             "key mismatch": (issuer.cert_pem, leaf_only.key_pem),
+             "path length 0": (leaf_only.cert_pem, leaf_only.key_pem)}
+    with ExitStack() as stack:
+        member = stack.enter_context(running_emulator(seed=20))
+        namespace(member, OWN_NS)
+        hubs = {case: stack.enter_context(running_emulator(seed=21 + i)) for i, case in enumerate(cases)}
+        for case, hub in hubs.items():
+            namespace(hub, OWN_NS)
+            register(hub, "east", member.kubeconfig())
+            cert, key = cases[case]
+            hub.add({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                     "metadata": {"name": "my-root", "namespace": OWN_NS},
+                     "data": {"tls.crt": base64.b64encode(cert).decode(), "tls.key": base64.b64encode(key).decode()}})
+        ran = dict(zip(hubs, finished(*(cli(hub.url, "--hub", "--ca-secret", "my-root") for hub in hubs.values())),
+                       strict=True))
+        assert {case: code for case, (code, _, _) in ran.items()} == dict.fromkeys(cases, 1), ran
+        stopped = {"not a CA": "the certificate is not a CA (basic constraints CA:TRUE and keyCertSign are required)",
+                   "key mismatch": "the private key does not belong to the CA certificate"}
+        for case, words in stopped.items():
+            out = ran[case][1]
+            assert f"stopped: CaUnusable: user-provided CA Secret {OWN_NS}/my-root: {words}" in out, out
+            [event] = [e for e in hubs[case].objects("events", OWN_NS) if e["reason"] == "CaUnusable"]
+            assert event["involvedObject"]["name"] == "my-root"
+            assert words in event["message"]
+        reasons = [json.loads(line)["reason"] for line in ran["path length 0"][2].splitlines()
+                   if json.loads(line).get("msg") == "member not ready"]
+        assert len(reasons) == 1, reasons
+        assert "cannot sign intermediates: the root has path length 0" in reasons[0], reasons
+        assert member.get("secrets", INTERMEDIATES[0], OWN_NS) is None, "no serving chain from a leaf-only root"
+        assert member.get("secrets", INTERMEDIATES[1], OWN_NS) is not None, "the client root, generated, serves"
 
