@@ -81,6 +81,7 @@ from app.pki.trust import (
     encode,
     observe,
     rotation_due,
+    swap_signer,
 )
 from app.pki.verify import UntrustedChain, dns_sans, verify_client, verify_server
 
@@ -156,6 +157,7 @@ __all__ = [
     "service_name_constraints",
     "service_name_problem",
     "spiffe_id",
+    "swap_signer",
     "to_pem",
     "to_pkcs12",
     "to_truststore",

@@ -129,6 +129,24 @@ def add_ca(cas: CaSet, ca: CertKey, *, now: datetime) -> CaSet:
     return _ordered((*kept, CaRecord(ca.cert, ca.key, state, now, ca.chain)))
 
 
+def swap_signer(cas: CaSet, ca: CertKey, *, now: datetime) -> CaSet | None:
+    """A new intermediate under the anchor the signer already chains to: it signs at once and the signer
+    phases out; None when `ca` is not such a CA (then it joins through `add_ca` like any other).
+
+    Safe without the propagation wait because bundles carry anchors only (`CaSet.bundle`): the anchor is
+    the same, it has been in every bundle in use since the signer was promoted, and no bundle changes.
+    That is how a member moves to a renewed intermediate from its hub (docs/multicluster.md).
+    """
+    signer = next((r for r in cas.records if r.state is CaState.TRUSTED_USED), None)
+    if signer is None or not ca.chain or not signer.chain or fingerprint(ca.anchor) != fingerprint(signer.anchor):
+        return None
+    if any(r.fingerprint == fingerprint(ca.cert) for r in cas.records):
+        return None
+    kept = tuple(r.moved(CaState.PHASE_OUT, now) if r is signer else
+                 r.moved(CaState.ZOMBIE, now) if r.state in _PENDING else r for r in cas.records)
+    return _ordered((*kept, CaRecord(ca.cert, ca.key, CaState.TRUSTED_USED, now, ca.chain)))
+
+
 def adopt_orphans(
     cas: CaSet, *, bundles: Iterable[Sequence[x509.Certificate]], leaves: Iterable[Sequence[x509.Certificate]],
     now: datetime,

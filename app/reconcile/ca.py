@@ -34,6 +34,7 @@ from app.pki import (
     observe,
     path_length,
     rotation_due,
+    swap_signer,
 )
 from app.reconcile import ownership as own
 from app.reconcile.plan import Obj, Write, encode_data, secret_data
@@ -243,6 +244,9 @@ def _with_user_ca(cas: CaSet, user_ca: CertKey, *, now: datetime) -> CaSet:
     joins again as new. It is still in every bundle, so nothing is untrusted meanwhile, and it signs
     again only after the same propagation checks as any new CA.
     """
+    swapped = swap_signer(cas, user_ca, now=now)  # a renewed intermediate under the same root
+    if swapped is not None:
+        return swapped
     fp = fingerprint(user_ca.cert)
     kept = tuple(r.moved(CaState.ZOMBIE, now) if r.state in _PENDING and r.fingerprint != fp else r
                  for r in cas.records if not (r.fingerprint == fp and r.state in _LEAVING))

@@ -534,3 +534,34 @@ def test_a_user_root_that_cannot_sign_intermediates_stops_with_its_reason_and_wr
         assert member.get("secrets", INTERMEDIATES[0], OWN_NS) is None, "no serving chain from a leaf-only root"
         assert member.get("secrets", INTERMEDIATES[1], OWN_NS) is not None, "the client root, generated, serves"
 
+
+def test_a_renewed_intermediate_changes_no_bundle_and_signs_at_once(federation: Federation,
+                                                                   webhook: httpx.Client) -> None:
+    """Part 3: 125 days on, the hub renews east's intermediates (each ends 60 days later); east moves every
+    leaf to the new ones in the same pass, with no certificate waiting, and no bundle changes by a byte."""
+    hub, east = federation.hub, federation.members["east"]
+    for name in ("api", "caller"):
+        run(east, webhook, Shape("Deployment", name, OPTED_IN, {CLIENT: "true"}), service_account=f"{name}-sa")
+    assert federation.pass_hub()[0] == 0
+    [(code, out, err)] = finished(cli(east.url))
+    assert code == 0, (out, err)
+    bundle = east.get("configmaps", "tls-injector-trust-bundle", NS)["data"]
+    old = {s: load_certificates(data(east.get("secrets", s, OWN_NS))["tls.crt"])[0] for s in INTERMEDIATES}
+
+    federation.shift[0] = timedelta(days=125)
+    clock = Clock(datetime.now(UTC) + federation.shift[0])
+    report = Reconciler(KubeApi(hub.api_client()), ReconcileSettings(namespace=OWN_NS, hub=True),
+                        clock=clock).run_pass()
+    assert sum(n for r, n in report.reasons.items() if r.startswith("member:") and ":renewed:" in r) == 4, report
+    new = {s: load_certificates(data(east.get("secrets", s, OWN_NS))["tls.crt"])[0] for s in INTERMEDIATES}
+    assert all(new[s] != old[s] and new[s].issuer == old[s].issuer for s in INTERMEDIATES)
+
+    report = reconciler(east, clock).run_pass()
+    assert report.converged, report
+    assert not report.waiting, report
+    assert east.get("configmaps", "tls-injector-trust-bundle", NS)["data"] == bundle, "no bundle changed"
+    for name in ("api", "caller"):
+        assert load_certificates(data(east.get("secrets", f"{name}-tls", NS))["tls.crt"])[1:] == [new[INTERMEDIATES[0]]]
+        assert load_certificates(data(east.get("secrets", f"{name}-client-tls", NS))["tls.crt"])[1:] == [
+            new[INTERMEDIATES[1]]]
+    assert untrusted_pairs(east, clock.now) == []
