@@ -96,6 +96,11 @@ MEMBER_KUBECONFIG_KEY = "kubeconfig"
 INTERMEDIATE_CA_SECRET = f"{NAME}-intermediate-ca"
 CLIENT_INTERMEDIATE_CA_SECRET = f"{NAME}-client-intermediate-ca"
 ISSUING_ROOT_ANNOTATION = f"{DOMAIN}/issuing-root"
+# A member's own ConfigMap in its namespace, which the hub reads before it moves a root rotation on: per root
+# of the hub, IN_EVERY_BUNDLE_SINCE_PREFIX<16 hex> = since when every bundle in use in the member carries it,
+# and ROOTS_IN_USE_ANNOTATION = the roots (16 hex each, comma-separated) some leaf in use chains to.
+FEDERATION_STATUS_CONFIGMAP = f"{NAME}-federation-status"
+ROOTS_IN_USE_ANNOTATION = f"{DOMAIN}/roots-in-use"
 WEBHOOK_SERVICE = NAME
 WEBHOOK_CONFIGURATION = NAME  # the Mutating- and ValidatingWebhookConfiguration
 WEBHOOK_SECRET = f"{NAME}-webhook-tls"

@@ -9,7 +9,7 @@ caller passes `existing=None` only on NotFound), or when the stored set itself s
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -98,6 +98,7 @@ def decide_ca(
     now: datetime,
     policy: CaPolicy = CaPolicy(),  # frozen, so one shared default is safe
     user_ca: CertKey | None = None,
+    external: Callable[[CaSet, TrustFacts], TrustFacts] | None = None,
 ) -> CaStep:
     """Load the set, add a CA when one is needed, take every step the observed facts allow.
 
@@ -112,6 +113,8 @@ def decide_ca(
         cas = adopt_orphans(cas, bundles=bundles, leaves=leaves, now=now)
     facts, annotations = gate_propagation(cas, observe(cas, bundles=bundles, leaves=leaves),
                                           _annotations(existing), now=now, settle=policy.settle)
+    if external is not None:  # a hub: what its members report of their bundles and leaves (federation.py)
+        facts = external(cas, facts)
     cas = advance(cas, facts, now=now, settle=policy.settle)
     if cas.states() != stored.states() and not reason:
         reason = "ca-state:" + ",".join(f"{fp[:12]}={state}" for fp, state in cas.states().items())

@@ -27,7 +27,9 @@ from app.pki import (
     CA_LOOKAHEAD,
     CaRole,
     CaSet,
+    CaState,
     CertKey,
+    TrustFacts,
     fingerprint,
     intermediate_renewal,
     issued_by,
@@ -279,3 +281,80 @@ def load_intermediate(obj: Obj, *, now: datetime) -> Intermediate:
         hint = " (is this cluster's clock behind the hub's?)" if "not valid before" in str(e) else ""
         raise ValueError(f"{where}: {e}{hint}") from e
     return Intermediate(ca, roots)
+
+
+# --- rotation across clusters: what members report, how the hub holds a root rotation on it -----------
+
+@dataclass(frozen=True)
+class MemberAck:
+    """What a member reports in its FEDERATION_STATUS_CONFIGMAP: since when every bundle in use carries
+    each root (by 16 hex digits of its SHA-256), and which roots some leaf in use chains to."""
+
+    since: dict[str, datetime]
+    in_use: frozenset[str]
+
+
+def acknowledgement(roots: Sequence[Any], *, bundles: Sequence[Sequence[Any]], leaves: Sequence[Sequence[Any]],
+                    previous: dict[str, str], now: datetime) -> dict[str, str]:
+    """The status ConfigMap's annotations for this pass: a root in every bundle in use keeps the time it
+    was first seen there (a root that left a bundle starts again), and the roots leaves chain to."""
+    annotations: dict[str, str] = {}
+    held = [{fingerprint(c) for c in b} for b in bundles]
+    for root in roots:
+        fp = fingerprint(root)
+        if all(fp in b for b in held):
+            key = names.IN_EVERY_BUNDLE_SINCE_PREFIX + fp[:16]
+            annotations[key] = previous.get(key) or now.isoformat()
+    in_use = sorted({fingerprint(r)[:16] for r in roots
+                     if any(chain and (chain[-1] == r or issued_by(chain[-1], r)) for chain in leaves)})
+    annotations[names.ROOTS_IN_USE_ANNOTATION] = ",".join(in_use)
+    return annotations
+
+
+def status_body(existing: Obj | None, namespace: str, annotations: dict[str, str]) -> Obj | None:
+    """The member's status ConfigMap with these annotations; None when it already says exactly that."""
+    meta = dict((existing or {}).get("metadata") or {"name": names.FEDERATION_STATUS_CONFIGMAP,
+                                                     "namespace": namespace})
+    if existing is not None and (meta.get("annotations") or {}) == annotations and \
+            own.is_owned(existing, "federation-status"):
+        return None
+    meta["labels"] = {**(meta.get("labels") or {}), **own.owner_labels("federation-status")}
+    meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
+
+
+def read_ack(obj: Obj | None) -> MemberAck | None:
+    """The member's report; None when there is none (the member has not passed since it got roots)."""
+    if obj is None or not own.is_owned(obj, "federation-status"):
+        return None
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    since = {}
+    for key, value in annotations.items():
+        if key.startswith(names.IN_EVERY_BUNDLE_SINCE_PREFIX):
+            try:
+                since[key.removeprefix(names.IN_EVERY_BUNDLE_SINCE_PREFIX)] = datetime.fromisoformat(value)
+            except ValueError:
+                continue  # edited by hand: as if not seen, the safe reading
+    in_use = frozenset(v for v in str(annotations.get(names.ROOTS_IN_USE_ANNOTATION) or "").split(",") if v)
+    return MemberAck(since, in_use)
+
+
+def gate_roots(cas: CaSet, facts: TrustFacts, acks: dict[str, MemberAck | None], *, now: datetime,
+               settle: timedelta) -> tuple[TrustFacts, dict[str, list[str]]]:
+    """The hub's facts with its members' reports: a new root counts as in every bundle only once every
+    member has reported it in every bundle in use for `settle`; an old root counts as used while any member
+    reports a leaf chaining to it. A member whose report cannot be read holds both (the safe reading).
+    Returns the facts and, per new root (16 hex) still held, the members it waits for."""
+    everywhere, used = set(facts.in_every_bundle), set(facts.leaf_issuers)
+    held: dict[str, list[str]] = {}
+    for record in cas.records:
+        fp16 = record.fingerprint[:16]
+        if record.state is CaState.UNTRUSTED:
+            waiting = [m for m, ack in sorted(acks.items())
+                       if ack is None or (since := ack.since.get(fp16)) is None or now - since < settle]
+            if waiting:
+                everywhere.discard(record.fingerprint)
+                held[fp16] = waiting
+        if record.state is CaState.PHASE_OUT and any(a is None or fp16 in a.in_use for a in acks.values()):
+            used.add(record.fingerprint)
+    return TrustFacts(frozenset(everywhere), frozenset(used)), held

@@ -11,7 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from app import names
 from app.kube import (
+    CONFIG_MAPS,
     NAMESPACES,
     SECRETS,
     Conflict,
@@ -26,11 +28,13 @@ from app.kube import (
 from app.reconcile.federation import (
     INTERMEDIATE_SECRETS,
     Member,
+    MemberAck,
     Roots,
     Verdict,
     check_intermediate,
     clock_skew_problem,
     decide_intermediate,
+    read_ack,
 )
 
 log = logging.getLogger("tls_injector.hub")
@@ -92,6 +96,22 @@ def inspect_member(member: Member, *, namespace: str, roots: tuple[Roots, ...],
         return "; ".join(problems)
 
     return _visit(member, outcome, look)
+
+
+def member_ack(member: Member, *, namespace: str) -> MemberAck | None:
+    """The member's report on the hub's roots (its FEDERATION_STATUS_CONFIGMAP); None when it cannot be read
+    for any reason (kubeconfig, network, missing): the hub then holds every root rotation for it."""
+    found: list[MemberAck | None] = [None]
+
+    def look(api: KubeApi) -> str:
+        try:
+            found[0] = read_ack(api.get(CONFIG_MAPS, names.FEDERATION_STATUS_CONFIGMAP, namespace=namespace))
+        except NotFound:
+            found[0] = None
+        return ""
+
+    _visit(member, MemberOutcome(member.name), look)
+    return found[0]
 
 
 def _namespace_missing(api: KubeApi, member: str, namespace: str) -> str:

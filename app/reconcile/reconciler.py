@@ -37,6 +37,7 @@ from app.pki import (
     CaRole,
     CaSet,
     CertKey,
+    TrustFacts,
     bundle_certificates,
     load_certificates,
     load_user_ca,
@@ -57,9 +58,13 @@ from app.reconcile.discover import (
 from app.reconcile.federation import (
     INTERMEDIATE_SECRETS,
     Intermediate,
+    MemberAck,
+    acknowledgement,
+    gate_roots,
     load_intermediate,
     members_from,
     roots_of,
+    status_body,
 )
 from app.reconcile.hub import converge_member
 from app.reconcile.metrics import ReconcileMetrics
@@ -184,6 +189,11 @@ class Reconciler:
         # A member: the hub's intermediates found in this pass, by role (docs/multicluster.md).
         self._intermediates: dict[CaRole, Intermediate] = {}
         self._members: dict[str, str] = {}  # a hub: member -> why it is not ready ("" when it is), last pass
+        # A hub: each member's report on the roots, read before the CA sets are stepped (None: unreadable),
+        # and per role the new roots held for members; a member: per role, what its report is made of.
+        self._acks: dict[str, MemberAck | None] = {}
+        self._held: dict[str, dict[str, list[str]]] = {}
+        self._ack_inputs: dict[CaRole, tuple[Sequence[Any], list[list[Any]], list[list[Any]]]] = {}
         self._seen: tuple[list[st.WorkloadStatus], list[st.PodStatus]] | None = None
 
     @property
@@ -277,7 +287,8 @@ class Reconciler:
                            trust_domain=self.settings.trust_domain)
         observed.truststores = truststore_namespaces(workloads, pods, enabled=observed.enabled)
         self._report_refused_names(targets, report, now)
-        self._intermediates = self._read_intermediates(report, now)
+        self._intermediates, self._ack_inputs, self._held = self._read_intermediates(report, now), {}, {}
+        self._acks = self._read_acks() if self.settings.hub else {}
         step = self._ensure_ca(observed, targets, now, report, native=native)
         self._ca_metrics(step.cas)
         if step.waiting:
@@ -292,6 +303,8 @@ class Reconciler:
                                                                      anchors=self._roots("client")))
         for item in plan(targets, observed, signing):
             stored[item.key] = self._converge(item, observed.lookup(item), report, now)
+        if self._intermediates:
+            self._report_roots(now)
         expiries = self._cert_metrics(targets, stored, signing)
         return WorkloadsPassed(step.cas, targets, expiries)
 
@@ -334,8 +347,11 @@ class Reconciler:
             bundles.append(load_certificates(str(((native.bundle or {}).get("spec") or {}).get("trustBundle") or "")
                                         .encode()))
             leaves += [load_certificates(chain) for chain in podcerts.issued_chains(native.requests, now=now)]
+        if "serving" in self._intermediates:
+            self._ack_inputs["serving"] = (self._intermediates["serving"].roots, bundles, leaves)
         return self._step_ca(self.workload_ca_policy, bundles=bundles, leaves=leaves,
-                             user_ca=self._user_ca(now) or self._member_ca("serving"), now=now, report=report)
+                             user_ca=self._user_ca(now) or self._member_ca("serving"), now=now, report=report,
+                             external=self._gate("serving", now))
 
     def _ensure_client_ca(self, observed: Observed, targets: list[Target], now: datetime,
                           report: PassReport) -> CaStep:
@@ -360,8 +376,55 @@ class Reconciler:
         policy = CaPolicy(secret_name=names.CLIENT_CA_SECRET, common_name="tls-injector client CA",
                           validity=base.validity, lookahead=base.lookahead, settle=base.settle,
                           path_length=1 if self.settings.hub else 0)
+        if "client" in self._intermediates:
+            self._ack_inputs["client"] = (self._intermediates["client"].roots, bundles, leaves)
         return self._step_ca(policy, bundles=bundles, leaves=leaves, user_ca=self._member_ca("client"), now=now,
-                             report=report)
+                             report=report, external=self._gate("client", now))
+
+    def _gate(self, role: CaRole, now: datetime) -> Callable[[CaSet, TrustFacts], TrustFacts] | None:
+        """A hub: its CA set's facts with its members' reports (federation.gate_roots); None elsewhere."""
+        if not self.settings.hub:
+            return None
+        settle = self.settings.ca.settle
+
+        def gate(cas: CaSet, facts: TrustFacts) -> TrustFacts:
+            gated, self._held[role] = gate_roots(cas, facts, self._acks, now=now, settle=settle)
+            return gated
+
+        return gate
+
+    def _read_acks(self) -> dict[str, MemberAck | None]:
+        registered = self.api.list_objects(SECRETS, namespace=self.settings.namespace,
+                                           label_selector=names.MEMBER_LABEL)
+        members, _ = members_from(registered.items)
+        return {m.name: hub.member_ack(m, namespace=self.settings.namespace) for m in members}
+
+    def _report_roots(self, now: datetime) -> None:
+        """A member: write its report on the hub's roots, from this pass's reading of bundles and leaves (a
+        client role with no client bundle in use yet has none that lacks its roots). Best effort: a report
+        that cannot be written only holds the hub's next root rotation, which is the safe direction."""
+        existing = self._read_optional(CONFIG_MAPS, names.FEDERATION_STATUS_CONFIGMAP)
+        previous = ((existing or {}).get("metadata") or {}).get("annotations") or {}
+        annotations: dict[str, str] = {}
+        in_use: set[str] = set()
+        for role, found in self._intermediates.items():
+            roots, bundles, leaves = self._ack_inputs.get(role, (found.roots, [], []))
+            part = acknowledgement(roots, bundles=bundles, leaves=leaves, previous=previous, now=now)
+            in_use.update(v for v in part.pop(names.ROOTS_IN_USE_ANNOTATION).split(",") if v)
+            annotations.update(part)
+        annotations[names.ROOTS_IN_USE_ANNOTATION] = ",".join(sorted(in_use))
+        body = status_body(existing, self.settings.namespace, annotations)
+        if body is None:
+            return
+        try:
+            if existing is None:
+                self.api.create(CONFIG_MAPS, body, namespace=self.settings.namespace)
+            else:
+                self.api.replace(CONFIG_MAPS, body)
+            # A report, like an Event: not counted among the pass's certificate and bundle writes.
+            log.info("report on the hub's roots written", extra={"annotations": annotations})
+        except KubeError as e:
+            log.warning("the report on the hub's roots was not written", extra={"error": str(e)})
 
     # Multi-cluster (docs/multicluster.md): a member signs with the hub's intermediates; a hub issues them.
 
@@ -407,7 +470,15 @@ class Reconciler:
         secrets = {m.name: m.secret for m in members}
         for key, problem in problems.items():
             outcomes.append(hub.MemberOutcome(key, problem))
+        held = {(role, root): members for role, roots in self._held.items() for root, members in roots.items()}
+        for (role, root), waiting in held.items():
+            log.warning("root rotation held for members", extra={"role": role, "root": root, "members": waiting})
         for outcome in outcomes:
+            down = [f"the new {role} root {root} waits for it (its report cannot be read)"
+                    for (role, root), waiting in held.items() if outcome.name in waiting and self._acks.get(
+                        outcome.name) is None and not outcome.ready]
+            if down:
+                outcome.problem = "; ".join([outcome.problem, *down])
             self._members[outcome.name] = outcome.problem
             self.metrics.member_ready.labels(outcome.name).set(int(outcome.ready))
             report.writes.update(outcome.writes)
@@ -553,12 +624,13 @@ class Reconciler:
     # What the three share: stepping a CA set, and writing one object with its preconditions and retries.
 
     def _step_ca(self, policy: CaPolicy, *, bundles: Sequence[Sequence[Any]], leaves: Sequence[Sequence[Any]],
-                 user_ca: CertKey | None, now: datetime, report: PassReport) -> CaStep:
+                 user_ca: CertKey | None, now: datetime, report: PassReport,
+                 external: Callable[[CaSet, TrustFacts], TrustFacts] | None = None) -> CaStep:
         """Step a CA set and persist it before anything is signed with it; a 409 re-reads and re-decides."""
         for _ in range(MAX_ATTEMPTS):
             existing = self._read_optional(SECRETS, policy.secret_name)
             step: CaStep = decide_ca(existing, namespace=self.settings.namespace, bundles=bundles, leaves=leaves,
-                                     now=now, policy=policy, user_ca=user_ca)
+                                     now=now, policy=policy, user_ca=user_ca, external=external)
             if step.write is not None:
                 try:
                     self._write(step.write, report)

@@ -1,0 +1,153 @@
+"""Root rotation across clusters (docs/multicluster.md, issue 28 part 3): a hub and two members, every
+reconciler in process on one clock (the API servers' clocks moved with it), so the settle times pass in a
+few steps. After every pass, every leaf in use in any member verifies against every bundle in use in
+every member: a rotation never leaves a pod of one cluster untrusted by a pod of another."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import httpx
+from cryptography import x509
+
+from app.kube import SECRETS, KubeApi
+from app.pki import UntrustedChain, fingerprint, load_certificates, verify_client, verify_server
+from app.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
+from tests.kubeapi import Emulator
+from tests.reconcile.cluster import OWN_NS, Clock, data, reconciler
+from tests.reconcile.test_hub_members import (
+    CLIENT,
+    INTERMEDIATES,
+    NS,
+    OPTED_IN,
+    Federation,
+    federation,
+    run,
+    webhook,
+)
+from tests.support.workloads import Shape
+
+__all__ = ["federation", "webhook"]  # fixtures
+
+
+def leaves_of(emu: Emulator) -> dict[str, list[x509.Certificate]]:
+    return {s["metadata"]["name"]: load_certificates(data(s)["tls.crt"]) for s in emu.objects("secrets", NS)}
+
+
+def bundles_of(emu: Emulator) -> tuple[list[list[x509.Certificate]], list[x509.Certificate]]:
+    """Every serving bundle in use (the namespace's, each leaf Secret's ca.crt) and the client bundle."""
+    serving = [load_certificates(data(s)["ca.crt"]) for s in emu.objects("secrets", NS)]
+    bundle = emu.get("configmaps", "tls-injector-trust-bundle", NS)["data"]
+    serving.append(load_certificates(bundle["ca-bundle.crt"].encode()))
+    return serving, load_certificates(bundle["client-ca-bundle.crt"].encode())
+
+
+def untrusted(fed: Federation, now: datetime) -> list[str]:
+    """Every (leaf of one member, bundle of any member) pair where the bundle does not verify the leaf."""
+    bad = []
+    for source, src in fed.members.items():
+        for target, dst in fed.members.items():
+            serving, client = bundles_of(dst)
+            for name, chain in leaves_of(src).items():
+                for i, trusted in enumerate([client] if "-client-" in name else serving):
+                    try:
+                        if "-client-" in name:
+                            verify_client(chain[0], chain[1:], trusted=trusted, now=now)
+                        else:
+                            verify_server(chain[0], chain[1:], trusted=trusted,
+                                          dns_name=f"{name.removesuffix('-tls')}.{NS}.svc", now=now)
+                    except UntrustedChain as e:
+                        bad.append(f"{source} {name} against {target} bundle {i}: {e}")
+    return bad
+
+
+def root_states(hub: Emulator) -> dict[str, str]:
+    """The hub's serving roots by 16 hex digits of their fingerprint, with their trust state."""
+    found = {}
+    for key in data(hub.get("secrets", "tls-injector-ca", OWN_NS)):
+        fp, _, suffix = key.partition(".")
+        if suffix not in ("crt", "key"):
+            found[fp[:16]] = suffix
+    return found
+
+
+def test_a_new_root_reaches_every_member_bundle_before_it_signs_and_a_member_down_holds_it(
+    federation: Federation, webhook: httpx.Client
+) -> None:
+    hub, east, west = federation.hub, federation.members["east"], federation.members["west"]
+    for emu in (east, west):
+        for name in ("api", "caller"):
+            run(emu, webhook, Shape("Deployment", name, OPTED_IN, {CLIENT: "true"}), service_account=f"{name}-sa")
+    clock = Clock(datetime.now(UTC))
+
+    def later(minutes: int) -> None:
+        clock.now += timedelta(minutes=minutes)
+        federation.shift[0] += timedelta(minutes=minutes)
+
+    the_hub = Reconciler(KubeApi(hub.api_client()), ReconcileSettings(namespace=OWN_NS, hub=True), clock=clock)
+    members = {"east": reconciler(east, clock), "west": reconciler(west, clock)}
+
+    def round_of(*names: str) -> PassReport:
+        report = the_hub.run_pass()
+        assert not report.aborted, report
+        for name in names:
+            assert not members[name].run_pass().aborted
+        assert untrusted(federation, clock.now) == [], clock.now
+        return report
+
+    round_of("east", "west")
+    round_of("east", "west")
+    [old] = root_states(hub)
+
+    # A replacement of the serving root, asked for on the hub's CA Secret.
+    ca = KubeApi(hub.api_client()).get(SECRETS, "tls-injector-ca", namespace=OWN_NS)
+    ca["metadata"].setdefault("annotations", {})["tls-injector.io/force-replace"] = "now"
+    KubeApi(hub.api_client()).replace(SECRETS, ca)
+    later(1)
+    round_of("east", "west")
+    [new] = set(root_states(hub)) - {old}
+    assert root_states(hub) == {old: "trusted-used", new: "untrusted"}
+    for emu in (east, west):  # published to both members at once, before it signs anything
+        roots = load_certificates(data(emu.get("secrets", INTERMEDIATES[0], OWN_NS))["ca.crt"])
+        assert sorted(fingerprint(r)[:16] for r in roots) == sorted([old, new])
+
+    # West goes down: however long, the new root stays untrusted (it signs nothing) and the reason says why.
+    west.outage(refuse=True)
+    for _ in range(4):
+        later(6)
+        report = round_of("east")
+        assert root_states(hub)[new] == "untrusted"
+    assert "unreachable" in report.federation["west"]
+    assert f"the new serving root {new} waits for it" in report.federation["west"], report.federation
+
+    # West is back: the rotation goes on, one safe step after another, until the new root signs.
+    west.end_outage()
+    for _ in range(10):
+        later(6)
+        round_of("east", "west")
+        if root_states(hub)[new] == "trusted-used":
+            break
+    assert root_states(hub) == {old: "phase-out", new: "trusted-used"}
+
+    # Now east goes down: its leaves still chain to the old root, so the old root stays in the hub's set,
+    # published to west, whose pods keep trusting east's however long east is away.
+    east.outage(refuse=True)
+    for _ in range(4):
+        later(6)
+        round_of("west")
+        assert root_states(hub)[old] == "phase-out"
+    east.end_outage()
+    for _ in range(30):
+        later(6)
+        report = round_of("east", "west")
+        inter = {n: load_certificates(data(e.get("secrets", INTERMEDIATES[0], OWN_NS))["tls.crt"])[0]
+                 for n, e in federation.members.items()}
+        done = root_states(hub) == {new: "trusted-used"} and all(
+            all(fingerprint(c)[:16] == new for b in bundles_of(e)[0] for c in b) and
+            all(chain[1:] == [inter[n]] for name, chain in leaves_of(e).items() if "-client-" not in name)
+            for n, e in federation.members.items())
+        if done:
+            break
+    else:
+        raise AssertionError(f"the rotation did not finish: {root_states(hub)}, {report}")
+    assert report.converged, report
