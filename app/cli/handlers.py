@@ -9,7 +9,7 @@ from typing import Any
 from app.admission import Route
 from app.injection import FingerprintSource, InjectionOptions, make_mutate_handler, no_fingerprints
 from app.injection.answers import Answers
-from app.injection.preview import PREVIEW_PATHS, preview_line
+from app.injection.preview import PREVIEW_PATHS, preview_lines
 from app.offline.rulesfile import load_rule_set
 from app.rules import SCOPE_ENABLED_NAMESPACES, Preview, make_validate_handler
 from app.rules.memo import MEMO_ENTRIES
@@ -52,8 +52,8 @@ def admission_handlers(
         mutate=make_mutate_handler(options, ca_fingerprints=ca_fingerprints,
                                    answers=None if memo else Answers(max_entries=0)),
         validate=make_validate_handler(rule_set, memo_entries=entries,
-                                       preview=Preview(PREVIEW_PATHS, functools.partial(preview_line, options))),
+                                       preview=Preview(PREVIEW_PATHS, functools.partial(preview_lines, options))),
         validate_enabled_namespace=make_validate_handler(
             rule_set, SCOPE_ENABLED_NAMESPACES, memo_entries=entries,
-            preview=Preview(PREVIEW_PATHS, functools.partial(preview_line, options, namespace_enabled=True))),
+            preview=Preview(PREVIEW_PATHS, functools.partial(preview_lines, options, namespace_enabled=True))),
     )

@@ -2,8 +2,9 @@
 
 `kubectl apply --dry-run=server` of a Deployment (StatefulSet, DaemonSet, CronJob), new or changed, reaches
 /validate (the shipped entries send dry-run CREATEs for this, and real CREATEs never); the answer
-then carries one line naming the certificate source (the Secret, or a pod certificate from our signer)
-and the trust source (the ConfigMap, or the ClusterTrustBundle), worked out by the same choices the
+then carries one line naming the certificate source (the Secret, or a pod certificate from our signer),
+the trust source (the ConfigMap, or the ClusterTrustBundle) and, when asked for, the client certificate's
+Secret and directory and the client CA bundle's file, worked out by the same choices the
 mutating webhook will make for the pods. Only dry runs get it: a real apply would print it every time.
 """
 
@@ -26,12 +27,12 @@ TEMPLATE_METADATA = {kind: (*TEMPLATE_PATHS[kind], "metadata") for _, kind in WO
 PREVIEW_PATHS = (NAME, *sorted(set(TEMPLATE_METADATA.values())))
 
 
-def preview_line(options: InjectionOptions, kind: GroupVersionKind, values: Mapping[tuple[str, ...], object], *,
-                 namespace_enabled: bool = False) -> str | None:
-    """The line for a workload kind given the values at PREVIEW_PATHS (anything but a str or a dict where
-    absent); None for other kinds."""
+def preview_lines(options: InjectionOptions, kind: GroupVersionKind, values: Mapping[tuple[str, ...], object], *,
+                  namespace_enabled: bool = False) -> tuple[str, ...]:
+    """The lines for a workload kind given the values at PREVIEW_PATHS (anything but a str or a dict where
+    absent); none for other kinds."""
     if (kind["group"], kind["kind"]) not in WORKLOAD_KINDS:
-        return None
+        return ()
     name, template_meta = values.get(NAME), values.get(TEMPLATE_METADATA[kind["kind"]])
     return what_pods_get(kind["kind"], name if isinstance(name, str) else "",
                          template_meta if isinstance(template_meta, dict) else {}, options,
@@ -39,12 +40,13 @@ def preview_line(options: InjectionOptions, kind: GroupVersionKind, values: Mapp
 
 
 def what_pods_get(kind: str, name: str, template_meta: Mapping[str, Any], options: InjectionOptions, *,
-                  namespace_enabled: bool = False) -> str | None:
-    """One line for people; None when the pods will not be injected (opted out)."""
+                  namespace_enabled: bool = False) -> tuple[str, ...]:
+    """Lines for people, each within a warning's 256 characters: what the pods get, then their client
+    certificate when they ask for one; none when the pods will not be injected (opted out)."""
     labels = template_meta.get("labels") or {}
     label = labels.get(names.INJECT_LABEL) if isinstance(labels, dict) else None
     if label == names.POD_OPT_OUT:
-        return None
+        return ()
     who = f"tls-injector: pods of {kind} {name}"
     if label != names.POD_OPT_IN and not namespace_enabled:
         who += f" (if the namespace is labelled {names.INJECT_LABEL}={names.NAMESPACE_OPT_IN})"
@@ -53,7 +55,7 @@ def what_pods_get(kind: str, name: str, template_meta: Mapping[str, Any], option
         choices = read_choices(template_workload(kind, name, template_meta),
                                annotations if isinstance(annotations, dict) else {}, options)
     except InjectionRefused as refusal:
-        return f"{who} will be refused: {refusal}"
+        return (f"{who} will be refused: {refusal}",)
     if choices.mode == names.MODE_POD_CERTIFICATE:
         gets = (f"a per-pod {names.POD_KEY_TYPE} key and certificate from signer {names.SIGNER_NAME} "
                 f"(projected podCertificate) at {choices.cert_path}, and trust from the ClusterTrustBundle "
@@ -61,4 +63,10 @@ def what_pods_get(kind: str, name: str, template_meta: Mapping[str, Any], option
     else:
         gets = (f"the certificate of Secret {choices.secret_name} at {choices.cert_path}, and trust from "
                 f"ConfigMap {options.trust_bundle_configmap} at {choices.trust_path}")
-    return f"{who} will get {gets}" + (f" ({choices.fallback})" if choices.fallback else "")
+    line = f"{who} will get {gets}" + (f" ({choices.fallback})" if choices.fallback else "")
+    if not choices.client_secret:
+        return (line,)
+    # Refused above in the pod-certificate mode, so always a Secret's.
+    return line, (f"tls-injector: and the client certificate (clientAuth only, from the client CA) of Secret "
+                  f"{choices.client_secret} at {choices.client_path}, and the client CAs at "
+                  f"{choices.trust_path}/{names.CLIENT_BUNDLE_KEY}")

@@ -32,11 +32,11 @@ DENIED_REASON = "Invalid"
 
 @dataclass(frozen=True, slots=True)
 class Preview:
-    """A line added to an allowed dry run (app.injection.preview): the paths of the object it reads, and
-    the line for a kind given the values at those paths (MISSING where absent); None for no line."""
+    """Lines added to an allowed dry run (app.injection.preview): the paths of the object it reads, and
+    the lines for a kind given the values at those paths (MISSING where absent); none for no line."""
 
     paths: tuple[Path, ...]
-    line: Callable[[GroupVersionKind, Mapping[Path, object]], str | None]
+    lines: Callable[[GroupVersionKind, Mapping[Path, object]], tuple[str, ...]]
 
 
 def make_validate_handler(rule_set: RuleSet, namespaces: str = SCOPE_OTHER_NAMESPACES, *,
@@ -47,7 +47,7 @@ def make_validate_handler(rule_set: RuleSet, namespaces: str = SCOPE_OTHER_NAMES
     not labelled enabled, /validate/enabled-namespace the enabled ones.
 
     dryRun is not looked at by the rules: the handler has no side effects, so a server-side dry run gets
-    the very verdict, message and warnings of the real request (plus `preview`'s line when allowed).
+    the very verdict, message and warnings of the real request (plus `preview`'s lines when allowed).
     `memo_entries` bounds each group of rules' memo of results (0: nothing remembered).
     """
     rules = rule_set.scoped(namespaces, memo_entries=memo_entries)
@@ -67,8 +67,8 @@ def make_validate_handler(rule_set: RuleSet, namespaces: str = SCOPE_OTHER_NAMES
             response = allowed(request.uid, warnings=verdict.warnings)
         if preview is None or not request.dryRun or new is None or request.operation not in ("CREATE", "UPDATE"):
             return response
-        line = preview.line(request.kind.gvk(), {path: _value(reader.text(new, path)) for path in preview.paths})
-        return response if line is None else allowed(request.uid, warnings=[*response.get("warnings", []), line])
+        lines = preview.lines(request.kind.gvk(), {path: _value(reader.text(new, path)) for path in preview.paths})
+        return allowed(request.uid, warnings=[*response.get("warnings", []), *lines]) if lines else response
 
     reviews: msgspec.json.Decoder[Review[Any]] = msgspec.json.Decoder(Review[request_class])  # type: ignore[valid-type]
     return Route(reviews, validate)
