@@ -141,9 +141,10 @@ ALL = [(f"{kind}: {c.name}", kind, c, False) for kind in KINDS for c in OTHER_CA
 
 
 @pytest.mark.parametrize("dry_run", [False, True], ids=["real", "dry-run"])
-@pytest.mark.parametrize(("case_id", "kind", "case", "enabled"), ALL, ids=[a[0] for a in ALL])
+@pytest.mark.parametrize("each", ALL, ids=[a[0] for a in ALL])
 def test_disabling_or_swapping_the_client_certificate_is_refused_over_https(
-        client: httpx.Client, case_id: str, kind: str, case: Case, enabled: bool, dry_run: bool) -> None:
+        client: httpx.Client, each: tuple[str, str, Case, bool], dry_run: bool) -> None:
+    _, kind, case, enabled = each
     old, new = with_client(kind, case.old), with_client(kind, case.new)
     sent = review(operation="UPDATE", obj=new, old=old, kind=kind_of(kind), namespace="shop", dry_run=dry_run)
     _assert_answer(post(client, sent, ENABLED_PATH if enabled else "/validate"), case, kind, enabled=enabled)

@@ -20,6 +20,9 @@ def add(doctor: argparse.ArgumentParser) -> None:
                         help="HOST:PORT where the webhook answers, e.g. 127.0.0.1:8443 after `kubectl -n tls-injector "
                              "port-forward svc/tls-injector 8443:443` (default: the Service's DNS name, which "
                              "resolves only inside the cluster)")
+    doctor.add_argument("--trust-domain", type=flags.trust_domain,
+                        help="the reconciler's --trust-domain, to check client certificates' SPIFFE IDs (default: "
+                             "the cluster domain)")
     doctor.add_argument("--reconciler-service-account", default=RECONCILER_ACCOUNT,
                         help="the reconciler's service account in --namespace, whose permissions are checked")
     doctor.add_argument("--hub", action="store_true",
@@ -57,6 +60,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                                                    configurations=(), cluster_domain=reconcile.cluster_domain)
     settings = DoctorSettings(namespace=reconcile.namespace, cluster_domain=reconcile.cluster_domain, webhook=webhook,
                               ca_secret=reconcile.ca.secret_name, webhook_address=args.webhook_address,
+                              trust_domain=args.trust_domain or "",
                               reconciler_account=args.reconciler_service_account, hub=args.hub)
     try:
         results = run_checks(read(connect(cluster), settings, now=datetime.now(UTC)))

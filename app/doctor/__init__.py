@@ -6,7 +6,7 @@ The checks are pure functions of a `Snapshot` (read.py is the only module that r
 
 from __future__ import annotations
 
-from app.doctor import ca, federation, reconciler, webhook, workloads
+from app.doctor import ca, clients, federation, reconciler, webhook, workloads
 from app.doctor.model import Result, error, exit_code, render_json, render_text
 from app.doctor.read import ApiUnreachable, read
 from app.doctor.snapshot import DoctorSettings, Snapshot
@@ -17,7 +17,9 @@ __all__ = ["ApiUnreachable", "DoctorSettings", "Result", "Snapshot", "api_unreac
 
 def run_checks(snap: Snapshot) -> list[Result]:
     cas = [("workload CA", snap.settings.ca_secret), ("webhook CA", snap.settings.webhook.ca.secret_name)]
-    return [*webhook.checks(snap), *ca.checks(snap, cas), *workloads.checks(snap), *reconciler.checks(snap),
+    found = workloads.checks(snap)
+    mtls = clients.checks(snap, workloads.targets(snap)) if "cluster" not in snap.errors else []
+    return [*webhook.checks(snap), *ca.checks(snap, cas), *found, *mtls, *reconciler.checks(snap),
             *federation.checks(snap)]
 
 

@@ -49,7 +49,7 @@ def read(api: KubeApi, settings: DoctorSettings, *, now: datetime, fetch: Fetch 
     snap = Snapshot(settings, now)
     _section(snap, "configs", lambda: _configs(api, snap))
     _section(snap, "serving_secret", lambda: _serving_secret(api, snap))
-    for name in (settings.ca_secret, settings.webhook.ca.secret_name):
+    for name in (settings.ca_secret, settings.webhook.ca.secret_name, CLIENT_CA_SECRET):
         _section(snap, name, functools.partial(_ca_secret, api, snap, name))
     _section(snap, "cluster", lambda: _cluster(api, snap))
     _section(snap, "lease", lambda: setattr(snap, "lease", _optional(api, LEASES, settings.lease_name,
@@ -121,6 +121,8 @@ def _cluster(api: KubeApi, snap: Snapshot) -> None:
     snap.pod_certificates = NativeApis(api).version() is not None
     for target in targets(snap):
         _by_name(api, snap, "Secret", target.namespace, target.secret_name)
+        if len(target.client_ids) == 1:
+            _by_name(api, snap, "Secret", target.namespace, target.client_secret)
     for pod in snap.observed.pods:
         for kind, name in mounted(pod):
             _by_name(api, snap, kind, pod["metadata"].get("namespace") or "default", name)

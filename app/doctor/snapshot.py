@@ -21,6 +21,7 @@ class DoctorSettings:
     cluster_domain: str
     webhook: WebhookSettings
     ca_secret: str
+    trust_domain: str = ""  # of client certificates' SPIFFE IDs; "" = the cluster domain, as the reconciler's
     webhook_address: tuple[str, int] | None = None  # where to reach the webhook (e.g. a port-forward)
     reconciler_account: str = RECONCILER_ACCOUNT
     lease_name: str = LEASE_NAME

@@ -32,7 +32,7 @@ def targets(snap: Snapshot) -> list[Target]:
         pods = [p for p in pods if not wants_pod_certificates(p)]
     return discover(workloads, pods, enabled=snap.observed.enabled, cluster_domain=snap.settings.cluster_domain,
                     services=snap.observed.services,
-                    own_namespace=snap.settings.namespace)
+                    own_namespace=snap.settings.namespace, trust_domain=snap.settings.trust_domain)
 
 
 def _who(target: Target) -> str:
@@ -178,13 +178,15 @@ def check_pods_injected(snap: Snapshot) -> Result:
 def mounted(pod: Obj) -> Iterator[tuple[str, str]]:
     """("Secret" | "ConfigMap", name) of the certificate and bundle volumes the webhook added to a pod.
 
-    Ours are recognised by name: `tls-injector-cert`/`-trust`, or `-<n>` after a clash (app/injection/plan.py).
+    Ours are recognised by name: `tls-injector-cert`/`-client`/`-trust`, or `-<n>` after a clash
+    (app/injection/plan.py).
     """
     for volume in (pod.get("spec") or {}).get("volumes") or []:
         if not isinstance(volume, dict):
             continue
         name = str(volume.get("name") or "")
-        if _ours(name, names.CERT_VOLUME) and isinstance(volume.get("secret"), dict):
+        if (_ours(name, names.CERT_VOLUME) or _ours(name, names.CLIENT_VOLUME)) and isinstance(volume.get("secret"),
+                                                                                             dict):
             yield "Secret", str(volume["secret"].get("secretName") or "")
         elif _ours(name, names.TRUST_VOLUME) and isinstance(volume.get("configMap"), dict):
             yield "ConfigMap", str(volume["configMap"].get("name") or "")

@@ -83,7 +83,7 @@ from app.pki.trust import (
     rotation_due,
     swap_signer,
 )
-from app.pki.verify import UntrustedChain, dns_sans, verify_client, verify_server
+from app.pki.verify import UntrustedChain, dns_sans, extended_key_usages, verify_client, verify_server
 
 __all__ = [
     "BACKDATE",
@@ -127,6 +127,7 @@ __all__ = [
     "dns_names_for_services",
     "dns_sans",
     "encode",
+    "extended_key_usages",
     "fingerprint",
     "generate_key",
     "intermediate_renewal",

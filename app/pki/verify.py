@@ -164,3 +164,15 @@ def dns_sans(cert: x509.Certificate) -> list[str]:
         )
     except x509.ExtensionNotFound:
         return []
+
+
+_USAGE_NAMES = {ExtendedKeyUsageOID.SERVER_AUTH: "serverAuth", ExtendedKeyUsageOID.CLIENT_AUTH: "clientAuth"}
+
+
+def extended_key_usages(cert: x509.Certificate) -> list[str]:
+    """The certificate's extended key usages as TLS stacks name them (others by dotted OID); [] when absent."""
+    try:
+        usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        return []
+    return [_USAGE_NAMES.get(u, u.dotted_string) for u in usages]
