@@ -20,11 +20,19 @@ class ReconcileMetrics:
         r = self.registry
         self.cert_expiry = ExpiryGauge()
         r.register(self.cert_expiry)
+        self.client_cert_expiry = ExpiryGauge(client=True)  # the client certificates' (docs/mtls.md)
+        r.register(self.client_cert_expiry)
         self.ca_expiry = Gauge("tls_injector_ca_expiry_timestamp_seconds",
                                "Expiry (Unix time) of each CA in the trust set, by trust state.",
                                ["fingerprint", "state"], registry=r)
+        self.client_ca_expiry = Gauge("tls_injector_client_ca_expiry_timestamp_seconds",
+                                      "Expiry (Unix time) of each CA in the client CA set, by trust state (none "
+                                      "while no workload asks for a client certificate).",
+                                      ["fingerprint", "state"], registry=r)
+        # kind: leaf, ca, client-leaf, client-ca (the client certificates and their CA set, docs/mtls.md).
         self.rotations = Counter("tls_injector_rotations", "Certificates issued or renewed, and CA steps, by reason.",
                                  ["kind", "reason"], registry=r)
+        # reason: the kind of object (secret, configmap, ...), client-secret for a client certificate's.
         self.failures = Counter("tls_injector_rotation_failures", "Objects that could not be converged, by reason.",
                                 ["reason"], registry=r)
         self.duration = Histogram("tls_injector_reconcile_duration_seconds", "Wall time of a reconcile pass.",
@@ -90,9 +98,14 @@ class ExpiryGauge(Collector):
     EARLIEST = "tls_injector_certificates_earliest_expiry_timestamp_seconds"
     COUNT = "tls_injector_certificates"
 
-    def __init__(self) -> None:
+    def __init__(self, *, client: bool = False) -> None:
+        """`client`: the same three for client certificates' Secrets, named `..._client_certificate...`."""
         self._values: Mapping[tuple[str, str], float] = {}
         self._per_object = False
+        if client:
+            self.NAME, self.EARLIEST, self.COUNT = (n.replace("_certificate", "_client_certificate", 1)
+                                                    for n in (self.NAME, self.EARLIEST, self.COUNT))
+        self._what = "client certificate" if client else "workload certificate"
 
     def replace(self, values: Mapping[tuple[str, str], float], *, per_object: bool = False) -> None:
         # One reference swap each: a scrape sees the old pass or the new one (the flag never changes
@@ -101,11 +114,11 @@ class ExpiryGauge(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         values = self._values
-        earliest = GaugeMetricFamily(self.EARLIEST, "Earliest expiry (Unix time) of the workload certificates.")
+        earliest = GaugeMetricFamily(self.EARLIEST, f"Earliest expiry (Unix time) of the {self._what}s.")
         if values:
             earliest.add_metric([], min(values.values()))
         yield earliest
-        yield GaugeMetricFamily(self.COUNT, "Workload certificate Secrets with a certificate (last pass).",
+        yield GaugeMetricFamily(self.COUNT, f"{self._what.capitalize()} Secrets with a certificate (last pass).",
                                 value=len(values))
         if self._per_object:
             family = self._per_object_family()
@@ -114,9 +127,9 @@ class ExpiryGauge(Collector):
             yield family
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
-        yield GaugeMetricFamily(self.EARLIEST, "Earliest expiry (Unix time) of the workload certificates.")
-        yield GaugeMetricFamily(self.COUNT, "Workload certificate Secrets with a certificate (last pass).")
+        yield GaugeMetricFamily(self.EARLIEST, f"Earliest expiry (Unix time) of the {self._what}s.")
+        yield GaugeMetricFamily(self.COUNT, f"{self._what.capitalize()} Secrets with a certificate (last pass).")
 
     def _per_object_family(self) -> GaugeMetricFamily:
-        return GaugeMetricFamily(self.NAME, "Expiry (Unix time) of each workload certificate Secret.",
+        return GaugeMetricFamily(self.NAME, f"Expiry (Unix time) of each {self._what} Secret.",
                                  labels=["namespace", "secret"])

@@ -92,6 +92,7 @@ class Item:
     name: str
     decide: Callable[[Obj | None], Outcome]
     workloads: tuple[WorkloadRef, ...] = ()
+    client: bool = False  # a client certificate's Secret (docs/mtls.md): its own metric labels and Event reasons
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -181,7 +182,7 @@ def client_secrets(targets: Iterable[Target]) -> set[tuple[str, str]]:
 
 def _client_item(target: Target, signing: Signing) -> Item:
     return Item(SECRETS, target.namespace, target.client_secret,
-                lambda existing: decide_client_leaf(target, existing, signing), target.workloads)
+                lambda existing: decide_client_leaf(target, existing, signing), target.workloads, client=True)
 
 
 def decide_client_leaf(target: Target, existing: Obj | None, signing: Signing) -> Outcome:

@@ -295,9 +295,11 @@ class Reconciler:
             log.warning("no CA may sign yet: certificates that need one wait", extra={"reason": step.waiting})
         stored: dict[tuple[str, str, str], Obj | None] = {}
         signing = Signing.of(step.cas, now=now, waiting=step.waiting, anchors=self._roots("serving"))
+        self.metrics.client_ca_expiry.clear()
         # The client CA set only once a workload asks for it, or in a hub, where it is the client root.
         if any(t.client_ids for t in targets) or self.settings.hub:
             client = self._ensure_client_ca(observed, targets, now, report)
+            self._ca_metrics(client.cas, client=True)
             signing = dataclasses.replace(signing, client=Signing.of(client.cas, now=now, waiting=client.waiting,
                                                                      prefix=CLIENT_PREFIX,
                                                                      anchors=self._roots("client")))
@@ -516,11 +518,12 @@ class Reconciler:
             self._announce(users, f"bundle/{ns}", reason="TrustBundleExcluded", message=message, now=now)
         return excluded
 
-    def _ca_metrics(self, cas: CaSet) -> None:
-        self.metrics.ca_expiry.clear()
+    def _ca_metrics(self, cas: CaSet, *, client: bool = False) -> None:
+        """Each CA of the set by its trust state: the workload CA's gauge, or the client CA set's."""
+        gauge = self.metrics.client_ca_expiry if client else self.metrics.ca_expiry
+        gauge.clear()
         for record in cas.records:
-            expiry = record.cert.not_valid_after_utc.timestamp()
-            self.metrics.ca_expiry.labels(record.fingerprint[:16], str(record.state)).set(expiry)
+            gauge.labels(record.fingerprint[:16], str(record.state)).set(record.cert.not_valid_after_utc.timestamp())
 
     def _cert_metrics(self, targets: list[Target], stored: dict[tuple[str, str, str], Obj | None],
                       signing: Signing) -> dict[tuple[str, str], datetime]:
@@ -532,6 +535,13 @@ class Reconciler:
                 expiries[target.namespace, target.secret_name] = expiry
         self.metrics.cert_expiry.replace({key: expiry.timestamp() for key, expiry in expiries.items()},
                                          per_object=self.settings.per_object_metrics)
+        clients = {}
+        for key in client_secrets(targets):
+            chain = load_certificates(secret_data(stored.get((SECRETS.kind, *key)), keys=("tls.crt",))
+                                      .get("tls.crt", b""))
+            if chain:
+                clients[key] = chain[0].not_valid_after_utc.timestamp()
+        self.metrics.client_cert_expiry.replace(clients, per_object=self.settings.per_object_metrics)
         return expiries
 
     # The second: the pod-certificate signer (docs/reconcile.md, "Pod certificates").
@@ -636,7 +646,8 @@ class Reconciler:
                     self._write(step.write, report)
                 except Conflict:
                     continue  # another reconciler stepped first: use what it stored
-                self.metrics.rotations.labels("ca", step.write.reason.partition(":")[0]).inc()
+                kind = "client-ca" if policy.secret_name == names.CLIENT_CA_SECRET else "ca"
+                self.metrics.rotations.labels(kind, step.write.reason.partition(":")[0]).inc()
                 log.info("CA set stored", extra={"secret": policy.secret_name, "reason": step.write.reason,
                                                  "states": step.cas.states()})
             self._steps[policy.secret_name] = step
@@ -743,9 +754,11 @@ class Reconciler:
     def _written(self, item: Item, write: Write, now: datetime) -> None:
         verb, _, why = write.reason.partition(":")
         if verb in ("issued", "renewed"):
-            self.metrics.rotations.labels("leaf", why).inc()
-            events.emit(self.api, item.workloads, reason=f"Certificate{verb.capitalize()}", kind="Normal", now=now,
-                        message=f"Secret {item.name}: certificate {verb} ({why})")
+            what = "client certificate" if item.client else "certificate"
+            self.metrics.rotations.labels("client-leaf" if item.client else "leaf", why).inc()
+            reason = f"{'Client' if item.client else ''}Certificate{verb.capitalize()}"
+            events.emit(self.api, item.workloads, reason=reason, kind="Normal", now=now,
+                        message=f"Secret {item.name}: {what} {verb} ({why})")
 
     def _refused(self, item: Item, refused: Refused, report: PassReport, now: datetime) -> None:
         report.refused.append(refused.message)
@@ -773,10 +786,10 @@ class Reconciler:
 
     def _failed(self, item: Item, why: str, report: PassReport, now: datetime) -> None:
         report.failed.append(f"{item.resource.kind} {item.namespace}/{item.name}: {why}")
-        self.metrics.failures.labels(item.resource.kind.lower()).inc()
+        self.metrics.failures.labels("client-secret" if item.client else item.resource.kind.lower()).inc()
         log.warning("object not converged", extra={"namespace": item.namespace, "object": item.name, "error": why})
-        self._announce(item.workloads, f"{item.resource.kind}/{item.namespace}/{item.name}", reason="CertificateFailed",
-                       message=why, now=now)
+        self._announce(item.workloads, f"{item.resource.kind}/{item.namespace}/{item.name}",
+                       reason="ClientCertificateFailed" if item.client else "CertificateFailed", message=why, now=now)
 
     def _read_optional(self, resource: Resource, name: str, namespace: str | None = None) -> Obj | None:
         """The object, or None only when the API confirmed it does not exist (any other error propagates)."""
