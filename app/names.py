@@ -47,6 +47,9 @@ CERT_FILE, KEY_FILE, CA_FILE = "tls.crt", "tls.key", "ca.crt"
 TRUSTSTORE_ANNOTATION = f"{DOMAIN}/truststore"
 TRUSTSTORE_PKCS12 = "pkcs12"
 TRUSTSTORE_KEY = "truststore.p12"
+# Beside it, where a workload of the cluster asks for a client certificate: the client CAs as PKCS#12, what
+# a JVM server verifies client certificates with (docs/mtls.md).
+CLIENT_TRUSTSTORE_KEY = "client-truststore.p12"
 
 
 # Per-pod choices (annotations on the Pod or its template), read by the mutating webhook only.

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from app import names
 from app.kube import CONFIG_MAPS, SECRETS, Resource
-from app.names import BUNDLE_KEY, CLIENT_BUNDLE_KEY, TRUST_BUNDLE_CONFIGMAP, TRUSTSTORE_KEY
+from app.names import BUNDLE_KEY, CLIENT_BUNDLE_KEY, CLIENT_TRUSTSTORE_KEY, TRUST_BUNDLE_CONFIGMAP, TRUSTSTORE_KEY
 from app.pki import (
     CaSet,
     CertKey,
@@ -365,20 +365,24 @@ def decide_bundle(namespace: str, existing: Obj | None, signing: Signing, *, tru
 
 
 def _binary_data(existing: Obj | None, signing: Signing, *, truststore: bool) -> dict[str, str]:
-    """Anyone else's binaryData kept; ours is the truststore, rebuilt only when its CAs differ from the
-    bundle's (PKCS#12 bytes change on every build: random salts), dropped when nobody asks for it."""
+    """Anyone else's binaryData kept; ours are the truststores, each rebuilt only when its CAs differ from
+    its PEM bundle's (PKCS#12 bytes change on every build: random salts), dropped when nobody asks for them:
+    `truststore.p12` the serving CAs, `client-truststore.p12` the client CAs while a client CA set is in use."""
     binary = dict((existing or {}).get("binaryData") or {})
-    current = binary.pop(TRUSTSTORE_KEY, None)
+    current = {key: binary.pop(key, None) for key in (TRUSTSTORE_KEY, CLIENT_TRUSTSTORE_KEY)}
     if not truststore:
         return binary
-    cas = load_certificates(signing.bundle[BUNDLE_KEY].encode())
-    if not cas:
-        return binary
-    stored = base64.b64decode(current, validate=False) if isinstance(current, str) else b""
-    if stored and truststore_fingerprints(stored) == {fingerprint(c) for c in cas}:
-        binary[TRUSTSTORE_KEY] = str(current)
-    else:
-        binary[TRUSTSTORE_KEY] = base64.b64encode(to_truststore(cas)).decode()
+    for key, pem in ((TRUSTSTORE_KEY, signing.bundle.get(BUNDLE_KEY, "")),
+                     (CLIENT_TRUSTSTORE_KEY, signing.client_bundle.get(CLIENT_BUNDLE_KEY, ""))):
+        cas = load_certificates(pem.encode())
+        if not cas:
+            continue
+        kept = current[key]
+        stored = base64.b64decode(kept, validate=False) if isinstance(kept, str) else b""
+        if stored and truststore_fingerprints(stored) == {fingerprint(c) for c in cas}:
+            binary[key] = str(kept)
+        else:
+            binary[key] = base64.b64encode(to_truststore(cas)).decode()
     return binary
 
 
