@@ -74,9 +74,11 @@ def test_every_problem_is_reported_in_one_pass() -> None:
     assert "my-rules.yaml:6: rules[1] (b): unknown field 'extra'" in message
 
 
-BUILT_IN = ["workload-tls-transition", "cronjob-tls-transition", "namespace-tls-transition",
+BUILT_IN = ["workload-tls-transition", "cronjob-tls-transition", "workload-client-certificate-transition",
+            "cronjob-client-certificate-transition", "namespace-tls-transition",
             "enabled-namespace-workload-tls-transition", "enabled-namespace-cronjob-tls-transition",
-            "workload-tls-mode-transition"]
+            "enabled-namespace-workload-client-certificate-transition",
+            "enabled-namespace-cronjob-client-certificate-transition", "workload-tls-mode-transition"]
 APPS_KINDS = {("apps", "v1", "Deployment"), ("apps", "v1", "StatefulSet"), ("apps", "v1", "DaemonSet")}
 
 
@@ -89,22 +91,31 @@ def test_the_built_in_rules_cover_the_workload_kinds_cronjobs_and_namespaces() -
                      "namespace-tls-transition": {("", "v1", "Namespace")},
                      "enabled-namespace-workload-tls-transition": APPS_KINDS,
                      "enabled-namespace-cronjob-tls-transition": cronjobs,
+                     "workload-client-certificate-transition": APPS_KINDS,
+                     "cronjob-client-certificate-transition": cronjobs,
+                     "enabled-namespace-workload-client-certificate-transition": APPS_KINDS,
+                     "enabled-namespace-cronjob-client-certificate-transition": cronjobs,
                      "workload-tls-mode-transition": APPS_KINDS}
     assert {name: rule.scope for name, rule in rules.items()} == {
         "workload-tls-transition": "other-namespaces", "cronjob-tls-transition": "other-namespaces",
         "namespace-tls-transition": "all", "workload-tls-mode-transition": "all",
         "enabled-namespace-workload-tls-transition": "enabled-namespaces",
-        "enabled-namespace-cronjob-tls-transition": "enabled-namespaces"}
+        "enabled-namespace-cronjob-tls-transition": "enabled-namespaces",
+        "workload-client-certificate-transition": "other-namespaces",
+        "cronjob-client-certificate-transition": "other-namespaces",
+        "enabled-namespace-workload-client-certificate-transition": "enabled-namespaces",
+        "enabled-namespace-cronjob-client-certificate-transition": "enabled-namespaces"}
 
 
 def test_each_path_runs_the_rules_of_its_kind_of_namespace_and_those_of_all() -> None:
     rules = default_rule_set()
     assert [r.name for r in rules.scoped("enabled-namespaces")] == [
         "namespace-tls-transition", "enabled-namespace-workload-tls-transition",
-        "enabled-namespace-cronjob-tls-transition", "workload-tls-mode-transition"]
+        "enabled-namespace-cronjob-tls-transition", "enabled-namespace-workload-client-certificate-transition",
+        "enabled-namespace-cronjob-client-certificate-transition", "workload-tls-mode-transition"]
     assert [r.name for r in rules.scoped("other-namespaces")] == [
-        "workload-tls-transition", "cronjob-tls-transition", "namespace-tls-transition",
-        "workload-tls-mode-transition"]
+        "workload-tls-transition", "cronjob-tls-transition", "workload-client-certificate-transition",
+        "cronjob-client-certificate-transition", "namespace-tls-transition", "workload-tls-mode-transition"]
     with pytest.raises(ValueError, match="not all"):
         rules.scoped("all")
 
