@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Literal
 
 from app.injection.workload import pod_workload
+from app.names import CLIENT_CA_SECRET
 from app.pki import LEAF_LOOKAHEAD, CaState
 from app.reconcile.ca import CaStep
 from app.reconcile.discover import Target
@@ -33,7 +34,7 @@ WAITS_FOR: Mapping[CaState, str] = {
 @dataclass(frozen=True)
 class CaStatus:
     ca_set: str  # the Secret holding the set: the workloads' CA, or the webhook's own
-    role: CaRole  # what its leaves are: serving certificates (client certificates have no CA set yet)
+    role: CaRole  # what its leaves are: serving certificates, or client certificates (docs/mtls.md)
     fingerprint: str  # SHA-256, first 16 hex digits (as in the metrics' label)
     subject: str
     root: bool  # self-signed; False for a CA given with its issuers (an intermediate)
@@ -83,7 +84,8 @@ class Status:
 
 
 def ca_statuses(ca_set: str, step: CaStep) -> list[CaStatus]:
-    return [CaStatus(ca_set=ca_set, role="serving", fingerprint=r.fingerprint[:16],
+    role: CaRole = "client" if ca_set == CLIENT_CA_SECRET else "serving"
+    return [CaStatus(ca_set=ca_set, role=role, fingerprint=r.fingerprint[:16],
                      subject=r.cert.subject.rfc4514_string(), root=not r.chain, not_after=r.cert.not_valid_after_utc,
                      state=str(r.state), signs=r.state is CaState.TRUSTED_USED and r.key is not None,
                      waits_for=_waits_for(step, r.state), next_step_at=step.next_step_at)

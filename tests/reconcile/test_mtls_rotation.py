@@ -149,6 +149,9 @@ def test_force_renew_and_expiry_renew_a_client_leaf_counted_and_evented_as_a_cli
         first.not_valid_after_utc.timestamp()
     assert _sample(registry, "tls_injector_client_certificates") == 1
     assert _sample(registry, "tls_injector_certificates") == 1  # the serving one, counted on its own
+    assert reconciler.status is not None  # the status API and page: each CA set with its role
+    assert {(ca.ca_set, ca.role, ca.state) for ca in reconciler.status.cas} == {
+        ("tls-injector-ca", "serving", "trusted-used"), ("tls-injector-client-ca", "client", "trusted-used")}
     serving = data(kubeapi.get("secrets", "caller-tls", NS))["tls.crt"]
 
     api = KubeApi(kubeapi.api_client())
