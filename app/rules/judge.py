@@ -84,7 +84,7 @@ def judge(rule_set: RuleSet, kind: GroupVersionKind, *, old: Mapping[str, Any], 
     """The verdict on an UPDATE from `old` to `new`; warnings are kept only for an allowed update.
 
     The rules sharing a `self` path are judged together (see Group): one limits check and one CEL call,
-    or a remembered result. The verdict is `judge_each`'s, exactly (tests/test_rules_batched.py).
+    or a remembered result. tests/test_rules_batched.py checks the verdicts against CEL's semantics.
     """
     outcomes: dict[str, Outcome] = {}
     for group in rule_set.groups_for(kind):
@@ -137,21 +137,6 @@ def _passed(group: Group, results: tuple[bool, ...]) -> list[Outcome] | None:
     return [_warned(rule, warned) for rule, _, warned in per_rule]
 
 
-def judge_each(rule_set: RuleSet, kind: GroupVersionKind, *, old: Mapping[str, Any],
-               new: Mapping[str, Any]) -> Verdict:
-    """The same verdict the plain way: every rule alone, each expression evaluated on its own, nothing
-    remembered. What `judge` must agree with; it falls back to the per-rule step when a batch cannot."""
-    outcomes: list[Outcome] = []
-    for rule in rule_set.for_kind(kind):
-        too_big = _too_big(old, new, rule)
-        if too_big is not None:
-            outcomes.append(too_big)
-            continue
-        variables = {"self": self_value(new, rule.self_path), "oldSelf": self_value(old, rule.self_path)}
-        outcomes.append(_judge_rule(rule, variables))
-    return _verdict(outcomes)
-
-
 def self_value(obj: Mapping[str, Any], path: Path) -> object:
     """What a rule's `self` is: the value at its path, nulls dropped; an absent path is `{}`.
 
@@ -178,11 +163,6 @@ def measure(value: object, *, max_depth: int, max_values: int) -> tuple[int, int
 
 def nesting_depth(value: object, *, limit: int) -> int:
     return measure(value, max_depth=limit, max_values=sys.maxsize)[0]
-
-
-def _too_big(old: Mapping[str, Any], new: Mapping[str, Any], rule: Rule) -> Failure | None:
-    reason = _limit_breach(get_path(old, rule.self_path), get_path(new, rule.self_path), rule.self_path)
-    return None if reason is None else Failure(rule, (), 0, reason)
 
 
 def _limit_breach(old_value: object, new_value: object, path: Path) -> str | None:
