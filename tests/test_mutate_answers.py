@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from app import names
 from app.admission import AdmissionResponse
 from app.injection import InjectionOptions, make_mutate_handler
-from app.injection.answers import TOKEN_PLACEHOLDER, Answers, shape_key
+from app.injection.answers import TOKEN_PLACEHOLDER, Answers, shape_key, shareable
 from tests.support.reviews import answer, review
 from tests.support.workloads import build
 from tests.test_naming_chain import NAMESPACE, Cluster, admit_job, shapes
@@ -158,6 +158,19 @@ def test_an_answer_that_names_the_token_volume_is_not_shared() -> None:
         assert f"kube-api-access-{token_suffix(index)}" in got["status"]["message"]
         assert without_uid(got) == without_uid(fresh(sent))
     assert answers.hits == 0
+
+
+@pytest.mark.parametrize("before", range(7))
+def test_a_patch_holding_the_token_prefix_at_any_offset_is_not_shared_and_one_without_it_is(before: int) -> None:
+    # The patch is looked into as base64, without decoding it: the prefix must be found at every
+    # alignment of the 3-byte groups, and text without any part of it must not be taken for it.
+    token = b'"kube-api-access-x2b4z"'
+    for text, shared in ((b"x" * before + b"kube-api-access-x2b4z" + b"y" * before, False),
+                         (b"x" * before + b"kube-api" + b"y" * before, True),
+                         (b"x" * before + b"/var/run/secrets/kubernetes.io/serviceaccount", True)):
+        patch = {"allowed": True, "patch": base64.b64encode(text).decode()}
+        assert shareable(patch, token) is shared, text
+        assert shareable(patch, None)
 
 
 @pytest.mark.parametrize(("text", "stands_in"), [
