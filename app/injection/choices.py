@@ -10,7 +10,7 @@ import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from app import names
 from app.injection.workload import Workload, client_secret_name_for
@@ -49,8 +49,9 @@ class InjectionOptions:
     default_mode: str = names.MODE_SECRET  # for pods whose annotations do not choose
 
 
-@dataclass(frozen=True, slots=True)
-class Choices:
+class Choices(NamedTuple):
+    """What one pod gets (a NamedTuple, as the plan's records are: built once per review, see plan.py)."""
+
     secret_name: str
     cert_path: str
     trust_path: str
@@ -141,11 +142,12 @@ def _secret_name(workload: Workload) -> str:
 
 def _mount_path(annotations: Mapping[str, Any], key: str, default: str) -> str:
     raw = _text(annotations, key) or default
-    if not raw.startswith("/") or ".." in raw.split("/") or ":" in raw or posixpath.normpath(raw) == "/":
+    path = posixpath.normpath(raw)
+    if not raw.startswith("/") or ".." in raw.split("/") or ":" in raw or path == "/":
         raise InjectionRefused(
             f"{key}: {shown(raw)} must be an absolute directory path other than /, without '..' or ':'"
         )
-    return posixpath.normpath(raw)
+    return path
 
 
 def _nested(first: str, second: str) -> bool:

@@ -26,21 +26,23 @@ def _escape(token: str | int) -> str:
 
 
 def patch_ops(plan: Plan) -> list[JsonPatchOp]:
-    ops = _append(("spec", "volumes"), plan.volumes, exists=plan.volumes_exist)
+    # The paths to volumes, mounts and env are made of our own field names and indexes, which need no
+    # escaping, so they are written out directly; only annotation keys (the pod's own) go through pointer().
+    ops = _append("/spec/volumes", plan.volumes, exists=plan.volumes_exist)
     for change in plan.containers:
-        container = ("spec", change.field, change.index)
-        ops += _append((*container, "volumeMounts"), change.mounts, exists=change.mounts_exist)
-        ops += _append((*container, "env"), change.env, exists=change.env_exist)
+        container = f"/spec/{change.field}/{change.position}"
+        ops += _append(container + "/volumeMounts", change.mounts, exists=change.mounts_exist)
+        ops += _append(container + "/env", change.env, exists=change.env_exist)
     return ops + _annotations(plan)
 
 
-def _append(path: tuple[str | int, ...], items: Sequence[dict[str, Any]], *, exists: bool) -> list[JsonPatchOp]:
+def _append(path: str, items: Sequence[dict[str, Any]], *, exists: bool) -> list[JsonPatchOp]:
     if not items:
         return []
     if not exists:
-        return [JsonPatchOp(op="add", path=pointer(*path), value=list(items))]
-    end = pointer(*path) + "/-"
-    return [JsonPatchOp(op="add", path=end, value=item) for item in items]
+        return [{"op": "add", "path": path, "value": list(items)}]
+    end = path + "/-"
+    return [{"op": "add", "path": end, "value": item} for item in items]
 
 
 def _annotations(plan: Plan) -> list[JsonPatchOp]:
