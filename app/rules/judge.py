@@ -81,17 +81,15 @@ class Verdict:
 
 
 def judge(rule_set: RuleSet, kind: GroupVersionKind, *, old: Mapping[str, Any], new: Mapping[str, Any]) -> Verdict:
-    """The verdict on an UPDATE from `old` to `new`; warnings are kept only for an allowed update.
+    """The verdict on an UPDATE from `old` to `new`: `judge_texts` on the JSON texts of their values at
+    each rule's `self` path, so a caller holding objects (tests, tools) is judged as /validate judges.
+    tests/test_rules_batched.py checks the verdicts against CEL's semantics."""
+    return judge_texts(rule_set, kind, lambda path: (_text(old, path), _text(new, path)))
 
-    The rules sharing a `self` path are judged together (see Group): one limits check and one CEL call,
-    or a remembered result. tests/test_rules_batched.py checks the verdicts against CEL's semantics.
-    """
-    outcomes: dict[str, Outcome] = {}
-    for group in rule_set.groups_for(kind):
-        old_value, new_value = get_path(old, group.self_path), get_path(new, group.self_path)
-        outcomes.update(zip((rule.name for rule in group.rules), _judge_group(group, old_value, new_value),
-                            strict=True))
-    return _verdict(outcomes[rule.name] for rule in rule_set.for_kind(kind))
+
+def _text(obj: Mapping[str, Any], path: Path) -> bytes:
+    value = get_path(obj, path)
+    return b"" if value is MISSING else orjson.dumps(value)
 
 
 # The JSON text of a value as it arrived, b"" for an absent path (as the memo writes MISSING).
@@ -99,8 +97,10 @@ Texts = Callable[[Path], "tuple[bytes, bytes]"]
 
 
 def judge_texts(rule_set: RuleSet, kind: GroupVersionKind, texts: Texts) -> Verdict:
-    """`judge`'s verdict on an update whose `self` values are given as the JSON texts they arrived as
-    (`texts(path)`: oldSelf's and self's).
+    """The verdict on an UPDATE whose `self` values are given as the JSON texts they arrived as
+    (`texts(path)`: oldSelf's and self's); warnings are kept only for an allowed update. The rules
+    sharing a `self` path are judged together (see Group): one limits check and one CEL call, or a
+    remembered result.
 
     A pair of texts is first looked up in the memo as it stands: a text decodes to one value only, and
     the memo's keys are JSON texts of exactly the values their results were evaluated on (`Memo.key`),
