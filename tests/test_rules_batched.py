@@ -35,19 +35,22 @@ from tests.cel_semantics import (
     entry_or_empty,
     field,
     has,
+    member,
     negated,
+    term,
     view,
 )
 from tests.rules_matrix import cronjob, namespace
 
 INJECT, SECRET, MODE = "tls-injector.io/inject", "tls-injector.io/secret-name", "tls-injector.io/mode"
+CLIENT = "tls-injector.io/client-certificate"
 DEFAULTS = default_rule_set()
 SCOPED = {scope: DEFAULTS.scoped(scope) for scope in (SCOPE_OTHER_NAMESPACES, SCOPE_ENABLED_NAMESPACES)}
 SEI = GroupVersionKind(group="example.com", version="v1", kind="SeiNode")
 # What a label or annotation may hold in a hostile or broken body, beside the values that matter.
 ODD_VALUES: list[Any] = ["", "TRUE", 1, 1.0, True, None, ["true"], {"x": "true"}, "{" * 120, "null"]
 MEANINGFUL = {INJECT: ["true", "false", "enabled", "disabled"], SECRET: ["x-tls", "y-tls"],
-              MODE: ["pod-certificate", "secret"]}
+              MODE: ["pod-certificate", "secret"], CLIENT: ["true", " True ", "false"]}
 
 
 def summary(verdict: Verdict) -> Summary:
@@ -104,7 +107,7 @@ def random_metadata(rng: random.Random) -> Any:
     if rng.random() < 0.05:
         return rng.choice([None, "not an object", []])
     metadata: dict[str, Any] = {}
-    for part, keys in (("labels", [INJECT]), ("annotations", [SECRET, MODE])):
+    for part, keys in (("labels", [INJECT]), ("annotations", [SECRET, MODE, CLIENT])):
         if rng.random() < 0.85:
             metadata[part] = random_map(rng, keys)
     return metadata
@@ -160,7 +163,50 @@ def tls_mode(old: Any, new: Any) -> tuple[Value, Value]:
             all_of(lambda: negated(native(old)), lambda: native(new)))
 
 
+def trimmed_lower(value: Any) -> str:
+    """`.trim().lowerAscii()`: of a string only."""
+    if not isinstance(value, str):
+        raise TypeError("trim() of a non-string")
+    return "".join(c.lower() if c.isascii() else c for c in value.strip())
+
+
+def wants_client(obj: Any, tls_on: Value) -> Value:
+    """TLS on, and the client-certificate annotation "true" (trimmed, any case)."""
+    return all_of(lambda: tls_on, lambda: has(obj, "annotations"), lambda: member(CLIENT, field(obj, "annotations")),
+                  lambda: trimmed_lower(field(obj, "annotations")[CLIENT]) == "true")
+
+
+def secret_written(obj: Any) -> Any:
+    """'secret-name' in obj.annotations ? obj.annotations['secret-name'] : '' (no has(): an error without them)"""
+    return choose(term(lambda: member(SECRET, field(obj, "annotations"))),
+                  lambda: field(obj, "annotations")[SECRET], lambda: "")
+
+
+def client_certificate(tls_on: Callable[[Any], Value]) -> Semantics:
+    """A client certificate, once asked for with TLS on, stays asked for with the same secret-name; asking
+    for it in place is allowed (and warns)."""
+    def semantics(old: Any, new: Any) -> tuple[Value, Value]:
+        had, has_now = wants_client(old, tls_on(old)), wants_client(new, tls_on(new))
+        return (any_of(lambda: negated(had),
+                       lambda: all_of(lambda: has_now, lambda: cel_equal(lambda: secret_written(new),
+                                                                         lambda: secret_written(old)))),
+                all_of(lambda: negated(had), lambda: has_now))
+    return semantics
+
+
+def tls_on_outside(obj: Any) -> Value:
+    return tls_is(obj, "true")
+
+
+def tls_on_inside(obj: Any) -> Value:  # an enabled namespace: on unless "false"
+    return negated(tls_is(obj, "false"))
+
+
 BUILT_IN: dict[str, Semantics] = {
+    "workload-client-certificate-transition": client_certificate(tls_on_outside),
+    "cronjob-client-certificate-transition": client_certificate(tls_on_outside),
+    "enabled-namespace-workload-client-certificate-transition": client_certificate(tls_on_inside),
+    "enabled-namespace-cronjob-client-certificate-transition": client_certificate(tls_on_inside),
     "workload-tls-transition": workload_tls, "cronjob-tls-transition": workload_tls,
     "enabled-namespace-workload-tls-transition": enabled_namespace_tls,
     "enabled-namespace-cronjob-tls-transition": enabled_namespace_tls,
