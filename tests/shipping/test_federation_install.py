@@ -16,8 +16,19 @@ from pathlib import Path
 import pytest
 import yaml
 
+from app.cli.parser import build_parser
+from app.kube.config import member_client
+from app.names import (
+    CLIENT_INTERMEDIATE_CA_SECRET,
+    FORCE_REPLACE_ANNOTATION,
+    INTERMEDIATE_CA_SECRET,
+    MEMBER_KUBECONFIG_KEY,
+    MEMBER_LABEL,
+)
 from app.reconcile.ownership import owner_labels
-from tests.kubeapi import Emulator
+from tests.kubeapi import Emulator, running_emulator
+from tests.reconcile.cluster import OWN_NS, namespace
+from tests.reconcile.test_hub_members import cli, finished, register
 from tests.shipping.rbac import Call, authorized, grants_for
 from tests.shipping.support import ROOT, Obj, kubectl, of_kind, only, render, render_with_components
 from tests.shipping.test_reconciler_policy import ADMIN, RECONCILER, TENANT, changed, refusals, request, thing
@@ -27,9 +38,8 @@ MEMBER = "manifests/components/member"
 NAMESPACE = "tls-injector"
 HUB_ACCOUNT = "tls-injector-hub"
 HUB = f"system:serviceaccount:{NAMESPACE}:{HUB_ACCOUNT}"
-# What the hub writes into a member (the design of issue 28 parts 2-3; docs/multicluster.md).
-INTERMEDIATES = ("tls-injector-intermediate-ca", "tls-injector-client-intermediate-ca")
-ROOTS = "tls-injector-federation-roots"
+# What the hub writes into a member (app/reconcile/hub.py; docs/multicluster.md).
+INTERMEDIATES = (INTERMEDIATE_CA_SECRET, CLIENT_INTERMEDIATE_CA_SECRET)
 
 
 def member() -> list[Obj]:
@@ -68,15 +78,17 @@ def test_the_hubs_token_is_for_the_hubs_account_and_no_pod_mounts_that_account()
     assert all(spec["serviceAccountName"] != HUB_ACCOUNT for spec in pods)
 
 
-HUB_MAY = [Call(verb, "", "secrets", NAMESPACE, name) for name in INTERMEDIATES for verb in ("get", "create", "update")]
-HUB_MAY += [Call(verb, "", "configmaps", NAMESPACE, ROOTS) for verb in ("get", "create", "update")]
+HUB_MAY = [Call(verb, "", "secrets", NAMESPACE, name) for name in INTERMEDIATES
+           for verb in ("get", "create", "update", "delete")]
 HUB_MAY_NOT = [
     Call("get", "", "secrets", NAMESPACE, "tls-injector-ca"),
     Call("get", "", "secrets", NAMESPACE, "tls-injector-hub-token"),
+    Call("delete", "", "secrets", NAMESPACE, "tls-injector-ca"),
     Call("list", "", "secrets", NAMESPACE, None),
-    Call("watch", "", "configmaps", NAMESPACE, None),
+    Call("watch", "", "secrets", NAMESPACE, None),
+    Call("create", "", "configmaps", NAMESPACE, None),
+    Call("get", "", "configmaps", NAMESPACE, "tls-injector-trust-bundle"),
     Call("update", "", "configmaps", NAMESPACE, "tls-injector-trust-bundle"),
-    Call("delete", "", "secrets", NAMESPACE, INTERMEDIATES[0]),
     Call("create", "", "secrets", "team-a", INTERMEDIATES[0]),
     Call("get", "", "secrets", "team-a", INTERMEDIATES[0]),
     Call("create", "", "events", NAMESPACE, None),
@@ -85,7 +97,7 @@ HUB_MAY_NOT = [
 
 
 @pytest.mark.parametrize("call", HUB_MAY, ids=str)
-def test_the_hubs_account_may_make_the_hubs_writes_in_the_members_namespace(call: Call) -> None:
+def test_the_hubs_account_may_make_the_hubs_calls_in_the_members_namespace(call: Call) -> None:
     assert authorized(grants_for(member(), namespace=NAMESPACE, account=HUB_ACCOUNT), call)
 
 
@@ -98,52 +110,57 @@ def test_the_hubs_grants_are_in_its_namespace_only_and_pinned_by_name_except_cre
     grants = grants_for(member(), namespace=NAMESPACE, account=HUB_ACCOUNT)
     assert grants
     assert {g.namespace for g in grants} == {NAMESPACE}
-    assert {(g.resource, g.verb) for g in grants if g.names is None} == {("secrets", "create"),
-                                                                         ("configmaps", "create")}
+    assert {(g.resource, g.verb) for g in grants if g.names is None} == {("secrets", "create")}
     assert {(g.resource, g.verb, n) for g in grants if g.names is not None for n in g.names} == {
-        *((r, v, n) for n in INTERMEDIATES for r, v in (("secrets", "get"), ("secrets", "update"))),
-        ("configmaps", "get", ROOTS), ("configmaps", "update", ROOTS)}
+        ("secrets", verb, name) for name in INTERMEDIATES for verb in ("get", "update", "delete")}
 
 
-INTERMEDIATE = thing("Secret", INTERMEDIATES[0], NAMESPACE, owner_labels("ca"))
-CLIENT_INTERMEDIATE = thing("Secret", INTERMEDIATES[1], NAMESPACE, owner_labels("ca"))
-ROOTS_MAP = thing("ConfigMap", ROOTS, NAMESPACE, owner_labels("bundle"))
-UNLABELLED_INTERMEDIATE = thing("Secret", INTERMEDIATES[0], NAMESPACE)
-ACK = {"tls-injector.io/in-every-bundle-since-0123456789abcdef": "2026-11-25T20:00:00Z"}
+OURS = owner_labels("intermediate")
+INTERMEDIATE = thing("Secret", INTERMEDIATES[0], NAMESPACE, OURS)
+CLIENT_INTERMEDIATE = thing("Secret", INTERMEDIATES[1], NAMESPACE, OURS)
+FOREIGN = thing("Secret", INTERMEDIATES[0], NAMESPACE)  # someone else's, not labelled ours
+REPLACE = {FORCE_REPLACE_ANNOTATION: "1"}
 
 HUB_WRITES = [
     ("creates the serving intermediate", request("CREATE", HUB, new=INTERMEDIATE)),
     ("creates the client intermediate", request("CREATE", HUB, new=CLIENT_INTERMEDIATE)),
-    ("creates the root bundles", request("CREATE", HUB, new=ROOTS_MAP)),
     ("renews the serving intermediate",
      request("UPDATE", HUB, new=changed(INTERMEDIATE, data={"tls.crt": "bmV3"}), old=INTERMEDIATE)),
-    ("publishes a new root beside the member's acknowledgements",
-     request("UPDATE", HUB, new=changed(ROOTS_MAP, annotations=ACK, data={"ca-bundle.crt": "bmV3"}),
-             old=changed(ROOTS_MAP, annotations=ACK))),
+    ("replaces a foreign intermediate a person annotated force-replace",
+     request("UPDATE", HUB, new=INTERMEDIATE, old=changed(FOREIGN, annotations=REPLACE))),
+    ("deletes an intermediate of another type annotated force-replace",
+     request("DELETE", HUB, old=changed(FOREIGN, annotations=REPLACE))),
 ]
 HUB_REFUSED = [
     ("plants a CA Secret of another name", request("CREATE", HUB, new=thing("Secret", "tls-injector-ca", NAMESPACE,
                                                                              owner_labels("ca")))),
-    ("creates an intermediate without our label", request("CREATE", HUB, new=UNLABELLED_INTERMEDIATE)),
-    ("overwrites an intermediate it did not issue (unlabelled)",
-     request("UPDATE", HUB, new=INTERMEDIATE, old=UNLABELLED_INTERMEDIATE)),
-    ("strips our label from an intermediate",
-     request("UPDATE", HUB, new=UNLABELLED_INTERMEDIATE, old=INTERMEDIATE)),
+    ("creates an intermediate without our label", request("CREATE", HUB, new=FOREIGN)),
+    ("overwrites an intermediate it did not issue, not annotated", request("UPDATE", HUB, new=INTERMEDIATE,
+                                                                          old=FOREIGN)),
+    ("strips our label from an intermediate", request("UPDATE", HUB, new=FOREIGN, old=INTERMEDIATE)),
+    ("strips our label from an annotated one",
+     request("UPDATE", HUB, new=changed(FOREIGN, annotations=REPLACE), old=changed(FOREIGN, annotations=REPLACE))),
     ("writes an intermediate in another namespace",
-     request("CREATE", HUB, new=thing("Secret", INTERMEDIATES[0], "team-a", owner_labels("ca")))),
+     request("CREATE", HUB, new=thing("Secret", INTERMEDIATES[0], "team-a", OURS))),
     ("squats the trust bundle's name", request("CREATE", HUB, new=thing("ConfigMap", "tls-injector-trust-bundle",
                                                                          "team-a", owner_labels("bundle")))),
-    ("creates a ConfigMap under a Secret's name", request("CREATE", HUB, new=thing(
+    ("creates a ConfigMap in the namespace", request("CREATE", HUB, new=thing(
         "ConfigMap", INTERMEDIATES[0], NAMESPACE, owner_labels("bundle")))),
     ("writes an unlabelled Secret of its own", request("CREATE", HUB, new=thing("Secret", "x", NAMESPACE))),
-    ("deletes an intermediate", request("DELETE", HUB, old=INTERMEDIATE)),
+    ("deletes an intermediate nobody asked to replace", request("DELETE", HUB, old=INTERMEDIATE)),
+    ("deletes another Secret annotated force-replace",
+     request("DELETE", HUB, old=changed(thing("Secret", "tls-injector-ca", NAMESPACE, owner_labels("ca")),
+                                        annotations=REPLACE))),
 ]
 OTHERS = [
     ("a tenant plants an intermediate", request("CREATE", TENANT, new=INTERMEDIATE), False),
-    ("a cluster admin edits the root bundles",
-     request("UPDATE", ADMIN, new=changed(ROOTS_MAP, data={"ca-bundle.crt": "ZXZpbA=="}), old=ROOTS_MAP), False),
-    ("the member's reconciler acknowledges a root on the root bundles",
-     request("UPDATE", RECONCILER, new=changed(ROOTS_MAP, annotations=ACK), old=ROOTS_MAP), True),
+    ("a cluster admin edits an intermediate's key",
+     request("UPDATE", ADMIN, new=changed(INTERMEDIATE, data={"tls.key": "ZXZpbA=="}), old=INTERMEDIATE), False),
+    ("a person asks the hub to replace its intermediate",
+     request("UPDATE", ADMIN, new=changed(INTERMEDIATE, annotations=REPLACE), old=INTERMEDIATE), True),
+    ("a person asks the hub to replace a foreign one",
+     request("UPDATE", ADMIN, new=changed(FOREIGN, annotations=REPLACE), old=FOREIGN), True),
+    ("the member's own reconciler may not write one", request("CREATE", RECONCILER, new=FOREIGN), False),
 ]
 
 
@@ -152,7 +169,7 @@ def test_in_a_member_the_policies_let_the_hub_write_its_objects(case: str, revie
     assert refusals(review, policies(member())) == [], case
 
 
-@pytest.mark.parametrize(("case", "review"), HUB_WRITES, ids=[c for c, _ in HUB_WRITES])
+@pytest.mark.parametrize(("case", "review"), HUB_WRITES[:3], ids=[c for c, _ in HUB_WRITES[:3]])
 def test_without_the_member_component_the_base_policies_refuse_the_hubs_writes(case: str, review: Obj) -> None:
     found = refusals(review, policies(render(ROOT / "manifests/base")))
     assert found, case
@@ -174,7 +191,7 @@ def test_in_a_member_the_objects_stay_reserved_from_everyone_else(case: str, rev
 def test_a_refusal_says_what_the_hub_may_write() -> None:
     [text] = refusals(request("CREATE", HUB, new=thing("Secret", "tls-injector-ca", NAMESPACE, owner_labels("ca"))),
                       policies(member()))
-    assert all(name in text for name in (*INTERMEDIATES, ROOTS)), text
+    assert all(name in text for name in INTERMEDIATES), text
     assert f"secrets {NAMESPACE}/tls-injector-ca" in text
 
 
@@ -190,13 +207,86 @@ def test_the_member_component_keeps_every_condition_of_the_reserved_objects_poli
     assert binding["spec"] == {"policyName": "tls-injector.hub-reach", "validationActions": ["Deny"]}
 
 
-def test_the_policies_name_the_account_the_role_is_bound_to() -> None:
+def test_the_policies_name_the_account_the_role_is_bound_to_and_the_code_s_names() -> None:
     objects = member()
     [subject] = only(objects, "RoleBinding", HUB_ACCOUNT)["subjects"]
     assert f"system:serviceaccount:{subject['namespace']}:{subject['name']}" == HUB
     text = (ROOT / MEMBER / "hub-admission-policy.yaml").read_text()
     assert f"'{HUB}'" in text
     assert f"'{HUB}'" in (ROOT / MEMBER / "reserved-objects.yaml").read_text()
+    assert f"'{FORCE_REPLACE_ANNOTATION}'" in text
+    assert f"['{INTERMEDIATES[0]}', '{INTERMEDIATES[1]}']" in text
+    assert set(only(objects, "Role", HUB_ACCOUNT)["rules"][1]["resourceNames"]) == set(INTERMEDIATES)
+
+
+Snapshot = dict[tuple[str, str, str], Obj]
+
+
+def _stored(emu: Emulator) -> Snapshot:
+    return {(o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]): o
+            for resource in ("secrets", "configmaps") for o in emu.objects(resource)}
+
+
+def _writes(before: Snapshot, after: Snapshot) -> list[Obj]:
+    """The hub's writes into a member as the admission requests the member's API server judges (an object
+    whose uid changed was deleted and created again)."""
+    found = [request("CREATE", HUB, new=after[k]) for k in after.keys() - before.keys()]
+    found += [request("DELETE", HUB, old=before[k]) for k in before.keys() - after.keys()]
+    for k in after.keys() & before.keys():
+        old, new = before[k], after[k]
+        if old["metadata"]["uid"] != new["metadata"]["uid"]:
+            found += [request("DELETE", HUB, old=old), request("CREATE", HUB, new=new)]
+        elif old["metadata"].get("resourceVersion") != new["metadata"].get("resourceVersion"):
+            found.append(request("UPDATE", HUB, new=new, old=old))
+    return found
+
+
+def test_every_call_and_write_the_real_hub_makes_in_a_member_is_allowed_by_the_member_install() -> None:
+    """`reconcile --once --hub` (the real CLI) against a hub emulator with one member registered; the
+    member's emulator holds a foreign intermediate of another type that a person asked to have replaced
+    (the hub deletes and creates it) and no client intermediate (created). Every call in the member's
+    request log must be allowed by the member's Role for the hub's account, every write must pass the
+    member's admission policies, and every call in the hub by the base RBAC of the reconciler's account."""
+    with running_emulator(seed=1) as hub, running_emulator(seed=2) as east:
+        for emu in (hub, east):
+            namespace(emu, OWN_NS)
+        register(hub, "east", east.kubeconfig())
+        foreign = {**changed(FOREIGN, annotations=REPLACE), "type": "Opaque"}
+        east.add(foreign)
+        before = _stored(east)
+        code, out, err = finished(cli(hub.url, "--hub"))[0]
+        assert code == 0, (out, err)
+        after = _stored(east)
+        assert after[("Secret", NAMESPACE, INTERMEDIATES[0])]["type"] == "kubernetes.io/tls"
+        writes = _writes(before, after)
+        assert {(w["operation"], w["name"]) for w in writes} == {
+            ("DELETE", INTERMEDIATES[0]), ("CREATE", INTERMEDIATES[0]), ("CREATE", INTERMEDIATES[1])}
+        assert [(w["operation"], w["name"], refusals(w, policies(member()))) for w in writes
+                if refusals(w, policies(member()))] == []
+        member_grants = grants_for(member(), namespace=NAMESPACE, account=HUB_ACCOUNT)
+        calls = [Call.of(r.verb, r.resource, r.namespace, r.name) for r in east.log]
+        assert calls
+        assert [c for c in calls if not authorized(member_grants, c)] == []
+        hub_grants = grants_for(render_with_components("manifests/base", HUB_COMPONENT), namespace=NAMESPACE,
+                                account="tls-injector-reconciler")
+        hub_calls = [Call.of(r.verb, r.resource, r.namespace, r.name) for r in hub.log]
+        assert Call("list", "", "secrets", NAMESPACE, None) in hub_calls
+        assert [c for c in hub_calls if not authorized(hub_grants, c)] == []
+
+
+HUB_COMPONENT = "manifests/components/hub"
+
+
+def test_the_hub_component_starts_the_reconciler_with_hub_and_changes_nothing_else() -> None:
+    base = render(ROOT / "manifests/base")
+    hub = render_with_components("manifests/base", HUB_COMPONENT)
+    deployment = only(hub, "Deployment", "tls-injector-reconciler")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert build_parser().parse_args(args).hub is True
+    assert build_parser().parse_args(only(base, "Deployment", "tls-injector-reconciler")["spec"]["template"]["spec"][
+        "containers"][0]["args"]).hub is False
+    args.remove("--hub")
+    assert hub == base
 
 
 SCRIPT = ROOT / MEMBER / "member-secret.sh"
@@ -225,9 +315,11 @@ def test_the_script_prints_the_hubs_member_secret_with_a_kubeconfig_for_the_hubs
     secret = yaml.safe_load(result.stdout)
     validate(secret)
     assert secret["metadata"]["namespace"] == NAMESPACE
-    assert secret["metadata"]["labels"] == {"tls-injector.io/member": "member-a"}
-    assert list(secret["data"]) == ["kubeconfig"]
-    config = yaml.safe_load(base64.b64decode(secret["data"]["kubeconfig"]))
+    assert secret["metadata"]["labels"] == {MEMBER_LABEL: "member-a"}
+    assert list(secret["data"]) == [MEMBER_KUBECONFIG_KEY]
+    raw = base64.b64decode(secret["data"][MEMBER_KUBECONFIG_KEY])
+    member_client(raw).close()  # the hub accepts it: inline token and CA, an https server
+    config = yaml.safe_load(raw)
     [cluster], [user], [context] = config["clusters"], config["users"], config["contexts"]
     assert cluster["cluster"]["server"] == "https://member-a.example:6443"
     assert base64.b64decode(cluster["cluster"]["certificate-authority-data"]) == CLUSTER_CA
