@@ -141,7 +141,7 @@ def test_with_monitoring_the_chart_renders_the_base_with_the_monitoring_componen
                         render(tmp_path) + render(ROOT / "certs-bootstrap"))
 
 
-@pytest.mark.parametrize("role", ["member"])
+@pytest.mark.parametrize("role", ["hub", "member"])
 def test_with_a_federation_role_the_chart_renders_the_base_with_that_roles_component(role: str) -> None:
     assert_same_objects(template(*values(federation={"role": role})),
                         render_with_components("manifests/base", f"manifests/components/{role}")
