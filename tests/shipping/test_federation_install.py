@@ -261,12 +261,23 @@ def test_every_call_and_write_the_real_hub_makes_in_a_member_is_allowed_by_the_m
         writes = _writes(before, after)
         assert {(w["operation"], w["name"]) for w in writes} == {
             ("DELETE", INTERMEDIATES[0]), ("CREATE", INTERMEDIATES[0]), ("CREATE", INTERMEDIATES[1])}
+        # Someone changes the client intermediate's roots behind the hub's back: the next pass updates it.
+        tampered = after[("Secret", NAMESPACE, INTERMEDIATES[1])]
+        tampered["data"]["ca.crt"] = base64.b64encode(b"not the roots").decode()
+        east.store.update(east.resource("secrets"), NAMESPACE, INTERMEDIATES[1], tampered)
+        before = _stored(east)
+        code, out, err = finished(cli(hub.url, "--hub"))[0]
+        assert code == 0, (out, err)
+        second = _writes(before, _stored(east))
+        assert [(w["operation"], w["name"]) for w in second] == [("UPDATE", INTERMEDIATES[1])]
+        writes += second
         assert [(w["operation"], w["name"], refusals(w, policies(member()))) for w in writes
                 if refusals(w, policies(member()))] == []
         member_grants = grants_for(member(), namespace=NAMESPACE, account=HUB_ACCOUNT)
         calls = [Call.of(r.verb, r.resource, r.namespace, r.name) for r in east.log]
-        assert calls
         assert [c for c in calls if not authorized(member_grants, c)] == []
+        # And the other way round: every verb the Role grants was used (else it is privilege to spare).
+        assert {(g.resource, g.verb) for g in member_grants} == {(c.resource, c.verb) for c in calls}
         hub_grants = grants_for(render_with_components("manifests/base", HUB_COMPONENT), namespace=NAMESPACE,
                                 account="tls-injector-reconciler")
         hub_calls = [Call.of(r.verb, r.resource, r.namespace, r.name) for r in hub.log]
