@@ -20,6 +20,7 @@ from app.cli.parser import build_parser
 from app.kube.config import member_client
 from app.names import (
     CLIENT_INTERMEDIATE_CA_SECRET,
+    FEDERATION_STATUS_CONFIGMAP,
     FORCE_REPLACE_ANNOTATION,
     INTERMEDIATE_CA_SECRET,
     MEMBER_KUBECONFIG_KEY,
@@ -80,6 +81,7 @@ def test_the_hubs_token_is_for_the_hubs_account_and_no_pod_mounts_that_account()
 
 HUB_MAY = [Call(verb, "", "secrets", NAMESPACE, name) for name in INTERMEDIATES
            for verb in ("get", "create", "update", "delete")]
+HUB_MAY.append(Call("get", "", "configmaps", NAMESPACE, FEDERATION_STATUS_CONFIGMAP))
 HUB_MAY_NOT = [
     Call("get", "", "secrets", NAMESPACE, "tls-injector-ca"),
     Call("get", "", "secrets", NAMESPACE, "tls-injector-hub-token"),
@@ -87,6 +89,7 @@ HUB_MAY_NOT = [
     Call("list", "", "secrets", NAMESPACE, None),
     Call("watch", "", "secrets", NAMESPACE, None),
     Call("create", "", "configmaps", NAMESPACE, None),
+    Call("update", "", "configmaps", NAMESPACE, FEDERATION_STATUS_CONFIGMAP),
     Call("get", "", "configmaps", NAMESPACE, "tls-injector-trust-bundle"),
     Call("update", "", "configmaps", NAMESPACE, "tls-injector-trust-bundle"),
     Call("create", "", "secrets", "team-a", INTERMEDIATES[0]),
@@ -112,7 +115,8 @@ def test_the_hubs_grants_are_in_its_namespace_only_and_pinned_by_name_except_cre
     assert {g.namespace for g in grants} == {NAMESPACE}
     assert {(g.resource, g.verb) for g in grants if g.names is None} == {("secrets", "create")}
     assert {(g.resource, g.verb, n) for g in grants if g.names is not None for n in g.names} == {
-        ("secrets", verb, name) for name in INTERMEDIATES for verb in ("get", "update", "delete")}
+        *(("secrets", verb, name) for name in INTERMEDIATES for verb in ("get", "update", "delete")),
+        ("configmaps", "get", FEDERATION_STATUS_CONFIGMAP)}
 
 
 OURS = owner_labels("intermediate")
@@ -161,6 +165,10 @@ OTHERS = [
     ("a person asks the hub to replace a foreign one",
      request("UPDATE", ADMIN, new=changed(FOREIGN, annotations=REPLACE), old=FOREIGN), True),
     ("the member's own reconciler may not write one", request("CREATE", RECONCILER, new=FOREIGN), False),
+    ("the member's own reconciler writes its report on the roots", request("CREATE", RECONCILER, new=thing(
+        "ConfigMap", FEDERATION_STATUS_CONFIGMAP, NAMESPACE, owner_labels("federation-status"))), True),
+    ("the hub may not write the member's report", request("CREATE", HUB, new=thing(
+        "ConfigMap", FEDERATION_STATUS_CONFIGMAP, NAMESPACE, owner_labels("federation-status"))), False),
 ]
 
 
