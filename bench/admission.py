@@ -268,6 +268,9 @@ STREAM_NOTES = {"replicas": "the pods of one ReplicaSet, each with its own uid a
                 "new templates": "every pod from a different template, so nothing can be remembered between "
                                  "reviews (the worst case for tls-injector; the Go reference does the same "
                                  "work for both)"}
+# Throughput goals against the Go reference per stream (issue 26): replicas keep 1.5x; a new template every
+# review 1.25x for now, 1.5x the next goal.
+STREAM_TARGETS = {"replicas": 1.5, "new templates": 1.25}
 STREAM_LENGTH = 2000  # more than the 512 answers /mutate remembers, so "new templates" never finds one
 AB_ROUNDS = 5
 ATTACK_IDLE, ATTACK_TRICKLE, ATTACK_RATE = 500, 50, 200
@@ -373,9 +376,10 @@ def head_to_head_markdown(h2h: dict[str, Any]) -> list[str]:
         lines.append(f"| {label} | {attack['p50_ms']:.2f} / {attack['p99_ms']:.2f} | {attack['failed']} | "
                      f"{attack['attacker']} |")
     for stream, ratio in h2h.get("ratios", {}).items():
-        verdict = "met" if ratio["rps"] >= 1.5 else "NOT met"
+        target = STREAM_TARGETS.get(stream, 1.5)
+        verdict = "met" if ratio["rps"] >= target else "NOT met"
         lines += ["", f"tls-injector / Go on *{stream}*: throughput **{ratio['rps']:.2f}x**, CPU per request "
-                      f"{ratio['cpu']:.2f}x (target: throughput >= 1.5x: {verdict})."]
+                      f"{ratio['cpu']:.2f}x (target: throughput >= {target}x: {verdict})."]
     return lines
 
 
