@@ -5,6 +5,7 @@ set small (tests.support.attack.SMALL); /healthz on the probe listener is watche
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import socket
 import ssl
 import threading
@@ -17,6 +18,7 @@ import pytest
 
 from app.cli import build_handlers
 from app.settings import ServeSettings
+from tests.support import attack
 from tests.support.attack import SMALL, ProbeWatch, closed, closed_within, mutate_once, small_server, tls_connect
 from tests.support.process import post_head, read_response
 from tests.support.reviews import review
@@ -253,37 +255,47 @@ def test_a_body_over_the_cap_is_413_and_the_answer_survives_the_unread_rest(tmp_
         assert read_response(attacker)[0] == 413
 
 
-def big_update(labels: int) -> bytes:
-    """A Deployment UPDATE whose pod template carries `labels` long labels: megabytes to judge."""
-    template = {"labels": {"tls-injector.io/inject": "true", **{f"k{i}": "v" * 40 for i in range(labels)}}}
+def big_update(labels: int, *, width: int = 40) -> bytes:
+    """A Deployment UPDATE whose pod template carries `labels` labels of `width` characters: megabytes
+    to judge."""
+    template = {"labels": {"tls-injector.io/inject": "true", **{f"k{i}": "v" * width for i in range(labels)}}}
     deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "d"},
                   "spec": {"template": {"metadata": template, "spec": {"containers": [{"name": "a"}]}}}}
     return orjson.dumps(review(operation="UPDATE", obj=deployment, old=deployment, kind=("apps", "v1", "Deployment")))
 
 
-def test_a_multi_megabyte_review_is_judged_in_bounded_time_beside_other_reviews(tmp_path: Path) -> None:
+def test_a_multi_megabyte_review_holds_the_event_loop_little_longer_than_decoding_it(tmp_path: Path) -> None:
+    """One connection's huge review must not hold the event loop for its whole judgement, starving the
+    others. Measured on the loop thread's CPU clock, not the wall clock: a loaded machine stretches the
+    wall time of everything, but not the CPU time the loop spends between two answers to the other
+    connection. And compared with a figure measured here, on this machine: the time this process takes
+    to decode the same body, which the server must do on its loop anyway."""
     _, validate = build_handlers(ServeSettings())
-    limits = dataclasses.replace(SMALL, max_body_bytes=8 * 1024 * 1024, body_seconds=10, idle_seconds=30)
-    body = big_update(60_000)  # ~6 MB of labels: judged in full, 0.7-1 s of the event loop
+    # Deadlines far from anything a loaded machine reaches: only the review's handling is under test.
+    limits = dataclasses.replace(SMALL, max_body_bytes=8 * 1024 * 1024, body_seconds=60, idle_seconds=120)
+    body = big_update(200_000, width=1)  # 5.4 MB of short labels: many values for its bytes
+    decode = min(attack.cpu_seconds(lambda: orjson.loads(body)) for _ in range(3))
     with running_server(tmp_path, validate=validate, limits=limits, probes=True) as server, \
-            ProbeWatch(server) as probes, tls_connect(server) as big, tls_connect(server) as other:
+            ProbeWatch(server) as probes, tls_connect(server, 60) as big, tls_connect(server, 60) as other:
+        loop_cpu = attack.thread_cpu_clock(server.thread)
+        assert mutate_once(other) == 200
         answer_box: list[tuple[int, bytes]] = []
         reader = threading.Thread(target=lambda: answer_box.append(read_response(big)), daemon=True)
-        started = time.monotonic()
+        marks = [loop_cpu()]
         big.sendall(post_head("/validate", len(body)) + body)
         reader.start()
-        latencies: list[float] = []
-        while time.monotonic() - started < 1.5:  # reviews beside the big one, before and after its answer
-            sent = time.monotonic()
+        while reader.is_alive() or len(marks) < 4:  # reviews until after the big one's answer
             assert mutate_once(other) == 200
-            latencies.append(time.monotonic() - sent)
-        reader.join(timeout=10)
+            marks.append(loop_cpu())
         [(status, answer)] = answer_box
         verdict = orjson.loads(answer[answer.index(b"{"):])["response"]
         assert status == 200
         assert verdict["allowed"] is False
         assert "holds more than 20,000 values" in verdict["status"]["message"]
-        # What remains on the loop is decoding the body (~70 ms for 6 MB) and counting values up to the
-        # limit; judged in full, it held every other review for 0.7-1 s.
-        assert max(latencies) < 0.4, f"a small review took {max(latencies):.2f} s beside a big one"
+        # The longest the loop worked without answering the other connection. Bounded, it is reading the
+        # body, decoding it and counting values up to the limit: 1.3-1.5 times this process's decode.
+        # Judged in full it was 4-4.5 times (the value limit disabled). 2.5 sits apart from both by a
+        # factor of 1.7: CPU time moves little under load, and both figures are measured side by side.
+        held = max(later - earlier for earlier, later in itertools.pairwise(marks))
+        assert held < 2.5 * decode, f"the loop held other reviews for {held:.2f} s of CPU; decoding: {decode:.2f} s"
     probes.assert_healthy()

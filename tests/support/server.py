@@ -32,6 +32,7 @@ class RunningServer:
     ca_file: Path
     server: WebhookServer
     metrics: ServerMetrics
+    thread: threading.Thread  # the one that runs the server's event loop
 
     @property
     def port(self) -> int:
@@ -84,7 +85,7 @@ def running_server(
     try:
         _wait_for_start(server, thread)
         ca = ca_file or settings.self_signed_dir / "ca.crt"  # type: ignore[operator]
-        yield RunningServer(f"https://localhost:{server.port}", ca, server, metrics)
+        yield RunningServer(f"https://localhost:{server.port}", ca, server, metrics, thread)
     finally:
         server.stop()
         thread.join(timeout=15)
