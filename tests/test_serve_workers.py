@@ -30,6 +30,9 @@ from tests.support.reviews import fixture
 
 REVIEW = orjson.dumps(fixture("synthetic/pod-create-from-replicaset.json"))
 DRAIN_SECONDS = 3
+# A pool's start (up to 45 s, above) and its drain add to each test: past the suite's 60 s default under
+# load. This timeout only catches a hang.
+pytestmark = pytest.mark.timeout(180)
 
 
 @dataclass
@@ -114,8 +117,10 @@ def pool(tmp_path: Path) -> Iterator[Pool]:
         process = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr)
     running = Pool(process, port, probe_port, files, stderr_file)
     try:
+        # Three interpreters import the app: a few seconds when quiet, past 15 s on a loaded machine. 45 s
+        # only catches a pool that never gets ready.
         wait_for(lambda: running.probe("/readyz").status_code == 200
-                 and all(w["ready"] for w in running.probe("/readyz").json()["workers"]))
+                 and all(w["ready"] for w in running.probe("/readyz").json()["workers"]), seconds=45)
         yield running
     finally:
         if process.poll() is None:

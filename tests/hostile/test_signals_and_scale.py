@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from app.settings import Limits
 from tests.support.attack import ProbeWatch, mutate_once, small_server, tls_connect
@@ -20,6 +21,9 @@ from tests.support.reviews import fixture
 MANY = 2000
 
 
+# 2,000 TLS handshakes by a client in this process: under 30 s on a quiet machine, over 60 s (the suite's
+# default timeout) under three CPU burners. The timeout only catches a hang; it is not a speed bound.
+@pytest.mark.timeout(300)
 def test_two_thousand_kept_alive_connections_are_all_served_and_kept(tmp_path: Path) -> None:
     # All from one address here, so that address may hold them all (one source's cap is tested in test_transport).
     limits = Limits(max_connections=MANY + 100, max_connections_per_source=MANY + 100)
@@ -75,5 +79,7 @@ def test_sigterm_drain_is_bounded_by_drain_seconds_even_with_a_stuck_request(tmp
         started = time.monotonic()
         server.process.send_signal(signal.SIGTERM)
         assert server.process.wait(timeout=10) == 0
-        assert time.monotonic() - started < 1 + 2.0, "the drain outlived --drain-seconds"
+        # The stuck request would hold the drain for its 30 s body timeout; the 10 s over --drain-seconds
+        # is the process's exit on a loaded machine, and still far from those 30 s.
+        assert time.monotonic() - started < 1 + 10.0, "the drain outlived --drain-seconds"
     assert "Traceback" not in server.stderr()
