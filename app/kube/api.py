@@ -12,7 +12,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -162,9 +162,12 @@ class KubeApi:
         response.read()
         header = response.getheader("Date")
         try:
-            return parsedate_to_datetime(header) if header else None
+            date = parsedate_to_datetime(header) if header else None
         except (TypeError, ValueError):
             return None
+        # An HTTP date is always UTC (RFC 9110, 5.6.7); one written with "-0000" parses naive, and a naive
+        # time compared with the hub's aware clock raised TypeError out of a whole pass.
+        return date.replace(tzinfo=UTC) if date is not None and date.tzinfo is None else date
 
     def served_resources(self, group: str, version: str) -> set[str] | None:
         """The resource names (plurals, and `x/status` subresources) a group-version serves; None when the
