@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,7 +78,7 @@ MEMBER_KUBECONFIG_LIMIT = 64 * 1024
 # as the hub's pod; skipping TLS verification would hand CA keys to whoever answers on the address.
 _REFUSED_USER_KEYS = ("exec", "auth-provider", "tokenFile", "client-certificate", "client-key")
 _REFUSED_CLUSTER_KEYS = ("certificate-authority", "insecure-skip-tls-verify", "proxy-url")
-_LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")  # as urlsplit gives the host: [::1] without brackets
 
 
 def member_client(kubeconfig: bytes) -> client.ApiClient:
@@ -115,9 +116,25 @@ def _vet_member_kubeconfig(loaded: dict[str, object]) -> None:
                 if key in body and body[key] not in (None, False, ""):  # type: ignore[operator,index]
                     raise KubeError(f"the kubeconfig's {section} entry uses {key!r}, which a member kubeconfig "
                                     "may not (only inline data: a token or client certificate, and the CA)")
-            server = str(body.get("server") or "") if isinstance(body, dict) and inner == "cluster" else ""
-            if server.startswith("http://") and not server[7:].startswith(_LOOPBACK):
-                raise KubeError(f"the kubeconfig's server {server[:100]} is plain HTTP (allowed on loopback only)")
+            if isinstance(body, dict) and inner == "cluster":
+                _vet_member_server(str(body.get("server") or ""))
+
+
+def _vet_member_server(server: str) -> None:
+    """https://, or http:// to this machine's loopback by its exact name (a local proxy). Parsed, not
+    compared as text: "HTTP://host", "http://localhost.example.org" and "host:port" (no scheme, which the
+    HTTP client reads as http) each sent the key in the clear to another machine."""
+    url = urllib.parse.urlsplit(server)
+    try:
+        host = url.hostname
+    except ValueError:
+        host = None
+    if url.scheme.lower() == "https" and host:
+        return
+    if url.scheme.lower() == "http" and host in _LOOPBACK:
+        return
+    raise KubeError(f"the kubeconfig's server {server[:100]!r} is not an https:// URL (plain HTTP is allowed "
+                    "to 127.0.0.1, localhost and [::1] only)")
 
 
 def own_namespace(explicit: str | None) -> str:

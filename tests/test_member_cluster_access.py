@@ -1,0 +1,99 @@
+"""How the hub reaches a member cluster (docs/multicluster.md): the kubeconfig a member Secret holds may
+only name an https:// server (plain HTTP to this machine's loopback aside), since the hub sends an
+intermediate CA's private key over that connection; and whatever the member's API server puts in its Date
+header, comparing clocks never raises."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import yaml
+
+from app.kube import ClusterConfig, KubeApi, KubeError, api_client, member_client
+from app.reconcile.federation import clock_skew_problem
+
+
+def kubeconfig(server: str) -> bytes:
+    return yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "member",
+        "clusters": [{"name": "member", "cluster": {"server": server}}],
+        "users": [{"name": "hub", "user": {"token": "t"}}],
+        "contexts": [{"name": "member", "context": {"cluster": "member", "user": "hub"}}],
+    }).encode()
+
+
+@pytest.mark.parametrize("server", [
+    "HTTP://10.0.0.9:80",  # the scheme in capitals: urllib3 reads it as http
+    "http://localhost.attacker.example:80",  # starts like a loopback name, resolves anywhere
+    "http://127.0.0.1.nip.io",
+    "10.0.0.9:80",  # no scheme: urllib3 defaults to http
+    "member.example.org:6443",
+    "ftp://member.example.org",
+    "https://",  # no host
+    "",
+])
+def test_a_member_server_that_is_not_https_is_refused(server: str) -> None:
+    with pytest.raises(KubeError, match="is not an https:// URL"):
+        member_client(kubeconfig(server))
+
+
+@pytest.mark.parametrize("server", ["https://member.example.org:6443", "HTTPS://10.0.0.9", "http://127.0.0.1:8001",
+                                    "http://localhost:8001", "http://[::1]:8001"])
+def test_https_and_plain_http_to_loopback_are_accepted(server: str) -> None:
+    configured = member_client(kubeconfig(server))
+    try:
+        assert configured.configuration.host == server
+    finally:
+        configured.close()  # type: ignore[no-untyped-call]
+
+
+class _Dated(BaseHTTPRequestHandler):
+    """Answers GET /version with the Date header the test sets."""
+
+    date = ""
+
+    def do_GET(self) -> None:
+        body = b'{"major": "1", "minor": "31"}'
+        self.send_response_only(200)
+        self.send_header("Date", self.date)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def dated_server() -> Iterator[ThreadingHTTPServer]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Dated)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("header", ["Mon, 02 Jan 2034 03:04:05 GMT", "Mon, 02 Jan 2034 03:04:05 -0000",
+                                    "Mon, 02 Jan 2034 03:04:05 +0000"])
+def test_a_member_date_in_any_of_its_utc_spellings_is_compared_with_the_hub_clock(
+        dated_server: ThreadingHTTPServer, header: str) -> None:
+    # "-0000" (RFC 5322's "UTC, local time unknown") parsed to a naive time, and the hub's comparison with
+    # its aware clock raised TypeError: the whole pass crashed, every other member and the pod-certificate
+    # requests after it left unserved.
+    _Dated.date = header
+    api = KubeApi(api_client(ClusterConfig(server=f"http://127.0.0.1:{dated_server.server_address[1]}")))
+    try:
+        date = api.server_date()
+    finally:
+        api.api_client.close()  # type: ignore[no-untyped-call]
+    assert date == datetime(2034, 1, 2, 3, 4, 5, tzinfo=UTC)
+    assert clock_skew_problem("m", date, date + timedelta(seconds=10)) == ""
+    assert "ahead of the hub" in clock_skew_problem("m", date, date - timedelta(hours=1))
