@@ -296,9 +296,10 @@ def test_a_multi_megabyte_review_holds_the_event_loop_little_longer_than_decodin
         assert verdict["allowed"] is False
         assert "holds more than 20,000 values" in verdict["status"]["message"]
         # The longest the loop worked without answering the other connection. Bounded, it is reading the
-        # body, decoding it and counting values up to the limit: 1.3-1.5 times this process's decode.
-        # Judged in full it was 4-4.5 times (the value limit disabled). 2.5 sits apart from both by a
-        # factor of 1.7: CPU time moves little under load, and both figures are measured side by side.
+        # body, decoding it and counting values up to the limit: 1.2-1.5 times this process's decode on a
+        # quiet machine, up to 2.1 with three CPU burners on two cores (CPU time moves little under load,
+        # but cache and GIL hand-overs do). Judged in full (the value limit disabled) it was 3.4-4.3 times.
+        # 2.75 lies between the two.
         held = max(later - earlier for earlier, later in itertools.pairwise(marks))
-        assert held < 2.5 * decode, f"the loop held other reviews for {held:.2f} s of CPU; decoding: {decode:.2f} s"
+        assert held < 2.75 * decode, f"the loop held other reviews for {held:.2f} s of CPU; decoding: {decode:.2f} s"
     probes.assert_healthy()
