@@ -28,7 +28,6 @@ from cryptography.hazmat.primitives import serialization
 from app.kube import SECRETS, KubeApi
 from app.names import CERT_MOUNT_PATH, CLIENT_MOUNT_PATH, MEMBER_LABEL, TRUST_MOUNT_PATH
 from app.pki import (
-    UntrustedChain,
     fingerprint,
     issue_client,
     issue_leaf,
@@ -37,13 +36,11 @@ from app.pki import (
     make_ca,
     make_root,
     uri_sans,
-    verify_client,
-    verify_server,
 )
 from app.reconcile.metrics import ReconcileMetrics
 from app.reconcile.reconciler import Reconciler, ReconcileSettings
 from tests.kubeapi import Emulator, running_emulator
-from tests.reconcile.cluster import OWN_NS, Clock, data, namespace, reconciler
+from tests.reconcile.cluster import OWN_NS, data, namespace
 from tests.reconcile.test_mtls_chain import (
     CLIENT,
     NS,
@@ -299,87 +296,6 @@ def handshakes(files: dict[tuple[str, str], Mounted], tmp_path: Path) -> dict[st
     }
 
 
-def serving_and_client_chains(emu: Emulator) -> tuple[dict[str, list[x509.Certificate]], list[list[x509.Certificate]]]:
-    """The member's leaves in use by workload (serving `<w>`, client `<w>-client`) and every bundle a pod
-    of it may trust peers with: the namespace's bundle and each leaf Secret's ca.crt (serving role)."""
-    leaves, bundles = {}, []
-    for secret in emu.objects("secrets", NS):
-        name, stored = secret["metadata"]["name"], data(secret)
-        leaves[name.removesuffix("-tls")] = load_certificates(stored["tls.crt"])
-        bundles.append(load_certificates(stored["ca.crt"]))
-    bundle = emu.get("configmaps", "tls-injector-trust-bundle", NS)["data"]
-    bundles.append(load_certificates(bundle["ca-bundle.crt"].encode()))
-    return leaves, bundles
-
-
-def untrusted_pairs(emu: Emulator, now: datetime) -> list[str]:
-    """Every (leaf in use, bundle in use) pair of the member where the bundle does not verify the leaf."""
-    bad = []
-    leaves, bundles = serving_and_client_chains(emu)
-    client_bundle = load_certificates(
-        emu.get("configmaps", "tls-injector-trust-bundle", NS)["data"]["client-ca-bundle.crt"].encode())
-    for name, chain in leaves.items():
-        trusted_sets = [client_bundle] if name.endswith("-client") else bundles
-        for i, trusted in enumerate(trusted_sets):
-            try:
-                if name.endswith("-client"):
-                    verify_client(chain[0], chain[1:], trusted=trusted, now=now)
-                else:
-                    verify_server(chain[0], chain[1:], trusted=trusted, dns_name=f"{name}.{NS}.svc", now=now)
-            except UntrustedChain as e:
-                bad.append(f"{name} against bundle {i}: {e}")
-    return bad
-
-
-def test_a_running_standalone_cluster_turns_member_without_a_moment_of_untrust(
-    federation: Federation, webhook: httpx.Client
-) -> None:
-    """West runs alone first (its own CAs); then the hub registers it. West keeps signing with its own
-    CAs while the roots join every bundle, and moves to the intermediates only once every bundle in use
-    has carried the roots for the settle time; its old CAs leave the bundles only once no leaf uses them.
-    After every pass, every leaf in use verifies against every bundle in use. The first passes are the CLI;
-    the later ones run in process with a clock moved past each settle time (5 minutes)."""
-    west = federation.members["west"]
-    for name in ("api", "caller"):
-        run(west, webhook, Shape("Deployment", name, OPTED_IN, {CLIENT: "true"}), service_account=f"{name}-sa")
-    [(code, out, err)] = finished(cli(west.url))
-    assert code == 0, (out, err)
-    local = load_certificates(data(west.get("secrets", "api-tls", NS))["tls.crt"])[1:]
-    assert local == [], "standalone: the leaf is signed by the local CA directly"
-    assert untrusted_pairs(west, datetime.now(UTC)) == []
-    before = {name: chain[0] for name, chain in serving_and_client_chains(west)[0].items()}
-
-    assert federation.pass_hub()[0] == 0
-    [(code, out, err)] = finished(cli(west.url))
-    assert code == 0, (out, err)
-    serving_root, client_root = federation.roots("tls-injector-ca")[0], federation.roots("tls-injector-client-ca")[0]
-    leaves, bundles = serving_and_client_chains(west)
-    assert {name: chain[0] for name, chain in leaves.items()} == before, "no leaf moves before the roots settle"
-    assert all(serving_root in b and len(b) == 2 for b in bundles), "the roots join the bundles, the local CA stays"
-    assert untrusted_pairs(west, datetime.now(UTC)) == []
-
-    clock = Clock(datetime.now(UTC))
-    member = reconciler(west, clock)
-    inter = {role: load_certificates(data(west.get("secrets", s, OWN_NS))["tls.crt"])[0]
-             for role, s in zip(("serving", "client"), INTERMEDIATES, strict=True)}
-    for _ in range(8):
-        clock.now += timedelta(minutes=6)
-        report = member.run_pass()
-        assert not report.aborted, report
-        assert untrusted_pairs(west, clock.now) == [], clock.now
-        leaves, bundles = serving_and_client_chains(west)
-        if all(len(b) == 1 for b in bundles) and all(chain[1:] == [inter["client" if name.endswith("-client")
-                                                                         else "serving"]]
-                                                      for name, chain in leaves.items()):
-            break
-    else:
-        raise AssertionError(f"west did not finish moving to the intermediates: {member.status}")
-    assert all(b == [serving_root] for b in bundles)
-    client_bundle = west.get("configmaps", "tls-injector-trust-bundle", NS)["data"]["client-ca-bundle.crt"]
-    assert load_certificates(client_bundle.encode()) == [client_root]
-    assert member.run_pass().write_count == 0
-
-
 def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -534,34 +450,3 @@ def test_a_user_root_that_cannot_sign_intermediates_stops_with_its_reason_and_wr
         assert member.get("secrets", INTERMEDIATES[0], OWN_NS) is None, "no serving chain from a leaf-only root"
         assert member.get("secrets", INTERMEDIATES[1], OWN_NS) is not None, "the client root, generated, serves"
 
-
-def test_a_renewed_intermediate_changes_no_bundle_and_signs_at_once(federation: Federation,
-                                                                   webhook: httpx.Client) -> None:
-    """Part 3: 125 days on, the hub renews east's intermediates (each ends 60 days later); east moves every
-    leaf to the new ones in the same pass, with no certificate waiting, and no bundle changes by a byte."""
-    hub, east = federation.hub, federation.members["east"]
-    for name in ("api", "caller"):
-        run(east, webhook, Shape("Deployment", name, OPTED_IN, {CLIENT: "true"}), service_account=f"{name}-sa")
-    assert federation.pass_hub()[0] == 0
-    [(code, out, err)] = finished(cli(east.url))
-    assert code == 0, (out, err)
-    bundle = east.get("configmaps", "tls-injector-trust-bundle", NS)["data"]
-    old = {s: load_certificates(data(east.get("secrets", s, OWN_NS))["tls.crt"])[0] for s in INTERMEDIATES}
-
-    federation.shift[0] = timedelta(days=125)
-    clock = Clock(datetime.now(UTC) + federation.shift[0])
-    report = Reconciler(KubeApi(hub.api_client()), ReconcileSettings(namespace=OWN_NS, hub=True),
-                        clock=clock).run_pass()
-    assert sum(n for r, n in report.reasons.items() if r.startswith("member:") and ":renewed:" in r) == 4, report
-    new = {s: load_certificates(data(east.get("secrets", s, OWN_NS))["tls.crt"])[0] for s in INTERMEDIATES}
-    assert all(new[s] != old[s] and new[s].issuer == old[s].issuer for s in INTERMEDIATES)
-
-    report = reconciler(east, clock).run_pass()
-    assert report.converged, report
-    assert not report.waiting, report
-    assert east.get("configmaps", "tls-injector-trust-bundle", NS)["data"] == bundle, "no bundle changed"
-    for name in ("api", "caller"):
-        assert load_certificates(data(east.get("secrets", f"{name}-tls", NS))["tls.crt"])[1:] == [new[INTERMEDIATES[0]]]
-        assert load_certificates(data(east.get("secrets", f"{name}-client-tls", NS))["tls.crt"])[1:] == [
-            new[INTERMEDIATES[1]]]
-    assert untrusted_pairs(east, clock.now) == []

@@ -1,7 +1,8 @@
-"""Root rotation across clusters (docs/multicluster.md, issue 28 part 3): a hub and two members, every
-reconciler in process on one clock (the API servers' clocks moved with it), so the settle times pass in a
-few steps. After every pass, every leaf in use in any member verifies against every bundle in use in
-every member: a rotation never leaves a pod of one cluster untrusted by a pod of another."""
+"""Rotation across clusters (docs/multicluster.md, issue 28 parts 2-3): a running standalone cluster turning
+member, a renewed intermediate, and a root rotation over a hub and two members. The reconcilers run in
+process on one clock (the API servers' clocks moved with it), after a first pass of the real CLI where it
+matters, so the settle times pass in a few steps. After every pass, every leaf in use verifies against
+every bundle in use: a rotation never leaves a pod untrusted by a peer, in its cluster or another."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ from tests.reconcile.test_hub_members import (
     NS,
     OPTED_IN,
     Federation,
+    cli,
     federation,
+    finished,
     run,
     webhook,
 )
@@ -151,3 +154,116 @@ def test_a_new_root_reaches_every_member_bundle_before_it_signs_and_a_member_dow
     else:
         raise AssertionError(f"the rotation did not finish: {root_states(hub)}, {report}")
     assert report.converged, report
+
+
+def serving_and_client_chains(emu: Emulator) -> tuple[dict[str, list[x509.Certificate]], list[list[x509.Certificate]]]:
+    """The member's leaves in use by workload (serving `<w>`, client `<w>-client`) and every bundle a pod
+    of it may trust peers with: the namespace's bundle and each leaf Secret's ca.crt (serving role)."""
+    leaves, bundles = {}, []
+    for secret in emu.objects("secrets", NS):
+        name, stored = secret["metadata"]["name"], data(secret)
+        leaves[name.removesuffix("-tls")] = load_certificates(stored["tls.crt"])
+        bundles.append(load_certificates(stored["ca.crt"]))
+    bundle = emu.get("configmaps", "tls-injector-trust-bundle", NS)["data"]
+    bundles.append(load_certificates(bundle["ca-bundle.crt"].encode()))
+    return leaves, bundles
+
+
+def untrusted_pairs(emu: Emulator, now: datetime) -> list[str]:
+    """Every (leaf in use, bundle in use) pair of the member where the bundle does not verify the leaf."""
+    bad = []
+    leaves, bundles = serving_and_client_chains(emu)
+    client_bundle = load_certificates(
+        emu.get("configmaps", "tls-injector-trust-bundle", NS)["data"]["client-ca-bundle.crt"].encode())
+    for name, chain in leaves.items():
+        trusted_sets = [client_bundle] if name.endswith("-client") else bundles
+        for i, trusted in enumerate(trusted_sets):
+            try:
+                if name.endswith("-client"):
+                    verify_client(chain[0], chain[1:], trusted=trusted, now=now)
+                else:
+                    verify_server(chain[0], chain[1:], trusted=trusted, dns_name=f"{name}.{NS}.svc", now=now)
+            except UntrustedChain as e:
+                bad.append(f"{name} against bundle {i}: {e}")
+    return bad
+
+
+def test_a_running_standalone_cluster_turns_member_without_a_moment_of_untrust(
+    federation: Federation, webhook: httpx.Client
+) -> None:
+    """West runs alone first (its own CAs); then the hub registers it. West keeps signing with its own
+    CAs while the roots join every bundle, and moves to the intermediates only once every bundle in use
+    has carried the roots for the settle time; its old CAs leave the bundles only once no leaf uses them.
+    After every pass, every leaf in use verifies against every bundle in use. The first passes are the CLI;
+    the later ones run in process with a clock moved past each settle time (5 minutes)."""
+    west = federation.members["west"]
+    for name in ("api", "caller"):
+        run(west, webhook, Shape("Deployment", name, OPTED_IN, {CLIENT: "true"}), service_account=f"{name}-sa")
+    [(code, out, err)] = finished(cli(west.url))
+    assert code == 0, (out, err)
+    local = load_certificates(data(west.get("secrets", "api-tls", NS))["tls.crt"])[1:]
+    assert local == [], "standalone: the leaf is signed by the local CA directly"
+    assert untrusted_pairs(west, datetime.now(UTC)) == []
+    before = {name: chain[0] for name, chain in serving_and_client_chains(west)[0].items()}
+
+    assert federation.pass_hub()[0] == 0
+    [(code, out, err)] = finished(cli(west.url))
+    assert code == 0, (out, err)
+    serving_root, client_root = federation.roots("tls-injector-ca")[0], federation.roots("tls-injector-client-ca")[0]
+    leaves, bundles = serving_and_client_chains(west)
+    assert {name: chain[0] for name, chain in leaves.items()} == before, "no leaf moves before the roots settle"
+    assert all(serving_root in b and len(b) == 2 for b in bundles), "the roots join the bundles, the local CA stays"
+    assert untrusted_pairs(west, datetime.now(UTC)) == []
+
+    clock = Clock(datetime.now(UTC))
+    member = reconciler(west, clock)
+    inter = {role: load_certificates(data(west.get("secrets", s, OWN_NS))["tls.crt"])[0]
+             for role, s in zip(("serving", "client"), INTERMEDIATES, strict=True)}
+    for _ in range(8):
+        clock.now += timedelta(minutes=6)
+        report = member.run_pass()
+        assert not report.aborted, report
+        assert untrusted_pairs(west, clock.now) == [], clock.now
+        leaves, bundles = serving_and_client_chains(west)
+        if all(len(b) == 1 for b in bundles) and all(chain[1:] == [inter["client" if name.endswith("-client")
+                                                                         else "serving"]]
+                                                      for name, chain in leaves.items()):
+            break
+    else:
+        raise AssertionError(f"west did not finish moving to the intermediates: {member.status}")
+    assert all(b == [serving_root] for b in bundles)
+    client_bundle = west.get("configmaps", "tls-injector-trust-bundle", NS)["data"]["client-ca-bundle.crt"]
+    assert load_certificates(client_bundle.encode()) == [client_root]
+    assert member.run_pass().write_count == 0
+
+
+def test_a_renewed_intermediate_changes_no_bundle_and_signs_at_once(federation: Federation,
+                                                                   webhook: httpx.Client) -> None:
+    """Part 3: 125 days on, the hub renews east's intermediates (each ends 60 days later); east moves every
+    leaf to the new ones in the same pass, with no certificate waiting, and no bundle changes by a byte."""
+    hub, east = federation.hub, federation.members["east"]
+    for name in ("api", "caller"):
+        run(east, webhook, Shape("Deployment", name, OPTED_IN, {CLIENT: "true"}), service_account=f"{name}-sa")
+    assert federation.pass_hub()[0] == 0
+    [(code, out, err)] = finished(cli(east.url))
+    assert code == 0, (out, err)
+    bundle = east.get("configmaps", "tls-injector-trust-bundle", NS)["data"]
+    old = {s: load_certificates(data(east.get("secrets", s, OWN_NS))["tls.crt"])[0] for s in INTERMEDIATES}
+
+    federation.shift[0] = timedelta(days=125)
+    clock = Clock(datetime.now(UTC) + federation.shift[0])
+    report = Reconciler(KubeApi(hub.api_client()), ReconcileSettings(namespace=OWN_NS, hub=True),
+                        clock=clock).run_pass()
+    assert sum(n for r, n in report.reasons.items() if r.startswith("member:") and ":renewed:" in r) == 4, report
+    new = {s: load_certificates(data(east.get("secrets", s, OWN_NS))["tls.crt"])[0] for s in INTERMEDIATES}
+    assert all(new[s] != old[s] and new[s].issuer == old[s].issuer for s in INTERMEDIATES)
+
+    report = reconciler(east, clock).run_pass()
+    assert report.converged, report
+    assert not report.waiting, report
+    assert east.get("configmaps", "tls-injector-trust-bundle", NS)["data"] == bundle, "no bundle changed"
+    for name in ("api", "caller"):
+        assert load_certificates(data(east.get("secrets", f"{name}-tls", NS))["tls.crt"])[1:] == [new[INTERMEDIATES[0]]]
+        assert load_certificates(data(east.get("secrets", f"{name}-client-tls", NS))["tls.crt"])[1:] == [
+            new[INTERMEDIATES[1]]]
+    assert untrusted_pairs(east, clock.now) == []
