@@ -344,9 +344,13 @@ def gate_roots(cas: CaSet, facts: TrustFacts, acks: dict[str, MemberAck | None],
     """The hub's facts with its members' reports: a new root counts as in every bundle only once every
     member has reported it in every bundle in use for `settle`; an old root counts as used while any member
     reports a leaf chaining to it. A member whose report cannot be read holds both (the safe reading).
+    A member that reports nothing at all (no root in its bundles, no leaf on one) has not joined yet: its
+    pods trust none of the hub's roots, so it holds nothing (else a standalone cluster turned hub, whose
+    first root cannot sign intermediates, would wait forever for members that can get none).
     Returns the facts and, per new root (16 hex) still held, the members it waits for."""
     everywhere, used = set(facts.in_every_bundle), set(facts.leaf_issuers)
     held: dict[str, list[str]] = {}
+    acks = {m: a for m, a in acks.items() if a is None or a.since or a.in_use}
     for record in cas.records:
         fp16 = record.fingerprint[:16]
         if record.state is CaState.UNTRUSTED:

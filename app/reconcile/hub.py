@@ -40,7 +40,8 @@ from app.reconcile.federation import (
 log = logging.getLogger("tls_injector.hub")
 # One request to a member may take 10 s (connect and read): a member is another cluster, often across a
 # WAN, but one that does not answer must not hold the others for the hub's 30 s --timeout per call. An
-# unreachable member costs one such timeout (the first call, GET /version, fails) per pass.
+# unreachable member costs two such timeouts per pass: reading its report before the roots are stepped,
+# and the visit after (whose first call, GET /version, fails). Members are visited one after another.
 MEMBER_TIMEOUT_SECONDS = 10.0
 # A 409 on an intermediate means someone wrote it in between: read it again and decide again, twice more.
 MAX_ATTEMPTS = 3
@@ -99,15 +100,17 @@ def inspect_member(member: Member, *, namespace: str, roots: tuple[Roots, ...],
 
 
 def member_ack(member: Member, *, namespace: str) -> MemberAck | None:
-    """The member's report on the hub's roots (its FEDERATION_STATUS_CONFIGMAP); None when it cannot be read
-    for any reason (kubeconfig, network, missing): the hub then holds every root rotation for it."""
+    """The member's report on the hub's roots (its FEDERATION_STATUS_CONFIGMAP). None when it cannot be
+    read (kubeconfig, network, credentials, an object there that is not ours): the hub then holds every root
+    rotation for it. No report at all is an empty one: the member has not joined yet (it writes one from
+    its first pass with the hub's intermediates), so it trusts no root of the hub and holds nothing."""
     found: list[MemberAck | None] = [None]
 
     def look(api: KubeApi) -> str:
         try:
             found[0] = read_ack(api.get(CONFIG_MAPS, names.FEDERATION_STATUS_CONFIGMAP, namespace=namespace))
         except NotFound:
-            found[0] = None
+            found[0] = MemberAck({}, frozenset())
         return ""
 
     _visit(member, MemberOutcome(member.name), look)

@@ -267,3 +267,29 @@ def test_a_renewed_intermediate_changes_no_bundle_and_signs_at_once(federation: 
         assert load_certificates(data(east.get("secrets", f"{name}-client-tls", NS))["tls.crt"])[1:] == [
             new[INTERMEDIATES[1]]]
     assert untrusted_pairs(east, clock.now) == []
+
+
+def test_a_standalone_cluster_turned_hub_rotates_to_a_root_that_signs_intermediates(federation: Federation) -> None:
+    """The hub ran standalone first: its CA signs leaves only (path length 0). With --hub it rotates to a
+    root that may sign intermediates; its members, which have none yet and so trust none of its roots, do
+    not hold that rotation, and get their intermediates once the new root signs."""
+    hub, east = federation.hub, federation.members["east"]
+    clock = Clock(datetime.now(UTC))
+    standalone = Reconciler(KubeApi(hub.api_client()), ReconcileSettings(namespace=OWN_NS), clock=clock)
+    assert not standalone.run_pass().aborted
+    [first] = root_states(hub)
+    the_hub = Reconciler(KubeApi(hub.api_client()), ReconcileSettings(namespace=OWN_NS, hub=True), clock=clock)
+    report = the_hub.run_pass()
+    assert "the root has path length 0" in report.federation["east"], report.federation
+    for _ in range(6):
+        clock.now += timedelta(minutes=6)
+        federation.shift[0] += timedelta(minutes=6)
+        report = the_hub.run_pass()
+        if east.get("secrets", INTERMEDIATES[0], OWN_NS) is not None:
+            break
+    [new] = set(root_states(hub)) - {first}
+    assert root_states(hub)[new] == "trusted-used", root_states(hub)
+    issued = load_certificates(data(east.get("secrets", INTERMEDIATES[0], OWN_NS))["tls.crt"])[0]
+    [root] = [r for r in federation.roots("tls-injector-ca") if fingerprint(r)[:16] == new]
+    issued.verify_directly_issued_by(root)
+    assert report.federation == {}, report.federation
