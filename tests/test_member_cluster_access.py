@@ -97,3 +97,18 @@ def test_a_member_date_in_any_of_its_utc_spellings_is_compared_with_the_hub_cloc
     assert date == datetime(2034, 1, 2, 3, 4, 5, tzinfo=UTC)
     assert clock_skew_problem("m", date, date + timedelta(seconds=10)) == ""
     assert "ahead of the hub" in clock_skew_problem("m", date, date - timedelta(hours=1))
+
+
+def test_a_surprise_on_one_member_is_that_members_problem_not_the_passs() -> None:
+    """Whatever a member's data makes the hub's code raise is reported for that member, and the pass goes
+    on to the others (the Date header written with -0000 once raised TypeError out of the whole pass)."""
+    from app.reconcile.federation import Member
+    from app.reconcile.hub import MemberOutcome, _visit
+
+    def work(api: KubeApi) -> str:
+        raise TypeError("can't compare offset-naive and offset-aware datetimes")
+
+    member = Member("west", {}, kubeconfig("http://127.0.0.1:9"))
+    outcome = _visit(member, MemberOutcome("west"), work)
+    assert outcome.problem == ("member west: internal error (TypeError): "
+                               "can't compare offset-naive and offset-aware datetimes")

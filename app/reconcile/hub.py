@@ -144,6 +144,11 @@ def _visit(member: Member, outcome: MemberOutcome, work: Callable[[KubeApi], str
         outcome.problem = f"member {member.name}: unreachable: {_short(e)}"
     except KubeError as e:
         outcome.problem = f"member {member.name}: {type(e).__name__}: {_short(e)}"
+    except Exception as e:  # one member's surprise must not stop the pass for the others
+        # A defect met on one member's data (as an unexpected Date header once was) is that member's
+        # problem, reported like the others, with the type in the log to find it by.
+        log.error("member visit failed", extra={"member": member.name, "error": type(e).__name__})
+        outcome.problem = f"member {member.name}: internal error ({type(e).__name__}): {_short(e)}"
     finally:
         api.api_client.close()  # type: ignore[no-untyped-call]
     return outcome
