@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from cryptography import x509
+from cryptography.x509.oid import NameOID
 
 from app.pki.certs import CA_VALIDITY, LEAF_VALIDITY, CertKey, issue_leaf, issued_by, load_certificates, make_ca
 from app.pki.keys import KeyType
@@ -86,6 +87,14 @@ def permitted_dns(cert: x509.Certificate) -> tuple[str, ...]:
     except x509.ExtensionNotFound:
         return ()
     return tuple(str(n.value) for n in constraints.permitted_subtrees or () if isinstance(n, x509.DNSName))
+
+
+def made_for(intermediate: x509.Certificate, *, domain: str) -> bool:
+    """Whether `make_intermediate` made this certificate for `domain`: its common name says so, under
+    the issuer's signature, so a copy of another domain's intermediate is told apart by it."""
+    names = intermediate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    expected = f"tls-injector {domain.strip()} intermediate "[:64]
+    return bool(names) and str(names[0].value).startswith(expected)
 
 
 def intermediate_renewal(

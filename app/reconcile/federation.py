@@ -35,6 +35,7 @@ from app.pki import (
     issued_by,
     load_certificates,
     load_user_ca,
+    made_for,
     make_intermediate,
     root_problem,
     to_pem,
@@ -165,6 +166,8 @@ def _decide_existing(existing: Obj, *, roots: Roots, member: str, namespace: str
         return Verdict("refuse", problem=_not_ours(where, chain))
     if not ours:
         return _issue(existing, roots, member, namespace, now, action="replace", reason="forced")
+    if not made_for(chain[0], domain=_domain(member, roots.role)):  # another member's, copied here
+        return _issue(existing, roots, member, namespace, now, action="update", reason="renewed:another-member")
     decision = intermediate_renewal(cert_pem=data.get("tls.crt"), key_pem=data.get("tls.key"),
                                     signer=roots.signer.cert, now=now, lookahead=CA_LOOKAHEAD)
     if decision.renew:
@@ -179,11 +182,17 @@ def _decide_existing(existing: Obj, *, roots: Roots, member: str, namespace: str
 def _issue(existing: Obj | None, roots: Roots, member: str, namespace: str, now: datetime, *,
            action: Literal["create", "update", "replace"], reason: str) -> Verdict:
     assert roots.signer is not None
-    inter = make_intermediate(roots.signer, domain=f"{member} {roots.role}", now=now, validity=INTERMEDIATE_VALIDITY)
+    inter = make_intermediate(roots.signer, domain=_domain(member, roots.role), now=now,
+                              validity=INTERMEDIATE_VALIDITY)
     data = {"tls.crt": inter.cert_pem, "tls.key": inter.key_pem, "ca.crt": roots.pem}
     body = _body(existing, namespace, INTERMEDIATE_SECRETS[roots.role], data,
                  issuing_root=fingerprint(roots.signer.cert))
     return Verdict(action, body, reason=reason)
+
+
+def _domain(member: str, role: CaRole) -> str:
+    """What a member's intermediate of one role is made for: its name says so (`made_for`)."""
+    return f"{member} {role}"
 
 
 def _body(existing: Obj | None, namespace: str, name: str, data: dict[str, bytes], *, issuing_root: str) -> Obj:
@@ -210,11 +219,18 @@ def check_intermediate(existing: Obj | None, *, roots: Roots, member: str, names
     ends = chain[0].not_valid_after_utc
     if now >= ends:
         return f"{where}: the intermediate expired at {ends:%Y-%m-%d %H:%M} UTC", ""
-    if roots.signer is not None and chain[0].issuer != roots.signer.cert.subject:
-        return "", "due: the root that signs changed; the hub re-issues it on its next pass"
-    if now + CA_LOOKAHEAD >= ends:
-        return "", f"due: it ends {ends:%Y-%m-%d} UTC; the hub renews it on its next pass"
-    return "", describe(existing, roots.role)
+    return "", _due(chain[0], roots=roots, member=member, now=now) or describe(existing, roots.role)
+
+
+def _due(intermediate: Any, *, roots: Roots, member: str, now: datetime) -> str:
+    """Why the hub's next pass re-issues or renews a usable intermediate, for a person ("" when it does not)."""
+    if not made_for(intermediate, domain=_domain(member, roots.role)):
+        return "due: it was made for another member; the hub re-issues it on its next pass"
+    if roots.signer is not None and intermediate.issuer != roots.signer.cert.subject:
+        return "due: the root that signs changed; the hub re-issues it on its next pass"
+    if now + CA_LOOKAHEAD >= (ends := intermediate.not_valid_after_utc):
+        return f"due: it ends {ends:%Y-%m-%d} UTC; the hub renews it on its next pass"
+    return ""
 
 
 def _not_ours(where: str, chain: Sequence[Any]) -> str:
