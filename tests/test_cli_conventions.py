@@ -13,25 +13,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.cli import main
 from app.cli.parser import build_parser as _parser
+from tests.support.cli import exit_of
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = ["serve", "reconcile", "bootstrap", "inject", "check", "export-policy"]
 
 
-def _exit(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """main(argv) whether it returns or argparse exits: (status, stdout, stderr)."""
-    try:
-        code = main(argv)
-    except SystemExit as stop:
-        code = int(stop.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
 
 def test_version_prints_the_installed_version_and_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = _exit(["--version"], capsys)
+    code, out, _ = exit_of(["--version"], capsys)
     assert code == 0
     assert out.strip() == f"tls-injector {metadata.version('tls-injector')}"
 
@@ -47,7 +38,7 @@ def _flags_with_defaults(command: str) -> dict[str, object]:
 def test_every_help_shows_every_default(command: str, capsys: pytest.CaptureFixture[str],
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "400")  # argparse wraps to the terminal, also inside hyphenated words
-    code, out, _ = _exit([command, "--help"], capsys)
+    code, out, _ = exit_of([command, "--help"], capsys)
     assert code == 0
     # One entry per flag ("--port PORT  HTTPS port ... (default: 8443)"), argparse's wrapping undone.
     entries = [" ".join(e.split()) for e in re.split(r"\n  (?=-)", out.split("options:", 1)[1])]
@@ -60,7 +51,7 @@ def test_every_help_shows_every_default(command: str, capsys: pytest.CaptureFixt
 
 
 def test_the_help_of_serve_shows_the_port_and_the_drain_defaults(capsys: pytest.CaptureFixture[str]) -> None:
-    _, out, _ = _exit(["serve", "--help"], capsys)
+    _, out, _ = exit_of(["serve", "--help"], capsys)
     text = " ".join(out.split())
     assert "HTTPS port for the webhook (default: 8443)" in text
     assert "(default: 20)" in text
@@ -82,7 +73,7 @@ def test_the_help_of_serve_shows_the_port_and_the_drain_defaults(capsys: pytest.
 )
 def test_a_usage_error_exits_2_with_the_commands_own_usage(argv: list[str], usage: str,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = _exit(argv, capsys)
+    code, out, err = exit_of(argv, capsys)
     assert (code, out) == (2, "")
     assert usage in err, err
     assert "Traceback" not in err
@@ -102,7 +93,7 @@ def test_an_input_error_exits_2_with_one_line_naming_the_input(argv: list[str], 
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "bad.yaml").write_text("kind: [unclosed")
     paths = {"missing": str(tmp_path / "missing.yaml"), "bad": str(tmp_path / "bad.yaml")}
-    code, out, err = _exit([a.format(**paths) for a in argv], capsys)
+    code, out, err = exit_of([a.format(**paths) for a in argv], capsys)
     assert (code, out) == (2, "")
     assert re.match(r"tls-injector [a-z-]+: ", err), err
     assert str(tmp_path) in err or "missing.yaml" in err or "not valid YAML" in err
@@ -111,13 +102,13 @@ def test_an_input_error_exits_2_with_one_line_naming_the_input(argv: list[str], 
 def test_export_policy_with_nothing_to_export_says_so_on_stderr_and_exits_0(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    code, out, err = _exit(["export-policy", "--format", "crd"], capsys)
+    code, out, err = exit_of(["export-policy", "--format", "crd"], capsys)
     assert (code, out) == (0, "")
     assert err.startswith("tls-injector export-policy: nothing to export: no rule matches a custom resource")
 
 
 def test_export_policy_scopes_the_bindings_to_outside_the_given_namespace(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = _exit(["export-policy", "--namespace", "platform-tls"], capsys)
+    code, out, _ = exit_of(["export-policy", "--namespace", "platform-tls"], capsys)
     assert code == 0
     bindings = [d for d in yaml.safe_load_all(out) if d["kind"] == "ValidatingAdmissionPolicyBinding"]
     assert bindings

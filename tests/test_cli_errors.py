@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
 from app.cli.flags import duration
 from app.cli.parser import build_parser
 from app.settings import API_TIMEOUT_SECONDS
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, small_cluster
+from tests.support.cli import exit_of
 from tests.test_cli_serve import free_port
 
 # The least each command needs to get past argparse's required arguments.
@@ -31,19 +31,11 @@ API_COMMANDS = ["serve", "reconcile", "bootstrap", "doctor"]
 GAVE_UP_WITHIN = 12.0
 
 
-def _exit(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as stop:
-        code = int(stop.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_an_unknown_flag_prints_the_commands_own_usage_and_error(command: str,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = _exit([command, *COMMANDS[command], "--no-such-flag"], capsys)
+    code, out, err = exit_of([command, *COMMANDS[command], "--no-such-flag"], capsys)
     assert (code, out) == (2, "")
     assert err.startswith(f"usage: tls-injector {command} "), err
     assert err.splitlines()[-1] == f"tls-injector {command}: error: unrecognized arguments: --no-such-flag"
@@ -62,7 +54,7 @@ def no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_missing_kubeconfig_is_one_line_that_says_no_such_file(argv: list[str], tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "kubeconfig"
-    code, _, err = _exit([*argv, "--kubeconfig", str(missing), "--self-signed-dir", str(tmp_path / "ss")]
+    code, _, err = exit_of([*argv, "--kubeconfig", str(missing), "--self-signed-dir", str(tmp_path / "ss")]
                          if argv[0] == "serve" else [*argv, "--kubeconfig", str(missing)], capsys)
     # Before: a JSON log line first (serve, bootstrap, reconcile), then "Invalid kube-config file. No
     # configuration found."
@@ -78,7 +70,7 @@ def test_serve_on_a_port_that_is_taken_prints_one_line_and_no_log_before_it(
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        code, _, err = _exit(["serve", "--host", "127.0.0.1", "--port", str(port), "--no-reconciler",
+        code, _, err = exit_of(["serve", "--host", "127.0.0.1", "--port", str(port), "--no-reconciler",
                               "--self-signed-dir", str(tmp_path / "ss")], capsys)
     assert code == 2
     assert err.startswith(f"tls-injector serve: cannot listen on 127.0.0.1:{port}: ")
@@ -93,7 +85,7 @@ def test_reconcile_on_a_metrics_port_that_is_taken_prints_no_log_before_its_line
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        code, _, err = _exit(["reconcile", "--server", kubeapi.url, "--namespace", OWN_NS,  # --log-level info
+        code, _, err = exit_of(["reconcile", "--server", kubeapi.url, "--namespace", OWN_NS,  # --log-level info
                               "--metrics-host", "127.0.0.1", "--metrics-port", str(port)], capsys)
     assert code == 2
     assert err.startswith(f"tls-injector reconcile: cannot serve metrics on 127.0.0.1:{port}")
@@ -104,7 +96,7 @@ def test_the_lines_held_during_a_start_are_written_once_it_has_started(
     kubeapi: Emulator, capsys: pytest.CaptureFixture[str]
 ) -> None:
     small_cluster(kubeapi, namespaces=1, per_namespace=1)
-    code, _, err = _exit(["reconcile", "--once", "--server", kubeapi.url, "--namespace", OWN_NS], capsys)
+    code, _, err = exit_of(["reconcile", "--once", "--server", kubeapi.url, "--namespace", OWN_NS], capsys)
     assert code == 0
     logged = [json.loads(line) for line in err.splitlines()]
     assert logged[0]["msg"] == "cluster domain"
@@ -113,7 +105,7 @@ def test_the_lines_held_during_a_start_are_written_once_it_has_started(
 @pytest.mark.parametrize("value", ["Not_Valid!", "UPPER", "a_b", "trail-", "a" * 64, "", "a.b"])
 def test_export_policy_refuses_a_namespace_the_api_server_would_refuse(value: str,
                                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = _exit(["export-policy", "--namespace", value], capsys)
+    code, out, err = exit_of(["export-policy", "--namespace", value], capsys)
     assert (code, out) == (2, "")
     assert "usage: tls-injector export-policy" in err
     assert err.splitlines()[-1].startswith("tls-injector export-policy: error: argument --namespace: not a valid "
@@ -122,7 +114,7 @@ def test_export_policy_refuses_a_namespace_the_api_server_would_refuse(value: st
 
 @pytest.mark.parametrize("value", ["platform-tls", "a" * 63, "0"])
 def test_export_policy_takes_a_valid_namespace(value: str, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = _exit(["export-policy", "--namespace", value], capsys)
+    code, out, _ = exit_of(["export-policy", "--namespace", value], capsys)
     assert code == 0
     assert value in out
 
@@ -180,7 +172,7 @@ def test_a_one_shot_command_gives_up_on_a_silent_api_after_the_timeout_in_one_li
 ) -> None:
     """doctor too: with nothing read there is no report to give, so not exit 1 and a report of one check."""
     started = time.monotonic()
-    code, out, err = _exit([*command, "--server", silent_api, "--namespace", OWN_NS, "--timeout", "1"], capsys)
+    code, out, err = exit_of([*command, "--server", silent_api, "--namespace", OWN_NS, "--timeout", "1"], capsys)
     took = time.monotonic() - started
     assert (code, out) == (2, "")
     assert err.startswith(f"tls-injector {command[0]}: cannot reach the API server (server {silent_api}; "
@@ -193,7 +185,7 @@ def test_a_one_shot_command_gives_up_on_a_silent_api_after_the_timeout_in_one_li
 @pytest.mark.parametrize("command", [["reconcile", "--once"], ["bootstrap"], ["doctor"]])
 def test_a_refused_connection_is_said_at_once(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     server = f"http://127.0.0.1:{free_port()}"
-    code, out, err = _exit([*command, "--server", server, "--namespace", OWN_NS], capsys)
+    code, out, err = exit_of([*command, "--server", server, "--namespace", OWN_NS], capsys)
     assert (code, out) == (2, "")
     assert len(err.splitlines()) == 1
     assert err.startswith(f"tls-injector {command[0]}: cannot reach the API server (server {server}; --timeout 30s)")
