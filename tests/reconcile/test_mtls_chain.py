@@ -7,9 +7,7 @@ them with the mounted client bundle, a client with the mounted client certificat
 
 from __future__ import annotations
 
-import base64
 import copy
-import json
 import socket
 import ssl
 import threading
@@ -19,7 +17,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
-import jsonpatch
 import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
@@ -40,13 +37,12 @@ from app.pki import (
 from app.pki.keys import key_to_pem
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, data, deployment, namespace, reconciler
+from tests.reconcile.test_chain_emulator import NS, admitted
 from tests.support.kube_schema import schema_errors
 from tests.support.kubelet import NODE, File, Kubelet
-from tests.support.reviews import review
 from tests.support.server import running_server
 from tests.support.workloads import INJECT, Obj, Shape, build
 
-NS = "shop"
 CLIENT = "tls-injector.io/client-certificate"
 OPTED_IN = {INJECT: "true"}
 TIMEOUT = 10.0
@@ -57,16 +53,6 @@ def webhook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     with running_server(tmp_path_factory.mktemp("srv"), mutate=make_mutate_handler(InjectionOptions())) as server, \
             server.client() as client:
         yield client
-
-
-def admitted(client: httpx.Client, obj: Obj) -> Obj:
-    reply = client.post("/mutate", json=review(obj=obj, kind=("", "v1", "Pod"), namespace=NS))
-    assert reply.status_code == 200, reply.text
-    response = reply.json()["response"]
-    assert response["allowed"] is True, response
-    ops = json.loads(base64.b64decode(response["patch"])) if "patch" in response else []
-    result: Obj = jsonpatch.apply_patch(obj, ops)
-    return result
 
 
 def run(emu: Emulator, client: httpx.Client, shape: Shape, *, service_account: str = "") -> Obj:

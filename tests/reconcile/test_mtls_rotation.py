@@ -125,11 +125,16 @@ def _events(emu: Emulator, reason: str) -> list[str]:
     return [e["message"] for e in emu.objects("events", NS) if e["reason"] == reason]
 
 
+def _one_caller(emu: Emulator) -> None:
+    """The injector's namespace, and one workload in NS asking for a client certificate."""
+    namespace(emu, OWN_NS)
+    namespace(emu, NS)
+    deployment(emu, "caller", NS, annotations={CLIENT: "true"})
+
+
 def test_force_renew_and_expiry_renew_a_client_leaf_counted_and_evented_as_a_client_certificate(
         kubeapi: Emulator) -> None:
-    namespace(kubeapi, OWN_NS)
-    namespace(kubeapi, NS)
-    deployment(kubeapi, "caller", NS, annotations={CLIENT: "true"})
+    _one_caller(kubeapi)
     clock = Clock()
     registry = CollectorRegistry()
     reconciler = _reconciler(kubeapi, clock, registry)
@@ -187,9 +192,7 @@ def test_force_renew_and_expiry_renew_a_client_leaf_counted_and_evented_as_a_cli
 
 def test_a_client_secret_that_cannot_be_written_is_counted_and_evented_as_a_client_failure(
         kubeapi: Emulator) -> None:
-    namespace(kubeapi, OWN_NS)
-    namespace(kubeapi, NS)
-    deployment(kubeapi, "caller", NS, annotations={CLIENT: "true"})
+    _one_caller(kubeapi)
     registry = CollectorRegistry()
     kubeapi.fail_next("create", "secrets", "caller-client-tls", count=5, code=500)
     report = _reconciler(kubeapi, Clock(), registry).run_pass()
