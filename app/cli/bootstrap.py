@@ -16,7 +16,7 @@ def add(boot: argparse.ArgumentParser) -> None:
     webhook_flags(boot)
     boot.add_argument("--log-level", default="info", choices=LOG_LEVELS, help="least severe level logged")
     # A user-provided CA (--ca-secret) is for the workloads' certificates, never the webhook's own.
-    boot.set_defaults(ca_secret=None)
+    boot.set_defaults(ca_secret=None, client_ca_secret=None)
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

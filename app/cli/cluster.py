@@ -55,6 +55,10 @@ def cluster_flags(command: argparse.ArgumentParser) -> None:
                               "<webhook-service>.<namespace>.svc:443)")
     command.add_argument("--ca-secret", help="a kubernetes.io/tls Secret in --namespace holding a CA you provide "
                                              "(default: tls-injector creates and rotates its own)")
+    command.add_argument("--client-ca-secret",
+                         help="a kubernetes.io/tls Secret in --namespace holding the client CA you provide, which "
+                              "signs client certificates: never the --ca-secret Secret nor its key (default: "
+                              "tls-injector creates and rotates its own)")
     command.add_argument("--pod-certificates", choices=["auto", "on", "off"], default="auto",
                          help=f"act as the signer {names.SIGNER_NAME} and publish the CAs as a ClusterTrustBundle: "
                               "auto = when the cluster serves certificates.k8s.io v1 or v1beta1 pod certificates "
@@ -68,6 +72,16 @@ def cluster_flags(command: argparse.ArgumentParser) -> None:
                               "and name (default: only the earliest expiry and the count, so /metrics does not list "
                               "the cluster's namespaces and Secrets)")
     webhook_flags(command)
+
+
+def same_ca_secrets(args: argparse.Namespace) -> str | None:
+    """Why the CA flags cannot be used together, or None: one Secret named as both roots would let its key
+    sign serving and client certificates alike (a different Secret holding the same key is refused by
+    every pass, since a Secret's contents change while the command runs)."""
+    if args.ca_secret and args.ca_secret == getattr(args, "client_ca_secret", None):
+        return (f"--ca-secret and --client-ca-secret both name the Secret {args.ca_secret}: the client CA must be a "
+                "CA of its own, with its own key")
+    return None
 
 
 def find_cluster(args: argparse.Namespace) -> ClusterConfig | None:
@@ -114,7 +128,9 @@ def settings_for(args: argparse.Namespace, *, resolv_conf: Path | None = None) -
                               configurations=configurations, cluster_domain=domain,
                               served_address=served_address(args, namespace))
     return ReconcileSettings(namespace=namespace, cluster_domain=domain,
-                             user_ca_secret=args.ca_secret or None, webhook=webhook if configurations else None,
+                             user_ca_secret=args.ca_secret or None,
+                             user_client_ca_secret=getattr(args, "client_ca_secret", None) or None,
+                             webhook=webhook if configurations else None,
                              pod_certificates=getattr(args, "pod_certificates", "auto"),
                              per_object_metrics=getattr(args, "metrics_per_object", False),
                              trust_domain=getattr(args, "trust_domain", "") or "",

@@ -29,7 +29,7 @@ def add(doctor: argparse.ArgumentParser) -> None:
                         help="this cluster is a hub (reconcile --hub): also reach every registered member with its "
                              "kubeconfig, read-only, and check its intermediates (docs/multicluster.md)")
     doctor.add_argument("-o", "--output", choices=["text", "json"], default="text", help="report format")
-    doctor.set_defaults(ca_secret=None)
+    doctor.set_defaults(ca_secret=None, client_ca_secret=None)
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -19,6 +19,7 @@ from app.pki.certs import (
     load_certificates,
     make_ca,
     not_after,
+    same_key,
     to_pem,
 )
 from app.pki.domains import (
@@ -154,6 +155,7 @@ __all__ = [
     "requested_key",
     "root_problem",
     "rotation_due",
+    "same_key",
     "seal",
     "seal_key",
     "sealed_leaf_renewal",

@@ -153,6 +153,11 @@ def key_matches(cert: x509.Certificate, key: PrivateKey) -> bool:
     return bool(cert.public_key() == key.public_key())
 
 
+def same_key(a: x509.Certificate, b: x509.Certificate) -> bool:
+    """Both certificates are for one key pair: whoever holds its private key can sign as either."""
+    return bool(a.public_key() == b.public_key())
+
+
 def issued_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
     """`ca` signed `cert` (names and signature checked; nothing else)."""
     try:

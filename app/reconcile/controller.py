@@ -176,13 +176,15 @@ class Controller:
                              name="watch-podcertificaterequests").start()
 
     def _watch_user_ca(self, wake: threading.Event, stop: threading.Event) -> None:
-        """The Secret of a user-provided CA (`--ca-secret`) is not ours, so no label selects it: watched by
-        name, so that a replaced CA starts rotating in at once, not at the next resync."""
+        """The Secrets of the user's own CAs (`--ca-secret`, `--client-ca-secret`) are not ours, so no label
+        selects them: each watched by name, so that a replaced CA starts rotating in at once, not at the
+        next resync."""
         settings = self.reconciler.settings
-        if settings.user_ca_secret:
-            selector = f"metadata.namespace={settings.namespace},metadata.name={settings.user_ca_secret}"
-            threading.Thread(target=self._watch, args=(SECRETS, None, wake, stop), daemon=True,
-                             kwargs={"field_selector": selector}, name="watch-user-ca").start()
+        for role, name in (("serving", settings.user_ca_secret), ("client", settings.user_client_ca_secret)):
+            if name:
+                selector = f"metadata.namespace={settings.namespace},metadata.name={name}"
+                threading.Thread(target=self._watch, args=(SECRETS, None, wake, stop), daemon=True,
+                                 kwargs={"field_selector": selector}, name=f"watch-user-{role}-ca").start()
 
     def _watch(self, resource: Resource, selector: str | None, wake: threading.Event, stop: threading.Event, *,
                field_selector: str | None = None) -> None:

@@ -15,10 +15,10 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from app import names
 from app.kube import (
@@ -41,6 +41,7 @@ from app.pki import (
     bundle_certificates,
     load_certificates,
     load_user_ca,
+    same_key,
     service_name_constraints,
 )
 from app.reconcile import events, hub, podcerts, signer
@@ -106,6 +107,10 @@ BACKOFF_FIRST = timedelta(seconds=30)
 BACKOFF_MAX = timedelta(minutes=10)
 
 
+# How the log, the Events and `reconcile --once` name the user's own CA Secret of each role.
+_USER_CA: dict[CaRole, str] = {"serving": "user-provided CA Secret", "client": "user-provided client CA Secret"}
+
+
 class NotLeader(Exception):
     """The lease was lost mid-pass: stop writing at once."""
 
@@ -116,6 +121,8 @@ class ReconcileSettings:
     cluster_domain: str = names.DEFAULT_CLUSTER_DOMAIN
     ca: CaPolicy = field(default_factory=CaPolicy)
     user_ca_secret: str | None = None  # a kubernetes.io/tls Secret in `namespace` holding the user's CA
+    # The same for the user's client CA (docs/mtls.md): never the serving CA's Secret, nor its key.
+    user_client_ca_secret: str | None = None
     webhook: WebhookSettings | None = None  # keep the webhook's own certificate and caBundle current
     # Act as the pod-certificate signer and publish the ClusterTrustBundle: "auto" when the cluster serves
     # the APIs (found by discovery), "off" never, "on" says so loudly in the log when it cannot.
@@ -188,6 +195,7 @@ class Reconciler:
         self._steps: dict[str, CaStep] = {}  # by CA Secret, as the pass stepped them
         # A member: the hub's intermediates found in this pass, by role (docs/multicluster.md).
         self._intermediates: dict[CaRole, Intermediate] = {}
+        self._user: dict[CaRole, CertKey] = {}  # the user's own CAs by role, as read at the start of this pass
         self._members: dict[str, str] = {}  # a hub: member -> why it is not ready ("" when it is), last pass
         # A hub: each member's report on the roots, read before the CA sets are stepped (None: unreadable),
         # and per role the new roots held for members; a member: per role, what its report is made of.
@@ -287,6 +295,8 @@ class Reconciler:
                            trust_domain=self.settings.trust_domain)
         observed.truststores = truststore_namespaces(workloads, pods, enabled=observed.enabled)
         self._report_refused_names(targets, report, now)
+        # Before anything is stepped or written: a user CA that cannot be used stops the pass here.
+        self._user = self._user_cas(now)
         self._intermediates, self._ack_inputs, self._held = self._read_intermediates(report, now), {}, {}
         self._acks = self._read_acks() if self.settings.hub else {}
         step = self._ensure_ca(observed, targets, now, report, native=native)
@@ -352,8 +362,8 @@ class Reconciler:
         if "serving" in self._intermediates:
             self._ack_inputs["serving"] = (self._intermediates["serving"].roots, bundles, leaves)
         return self._step_ca(self.workload_ca_policy, bundles=bundles, leaves=leaves,
-                             user_ca=self._user_ca(now) or self._member_ca("serving"), now=now, report=report,
-                             external=self._gate("serving", now))
+                             user_ca=self._user.get("serving") or self._member_ca("serving"), now=now,
+                             report=report, external=self._gate("serving", now))
 
     def _ensure_client_ca(self, observed: Observed, targets: list[Target], now: datetime,
                           report: PassReport) -> CaStep:
@@ -380,8 +390,9 @@ class Reconciler:
                           path_length=1 if self.settings.hub else 0)
         if "client" in self._intermediates:
             self._ack_inputs["client"] = (self._intermediates["client"].roots, bundles, leaves)
-        return self._step_ca(policy, bundles=bundles, leaves=leaves, user_ca=self._member_ca("client"), now=now,
-                             report=report, external=self._gate("client", now))
+        return self._step_ca(policy, bundles=bundles, leaves=leaves,
+                             user_ca=self._user.get("client") or self._member_ca("client"), now=now, report=report,
+                             external=self._gate("client", now))
 
     def _gate(self, role: CaRole, now: datetime) -> Callable[[CaSet, TrustFacts], TrustFacts] | None:
         """A hub: its CA set's facts with its members' reports (federation.gate_roots); None elsewhere."""
@@ -433,13 +444,19 @@ class Reconciler:
     def _read_intermediates(self, report: PassReport, now: datetime) -> dict[CaRole, Intermediate]:
         """The hub's intermediates in this member's namespace, by role; none: standalone, as before. One
         that cannot be used is reported (log, report, metric) and left out: the CA set then goes on with
-        what it holds, as it would without a hub (a user-provided --ca-secret takes precedence)."""
+        what it holds, as it would without a hub. The user's own CA of a role (--ca-secret,
+        --client-ca-secret) takes precedence over the hub's intermediate of that role, which is then
+        not used (said in the log at every pass: that role's trust does not reach the other clusters)."""
         found: dict[CaRole, Intermediate] = {}
-        if self.settings.user_ca_secret or self.settings.hub:
+        if self.settings.hub:
             return found
         for role, name in INTERMEDIATE_SECRETS.items():
             obj = self._read_optional(SECRETS, name)
             if obj is None:
+                continue
+            if role in self._user:
+                log.warning("the hub's intermediate is not used: your own CA of that role takes precedence",
+                            extra={"role": role, "secret": name, "user_secret": self._user_secret(role)})
                 continue
             try:
                 found[role] = load_intermediate(obj, now=now)
@@ -578,7 +595,7 @@ class Reconciler:
             return
         # A member's intermediate as the last full pass found it (the key is never in the CA Secret).
         cas = load_ca_set(self._read_optional(SECRETS, self.settings.ca.secret_name),
-                          user_ca=self._user_ca(now) or self._member_ca("serving"))
+                          user_ca=self._user_ca(now, "serving") or self._member_ca("serving"))
         observed = Observed()
         selector = f"{names.INJECT_LABEL}={names.NAMESPACE_OPT_IN}"
         observed.enabled = enabled_namespaces(self.api.list_objects(NAMESPACES, label_selector=selector).items)
@@ -656,21 +673,57 @@ class Reconciler:
             return step
         raise Conflict(f"the CA Secret {policy.secret_name} kept changing under us; next pass")
 
-    def _user_ca(self, now: datetime) -> CertKey | None:
-        name = self.settings.user_ca_secret
+    def _user_secret(self, role: CaRole) -> str | None:
+        settings = self.settings
+        return (settings.user_ca_secret if role == "serving" else settings.user_client_ca_secret) or None
+
+    def _user_cas(self, now: datetime) -> dict[CaRole, CertKey]:
+        """The user's own CAs by role, each checked (`_user_ca`), and checked apart: a key that signs
+        serving certificates must never sign client ones, nor the other way round (docs/mtls.md). So the
+        two must not share a key, and neither may share one with a CA the other role's set holds (the
+        generated one, or one on its way in or out). Raises CaUnusable, before anything is written."""
+        roles: tuple[CaRole, CaRole] = ("serving", "client")
+        found = {role: ca for role in roles if (ca := self._user_ca(now, role)) is not None}
+        for role in ("client", "serving"):  # both given and alike: the client one is the one refused
+            if (ca := found.get(role)) is None:
+                continue
+            other: CaRole = "client" if role == "serving" else "serving"
+            others = [found[other].cert] if other in found else []
+            secret = names.CLIENT_CA_SECRET if other == "client" else self.settings.ca.secret_name
+            with suppress(CaUnusable):  # that set's own step says why it cannot be used, when its role is needed
+                others += [r.cert for r in load_ca_set(self._read_optional(SECRETS, secret)).records]
+            if any(same_key(ca.cert, cert) for cert in others):
+                self._refuse_user_ca(role, f"its key is also the {other} CA's: a {role} CA must have a key of its "
+                                           f"own, or it could sign {other} certificates", now)
+        return found
+
+    def _user_ca(self, now: datetime, role: CaRole = "serving") -> CertKey | None:
+        """The user's own CA of `role` from its Secret (--ca-secret, --client-ca-secret), checked: a CA
+        (CA:TRUE, keyCertSign), valid now, its key matching. Read at every pass, never stored elsewhere."""
+        name = self._user_secret(role)
         if not name:
             return None
-        secret = self.api.get(SECRETS, name, namespace=self.settings.namespace)
+        try:
+            secret = self.api.get(SECRETS, name, namespace=self.settings.namespace)
+        except NotFound as e:
+            raise CaUnusable(f"{_USER_CA[role]} {self.settings.namespace}/{name} does not exist") from e
         data = secret_data(secret)
         try:
             return load_user_ca(data.get("tls.crt", b""), data.get("tls.key", b""), now=now)
         except ValueError as e:
-            message = f"user-provided CA Secret {self.settings.namespace}/{name}: {e}"
-            # The pass stops (nothing may be signed with it, and no other CA is minted in its place); the
-            # log, the exit status, the failures metric and this Event on the Secret say why.
-            ref = WorkloadRef("Secret", self.settings.namespace, name, secret["metadata"].get("uid", ""), "v1")
-            self._announce((ref,), f"ca/{name}", reason="CaUnusable", message=message, now=now)
-            raise CaUnusable(message) from e
+            self._refuse_user_ca(role, str(e), now, secret=secret, cause=e)
+
+    def _refuse_user_ca(self, role: CaRole, why: str, now: datetime, *, secret: Obj | None = None,
+                        cause: Exception | None = None) -> NoReturn:
+        """The pass stops (nothing may be signed with it, and no other CA is minted in its place); the log,
+        the exit status, the failures metric and a Warning Event `CaUnusable` on the Secret say why."""
+        name = self._user_secret(role) or ""
+        message = f"{_USER_CA[role]} {self.settings.namespace}/{name}: {why}"
+        if secret is None:
+            secret = self._read_optional(SECRETS, name) or {"metadata": {}}
+        ref = WorkloadRef("Secret", self.settings.namespace, name, secret["metadata"].get("uid", ""), "v1")
+        self._announce((ref,), f"ca/{name}", reason="CaUnusable", message=message, now=now)
+        raise CaUnusable(message) from cause
 
     def _converge(self, item: Item, existing: Obj | None, report: PassReport, now: datetime) -> Obj | None:
         """Decide and write one object, re-reading after a 409; returns what is stored at the end."""

@@ -37,13 +37,14 @@ from tests.reconcile.test_reconcile_safety import assert_no_ca_key_outside_its_s
 PASS_EVERY = timedelta(minutes=1)
 
 
-def put_user_ca(emu: Emulator, ca: CertKey) -> None:
-    """What a person does: put a CA certificate and its key into the Secret named by --ca-secret."""
+def put_user_ca(emu: Emulator, ca: CertKey, name: str = "my-ca", *, key_pem: bytes | None = None) -> None:
+    """What a person does: put a CA certificate and its key (`key_pem`: another one) into the Secret
+    named by --ca-secret (or --client-ca-secret)."""
     api = KubeApi(emu.api_client())
     body: dict[str, Any] = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-            "metadata": {"name": "my-ca", "namespace": OWN_NS},
-            "data": encode_data({"tls.crt": ca.cert_pem, "tls.key": ca.key_pem})}
-    existing = emu.get("secrets", "my-ca", OWN_NS)
+            "metadata": {"name": name, "namespace": OWN_NS},
+            "data": encode_data({"tls.crt": ca.cert_pem, "tls.key": key_pem or ca.key_pem})}
+    existing = emu.get("secrets", name, OWN_NS)
     if existing is None:
         api.create(SECRETS, body, namespace=OWN_NS)
         return
