@@ -53,12 +53,7 @@ def cluster_flags(command: argparse.ArgumentParser) -> None:
                          help="HOST:PORT where each pass checks that every caBundle trusts the certificate the webhook "
                               "serves (default: serve: its own port on loopback; reconcile: "
                               "<webhook-service>.<namespace>.svc:443)")
-    command.add_argument("--ca-secret", help="a kubernetes.io/tls Secret in --namespace holding a CA you provide "
-                                             "(default: tls-injector creates and rotates its own)")
-    command.add_argument("--client-ca-secret",
-                         help="a kubernetes.io/tls Secret in --namespace holding the client CA you provide, which "
-                              "signs client certificates: never the --ca-secret Secret nor its key (default: "
-                              "tls-injector creates and rotates its own)")
+    user_ca_flags(command)
     command.add_argument("--pod-certificates", choices=["auto", "on", "off"], default="auto",
                          help=f"act as the signer {names.SIGNER_NAME} and publish the CAs as a ClusterTrustBundle: "
                               "auto = when the cluster serves certificates.k8s.io v1 or v1beta1 pod certificates "
@@ -82,6 +77,16 @@ def same_ca_secrets(args: argparse.Namespace) -> str | None:
         return (f"--ca-secret and --client-ca-secret both name the Secret {args.ca_secret}: the client CA must be a "
                 "CA of its own, with its own key")
     return None
+
+
+def user_ca_flags(command: argparse.ArgumentParser) -> None:
+    """Your own CAs: `serve` and `reconcile` sign with them; `doctor` checks them."""
+    command.add_argument("--ca-secret", help="a kubernetes.io/tls Secret in --namespace holding a CA you provide "
+                                             "(default: tls-injector creates and rotates its own)")
+    command.add_argument("--client-ca-secret",
+                         help="a kubernetes.io/tls Secret in --namespace holding the client CA you provide, which "
+                              "signs client certificates: never the --ca-secret Secret nor its key (default: "
+                              "tls-injector creates and rotates its own)")
 
 
 def find_cluster(args: argparse.Namespace) -> ClusterConfig | None:

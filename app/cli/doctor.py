@@ -7,7 +7,15 @@ import sys
 from datetime import UTC, datetime
 
 from app.cli import flags
-from app.cli.cluster import NO_CLUSTER, connection_flags, find_cluster, settings_for, unreachable, webhook_flags
+from app.cli.cluster import (
+    NO_CLUSTER,
+    connection_flags,
+    find_cluster,
+    settings_for,
+    unreachable,
+    user_ca_flags,
+    webhook_flags,
+)
 from app.cli.command import EXIT_FINDINGS, EXIT_OK, Command, fail
 from app.logs import configure_logging
 from app.names import RECONCILER_ACCOUNT
@@ -23,13 +31,13 @@ def add(doctor: argparse.ArgumentParser) -> None:
     doctor.add_argument("--trust-domain", type=flags.trust_domain,
                         help="the reconciler's --trust-domain, to check client certificates' SPIFFE IDs (default: "
                              "the cluster domain)")
+    user_ca_flags(doctor)  # the reconciler's, to check those Secrets as its passes do
     doctor.add_argument("--reconciler-service-account", default=RECONCILER_ACCOUNT,
                         help="the reconciler's service account in --namespace, whose permissions are checked")
     doctor.add_argument("--hub", action="store_true",
                         help="this cluster is a hub (reconcile --hub): also reach every registered member with its "
                              "kubeconfig, read-only, and check its intermediates (docs/multicluster.md)")
     doctor.add_argument("-o", "--output", choices=["text", "json"], default="text", help="report format")
-    doctor.set_defaults(ca_secret=None, client_ca_secret=None)
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -61,7 +69,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     settings = DoctorSettings(namespace=reconcile.namespace, cluster_domain=reconcile.cluster_domain, webhook=webhook,
                               ca_secret=reconcile.ca.secret_name, webhook_address=args.webhook_address,
                               trust_domain=args.trust_domain or "",
-                              reconciler_account=args.reconciler_service_account, hub=args.hub)
+                              reconciler_account=args.reconciler_service_account, hub=args.hub,
+                              user_ca_secrets=reconcile.user_ca_secrets)
     try:
         results = run_checks(read(connect(cluster), settings, now=datetime.now(UTC)))
     except runner.KubeError as error:  # the configuration itself cannot be loaded

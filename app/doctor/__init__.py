@@ -19,8 +19,8 @@ def run_checks(snap: Snapshot) -> list[Result]:
     cas = [("workload CA", snap.settings.ca_secret), ("webhook CA", snap.settings.webhook.ca.secret_name)]
     found = workloads.checks(snap)
     mtls = clients.checks(snap, workloads.targets(snap)) if "cluster" not in snap.errors else []
-    return [*webhook.checks(snap), *ca.checks(snap, cas), *found, *mtls, *reconciler.checks(snap),
-            *federation.checks(snap)]
+    return [*webhook.checks(snap), *ca.checks(snap, cas), *ca.user_checks(snap), *found, *mtls,
+            *reconciler.checks(snap), *federation.checks(snap)]
 
 
 def api_unreachable(why: str) -> list[Result]:

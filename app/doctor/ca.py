@@ -3,13 +3,15 @@ and how long the signing CA has left."""
 
 from __future__ import annotations
 
+from contextlib import suppress
 from datetime import datetime, timedelta
 
 from app.doctor.model import Result, error, ok, warning
 from app.doctor.snapshot import Snapshot
-from app.names import FORCE_REPLACE_ANNOTATION
-from app.pki import CA_LOOKAHEAD, CaSet, CaState, rotation_due
-from app.reconcile.ca import CaUnusable, load_ca_set
+from app.names import CLIENT_CA_SECRET, FORCE_REPLACE_ANNOTATION
+from app.pki import CA_LOOKAHEAD, CaRole, CaSet, CaState, CertKey, load_user_ca, rotation_due
+from app.reconcile.ca import CaUnusable, load_ca_set, shared_key_problem
+from app.reconcile.plan import secret_data
 
 CATEGORY = "certificate authorities"
 # Each rotation step waits for the 5-minute settle and then for a pass, which comes within the 10-minute
@@ -86,3 +88,54 @@ def _expiry(now: datetime, label: str, cas: CaSet) -> Result:
 def checks(snap: Snapshot, ca_secrets: list[tuple[str, str]]) -> list[Result]:
     return [r for label, name in ca_secrets for r in check_ca(snap, label=label, secret_name=name)]
 
+
+
+# Your own CAs (--ca-secret, --client-ca-secret): the reconciler reads them at every pass and stops the pass
+# when one cannot be used; the doctor says which and why, from the same checks.
+_FLAG: dict[CaRole, str] = {"serving": "--ca-secret", "client": "--client-ca-secret"}
+_USER_HINT = ("the reconciler stops every pass until it is fixed: put a CA certificate (CA:TRUE, keyCertSign, valid "
+              "now) and its own key in the Secret (kubectl create secret tls NAME --cert=ca.crt --key=ca.key), a key "
+              "the other role's CA does not use")
+
+
+def _user_ca(snap: Snapshot, name: str) -> CertKey | str:
+    """Your CA from its Secret, or why it cannot be used (the reconciler's own check)."""
+    where = f"{snap.settings.namespace}/{name}"
+    if name in snap.errors:
+        return f"cannot read Secret {where}: {snap.errors[name]}"
+    secret = snap.ca_secrets.get(name)
+    if secret is None:
+        return f"Secret {where} does not exist"
+    data = secret_data(secret)
+    try:
+        return load_user_ca(data.get("tls.crt", b""), data.get("tls.key", b""), now=snap.now)
+    except ValueError as e:
+        return f"Secret {where}: {e}"
+
+
+def check_user_ca(snap: Snapshot, *, role: CaRole, name: str) -> Result:
+    """Your own CA of `role` is usable: the Secret is there, holds a CA valid now with its own key, a key
+    that neither your other CA nor the other role's CA set uses."""
+    title = f"your own {role} CA ({_FLAG[role]}) is usable"
+    ca = _user_ca(snap, name)
+    if isinstance(ca, str):
+        return error(CATEGORY, title, ca, hint=_USER_HINT)
+    other: CaRole = "client" if role == "serving" else "serving"
+    others = [c.cert for n in _names(snap, other) if not isinstance(c := _user_ca(snap, n), str)]
+    with suppress(CaUnusable):  # that set's own check says why it cannot be used
+        others += [r.cert for r in load_ca_set(snap.ca_secrets.get(_set_of(snap, other))).records]
+    if problem := shared_key_problem(role, ca, others=others):
+        return error(CATEGORY, title, f"Secret {snap.settings.namespace}/{name}: {problem}", hint=_USER_HINT)
+    return ok(CATEGORY, title, f"{ca.cert.subject.rfc4514_string()}, expires {ca.cert.not_valid_after_utc:%Y-%m-%d}")
+
+
+def _names(snap: Snapshot, role: CaRole) -> list[str]:
+    return [name for r, name in snap.settings.user_ca_secrets if r == role]
+
+
+def _set_of(snap: Snapshot, role: CaRole) -> str:
+    return CLIENT_CA_SECRET if role == "client" else snap.settings.ca_secret
+
+
+def user_checks(snap: Snapshot) -> list[Result]:
+    return [check_user_ca(snap, role=role, name=name) for role, name in snap.settings.user_ca_secrets]

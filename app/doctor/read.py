@@ -49,7 +49,8 @@ def read(api: KubeApi, settings: DoctorSettings, *, now: datetime, fetch: Fetch 
     snap = Snapshot(settings, now)
     _section(snap, "configs", lambda: _configs(api, snap))
     _section(snap, "serving_secret", lambda: _serving_secret(api, snap))
-    for name in (settings.ca_secret, settings.webhook.ca.secret_name, CLIENT_CA_SECRET):
+    users = tuple(name for _, name in settings.user_ca_secrets)
+    for name in (settings.ca_secret, settings.webhook.ca.secret_name, CLIENT_CA_SECRET, *users):
         _section(snap, name, functools.partial(_ca_secret, api, snap, name))
     _section(snap, "cluster", lambda: _cluster(api, snap))
     _section(snap, "lease", lambda: setattr(snap, "lease", _optional(api, LEASES, settings.lease_name,

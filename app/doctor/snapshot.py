@@ -7,6 +7,7 @@ from datetime import datetime
 
 from app.kube import Obj
 from app.names import LEASE_NAME, RECONCILER_ACCOUNT
+from app.pki import CaRole
 from app.reconcile.hub import MemberOutcome
 from app.reconcile.plan import Observed
 from app.reconcile.served import Served
@@ -26,6 +27,8 @@ class DoctorSettings:
     reconciler_account: str = RECONCILER_ACCOUNT
     lease_name: str = LEASE_NAME
     hub: bool = False  # `doctor --hub`: also reach every registered member (docs/multicluster.md)
+    # The user's own CA Secrets the reconciler is given (--ca-secret, --client-ca-secret), by role.
+    user_ca_secrets: tuple[tuple[CaRole, str], ...] = ()
 
 
 @dataclass(frozen=True)

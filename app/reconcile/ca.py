@@ -20,6 +20,7 @@ from app.pki import (
     CA_LOOKAHEAD,
     CA_VALIDITY,
     SETTLE,
+    CaRole,
     CaSet,
     CaState,
     CertKey,
@@ -34,6 +35,7 @@ from app.pki import (
     observe,
     path_length,
     rotation_due,
+    same_key,
     swap_signer,
 )
 from app.reconcile import ownership as own
@@ -43,6 +45,17 @@ _PENDING = (CaState.UNTRUSTED, CaState.TRUSTED_UNUSED)
 _LEAVING = (CaState.PHASE_OUT, CaState.ZOMBIE)
 # Annotation prefix (+ 16 hex digits of the CA's SHA-256) recording when a pass first saw it in every bundle.
 _EVERYWHERE = names.IN_EVERY_BUNDLE_SINCE_PREFIX
+
+
+def shared_key_problem(role: CaRole, ca: CertKey, *, others: Iterable[Any]) -> str | None:
+    """Why the user's own CA of `role` may not be used beside the other role's CAs (`others`: the user's
+    CA of that role and the certificates of its CA set), or None. A key that signs serving certificates
+    must never sign client ones, nor the other way round (docs/mtls.md): each role needs a key of its own."""
+    other = "client" if role == "serving" else "serving"
+    if any(same_key(ca.cert, cert) for cert in others):
+        return f"its key is also the {other} CA's: a {role} CA must have a key of its own, or it could sign {other} " \
+               "certificates"
+    return None
 
 
 class CaUnusable(Exception):

@@ -41,12 +41,11 @@ from app.pki import (
     bundle_certificates,
     load_certificates,
     load_user_ca,
-    same_key,
     service_name_constraints,
 )
 from app.reconcile import events, hub, podcerts, signer
 from app.reconcile import status as st
-from app.reconcile.ca import CaPolicy, CaStep, CaUnusable, decide_ca, load_ca_set
+from app.reconcile.ca import CaPolicy, CaStep, CaUnusable, decide_ca, load_ca_set, shared_key_problem
 from app.reconcile.discover import (
     Target,
     WorkloadRef,
@@ -135,6 +134,13 @@ class ReconcileSettings:
     # A hub (docs/multicluster.md): its CA sets are roots (path length 1), and every pass keeps each
     # registered member's intermediates current.
     hub: bool = False
+
+    @property
+    def user_ca_secrets(self) -> tuple[tuple[CaRole, str], ...]:
+        """The user's own CA Secrets given, by role: (role, Secret name)."""
+        given: tuple[tuple[CaRole, str | None], ...] = (("serving", self.user_ca_secret),
+                                                         ("client", self.user_client_ca_secret))
+        return tuple((role, name) for role, name in given if name)
 
 
 @dataclass
@@ -678,23 +684,19 @@ class Reconciler:
         return (settings.user_ca_secret if role == "serving" else settings.user_client_ca_secret) or None
 
     def _user_cas(self, now: datetime) -> dict[CaRole, CertKey]:
-        """The user's own CAs by role, each checked (`_user_ca`), and checked apart: a key that signs
-        serving certificates must never sign client ones, nor the other way round (docs/mtls.md). So the
-        two must not share a key, and neither may share one with a CA the other role's set holds (the
-        generated one, or one on its way in or out). Raises CaUnusable, before anything is written."""
-        roles: tuple[CaRole, CaRole] = ("serving", "client")
+        """The user's own CAs by role, each checked (`_user_ca`), and checked apart (`shared_key_problem`):
+        neither may share a key with the other, nor with a CA the other role's set holds (the generated
+        one, or one on its way in or out). Raises CaUnusable, before anything is stepped or written."""
+        roles: tuple[CaRole, CaRole] = ("client", "serving")  # both given and alike: the client one is refused
         found = {role: ca for role in roles if (ca := self._user_ca(now, role)) is not None}
-        for role in ("client", "serving"):  # both given and alike: the client one is the one refused
-            if (ca := found.get(role)) is None:
-                continue
+        for role, ca in found.items():
             other: CaRole = "client" if role == "serving" else "serving"
             others = [found[other].cert] if other in found else []
             secret = names.CLIENT_CA_SECRET if other == "client" else self.settings.ca.secret_name
             with suppress(CaUnusable):  # that set's own step says why it cannot be used, when its role is needed
                 others += [r.cert for r in load_ca_set(self._read_optional(SECRETS, secret)).records]
-            if any(same_key(ca.cert, cert) for cert in others):
-                self._refuse_user_ca(role, f"its key is also the {other} CA's: a {role} CA must have a key of its "
-                                           f"own, or it could sign {other} certificates", now)
+            if problem := shared_key_problem(role, ca, others=others):
+                self._refuse_user_ca(role, problem, now)
         return found
 
     def _user_ca(self, now: datetime, role: CaRole = "serving") -> CertKey | None:

@@ -27,6 +27,7 @@ from app.pki import (
 from app.reconcile.plan import CLIENT_PREFIX
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, START, Clock, ca_fingerprints, data, deployment, namespace, reconciler
+from tests.reconcile.test_chain_emulator import NS
 from tests.reconcile.test_hub_members import (
     INTERMEDIATES,
     Federation,
@@ -37,7 +38,6 @@ from tests.reconcile.test_hub_members import (
 )
 from tests.reconcile.test_leader import _wait_for as wait_for
 from tests.reconcile.test_leader import running_loop
-from tests.reconcile.test_chain_emulator import NS
 from tests.reconcile.test_mtls_chain import CLIENT, OPTED_IN, mounted, run, webhook
 from tests.reconcile.test_reconcile_safety import assert_no_ca_key_outside_its_secret
 from tests.reconcile.test_user_ca import leaves, put_user_ca
