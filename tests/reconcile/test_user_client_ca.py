@@ -5,6 +5,7 @@ up by the loop's watch at once, and, in a hub, the root its members' client inte
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -266,3 +267,30 @@ def test_a_hub_with_the_users_client_root_chains_every_members_client_intermedia
     }, matrix
     assert matrix["west caller -> east api"].version == "TLSv1.3"
     assert matrix["west caller -> east api"].server == f"accepted ['spiffe://west.mesh/ns/{NS}/sa/caller-sa']"
+
+
+def test_a_member_given_its_own_client_ca_signs_client_certificates_with_it_and_serving_ones_with_the_hub(
+    federation: Federation,
+) -> None:
+    """The user's CA of a role wins over the hub's intermediate of that role, for that role only; the log
+    says, at every pass, that the hub's intermediate is not used (docs/multicluster.md)."""
+    east = federation.members["east"]
+    own = make_ca(common_name="east's own client CA", now=datetime.now(UTC))
+    put_user_ca(east, own, MINE)
+    deployment(east, "caller", NS, annotations={CLIENT: "true"})
+    assert federation.pass_hub()[0] == 0
+    ((code, out, err),) = finished(cli(east.url, "--client-ca-secret", MINE))
+    assert code == 0, (out, err)
+    serving_inter = load_certificates(data(east.get("secrets", INTERMEDIATES[0], OWN_NS))["tls.crt"])[0]
+    (serving_root,) = federation.roots("tls-injector-ca")
+    serving = load_certificates(data(east.get("secrets", "caller-tls", NS))["tls.crt"])
+    assert serving[1:] == [serving_inter]
+    client = load_certificates(data(east.get("secrets", "caller-client-tls", NS))["tls.crt"])
+    assert issued_by(client[0], own.cert)
+    bundle = (east.get("configmaps", "tls-injector-trust-bundle", NS) or {})["data"]
+    assert load_certificates(bundle["client-ca-bundle.crt"].encode()) == [own.cert]
+    assert load_certificates(bundle["ca-bundle.crt"].encode()) == [serving_root]
+    logged = [json.loads(line) for line in err.splitlines()]
+    ignored = [entry for entry in logged if entry["msg"].startswith("the hub's intermediate is not used")]
+    assert [(e["role"], e["secret"], e["user_secret"]) for e in ignored] == [
+        ("client", INTERMEDIATES[1], MINE)], err
