@@ -222,6 +222,12 @@ def test_one_secret_named_as_both_roots_is_a_one_line_usage_error(
     assert err == ("tls-injector reconcile: --ca-secret and --client-ca-secret both name the Secret my-ca: the "
                    "client CA must be a CA of its own, with its own key\n")
     assert kubeapi.get("secrets", "tls-injector-ca", OWN_NS) is None  # nothing done
+    # `serve` runs the same reconciler: it refuses the same way before it starts anything.
+    code, out, err = exit_of(["serve", "--server", kubeapi.url, "--namespace", OWN_NS, "--ca-secret", "my-ca",
+                              "--client-ca-secret", "my-ca"], capsys)
+    assert (code, out) == (2, "")
+    assert err.startswith("tls-injector serve: --ca-secret and --client-ca-secret both name the Secret my-ca: ")
+    assert err.count("\n") == 1
 
 
 def test_a_hub_with_the_users_client_root_chains_every_members_client_intermediate_to_it_and_pods_log_in_across(
