@@ -65,7 +65,7 @@ class AdmissionEndpoint:
         except Exception:  # a bug in a handler: see the module docstring for why this is a 500
             return self._failed(_fields(self.name, request), request.uid, started)
         encoded = orjson.dumps(review_envelope(response))
-        self._record(_fields(self.name, request), response, started)
+        self._record(request, response, started)
         return 200, encoded, ()
 
     def _failed(self, fields: dict[str, object], uid: str, started: float) -> tuple[int, bytes, Headers]:
@@ -80,19 +80,21 @@ class AdmissionEndpoint:
         self.metrics.observe(self.name, "bad_request", elapsed)
         return error.status, orjson.dumps({"error": error.message}), error.headers
 
-    def _record(self, fields: dict[str, object], response: AdmissionResponse, started: float) -> None:
+    def _record(self, request: Request, response: AdmissionResponse, started: float) -> None:
         elapsed = time.perf_counter() - started
         outcome = ("patched" if "patch" in response else "allowed") if response["allowed"] else "denied"
         self.metrics.observe(self.name, outcome, elapsed)
-        fields.update(verdict=outcome, latency_ms=round(elapsed * 1000, 3))
-        self.access_log.info("admission", fields)
+        if self.access_log.enabled:  # the fields are gathered only for a line that is written
+            fields = _fields(self.name, request)
+            fields["verdict"], fields["latency_ms"] = outcome, round(elapsed * 1000, 3)
+            self.access_log.info("admission", fields)
 
 
 def check_call(method: bytes, content_type: bytes) -> None:
     """What can be refused from the head alone, before any body is read."""
     if method != b"POST":
         raise HttpError(405, "use POST", ((b"allow", b"POST"),))
-    if content_type.split(b";")[0].strip().lower() != b"application/json":
+    if content_type != b"application/json" and content_type.split(b";")[0].strip().lower() != b"application/json":
         raise HttpError(415, "Content-Type must be application/json")
 
 

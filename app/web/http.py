@@ -67,13 +67,17 @@ _KEEP, _CLOSE = b"\r\n\r\n", b"\r\nconnection: close\r\n\r\n"
 
 
 class Clock:
-    """The Date header, formatted once a second by the sweeper rather than once per response."""
+    """The Date header, formatted once a second by the sweeper rather than once per response, and with it
+    the head of a 200 JSON answer up to its length (`ok_json`): an admission answer's head is then that,
+    the length and one of two endings."""
 
     date = b""
+    ok_json = b""
 
     @classmethod
     def tick(cls) -> None:
         cls.date = formatdate(usegmt=True).encode()
+        cls.ok_json = b"HTTP/1.1 200 OK\r\ndate: %s\r\ncontent-type: %s\r\ncontent-length: " % (cls.date, JSON)
 
 
 Clock.tick()
@@ -83,15 +87,18 @@ def response_bytes(status: int, content_type: bytes, body: bytes, *, close: bool
                    head_only: bool = False) -> bytes:
     """The response; to a HEAD request (`head_only`) the same head, with the length GET's body would have,
     and no body (RFC 9110 9.3.2): a body there would be read as the start of the next response."""
+    if status == 200 and content_type == JSON and not headers:  # an admission answer: the head made each second
+        return b"".join((Clock.ok_json, b"%d" % len(body), _CLOSE if close else _KEEP, b"" if head_only else body))
     extra = b"".join(b"%s: %s\r\n" % pair for pair in headers)
     head = b"HTTP/1.1 %d %s\r\ndate: %s\r\ncontent-type: %s\r\n%scontent-length: %d" % (
         status, REASONS.get(status, b"Error"), Clock.date, content_type, extra, len(body))
-    return head + (_CLOSE if close else _KEEP) + (b"" if head_only else body)
+    return b"".join((head, _CLOSE if close else _KEEP, b"" if head_only else body))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Parsed:
-    """A request parsed whole, waiting for its answer (pipelined behind a batch)."""
+    """A request parsed whole, answered now or waiting behind a batch. Not frozen: a frozen dataclass's
+    __init__ sets each field through object.__setattr__, several times the cost per request."""
 
     endpoint: AdmissionEndpoint | None
     path: bytes
@@ -103,6 +110,12 @@ class Parsed:
 
 class _Stop(Exception):
     pass
+
+
+# The request headers the server reads (RFC 9110: names are case-insensitive, so looked up lowered).
+_CONTENT_TYPE, _CONTENT_LENGTH, _HOST, _EXPECT, _TRANSFER_ENCODING = "type", "length", "host", "expect", "coding"
+_READ_HEADERS = {b"content-type": _CONTENT_TYPE, b"content-length": _CONTENT_LENGTH, b"host": _HOST,
+                 b"expect": _EXPECT, b"transfer-encoding": _TRANSFER_ENCODING}
 
 
 # Connection phases; each has its own deadline.
@@ -199,6 +212,8 @@ class HttpConnection(asyncio.BufferedProtocol):
 
     def __init__(self, connections: ConnectionSet, routes: Routes) -> None:
         self.connections, self.routes, self.limits = connections, routes, connections.limits
+        # Read for every header: kept here rather than looked up through `limits` each time.
+        self.max_head_bytes, self.max_headers = self.limits.max_head_bytes, self.limits.max_headers
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpRequestParser(self)
         self.phase = NEW
@@ -215,6 +230,7 @@ class HttpConnection(asyncio.BufferedProtocol):
 
     def _reset(self) -> None:
         self.url = b""
+        self.path = self.method = b""
         self.content_type = b""
         self.content_length = b""
         self.expect_continue = False
@@ -331,34 +347,36 @@ class HttpConnection(asyncio.BufferedProtocol):
 
     def on_url(self, url: bytes) -> None:
         self.url += url
-        self._count_head(len(url))
+        self.head_size += len(url)
+        if self.head_size > self.max_head_bytes:
+            self._head_too_large()
+            raise _Stop
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.header_count += 1
-        self._count_head(len(name) + len(value) + 4)
-        if self.header_count > self.limits.max_headers:
-            self._fail(HttpError(431, f"more than {self.limits.max_headers} header fields"))
+        self.head_size += len(name) + len(value) + 4
+        if self.head_size > self.max_head_bytes:
+            self._head_too_large()
             raise _Stop
-        lowered = name.lower()
-        if lowered == b"content-type":
+        if self.header_count > self.max_headers:
+            self._fail(HttpError(431, f"more than {self.max_headers} header fields"))
+            raise _Stop
+        read = _READ_HEADERS.get(name.lower())
+        if read is None:
+            return
+        if read is _CONTENT_TYPE:
             self.content_type = value
-        elif lowered == b"content-length":
+        elif read is _CONTENT_LENGTH:
             self.content_length = value
-        elif lowered == b"host":
+        elif read is _HOST:
             self.hosts += 1
-        elif lowered == b"expect":
+        elif read is _EXPECT:
             self.expect_continue = value.lower() == b"100-continue"
-        elif lowered == b"transfer-encoding":
+        else:
             self.chunked = value.strip().lower() == b"chunked"
             if not self.chunked:  # RFC 9112 6.1: a coding the server does not know is a 501
                 self._fail(HttpError(501, "transfer codings other than chunked are not served"))
                 raise _Stop
-
-    def _count_head(self, size: int) -> None:
-        self.head_size += size
-        if self.head_size > self.limits.max_head_bytes:
-            self._head_too_large()
-            raise _Stop
 
     def on_headers_complete(self) -> None:
         self.phase = BODY
@@ -371,7 +389,8 @@ class HttpConnection(asyncio.BufferedProtocol):
         if self.hosts > 1 or (self.hosts == 0 and version == "1.1"):  # RFC 9112 3.2
             self._fail(HttpError(400, "exactly one Host header is required"))
             raise _Stop
-        self.endpoint = self.routes.admission.get(self._path())
+        self.path, self.method = self._path(), self.parser.get_method()
+        self.endpoint = self.routes.admission.get(self.path)
         if self.endpoint is None:
             if self.expect_continue and self._has_body():
                 # Its body would only be dropped: the final answer now rather than 100 Continue (RFC 9110 10.1.1).
@@ -379,7 +398,7 @@ class HttpConnection(asyncio.BufferedProtocol):
                 raise _Stop
             return
         try:
-            check_call(self.parser.get_method(), self.content_type)
+            check_call(self.method, self.content_type)
             declared = self.content_length
             if declared and (not declared.isdigit() or int(declared) > self.limits.max_body_bytes):
                 raise HttpError(413 if declared.isdigit() else 400, "body larger than the limit or invalid length")
@@ -413,7 +432,7 @@ class HttpConnection(asyncio.BufferedProtocol):
     def on_message_complete(self) -> None:
         close = self.closing or self.connections.draining or not self.parser.should_keep_alive()
         body = self.body[0] if len(self.body) == 1 else b"".join(self.body)
-        parsed = Parsed(self.endpoint, self._path(), self.parser.get_method(), self.content_type, body, close)
+        parsed = Parsed(self.endpoint, self.path, self.method, self.content_type, body, close)
         self._reset()
         self.served += 1  # a request completed (answered now or in a later batch)
         self.phase = LINGER if close else IDLE  # after a close nothing more is read
