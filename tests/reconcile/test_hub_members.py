@@ -59,6 +59,15 @@ ROOT = Path(__file__).resolve().parents[2]
 __all__ = ["webhook"]  # the /mutate fixture, shared with test_mtls_chain
 INTERMEDIATES = ("tls-injector-intermediate-ca", "tls-injector-client-intermediate-ca")
 MEMBERS = ("east", "west")
+# Which handshakes of `handshakes` are accepted: callers of both members to the other member's server; not
+# a client certificate from a CA outside the federation, nor a serving certificate presented as a client one.
+FEDERATION_MATRIX = {
+    "west caller -> east api": True,
+    "east caller -> west api": True,
+    "outsider client certificate -> east api": False,
+    "west serving certificate as client -> east api": False,
+    "west serving certificate as client -> east api trusting both roots": False,
+}
 
 
 def cli(url: str, *extra: str) -> subprocess.Popen[bytes]:
@@ -242,13 +251,7 @@ def test_a_hub_issues_each_member_intermediates_and_pods_of_two_members_trust_ea
           f"root: {serving_root.subject.rfc4514_string()}", sep="\n  ")
     print("handshake matrix:", *(f"{case}: {'accepted ' + o.version if o.accepted else 'refused'} ({o.server}; "
                                  f"client: {o.client})" for case, o in matrix.items()), sep="\n  ")
-    assert {case: o.accepted for case, o in matrix.items()} == {
-        "west caller -> east api": True,
-        "east caller -> west api": True,
-        "outsider client certificate -> east api": False,
-        "west serving certificate as client -> east api": False,
-        "west serving certificate as client -> east api trusting both roots": False,
-    }, matrix
+    assert {case: o.accepted for case, o in matrix.items()} == FEDERATION_MATRIX, matrix
     for case in ("west caller -> east api", "east caller -> west api"):
         assert matrix[case].version == "TLSv1.3"
     assert matrix["west caller -> east api"].server == f"accepted ['spiffe://west.mesh/ns/{NS}/sa/caller-sa']"

@@ -4,6 +4,7 @@ the old one stays trusted until no leaf uses it, and certificates that need a CA
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -71,10 +72,12 @@ def assert_every_leaf_verifies_against_every_bundle_in_use(emu: Emulator, now: d
             verify_server(chain[0], chain[1:], trusted=trusted, dns_name=host, now=now)
 
 
-def issuers(emu: Emulator, *cas: CertKey) -> dict[str, str]:
-    """Each leaf Secret ("<namespace>/<name>") -> the SHA-256 of the CA among `cas` its certificate is issued by."""
+def issuers(emu: Emulator, *cas: CertKey,
+            secrets: Callable[[Emulator], list[dict[str, Any]]] = leaves) -> dict[str, str]:
+    """Each leaf Secret ("<namespace>/<name>"; `secrets` chooses which) -> the SHA-256 of the CA among `cas`
+    its certificate is issued by."""
     found = {}
-    for secret in leaves(emu):
+    for secret in secrets(emu):
         leaf = load_certificates(data(secret)["tls.crt"])[0]
         (issuer,) = [fingerprint(ca.cert) for ca in cas if issued_by(leaf, ca.cert)]
         found[f"{secret['metadata']['namespace']}/{secret['metadata']['name']}"] = issuer
