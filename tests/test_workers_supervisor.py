@@ -16,7 +16,22 @@ import pytest
 
 from app.web.workers import Supervisor, WorkerSlot, _describe
 
-SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]  # dies of SIGHUP, as a worker without a handler
+# Dies of SIGHUP, as a worker without a handler would. Its default action set again: an ignored signal stays
+# ignored across fork and exec, so under `nohup` (or any parent ignoring SIGHUP) the stand-in would not die.
+SLEEPER = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGHUP, signal.SIG_DFL); time.sleep(60)"]
+
+
+def sighup_default(pid: int, *, within: float = 10.0) -> None:
+    """Wait until the stand-in no longer ignores SIGHUP (bit 0 of SigIgn in /proc/PID/status, proc(5)): one
+    sent while it is still starting under an ignoring parent would be discarded."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        status = Path(f"/proc/{pid}/status").read_text()
+        ignored = int(next(line for line in status.splitlines() if line.startswith("SigIgn:")).split()[1], 16)
+        if not ignored & 1 << (signal.SIGHUP - 1):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} still ignores SIGHUP after {within} s")
 
 
 def supervisor(tmp_path: Path, *, argv: list[str] = SLEEPER, host: str = "127.0.0.1") -> Supervisor:
@@ -44,6 +59,7 @@ def test_sighup_goes_only_to_workers_whose_loop_has_beaten(two: Supervisor, tmp_
     up, starting = (w.process for w in two.workers)
     assert up is not None
     assert starting is not None
+    sighup_default(up.pid)  # as a worker's loop beats only once its handler is set
     (tmp_path / "worker-0.json").write_bytes(orjson.dumps({"pid": up.pid, "beat": time.time(), "ready": True}))
     two._hang_up_running()
     assert up.wait(timeout=10) == -signal.SIGHUP
