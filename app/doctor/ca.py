@@ -3,14 +3,13 @@ and how long the signing CA has left."""
 
 from __future__ import annotations
 
-from contextlib import suppress
 from datetime import datetime, timedelta
 
 from app.doctor.model import Result, error, ok, warning
 from app.doctor.snapshot import Snapshot
 from app.names import CLIENT_CA_SECRET, FORCE_REPLACE_ANNOTATION
 from app.pki import CA_LOOKAHEAD, CaRole, CaSet, CaState, CertKey, load_user_ca, rotation_due
-from app.reconcile.ca import CaUnusable, load_ca_set, shared_key_problem
+from app.reconcile.ca import CaUnusable, load_ca_set, other_role, shared_key_problem
 from app.reconcile.plan import secret_data
 
 CATEGORY = "certificate authorities"
@@ -120,11 +119,10 @@ def check_user_ca(snap: Snapshot, *, role: CaRole, name: str) -> Result:
     ca = _user_ca(snap, name)
     if isinstance(ca, str):
         return error(CATEGORY, title, ca, hint=_USER_HINT)
-    other: CaRole = "client" if role == "serving" else "serving"
-    others = [c.cert for n in _names(snap, other) if not isinstance(c := _user_ca(snap, n), str)]
-    with suppress(CaUnusable):  # that set's own check says why it cannot be used
-        others += [r.cert for r in load_ca_set(snap.ca_secrets.get(_set_of(snap, other))).records]
-    if problem := shared_key_problem(role, ca, others=others):
+    other = other_role(role)
+    users = [c for n in _names(snap, other) if not isinstance(c := _user_ca(snap, n), str)]
+    if problem := shared_key_problem(role, ca, other_user_ca=users[0] if users else None,
+                                     other_set=snap.ca_secrets.get(_set_of(snap, other))):
         return error(CATEGORY, title, f"Secret {snap.settings.namespace}/{name}: {problem}", hint=_USER_HINT)
     return ok(CATEGORY, title, f"{ca.cert.subject.rfc4514_string()}, expires {ca.cert.not_valid_after_utc:%Y-%m-%d}")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -47,11 +48,20 @@ _LEAVING = (CaState.PHASE_OUT, CaState.ZOMBIE)
 _EVERYWHERE = names.IN_EVERY_BUNDLE_SINCE_PREFIX
 
 
-def shared_key_problem(role: CaRole, ca: CertKey, *, others: Iterable[Any]) -> str | None:
-    """Why the user's own CA of `role` may not be used beside the other role's CAs (`others`: the user's
-    CA of that role and the certificates of its CA set), or None. A key that signs serving certificates
-    must never sign client ones, nor the other way round (docs/mtls.md): each role needs a key of its own."""
-    other = "client" if role == "serving" else "serving"
+def other_role(role: CaRole) -> CaRole:
+    return "client" if role == "serving" else "serving"
+
+
+def shared_key_problem(role: CaRole, ca: CertKey, *, other_user_ca: CertKey | None,
+                       other_set: Obj | None) -> str | None:
+    """Why the user's own CA of `role` may not be used beside the other role's CAs (the user's own CA of
+    that role, and every CA in that role's CA Secret `other_set`: the generated one, or one on its way in
+    or out), or None. A key that signs serving certificates must never sign client ones, nor the other way
+    round (docs/mtls.md): each role needs a key of its own."""
+    others = [other_user_ca.cert] if other_user_ca is not None else []
+    with suppress(CaUnusable):  # that set's own check says why it cannot be used, when its role is needed
+        others += [record.cert for record in load_ca_set(other_set).records]
+    other = other_role(role)
     if any(same_key(ca.cert, cert) for cert in others):
         return f"its key is also the {other} CA's: a {role} CA must have a key of its own, or it could sign {other} " \
                "certificates"

@@ -15,7 +15,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, NoReturn
@@ -45,7 +45,15 @@ from app.pki import (
 )
 from app.reconcile import events, hub, podcerts, signer
 from app.reconcile import status as st
-from app.reconcile.ca import CaPolicy, CaStep, CaUnusable, decide_ca, load_ca_set, shared_key_problem
+from app.reconcile.ca import (
+    CaPolicy,
+    CaStep,
+    CaUnusable,
+    decide_ca,
+    load_ca_set,
+    other_role,
+    shared_key_problem,
+)
 from app.reconcile.discover import (
     Target,
     WorkloadRef,
@@ -690,12 +698,10 @@ class Reconciler:
         roles: tuple[CaRole, CaRole] = ("client", "serving")  # both given and alike: the client one is refused
         found = {role: ca for role in roles if (ca := self._user_ca(now, role)) is not None}
         for role, ca in found.items():
-            other: CaRole = "client" if role == "serving" else "serving"
-            others = [found[other].cert] if other in found else []
+            other = other_role(role)
             secret = names.CLIENT_CA_SECRET if other == "client" else self.settings.ca.secret_name
-            with suppress(CaUnusable):  # that set's own step says why it cannot be used, when its role is needed
-                others += [r.cert for r in load_ca_set(self._read_optional(SECRETS, secret)).records]
-            if problem := shared_key_problem(role, ca, others=others):
+            if problem := shared_key_problem(role, ca, other_user_ca=found.get(other),
+                                             other_set=self._read_optional(SECRETS, secret)):
                 self._refuse_user_ca(role, problem, now)
         return found
 
