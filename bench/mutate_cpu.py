@@ -21,8 +21,8 @@ the projected service-account volume) that opts into the TLS env vars:
 
 Then a pod of a new shape, step by step, as the endpoint meets it (`request, new shape` in parts): the
 typed decode of the review, the memo's key (naming inputs as JSON, the token-volume scan), the spec's
-text decoded, the plan, the patch ops, the answer (ops as JSON, base64), the check that the answer may be
-shared, and the review's answer encoded.
+text decoded, the plan, the patch ops, the answer (ops as JSON, base64, and the scan for a token volume's
+name that decides whether it may be shared), and the review's answer encoded.
 """
 
 from __future__ import annotations
@@ -148,8 +148,8 @@ def main() -> None:
 
 def steps(options: InjectionOptions, bodies: list[bytes], number: int, repeat: int) -> None:
     """What a new shape's answer costs, step by step (each step timed alone over the same bodies)."""
-    from app.admission import decode_review, decoder, patched
-    from app.injection.answers import shape_key, shareable
+    from app.admission import allowed, decode_review, decoder
+    from app.injection.answers import Answer, shape_key
     from app.injection.mutate import MutateRequest, _key_text
 
     reviews = decoder(MutateRequest)
@@ -159,9 +159,7 @@ def steps(options: InjectionOptions, bodies: list[bytes], number: int, repeat: i
             if r.object is not None]
     plans = [plan_injection(p, options=options, ca_fingerprints=FINGERPRINTS) for p in pods]
     ops = [patch_ops(plan) for plan in plans]
-    answers = [dict(patched("u", o)) for o in ops]
-    texts = [_key_text(r.object.metadata, bytes(r.object.spec), FINGERPRINTS) for r in requests if r.object]
-    keys = [shape_key(t or b"") for t in texts]
+    answers = [Answer.of(allowed("u"), o) for o in ops]
     at = itertools.count()
 
     def each(call: Callable[[int], object]) -> Callable[[], object]:
@@ -174,13 +172,12 @@ def steps(options: InjectionOptions, bodies: list[bytes], number: int, repeat: i
         ("spec decoded", lambda i: orjson.loads(bytes(requests[i].object.spec))),  # type: ignore[union-attr]
         ("plan", lambda i: plan_injection(pods[i], options=options, ca_fingerprints=FINGERPRINTS)),
         ("patch ops", lambda i: patch_ops(plans[i])),
-        ("answer (JSON, base64)", lambda i: patched("u", ops[i])),
-        ("shareable check", lambda i: shareable(answers[i], keys[i][1])),
-        ("review answer encoded", lambda i: orjson.dumps(review_envelope(answers[i]))),  # type: ignore[arg-type]
+        ("answer (JSON, b64, scan)", lambda i: Answer.of(allowed("u"), ops[i])),
+        ("review answer encoded", lambda i: orjson.dumps(review_envelope(answers[i].response))),
     ]
     print(f"a new shape, step by step (median of {repeat} x {number} calls, CPU time per call):")
     for name, call in parts:
-        print(f"  {name:<22} {per_call_us(each(call), number=number, repeat=repeat):8.1f} us")
+        print(f"  {name:<24} {per_call_us(each(call), number=number, repeat=repeat):8.1f} us")
 
 
 if __name__ == "__main__":

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app import names
-from app.admission import AdmissionResponse
+from app.admission import AdmissionResponse, JsonPatchOp, allowed, denied
 from app.injection import InjectionOptions, make_mutate_handler
-from app.injection.answers import TOKEN_PLACEHOLDER, Answers, shape_key, shareable
+from app.injection.answers import TOKEN_PLACEHOLDER, Answer, Answers, shape_key, shareable
 from tests.support.reviews import answer, review
 from tests.support.workloads import build
 from tests.test_naming_chain import NAMESPACE, Cluster, admit_job, shapes
@@ -123,9 +123,9 @@ def test_the_store_is_bounded_in_entries_and_key_size() -> None:
     answers = Answers(max_entries=3, max_key_bytes=400)
     made = []
 
-    def make(name: str) -> dict[str, Any]:
+    def make(name: str) -> Answer:
         made.append(name)
-        return {"allowed": True}
+        return Answer.of(allowed(""))
 
     for name in ("a", "b", "c", "d", "a"):
         answers.respond("u", orjson.dumps(bare(name)), lambda name=name: make(name))  # type: ignore[misc]
@@ -160,17 +160,26 @@ def test_an_answer_that_names_the_token_volume_is_not_shared() -> None:
     assert answers.hits == 0
 
 
-@pytest.mark.parametrize("before", range(7))
-def test_a_patch_holding_the_token_prefix_at_any_offset_is_not_shared_and_one_without_it_is(before: int) -> None:
-    # The patch is looked into as base64, without decoding it: the prefix must be found at every
-    # alignment of the 3-byte groups, and text without any part of it must not be taken for it.
+@pytest.mark.parametrize("where", ["patch", "warning", "message"])
+def test_an_answer_holding_the_token_prefix_anywhere_is_not_shared_and_one_without_it_is(where: str) -> None:
+    # The prefix alone is enough (a message cuts what it quotes), in any part of the answer; text that
+    # holds only a part of it, or the token's mount path, is no reason to keep an answer to one pod.
     token = b'"kube-api-access-x2b4z"'
-    for text, shared in ((b"x" * before + b"kube-api-access-x2b4z" + b"y" * before, False),
-                         (b"x" * before + b"kube-api" + b"y" * before, True),
-                         (b"x" * before + b"/var/run/secrets/kubernetes.io/serviceaccount", True)):
-        patch = {"allowed": True, "patch": base64.b64encode(text).decode()}
-        assert shareable(patch, token) is shared, text
-        assert shareable(patch, None)
+    for text, shared in (("x" * 7 + "kube-api-access-x2b4z" + "y" * 7, False),
+                         ("kube-api-access-", False),
+                         ("kube-api", True),
+                         ("/var/run/secrets/kubernetes.io/serviceaccount", True)):
+        ops: list[JsonPatchOp] = [{"op": "add", "path": "/metadata/annotations/a", "value": "b"}]
+        if where == "patch":
+            made = Answer.of(allowed(""), [*ops, {"op": "add", "path": "/spec/volumes/-", "value": {"name": text}}])
+        elif where == "warning":
+            made = Answer.of(allowed("", warnings=[f"container {text!r} uses envFrom"]), ops)
+        else:
+            made = Answer.of(denied("", f"tls-injector: {text} is mounted at /etc", code=422, reason="Invalid"))
+        assert shareable(made, token) is shared, text
+        assert shareable(made, None)
+        if where == "patch":  # the patch was looked into before base64: the prefix is in what it encodes
+            assert (b"kube-api-access-" in base64.b64decode(made.response["patch"])) is not shared
 
 
 @pytest.mark.parametrize(("text", "stands_in"), [

@@ -11,6 +11,7 @@ from app.admission.responses import (
     denied,
     patched,
     review_envelope,
+    with_patch,
 )
 from app.admission.review import (
     BadReview,
@@ -49,4 +50,5 @@ __all__ = [
     "patched",
     "review_envelope",
     "shown",
+    "with_patch",
 ]

@@ -6,7 +6,7 @@ A patch is standard base64 of a JSON Patch document and appears only together wi
 
 from __future__ import annotations
 
-import base64
+import binascii
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal, NotRequired, TypedDict
 
@@ -41,8 +41,10 @@ class AdmissionResponse(TypedDict):
 
 
 def allowed(uid: str, *, warnings: Iterable[str] = ()) -> AdmissionResponse:
-    response = AdmissionResponse(uid=uid, allowed=True)
-    return _with_warnings(response, warnings)
+    # A dict literal, and warnings kept only when there are some: every /mutate and /validate answer is
+    # built here, and the TypedDict's call and the empty list made for none cost ~4k instructions a call.
+    response: AdmissionResponse = {"uid": uid, "allowed": True}
+    return _with_warnings(response, warnings) if warnings else response
 
 
 def denied(
@@ -57,9 +59,14 @@ def denied(
 
 def patched(uid: str, ops: Sequence[JsonPatchOp], *, warnings: Iterable[str] = ()) -> AdmissionResponse:
     """Allowed with a JSON Patch; with no ops there is no patch at all (not an empty one)."""
-    response = allowed(uid, warnings=warnings)
-    if ops:
-        response["patch"] = base64.b64encode(orjson.dumps(list(ops))).decode("ascii")
+    return with_patch(allowed(uid, warnings=warnings), orjson.dumps(ops) if ops else b"")
+
+
+def with_patch(response: AdmissionResponse, document: bytes) -> AdmissionResponse:
+    """`response` carrying `document`, a JSON Patch as JSON text, as its patch (with its patchType); an
+    empty document is no patch at all."""
+    if document:
+        response["patch"] = binascii.b2a_base64(document, newline=False).decode("ascii")
         response["patchType"] = "JSONPatch"
     return response
 

@@ -18,27 +18,25 @@ is remembered under such a key only when it does not contain the name (see `shap
 
 from __future__ import annotations
 
-import base64
 import re
 import threading
-from collections.abc import Callable
-from typing import Any, cast
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import orjson
 
-from app.admission import AdmissionResponse
+from app.admission import AdmissionResponse, JsonPatchOp, with_patch
 
 # Distinct pod templates a cluster creates pods from at once is in the hundreds; 512 answers of at most
 # 16 KiB of key each bounds the memory at 8 MiB. Real pod specs are 1-8 KB of JSON.
 MAX_ENTRIES = 512
 MAX_KEY_BYTES = 16 * 1024
 
-Answer = dict[str, Any]  # an AdmissionResponse without its uid
-
 # The token volume's name as JSON text: the apiserver's generated suffix is 5 lower-case letters and digits.
 TOKEN_PREFIX = b'"kube-api-access-'
 TOKEN_SUFFIX = re.compile(rb'[a-z0-9]{5}"')
 TOKEN_PLACEHOLDER = TOKEN_PREFIX + b'*"'  # not a valid volume name, so no pod carries it
+_PREFIX = TOKEN_PREFIX[1:]  # in an answer: a name quoted, cut, or part of a longer one
 # A \u escape of a character a token name is written with ('"', '-', a-z, 0-9) could write one that the
 # text scan does not see. The apiserver never escapes these (Go escapes only <, >, &, U+2028/9 and
 # controls), so a text holding one was written by hand: it keeps its raw key.
@@ -71,31 +69,35 @@ def shape_key(text: bytes) -> tuple[bytes, bytes | None]:
     return b"~" + text.replace(name, TOKEN_PLACEHOLDER), name
 
 
+class Answer(NamedTuple):
+    """A pod's answer, made once for every pod of its key."""
+
+    response: AdmissionResponse  # its uid left blank: `Answers.respond` gives each pod a copy with its own
+    quotes_token: bool  # the prefix of a token volume's name is written in it somewhere (see `shareable`)
+
+    @classmethod
+    def of(cls, response: AdmissionResponse, ops: Sequence[JsonPatchOp] = ()) -> Answer:
+        """`response` (uid blank) as an answer, with `ops` as its patch if there are any. Whether the prefix
+        is in it is read from its JSON, the patch's JSON taken while it is at hand, before base64: 7k
+        instructions for a new shape, where looking into the base64 for the prefix at each of its three
+        alignments and into the whole answer's JSON cost 24k (bytes.find: `in` cost 1k more a text)."""
+        document = orjson.dumps(ops) if ops else b""
+        quotes = document.find(_PREFIX) >= 0 or orjson.dumps(response).find(_PREFIX) >= 0
+        return cls(with_patch(response, document), quotes)
+
+
 def shareable(answer: Answer, token: bytes | None) -> bool:
     """May `answer`, made for a pod whose key stands in for `token`, serve that key's other pods? Not when
-    any part of the name is in it: in a message, a warning, or the patch (base64, looked into without
-    decoding it: see `_PREFIX_IN_BASE64`). The prefix is what is looked for, not the whole name: a
-    message quotes values cut to a length, so it may hold the prefix and only the first characters of
-    the suffix, and still differ between pods."""
-    if token is None:
-        return True
-    patch = answer.get("patch")
-    return _PREFIX not in orjson.dumps(answer) and not (
-        isinstance(patch, str) and any(encoded in patch for encoded in _PREFIX_IN_BASE64))
-
-
-_PREFIX = TOKEN_PREFIX[1:]
-# Base64 writes each 3 bytes as 4 characters, so text holding the prefix at a position p has, at a
-# multiple of 4 characters, the encoding of the prefix's bytes from the first group boundary at or after
-# p: one of these three (the prefix from byte 0, 1 or 2, cut to whole groups). So the prefix is in the
-# decoded patch only if one of them is in the patch; one found elsewhere only keeps an answer from being
-# remembered (planned again next time), never shares a wrong one. Decoding the patch to look cost ~4 us.
-_PREFIX_IN_BASE64 = tuple(base64.b64encode(_PREFIX[start:start + (len(_PREFIX) - start) // 3 * 3]).decode()
-                          for start in range(3))
+    any part of the name is in it: in a message, a warning, or the patch. The prefix is what is looked
+    for, not the whole name: a message quotes values cut to a length, so it may hold the prefix and only
+    the first characters of the suffix, and still differ between pods. A prefix found where it names
+    no pod's token (a user's own `kube-api-access-` name) only keeps the answer from being remembered:
+    planned again next time, never a wrong one shared."""
+    return token is None or not answer.quotes_token
 
 
 class Answers:
-    """The memo in front of a pod's answer: by its key text (`shape_key`), the answer without the uid."""
+    """The memo in front of a pod's answer: by its key text (`shape_key`), the answer with its uid left blank."""
 
     def __init__(self, *, max_entries: int = MAX_ENTRIES, max_key_bytes: int = MAX_KEY_BYTES) -> None:
         self._entries: dict[bytes, Answer] = {}
@@ -107,7 +109,7 @@ class Answers:
         """The answer for the pod whose key text is `text`, with its uid: remembered, or `make()`'s, then
         remembered when it may be shared. A pod with no key text, or a longer one, is planned each time."""
         if text is None or len(text) > self.max_key_bytes or self.max_entries <= 0:
-            return cast(AdmissionResponse, {"uid": uid, **make()})
+            return _with_uid(make(), uid)
         key, token = shape_key(text)
         answer = self._entries.get(key)
         if answer is not None:
@@ -117,7 +119,7 @@ class Answers:
             answer = make()
             if shareable(answer, token):
                 self._store(key, answer)
-        return cast(AdmissionResponse, {"uid": uid, **answer})
+        return _with_uid(answer, uid)
 
     def _store(self, key: bytes, answer: Answer) -> None:
         with self._lock:
@@ -127,3 +129,11 @@ class Answers:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def _with_uid(answer: Answer, uid: str) -> AdmissionResponse:
+    """The pod's own response: a copy of the answer's (a remembered one serves many pods) with its uid,
+    in the place the blank one held, so the keys keep their order."""
+    response = answer.response.copy()
+    response["uid"] = uid
+    return response

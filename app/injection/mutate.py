@@ -67,8 +67,8 @@ def make_mutate_handler(options: InjectionOptions, *, ca_fingerprints: Fingerpri
             plan = plan_injection(pod, options=options, ca_fingerprints=fingerprints)
         except InjectionRefused as refusal:
             # 422, as the apiserver answers an invalid object: the pod as written cannot be injected.
-            return _without_uid(denied("", f"tls-injector: {refusal}", code=422, reason="Invalid"))
-        return _without_uid(patched("", patch_ops(plan), warnings=plan.warnings))
+            return Answer.of(denied("", f"tls-injector: {refusal}", code=422, reason="Invalid"))
+        return Answer.of(allowed("", warnings=plan.warnings), patch_ops(plan))
 
     def mutate(request: MutateRequest) -> AdmissionResponse:
         pod, kind, uid = request.object, request.kind, request.uid
@@ -106,10 +106,6 @@ def _spec(text: bytes) -> object:
         return orjson.loads(text)
     except orjson.JSONDecodeError as error:
         raise BadReview(f"invalid JSON in request.object.spec: {error}") from None
-
-
-def _without_uid(response: AdmissionResponse) -> Answer:
-    return {k: v for k, v in response.items() if k != "uid"}
 
 
 def _opted_out(metadata: object) -> bool:
