@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from app.admission import AdmissionResponse, BadReview, Request, Route, review_envelope
+from app.admission import BadReview, Request, Route, review_envelope
 from app.logs import AccessLog
 from app.settings import MAX_BODY_BYTES
 from app.web.metrics import ServerMetrics
@@ -29,6 +29,8 @@ from app.web.metrics import ServerMetrics
 log = logging.getLogger("tls_injector.admission")
 
 Headers = tuple[tuple[bytes, bytes], ...]
+JSON_TYPE = b"application/json"
+_clock = time.perf_counter
 
 
 class HttpError(Exception):
@@ -48,9 +50,10 @@ class AdmissionEndpoint:
 
     def answer(self, method: bytes, content_type: bytes, body: bytes) -> tuple[int, bytes, Headers]:
         """(status, JSON body, extra headers) for one call; never raises."""
-        started = time.perf_counter()
+        started = _clock()
         try:
-            check_call(method, content_type)
+            if method != b"POST" or content_type != JSON_TYPE:  # the head every client sends, without a call
+                check_call(method, content_type)
             if not body:
                 raise HttpError(400, "empty body: expected an AdmissionReview")
             request = self.route.decode(body)
@@ -65,40 +68,42 @@ class AdmissionEndpoint:
         except Exception:  # a bug in a handler: see the module docstring for why this is a 500
             return self._failed(_fields(self.name, request), request.uid, started)
         encoded = orjson.dumps(review_envelope(response))
-        self._record(request, response, started)
+        elapsed = _clock() - started
+        outcome = ("patched" if "patch" in response else "allowed") if response["allowed"] else "denied"
+        self.metrics.observe(self.name, outcome, elapsed)
+        if self.access_log.enabled:  # the line's fields are gathered only for a line that is written
+            # _fields' keys, then the verdict and the latency (to the microsecond: round() to an integer
+            # and a division cost half what round(x, 3) does, for the same value)
+            self.access_log.info("admission", {
+                "endpoint": self.name, "uid": request.uid, "kind": request.kind.kind,
+                "namespace": request.namespace or "", "object_name": request.name or "",
+                "operation": request.operation, "dry_run": bool(request.dryRun), "verdict": outcome,
+                "latency_ms": round(elapsed * 1e6) / 1e3})
         return 200, encoded, ()
 
     def _failed(self, fields: dict[str, object], uid: str, started: float) -> tuple[int, bytes, Headers]:
         log.exception("admission handler failed", extra=fields)
-        self.metrics.observe(self.name, "error", time.perf_counter() - started)
+        self.metrics.observe(self.name, "error", _clock() - started)
         return 500, orjson.dumps({"error": "internal error while handling the review", "uid": uid}), ()
 
     def refuse(self, error: HttpError, started: float | None = None) -> tuple[int, bytes, Headers]:
         log.warning("refused a malformed admission call", extra={"endpoint": self.name, "status": error.status,
                                                                  "reason": error.message})
-        elapsed = 0.0 if started is None else time.perf_counter() - started
+        elapsed = 0.0 if started is None else _clock() - started
         self.metrics.observe(self.name, "bad_request", elapsed)
         return error.status, orjson.dumps({"error": error.message}), error.headers
-
-    def _record(self, request: Request, response: AdmissionResponse, started: float) -> None:
-        elapsed = time.perf_counter() - started
-        outcome = ("patched" if "patch" in response else "allowed") if response["allowed"] else "denied"
-        self.metrics.observe(self.name, outcome, elapsed)
-        if self.access_log.enabled:  # the fields are gathered only for a line that is written
-            fields = _fields(self.name, request)
-            fields["verdict"], fields["latency_ms"] = outcome, round(elapsed * 1000, 3)
-            self.access_log.info("admission", fields)
 
 
 def check_call(method: bytes, content_type: bytes) -> None:
     """What can be refused from the head alone, before any body is read."""
     if method != b"POST":
         raise HttpError(405, "use POST", ((b"allow", b"POST"),))
-    if content_type != b"application/json" and content_type.split(b";")[0].strip().lower() != b"application/json":
+    if content_type != JSON_TYPE and content_type.split(b";")[0].strip().lower() != b"application/json":
         raise HttpError(415, "Content-Type must be application/json")
 
 
 def _fields(endpoint: str, request: Request) -> dict[str, object]:
-    """An admission call's access-log and error-log fields."""
+    """An admission call's error-log fields; its access line (AdmissionEndpoint.answer) writes the same keys,
+    then its verdict and latency."""
     return {"endpoint": endpoint, "uid": request.uid, "kind": request.kind.kind, "namespace": request.namespace or "",
             "object_name": request.name or "", "operation": request.operation, "dry_run": bool(request.dryRun)}
