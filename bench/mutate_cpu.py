@@ -38,7 +38,7 @@ import jsonpatch
 import orjson
 
 from app.admission import review_envelope
-from app.injection import InjectionOptions, make_mutate_handler, patch_ops, plan_injection
+from app.injection import InjectionOptions, make_mutate_handler, patch_ops, plan_injection, pod_spec
 from app.injection.answers import MAX_ENTRIES
 from bench.timing import per_call_us
 
@@ -119,9 +119,11 @@ def main() -> None:
         return lambda: orjson.dumps(review_envelope(route.answer(raw)))
 
     decoded_pod = pod()
+    typed_spec = pod_spec(decoded_pod["spec"])
 
     def plan_and_patch() -> object:
-        return patch_ops(plan_injection(decoded_pod, options=options, ca_fingerprints=FINGERPRINTS))
+        return patch_ops(plan_injection(decoded_pod["metadata"], typed_spec, options=options,
+                                        ca_fingerprints=FINGERPRINTS))
 
     bodies = [review_bytes(pod(image=f"app:{i}")) for i in range(2 * MAX_ENTRIES)]
     shapes = [route.decode(b) for b in bodies]
@@ -154,10 +156,8 @@ def steps(options: InjectionOptions, bodies: list[bytes], number: int, repeat: i
 
     reviews = decoder(MutateRequest)
     requests = [decode_review(reviews, b) for b in bodies]
-    specs = [orjson.loads(bytes(r.object.spec)) for r in requests if r.object is not None]
-    pods = [{"metadata": r.object.metadata, "spec": spec} for r, spec in zip(requests, specs, strict=True)
-            if r.object is not None]
-    plans = [plan_injection(p, options=options, ca_fingerprints=FINGERPRINTS) for p in pods]
+    pods = [r.object for r in requests if r.object is not None]
+    plans = [plan_injection(p.metadata, p.spec, options=options, ca_fingerprints=FINGERPRINTS) for p in pods]
     ops = [patch_ops(plan) for plan in plans]
     answers = [Answer.of(allowed("u"), o) for o in ops]
     at = itertools.count()
@@ -167,10 +167,9 @@ def steps(options: InjectionOptions, bodies: list[bytes], number: int, repeat: i
 
     parts: list[tuple[str, Callable[[int], object]]] = [
         ("decode (typed)", lambda i: decode_review(reviews, bodies[i])),
-        ("memo key", lambda i: shape_key(_key_text(requests[i].object.metadata,  # type: ignore[union-attr]
-                                                   bytes(requests[i].object.spec), FINGERPRINTS) or b"")),  # type: ignore[union-attr]
-        ("spec decoded", lambda i: orjson.loads(bytes(requests[i].object.spec))),  # type: ignore[union-attr]
-        ("plan", lambda i: plan_injection(pods[i], options=options, ca_fingerprints=FINGERPRINTS)),
+        ("memo key", lambda i: shape_key(_key_text(pods[i].metadata, pods[i].spec, FINGERPRINTS) or b"")),
+        ("plan", lambda i: plan_injection(pods[i].metadata, pods[i].spec, options=options,
+                                          ca_fingerprints=FINGERPRINTS)),
         ("patch ops", lambda i: patch_ops(plans[i])),
         ("answer (JSON, b64, scan)", lambda i: Answer.of(allowed("u"), ops[i])),
         ("review answer encoded", lambda i: orjson.dumps(review_envelope(answers[i].response))),

@@ -15,7 +15,7 @@ from app.admission import MAX_ECHO_CHARS, BadReview, clip, shown
 from app.cli import build_handlers
 from app.injection import InjectionOptions
 from app.injection.choices import InjectionRefused
-from app.injection.plan import MAX_CONTAINERS, plan_injection
+from app.injection.plan import MAX_CONTAINERS, plan_pod
 from app.logs import MAX_TRACEBACK_CHARS, AccessLog, JsonFormatter
 from app.settings import ServeSettings
 from tests.rules_matrix import workload
@@ -138,14 +138,14 @@ def test_the_container_limit_counts_init_containers_too(init: int, regular: int,
                     "containers": [{"name": f"c{i}", "image": "x"} for i in range(regular)]}}
     if refused:
         with pytest.raises(InjectionRefused, match="the pod has 257 containers"):
-            plan_injection(pod, options=InjectionOptions())
+            plan_pod(pod, options=InjectionOptions())
     else:
-        assert len(plan_injection(pod, options=InjectionOptions()).containers) == 256
+        assert len(plan_pod(pod, options=InjectionOptions()).containers) == 256
 
 
 def test_a_megabyte_container_name_is_refused_not_copied_into_the_record() -> None:
     pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": MEGA, "image": "x"}]}}
     with pytest.raises(InjectionRefused) as caught:
-        plan_injection(pod, options=InjectionOptions())
+        plan_pod(pod, options=InjectionOptions())
     assert "longer than a container name may be (63 characters" in str(caught.value)
     assert len(str(caught.value)) < 1024

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from app.cli import main
-from app.injection import InjectionOptions, InjectionRefused, plan_injection
+from app.injection import InjectionOptions, InjectionRefused, plan_pod
 from app.names import CERT_PATH_ANNOTATION, CONTAINERS_ANNOTATION, MODE_ANNOTATION
 from app.offline.inject import inject_manifests
 from tests.test_injection_plan import inject, make_pod, record
@@ -60,7 +60,7 @@ def test_only_the_listed_containers_get_it_and_a_user_volume_of_our_name_is_left
 def test_an_ask_that_cannot_be_met_is_refused_naming_the_annotation(annotations: dict[str, str],
                                                                      options: InjectionOptions, says: str) -> None:
     with pytest.raises(InjectionRefused, match=CLIENT) as refused:
-        plan_injection(make_pod(annotations=annotations), options=options)
+        plan_pod(make_pod(annotations=annotations), options=options)
     assert says in str(refused.value)
 
 
@@ -68,7 +68,7 @@ def test_a_user_mount_at_the_client_path_is_refused() -> None:
     container: dict[str, Any] = {"name": "app", "image": "a",
                                  "volumeMounts": [{"name": "mine", "mountPath": "/etc/tls-injector/client"}]}
     with pytest.raises(InjectionRefused, match="already mounts volume 'mine'"):
-        plan_injection(make_pod(container, annotations={CLIENT: "true"}, volumes=[{"name": "mine", "emptyDir": {}}]),
+        plan_pod(make_pod(container, annotations={CLIENT: "true"}, volumes=[{"name": "mine", "emptyDir": {}}]),
                        options=InjectionOptions())
 
 

@@ -15,7 +15,7 @@ from app.injection import (
     InjectionRefused,
     Plan,
     patch_ops,
-    plan_injection,
+    plan_pod,
     pointer,
     template_workload,
 )
@@ -46,12 +46,12 @@ def make_pod(*containers: dict[str, Any], annotations: dict[str, str] | None = N
 def inject(pod: dict[str, Any], **kwargs: Any) -> tuple[list[Any], dict[str, Any], Plan]:
     """Plan, patch, apply; prove the result is a valid Pod and that injecting it again changes nothing."""
     before = copy.deepcopy(pod)
-    plan = plan_injection(pod, options=OPTIONS, **kwargs)
+    plan = plan_pod(pod, options=OPTIONS, **kwargs)
     assert pod == before, "planning must not modify the pod it reads"
     ops = list(patch_ops(plan))
     result = jsonpatch.apply_patch(pod, ops)
     assert schema_errors(result) == []
-    assert patch_ops(plan_injection(result, options=OPTIONS, **kwargs)) == []
+    assert patch_ops(plan_pod(result, options=OPTIONS, **kwargs)) == []
     return ops, result, plan
 
 
@@ -140,7 +140,7 @@ def test_reinvocation_after_the_apiserver_defaulted_our_volumes_changes_nothing(
     _, injected, _ = inject(make_pod())
     for volume in injected["spec"]["volumes"]:
         next(iter(v for k, v in volume.items() if k != "name"))["defaultMode"] = 420
-    assert patch_ops(plan_injection(injected, options=OPTIONS)) == []
+    assert patch_ops(plan_pod(injected, options=OPTIONS)) == []
 
 
 def test_a_users_volume_with_our_name_makes_ours_take_the_next_free_name() -> None:
@@ -157,7 +157,7 @@ def test_a_users_mount_at_our_path_is_refused_with_the_way_out(path: str) -> Non
     pod = make_pod({"name": "app", "image": "nginx", "volumeMounts": [mount]},
                    volumes=[{"name": "mine", "emptyDir": {}}])
     with pytest.raises(InjectionRefused, match=r"container 'app' already mounts volume 'mine'") as refused:
-        plan_injection(pod, options=OPTIONS)
+        plan_pod(pod, options=OPTIONS)
     assert CERT_PATH_ANNOTATION in str(refused.value)
     assert CONTAINERS_ANNOTATION in str(refused.value)
 
@@ -243,7 +243,7 @@ def test_pins_are_written_as_given_beside_the_record() -> None:
 )
 def test_a_malformed_annotation_is_refused_naming_it(annotations: dict[str, str], says: str) -> None:
     with pytest.raises(InjectionRefused) as refused:
-        plan_injection(make_pod(annotations=annotations), options=OPTIONS)
+        plan_pod(make_pod(annotations=annotations), options=OPTIONS)
     assert says in str(refused.value)
 
 
@@ -252,20 +252,24 @@ def test_a_malformed_annotation_is_refused_naming_it(annotations: dict[str, str]
     [
         ({"metadata": {}, "spec": {"containers": []}}, "cannot tell which workload"),
         ({"metadata": {"name": "p"}}, "the pod has no spec"),
-        ({"metadata": {"name": "p"}, "spec": {"containers": "app"}}, "spec.containers must be a list"),
-        ({"metadata": {"name": "p"}, "spec": {"containers": [{"image": "x"}]}}, "must be a container with a name"),
+        ({"metadata": {"name": "p"}, "spec": {"containers": "app"}}, "got `str` - at `spec.containers`"),
+        ({"metadata": {"name": "p"}, "spec": {"containers": [{"image": "x"}]}},
+         "missing required field `name` - at `spec.containers\\[0\\]`"),
+        ({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a", "volumeMounts": [{"name": 1}]}]}},
+         "got `int` - at `spec.containers\\[0\\].volumeMounts\\[0\\].name`"),
         ({"metadata": {"name": "p", "annotations": []}, "spec": {"containers": []}}, "annotations must be a map"),
-        ({"metadata": {"name": "p"}, "spec": {"containers": [], "volumes": {}}}, "spec.volumes must be a list"),
+        ({"metadata": {"name": "p"}, "spec": {"containers": [], "volumes": {}}}, "got `object` - at `spec.volumes`"),
+        ({"metadata": {"name": "p"}, "spec": "x"}, "got `str`$"),
     ],
 )
 def test_a_pod_of_the_wrong_shape_is_refused_not_crashed_on(pod: dict[str, Any], says: str) -> None:
     with pytest.raises(InjectionRefused, match=says):
-        plan_injection(pod, options=OPTIONS)
+        plan_pod(pod, options=OPTIONS)
 
 
 def test_the_operators_options_set_the_default_paths_and_bundle() -> None:
     options = InjectionOptions(cert_mount_path="/run/tls", trust_mount_path="/run/ca", trust_bundle_configmap="cas")
-    result = jsonpatch.apply_patch(make_pod(), patch_ops(plan_injection(make_pod(), options=options)))
+    result = jsonpatch.apply_patch(make_pod(), patch_ops(plan_pod(make_pod(), options=options)))
     assert result["spec"]["volumes"][1] == {"name": "tls-injector-trust", "configMap": {"name": "cas"}}
     assert [m["mountPath"] for m in result["spec"]["containers"][0]["volumeMounts"]] == ["/run/tls", "/run/ca"]
     assert schema_errors(result) == []

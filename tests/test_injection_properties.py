@@ -17,7 +17,7 @@ import jsonpatch
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from app.injection import InjectionOptions, InjectionRefused, Plan, patch_ops, plan_injection
+from app.injection import InjectionOptions, InjectionRefused, Plan, patch_ops, plan_pod
 from app.names import (
     CERT_PATH_ANNOTATION,
     CONTAINERS_ANNOTATION,
@@ -179,7 +179,7 @@ def assert_unique(items: list[dict[str, Any]] | None, key: str, where: str) -> N
 
 def plan_or_refusal(pod: dict[str, Any]) -> Plan | str:
     try:
-        return plan_injection(pod, options=OPTIONS)
+        return plan_pod(pod, options=OPTIONS)
     except InjectionRefused as refusal:
         return str(refusal)
 
@@ -213,4 +213,4 @@ def test_injection_applies_yields_a_valid_pod_and_is_idempotent(pod: dict[str, A
         assert volumes[mounted[cert_path]]["secret"]["secretName"] == "web-tls"
         assert volumes[mounted[trust_path]]["configMap"] == {"name": "tls-injector-trust-bundle"}
     assert spec.get("ephemeralContainers") == before["spec"].get("ephemeralContainers")
-    assert patch_ops(plan_injection(result, options=OPTIONS)) == [], "a second injection must change nothing"
+    assert patch_ops(plan_pod(result, options=OPTIONS)) == [], "a second injection must change nothing"

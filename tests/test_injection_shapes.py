@@ -14,7 +14,7 @@ import jsonpatch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.injection import InjectionOptions, InjectionRefused, Plan, patch_ops, plan_injection
+from app.injection import InjectionOptions, InjectionRefused, Plan, patch_ops, plan_pod
 from tests.support.reviews import fixture
 from tests.support.shapes import DELETE, damage, paths
 
@@ -63,7 +63,7 @@ def damaged_pods(draw: st.DrawFn) -> dict[str, Any]:
 
 def plan_or_refusal(pod: dict[str, Any]) -> Plan | str:
     try:
-        return plan_injection(pod, options=OPTIONS, ca_fingerprints=["aa"])
+        return plan_pod(pod, options=OPTIONS, ca_fingerprints=["aa"])
     except InjectionRefused as refusal:
         return str(refusal)
 

@@ -6,12 +6,15 @@ import copy
 from typing import Any
 
 import jsonpatch
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.admission import JsonPatchOp
 from app.injection import cronjob_pins, pod_workload, template_workload
 from app.injection.jobs import job_pin_ops
+from app.injection.mutate import PodObject
 from tests.support.shapes import DELETE, damage, paths
 
 SECRET = "tls-injector.io/secret-name"
@@ -82,6 +85,16 @@ def test_a_cronjob_pins_only_what_its_template_does_not_set() -> None:
     assert cronjob_pins("nightly", {SECRET: "mine", SERVICES: " "}) == {SERVICES: "nightly"}
 
 
+def pin_ops(job: object) -> list[JsonPatchOp] | None:
+    """What /mutate makes of this Job's object: decoded as its edge decodes it (`PodObject`), then pinned;
+    None when that typed decode refuses the object (a 400 at the edge)."""
+    try:
+        obj = msgspec.convert(job, PodObject)
+    except msgspec.ValidationError:
+        return None
+    return job_pin_ops(obj.metadata, obj.spec.template if obj.spec is not None else None)
+
+
 def cron_job(template_metadata: object, *, owner_kind: str = "CronJob") -> dict[str, Any]:
     owner = {"apiVersion": "batch/v1", "kind": owner_kind, "name": "nightly", "uid": "u", "controller": True}
     template: dict[str, Any] = {"spec": {"containers": []}}
@@ -96,11 +109,11 @@ def test_a_cronjob_run_is_pinned_to_the_cronjobs_secret_and_pinning_again_change
     template_metadata: object
 ) -> None:
     job = cron_job(template_metadata)
-    pinned = jsonpatch.apply_patch(job, job_pin_ops(job))
+    pinned = jsonpatch.apply_patch(job, pin_ops(job))
     pod = {**pinned["spec"]["template"]["metadata"], "ownerReferences": job["metadata"]["ownerReferences"]}
     pod["ownerReferences"] = [{**pod["ownerReferences"][0], "kind": "Job", "name": "nightly-29400000"}]
     assert pod_workload(pod).secret_name == "nightly-tls" == template_workload("CronJob", "nightly", {}).secret_name
-    assert job_pin_ops(pinned) == []
+    assert pin_ops(pinned) == []
 
 
 @pytest.mark.parametrize("job", [
@@ -108,10 +121,15 @@ def test_a_cronjob_run_is_pinned_to_the_cronjobs_secret_and_pinning_again_change
     cron_job({"labels": {"tls-injector.io/inject": "false"}}),
     cron_job({"annotations": "not a map"}),
     {"metadata": {"name": "bare"}, "spec": {"template": {}}},
-    {"metadata": "x", "spec": []},
+    {"metadata": "x", "spec": {}},
 ])
 def test_other_jobs_are_not_pinned(job: dict[str, Any]) -> None:
-    assert job_pin_ops(job) == []
+    assert pin_ops(job) == []
+
+
+def test_a_job_whose_spec_is_not_an_object_is_refused_by_the_decode() -> None:
+    assert pin_ops({"metadata": "x", "spec": []}) is None
+    assert pin_ops(cron_job(None) | {"spec": {"template": "x"}}) is None
 
 
 JOB_BASE = cron_job({"labels": {"tls-injector.io/inject": "true"}, "annotations": {"x": "y"}})
@@ -132,5 +150,8 @@ def damaged_jobs(draw: st.DrawFn) -> dict[str, Any]:
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(damaged_jobs())
 def test_a_damaged_job_gets_a_pin_that_applies_or_none(job: dict[str, Any]) -> None:
-    pinned = jsonpatch.apply_patch(job, job_pin_ops(job))  # raises when an op does not apply
-    assert job_pin_ops(pinned) == []
+    ops = pin_ops(job)
+    if ops is None:  # refused by the edge's decode: nothing is pinned
+        return
+    pinned = jsonpatch.apply_patch(job, ops)  # raises when an op does not apply
+    assert pin_ops(pinned) == []

@@ -1,7 +1,7 @@
 """Decoding an AdmissionReview, once, into the typed request a handler reads.
 
 Each endpoint decodes the body exactly once, against a schema (msgspec Structs) of the envelope and of
-what its handler reads of the objects: /mutate the pod's metadata and the JSON text of its spec
+what its handler reads of the objects: /mutate the pod's metadata and, typed, what the plan reads of its spec
 (app.injection.mutate), /validate the texts at its rules' `self` paths (app.rules.reader). Everything
 else in the review is skipped, not built. The envelope is then checked as the apiserver would fill it
 (`well_formed`); what the decode or the check refuses raises BadReview, which the HTTP edge turns into a

@@ -3,7 +3,8 @@
 from app.injection.choices import InjectionOptions, InjectionRefused
 from app.injection.mutate import FingerprintSource, make_mutate_handler, no_fingerprints
 from app.injection.patch import patch_ops, pointer
-from app.injection.plan import Plan, plan_injection
+from app.injection.plan import Plan, plan_injection, plan_pod
+from app.injection.podspec import PodSpec, pod_spec
 from app.injection.workload import (
     TEMPLATE_KINDS,
     TEMPLATE_PATHS,
@@ -24,6 +25,7 @@ __all__ = [
     "InjectionOptions",
     "InjectionRefused",
     "Plan",
+    "PodSpec",
     "Workload",
     "client_secret_name_for",
     "controller_of",
@@ -32,6 +34,8 @@ __all__ = [
     "no_fingerprints",
     "patch_ops",
     "plan_injection",
+    "plan_pod",
+    "pod_spec",
     "pod_workload",
     "pointer",
     "secret_name_for",

@@ -15,18 +15,17 @@ from typing import Any
 from app import names
 from app.admission import JsonPatchOp
 from app.injection.patch import pointer
+from app.injection.podspec import JobPodTemplate
 from app.injection.workload import controller_of, cronjob_pins
 
 
-def job_pin_ops(job: Mapping[str, Any]) -> list[JsonPatchOp]:
-    """The patch pinning a CronJob-owned Job's pod template; none for any other Job or an opted-out one."""
-    metadata = job.get("metadata")
+def job_pin_ops(metadata: object, template: JobPodTemplate | None) -> list[JsonPatchOp]:
+    """The patch pinning a CronJob-owned Job's pod template (given the Job's metadata and, typed, its
+    `spec.template`); none for any other Job or an opted-out one."""
     owner = controller_of(metadata) if isinstance(metadata, dict) else None
-    spec = job.get("spec")
-    template = spec.get("template") if isinstance(spec, dict) else None
-    if owner is None or owner.get("kind") != "CronJob" or not isinstance(template, dict):
+    if owner is None or owner.get("kind") != "CronJob" or template is None:
         return []
-    pod_metadata = template.get("metadata")
+    pod_metadata = template.metadata
     if pod_metadata is None:
         return [_add(("spec", "template", "metadata"), {"annotations": cronjob_pins(owner["name"], {})})]
     if not isinstance(pod_metadata, dict) or _opted_out(pod_metadata):

@@ -2,11 +2,12 @@
 the pin of the CronJob's Secret out (see jobs.py).
 
 One path. The review is decoded once at the edge into `MutateRequest`: the envelope, the object's
-metadata (built: the plan reads its labels, annotations, owners and names) and the JSON text of its spec
-(kept as it arrived; `oldObject` is checked to be an object and skipped). The answer to a pod is a pure
-function of its naming inputs (`naming_inputs`), its spec and the CA fingerprints, so one memo sits in
-front of that function (`Answers`), keyed by exactly those as text: every replica of a template gets the
-answer planned for the first, and the spec's text is decoded only when a pod of a new shape is planned.
+metadata (built: the plan reads its labels, annotations, owners and names) and what the plan reads of
+its spec, typed (`PodSpec`: volumes, and each container's name, mounts, env names and envFrom; the rest,
+most of a spec's bytes, skipped; `oldObject` is checked to be an object and skipped). The answer to a pod
+is a pure function of its naming inputs (`naming_inputs`), that typed spec and the CA fingerprints, so
+one memo sits in front of that function (`Answers`), keyed by exactly those, written as JSON: every
+replica of a template gets the answer planned for the first.
 
 No side effects and no Kubernetes API calls, so a dry-run gets exactly the patch a real request would.
 The CA fingerprints for the record come from a callable (the reconciler keeps them current); the
@@ -22,26 +23,27 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
-import orjson
 
 from app import names
-from app.admission import AdmissionResponse, BadReview, Request, Route, Skipped, allowed, decoder, denied, patched
+from app.admission import AdmissionResponse, Request, Route, Skipped, allowed, decoder, denied, patched
 from app.injection.answers import Answer, Answers
 from app.injection.choices import InjectionOptions, InjectionRefused
 from app.injection.jobs import job_pin_ops
 from app.injection.patch import patch_ops
 from app.injection.plan import plan_injection
+from app.injection.podspec import PodSpec
 from app.injection.workload import naming_inputs
 
 FingerprintSource = Callable[[], Sequence[str]]
-_NULL = msgspec.Raw(b"null")
+# The memo's key: what a pod's answer is a function of, as JSON (Structs and plain values in one call).
+_KEY_ENCODER = msgspec.json.Encoder()
 
 
 class PodObject(msgspec.Struct):
-    """What /mutate reads of the object: a Pod's (or a Job's) metadata and the text of its spec."""
+    """What /mutate reads of the object: a Pod's (or a Job's) metadata and, typed, its spec."""
 
     metadata: Any = None
-    spec: msgspec.Raw = _NULL
+    spec: PodSpec | None = None
 
 
 class MutateRequest(Request, kw_only=True):
@@ -60,11 +62,10 @@ def make_mutate_handler(options: InjectionOptions, *, ca_fingerprints: Fingerpri
     is the memo (a fresh one of MAX_ENTRIES by default; `Answers(max_entries=0)`: every pod is planned)."""
     answers = Answers() if answers is None else answers
 
-    def pod_answer(metadata: object, spec: bytes, fingerprints: Sequence[str]) -> Answer:
+    def pod_answer(metadata: object, spec: PodSpec | None, fingerprints: Sequence[str]) -> Answer:
         """The answer to a pod, without its uid: a pure function of what it is given."""
-        pod = {"metadata": metadata, "spec": _spec(spec)}
         try:
-            plan = plan_injection(pod, options=options, ca_fingerprints=fingerprints)
+            plan = plan_injection(metadata, spec, options=options, ca_fingerprints=fingerprints)
         except InjectionRefused as refusal:
             # 422, as the apiserver answers an invalid object: the pod as written cannot be injected.
             return Answer.of(denied("", f"tls-injector: {refusal}", code=422, reason="Invalid"))
@@ -75,37 +76,26 @@ def make_mutate_handler(options: InjectionOptions, *, ca_fingerprints: Fingerpri
         if pod is None or request.operation != "CREATE" or request.subResource:
             return allowed(uid)
         if kind.group == "batch" and kind.kind == "Job":
-            return patched(uid, job_pin_ops({"metadata": pod.metadata, "spec": _spec(bytes(pod.spec))}))
+            template = pod.spec.template if pod.spec is not None else None
+            return patched(uid, job_pin_ops(pod.metadata, template))
         if kind.group != "" or kind.kind != "Pod" or _opted_out(pod.metadata):
             return allowed(uid)
         fingerprints = tuple(ca_fingerprints())
-        spec = bytes(pod.spec)
-        return answers.respond(uid, _key_text(pod.metadata, spec, fingerprints),
-                               lambda: pod_answer(pod.metadata, spec, fingerprints))
+        return answers.respond(uid, _key_text(pod.metadata, pod.spec, fingerprints),
+                               lambda: pod_answer(pod.metadata, pod.spec, fingerprints))
 
     return Route(decoder(MutateRequest), mutate)
 
 
-def _key_text(metadata: object, spec: bytes, fingerprints: Sequence[str]) -> bytes | None:
-    """Everything the pod's answer is a function of, as text; None when it cannot be written (then the
+def _key_text(metadata: object, spec: PodSpec | None, fingerprints: Sequence[str]) -> bytes | None:
+    """Everything the pod's answer is a function of, as JSON; None when it cannot be written (then the
     pod is planned every time)."""
     if not isinstance(metadata, Mapping):
         return None
     try:
-        head = orjson.dumps([naming_inputs(metadata), fingerprints])
-    except (orjson.JSONEncodeError, TypeError):  # an integer past 64 bits, nesting past 254 levels
+        return _KEY_ENCODER.encode((naming_inputs(metadata), fingerprints, spec))
+    except (msgspec.EncodeError, OverflowError, RecursionError):  # past 64 bits; nesting past the limit
         return None
-    return head + b"\0" + spec
-
-
-def _spec(text: bytes) -> object:
-    """A spec's text, decoded when it is read (a pod of a new shape, a Job). The decode at the edge
-    checked its syntax; what orjson still refuses (a number past a double's range) is the 400 of a body
-    no JSON encoder writes."""
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError as error:
-        raise BadReview(f"invalid JSON in request.object.spec: {error}") from None
 
 
 def _opted_out(metadata: object) -> bool:

@@ -1,4 +1,5 @@
-"""The injection plan: from a pod (plain dicts, as the apiserver sent it) to what must be added to it.
+"""The injection plan: from a pod (its metadata as decoded, its spec typed as the plan reads it: see
+app.injection.podspec) to what must be added to it.
 
 The plan lists only what is missing, so planning an already injected pod gives an empty plan: that is
 what makes reinvocation (`reinvocationPolicy: IfNeeded`) and apiserver retries no-ops. It also records
@@ -24,11 +25,11 @@ import orjson
 
 from app import names
 from app.injection.choices import Choices, InjectionOptions, InjectionRefused, read_choices, shown
+from app.injection.podspec import Container, PodSpec, pod_spec
 from app.injection.workload import Workload, pod_workload
 
-ContainerField = Literal["initContainers", "containers"]
 # Init containers first: that is the order the kubelet starts them in, and the order the record lists.
-CONTAINER_FIELDS: tuple[ContainerField, ...] = ("initContainers", "containers")
+ContainerField = Literal["initContainers", "containers"]
 MetadataState = Literal["missing", "no-annotations", "present"]
 RECORD_VERSION = 1
 # The most containers (init, regular and sidecars together) a pod may have for tls-injector to inject it.
@@ -75,30 +76,33 @@ class Plan(NamedTuple):
 
 
 def plan_injection(
-    pod: Mapping[str, Any],
+    metadata: object,
+    spec: PodSpec | None,
     *,
     options: InjectionOptions,
     ca_fingerprints: Iterable[str] = (),
     workload: Workload | None = None,
     pins: Mapping[str, str] | None = None,
 ) -> Plan:
-    """Plan the injection into `pod`; raise InjectionRefused when it cannot be done safely.
+    """Plan the injection into the pod with this `metadata` (as decoded: None when the pod has none) and
+    `spec` (typed, see app.injection.podspec); raise InjectionRefused when it cannot be done safely.
 
     `workload` replaces the one derived from the pod (an offline template has no owner yet); `pins` are
     annotations to add where the pod does not set them (a CronJob template's, see workload.cronjob_pins).
     """
-    metadata = _map(pod, "metadata", "metadata")
-    annotations = _map(metadata, "annotations", "metadata.annotations")
-    spec = pod.get("spec")
-    if not isinstance(spec, dict):
+    if metadata is not None and not isinstance(metadata, dict):
+        raise InjectionRefused("metadata must be a map")
+    meta: Mapping[str, Any] = metadata or {}
+    annotations = _map(meta, "annotations", "metadata.annotations")
+    if spec is None:
         raise InjectionRefused("the pod has no spec")
     _check_size(spec)
-    choices = read_choices(pod_workload(metadata) if workload is None else workload, annotations, options)
-    (cert, trust), new_volumes = _volumes(spec, choices, options)
+    choices = read_choices(pod_workload(meta) if workload is None else workload, annotations, options)
+    taken = {v["name"]: v for v in spec.volumes or () if isinstance(v.get("name"), str)}
+    (cert, trust), new_volumes = _volumes(taken, choices, options)
     mounts = [_mount(cert, choices.cert_path), _mount(trust, choices.trust_path)]
     if choices.client_secret:  # its own volume and directory, read-only like the others (docs/mtls.md)
-        client, client_present = _volume(_by_name(_list(spec, "volumes", "spec")), names.CLIENT_VOLUME,
-                                         "secret", {"secretName": choices.client_secret})
+        client, client_present = _volume(taken, names.CLIENT_VOLUME, "secret", {"secretName": choices.client_secret})
         new_volumes += () if client_present else (client,)
         mounts.append(_mount(client, choices.client_path))
     env = tuple({"name": var, "value": f"{choices.trust_path}/{names.BUNDLE_KEY}"} for var in choices.env)
@@ -109,25 +113,31 @@ def plan_injection(
         warnings.append(f"{names.TRUSTSTORE_ANNOTATION}: no PKCS#12 truststore with pod certificates; "
                         f"read the PEM bundle instead")
     changes = [_change(t, mounts, env, warnings) for t in targets]
-    record = _record(choices, options, [t.name for t in targets], ca_fingerprints)
+    record = _record(choices, options, [t.container.name for t in targets], ca_fingerprints)
     wanted_annotations = {**(pins or {}), names.INJECTED_ANNOTATION: record}
     return Plan(
         secret_name=choices.secret_name,
         record=record,
         volumes=new_volumes,
-        volumes_exist=spec.get("volumes") is not None,
+        volumes_exist=spec.volumes is not None,
         containers=tuple(c for c in changes if c.mounts or c.env),
         annotations=_annotation_changes(annotations, wanted_annotations),
-        metadata=_metadata_state(pod, metadata),
+        metadata="missing" if metadata is None else "present" if meta.get("annotations") is not None
+        else "no-annotations",
         warnings=tuple(warnings),
     )
 
 
+def plan_pod(pod: Mapping[str, Any], **settings: Any) -> Plan:
+    """`plan_injection` for a pod as plain JSON or YAML decodes it (a manifest's pod template, `inject`):
+    its spec typed first (`pod_spec`, which refuses one the API would not accept)."""
+    return plan_injection(pod.get("metadata"), pod_spec(pod.get("spec")), **settings)
+
+
 def _volumes(
-    spec: Mapping[str, Any], choices: Choices, options: InjectionOptions
+    taken: Mapping[str, Any], choices: Choices, options: InjectionOptions
 ) -> tuple[tuple[dict[str, Any], dict[str, Any]], tuple[dict[str, Any], ...]]:
-    """Our (cert, trust) volumes, and those of them the pod lacks."""
-    taken = _by_name(_list(spec, "volumes", "spec"))
+    """Our (cert, trust) volumes, and those of them the pod lacks (`taken`: the pod's volumes by name)."""
     if choices.mode == names.MODE_POD_CERTIFICATE:
         cert, cert_present = _volume(taken, names.CERT_VOLUME, "projected", {"sources": _POD_CERT_SOURCES})
         trust, trust_present = _volume(taken, names.TRUST_VOLUME, "projected", {"sources": _BUNDLE_SOURCES})
@@ -136,10 +146,6 @@ def _volumes(
         trust, trust_present = _volume(taken, names.TRUST_VOLUME, "configMap",
                                        {"name": options.trust_bundle_configmap})
     return (cert, trust), tuple(v for v, present in ((cert, cert_present), (trust, trust_present)) if not present)
-
-
-def _by_name(volumes: Sequence[Any]) -> dict[str, Any]:
-    return {v["name"]: v for v in volumes if isinstance(v, dict) and isinstance(v.get("name"), str)}
 
 
 def _bundle_source(path: str) -> dict[str, Any]:
@@ -163,38 +169,35 @@ _BUNDLE_SOURCES = [_bundle_source(names.BUNDLE_KEY)]
 class _Target(NamedTuple):
     field: ContainerField
     position: int
-    name: str
-    container: dict[str, Any]
-    where: str  # spec.<field>[<position>], for refusals
+    container: Container
 
 
-def _check_size(spec: Mapping[str, Any]) -> None:
-    count = sum(len(spec[field]) for field in CONTAINER_FIELDS if isinstance(spec.get(field), list))
+def _check_size(spec: PodSpec) -> None:
+    count = len(spec.initContainers or ()) + len(spec.containers or ())
     if count > MAX_CONTAINERS:
         raise InjectionRefused(f"the pod has {count} containers; tls-injector injects pods of at most "
                                f"{MAX_CONTAINERS} (init containers included): split the workload, or label the "
                                f"pod {names.INJECT_LABEL}: \"{names.POD_OPT_OUT}\" to start it without TLS")
 
 
-def _targets(spec: Mapping[str, Any], selected: frozenset[str] | None) -> list[_Target]:
+def _targets(spec: PodSpec, selected: frozenset[str] | None) -> list[_Target]:
     found: list[_Target] = []
-    for field in CONTAINER_FIELDS:
-        for index, container in enumerate(_list(spec, field, "spec")):
-            name = container.get("name") if isinstance(container, dict) else None
-            if not isinstance(container, dict) or not isinstance(name, str):
-                raise InjectionRefused(f"spec.{field}[{index}] must be a container with a name")
-            if len(name) > MAX_CONTAINER_NAME:  # the record lists names: keep it as bounded as the API does
-                raise InjectionRefused(f"spec.{field}[{index}].name {shown(name)} is longer than a container "
-                                       f"name may be ({MAX_CONTAINER_NAME} characters, a DNS label)")
-            found.append(_Target(field, index, name, container, f"spec.{field}[{index}]"))
+    fields: tuple[tuple[ContainerField, list[Container] | None], ...] = (
+        ("initContainers", spec.initContainers), ("containers", spec.containers))
+    for field, containers in fields:
+        for index, container in enumerate(containers or ()):
+            if len(container.name) > MAX_CONTAINER_NAME:  # the record lists names: as bounded as the API's
+                raise InjectionRefused(f"spec.{field}[{index}].name {shown(container.name)} is longer than a "
+                                       f"container name may be ({MAX_CONTAINER_NAME} characters, a DNS label)")
+            found.append(_Target(field, index, container))
     if selected is None:
         return found
-    missing = sorted(selected - {t.name for t in found})
+    missing = sorted(selected - {t.container.name for t in found})
     if missing:
         raise InjectionRefused(
             f"{names.CONTAINERS_ANNOTATION} names container(s) the pod does not have: {shown(', '.join(missing))}"
         )
-    return [t for t in found if t.name in selected]
+    return [t for t in found if t.container.name in selected]
 
 
 def _volume(
@@ -232,30 +235,26 @@ def _change(
     target: _Target, wanted: Sequence[dict[str, Any]], env: Sequence[dict[str, Any]], warnings: list[str]
 ) -> ContainerChange:
     container = target.container
-    mounts = container.get("volumeMounts")
     return ContainerChange(
         field=target.field,
         position=target.position,
-        mounts=_missing_mounts(target.name, _list(container, "volumeMounts", target.where), wanted),
-        mounts_exist=mounts is not None,
-        env=_missing_env(target, env, warnings),
-        env_exist=container.get("env") is not None,
+        mounts=_missing_mounts(container, wanted),
+        mounts_exist=container.volumeMounts is not None,
+        env=_missing_env(container, env, warnings),
+        env_exist=container.env is not None,
     )
 
 
-def _missing_mounts(
-    container: str, mounts: Sequence[Any], wanted: Sequence[dict[str, Any]]
-) -> tuple[dict[str, Any], ...]:
-    by_path = {posixpath.normpath(m["mountPath"]): m for m in mounts
-               if isinstance(m, dict) and isinstance(m.get("mountPath"), str)}
+def _missing_mounts(container: Container, wanted: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
+    by_path = {posixpath.normpath(m.mountPath): m for m in container.volumeMounts or ()}
     missing = []
     for mount in wanted:
         existing = by_path.get(mount["mountPath"])
         if existing is None:
             missing.append(mount)
-        elif existing.get("name") != mount["name"]:
+        elif existing.name != mount["name"]:
             raise InjectionRefused(
-                f"container {shown(container)} already mounts volume {shown(existing.get('name'))} at "
+                f"container {shown(container.name)} already mounts volume {shown(existing.name)} at "
                 f"{mount['mountPath']}; "
                 f"choose another path with {names.CERT_PATH_ANNOTATION} or {names.TRUST_PATH_ANNOTATION}, "
                 f"or list the containers to inject in {names.CONTAINERS_ANNOTATION}"
@@ -263,17 +262,17 @@ def _missing_mounts(
     return tuple(missing)
 
 
-def _missing_env(target: _Target, env: Sequence[dict[str, Any]], warnings: list[str]) -> tuple[dict[str, Any], ...]:
+def _missing_env(
+    container: Container, env: Sequence[dict[str, Any]], warnings: list[str]
+) -> tuple[dict[str, Any], ...]:
     if not env:
         return ()
-    container = target.container
-    if container.get("envFrom"):
+    if container.envFrom:
         # An `env` entry overrides whatever envFrom provides, and what envFrom provides is in objects the
         # webhook does not read: adding ours could override a value the user set, so add none.
-        warnings.append(f"container {shown(target.name)} uses envFrom: TLS environment variables not added")
+        warnings.append(f"container {shown(container.name)} uses envFrom: TLS environment variables not added")
         return ()
-    present = {e["name"] for e in _list(container, "env", target.where)
-               if isinstance(e, dict) and isinstance(e.get("name"), str)}
+    present = {e.name for e in container.env or ()}
     return tuple(e for e in env if e["name"] not in present)
 
 
@@ -302,26 +301,10 @@ def _annotation_changes(current: Mapping[str, Any], wanted: Mapping[str, str]) -
     )
 
 
-def _metadata_state(pod: Mapping[str, Any], metadata: Mapping[str, Any]) -> MetadataState:
-    if pod.get("metadata") is None:
-        return "missing"
-    return "present" if metadata.get("annotations") is not None else "no-annotations"
-
-
 def _map(obj: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
     value = obj.get(key)
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise InjectionRefused(f"{where} must be a map")
-    return value
-
-
-def _list(obj: Mapping[str, Any], key: str, parent: str) -> list[Any]:
-    """obj[key] as a list ([] when absent or null); `parent` names obj in the refusal (made only then)."""
-    value = obj.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise InjectionRefused(f"{parent}.{key} must be a list")
     return value

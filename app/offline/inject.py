@@ -24,7 +24,7 @@ from app.injection import (
     InjectionRefused,
     cronjob_pins,
     patch_ops,
-    plan_injection,
+    plan_pod,
     template_workload,
 )
 from app.offline.errors import InputError
@@ -122,8 +122,8 @@ def _inject_template(document: Mapping[str, Any], kind: str, template: Mapping[s
     # and services exactly as /mutate pins each run's Job when it is created.
     pins = cronjob_pins(name, _dict(template_metadata.get("annotations"))) if kind == "CronJob" else {}
     try:
-        plan = plan_injection(before, options=run.options, ca_fingerprints=run.cas,
-                              workload=template_workload(kind, name, template_metadata), pins=pins)
+        plan = plan_pod(before, options=run.options, ca_fingerprints=run.cas,
+                        workload=template_workload(kind, name, template_metadata), pins=pins)
     except InjectionRefused as refusal:
         raise InputError(f"{where}: {kind} {name!r}: {refusal}") from None
     run.warnings.extend(f"{source}: {kind} {name!r}: {warning}" for warning in plan.warnings)

@@ -1,0 +1,71 @@
+"""What the injection reads of a pod's spec, typed: decoded once, at the edge, and never as a whole.
+
+`/mutate` decodes a review's spec straight into these Structs (app.injection.mutate), in the same pass
+as the envelope; `inject` converts a manifest's pod template into them (`pod_spec`). Either way the plan
+(app.injection.plan) is a function of this and the pod's metadata only, and everything else in a spec
+(images, probes, resources: most of its bytes) is skipped, not built.
+
+Typed as the Kubernetes API types them (https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/):
+a container's `name` is a required string, as are a volume mount's `name` and `mountPath` and an env
+var's `name`. The apiserver decodes a pod into its Go types before any webhook sees it, so it never sends
+anything else; a body that does is refused by the decode with the path of the field (a 400 at the edge,
+a refusal naming the template for `inject`). Volumes stay plain JSON objects: the plan recognises its
+own volumes by their whole contents (every key of the volume), which a Struct would drop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from app.injection.choices import InjectionRefused
+
+# A refusal quotes the decoder's reason (a type and a path in the spec), cut to this many characters.
+_MAX_REASON = 300
+
+
+class VolumeMount(msgspec.Struct):
+    name: str
+    mountPath: str
+
+
+class EnvVar(msgspec.Struct):
+    name: str
+
+
+class Container(msgspec.Struct):
+    """A container, an init container or a native sidecar, as the plan reads it."""
+
+    name: str
+    volumeMounts: list[VolumeMount] | None = None
+    env: list[EnvVar] | None = None
+    envFrom: list[dict[str, Any]] | None = None  # only whether there is any is read
+
+
+class JobPodTemplate(msgspec.Struct):
+    """A Job's pod template, as the CronJob pin reads it (app.injection.jobs): its metadata only."""
+
+    metadata: Any = None
+
+
+class PodSpec(msgspec.Struct):
+    """A Pod's spec as the plan reads it; a Job's spec shares the type for its `template` (a review's
+    object is decoded before its kind is looked at, and a Pod has no `template`, a Job no containers)."""
+
+    volumes: list[dict[str, Any]] | None = None
+    initContainers: list[Container] | None = None
+    containers: list[Container] | None = None
+    template: JobPodTemplate | None = None
+
+
+def pod_spec(value: object) -> PodSpec | None:
+    """A pod spec decoded from JSON or YAML (plain dicts and lists) in its typed form; None for none.
+    InjectionRefused, with the field's path, when it is not one the API would accept."""
+    if value is None:
+        return None
+    try:
+        return msgspec.convert(value, PodSpec)
+    except msgspec.ValidationError as error:
+        reason = f"invalid pod spec: {str(error).replace('`$.', '`spec.', 1)}"
+        raise InjectionRefused(reason if len(reason) <= _MAX_REASON else reason[: _MAX_REASON - 3] + "...") from None
