@@ -25,7 +25,7 @@ import orjson
 
 from app import names
 from app.injection.choices import Choices, InjectionOptions, InjectionRefused, read_choices, shown
-from app.injection.podspec import Container, PodSpec, pod_spec
+from app.injection.podspec import Container, PodSpec, Source, Volume, pod_spec
 from app.injection.workload import Workload, pod_workload
 
 # Init containers first: that is the order the kubelet starts them in, and the order the record lists.
@@ -98,13 +98,14 @@ def plan_injection(
         raise InjectionRefused("the pod has no spec")
     _check_size(spec)
     choices = read_choices(pod_workload(meta) if workload is None else workload, annotations, options)
-    taken = {v["name"]: v for v in spec.volumes or () if isinstance(v.get("name"), str)}
-    (cert, trust), new_volumes = _volumes(taken, choices, options)
-    mounts = [_mount(cert, choices.cert_path), _mount(trust, choices.trust_path)]
-    if choices.client_secret:  # its own volume and directory, read-only like the others (docs/mtls.md)
-        client, client_present = _volume(taken, names.CLIENT_VOLUME, "secret", {"secretName": choices.client_secret})
-        new_volumes += () if client_present else (client,)
-        mounts.append(_mount(client, choices.client_path))
+    taken = {volume.name: volume for volume in spec.volumes or ()}
+    new_volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    for base, source, identity, path in _our_volumes(choices, options):
+        name, new = _volume(taken, base, source, identity)
+        if new is not None:
+            new_volumes.append(new)
+        mounts.append({"name": name, "mountPath": path, "readOnly": True})
     env = tuple({"name": var, "value": f"{choices.trust_path}/{names.BUNDLE_KEY}"} for var in choices.env)
     targets = _targets(spec, choices.containers)
     warnings: list[str] = [choices.fallback] if choices.fallback else []
@@ -118,7 +119,7 @@ def plan_injection(
     return Plan(
         secret_name=choices.secret_name,
         record=record,
-        volumes=new_volumes,
+        volumes=tuple(new_volumes),
         volumes_exist=spec.volumes is not None,
         containers=tuple(c for c in changes if c.mounts or c.env),
         annotations=_annotation_changes(annotations, wanted_annotations),
@@ -134,18 +135,18 @@ def plan_pod(pod: Mapping[str, Any], **settings: Any) -> Plan:
     return plan_injection(pod.get("metadata"), pod_spec(pod.get("spec")), **settings)
 
 
-def _volumes(
-    taken: Mapping[str, Any], choices: Choices, options: InjectionOptions
-) -> tuple[tuple[dict[str, Any], dict[str, Any]], tuple[dict[str, Any], ...]]:
-    """Our (cert, trust) volumes, and those of them the pod lacks (`taken`: the pod's volumes by name)."""
+def _our_volumes(choices: Choices, options: InjectionOptions) -> list[tuple[str, Source, dict[str, Any], str]]:
+    """(name, source, the source's contents, mount path) of each volume the pod gets."""
     if choices.mode == names.MODE_POD_CERTIFICATE:
-        cert, cert_present = _volume(taken, names.CERT_VOLUME, "projected", {"sources": _POD_CERT_SOURCES})
-        trust, trust_present = _volume(taken, names.TRUST_VOLUME, "projected", {"sources": _BUNDLE_SOURCES})
+        ours: list[tuple[str, Source, dict[str, Any], str]] = [
+            (names.CERT_VOLUME, "projected", {"sources": _POD_CERT_SOURCES}, choices.cert_path),
+            (names.TRUST_VOLUME, "projected", {"sources": _BUNDLE_SOURCES}, choices.trust_path)]
     else:
-        cert, cert_present = _volume(taken, names.CERT_VOLUME, "secret", {"secretName": choices.secret_name})
-        trust, trust_present = _volume(taken, names.TRUST_VOLUME, "configMap",
-                                       {"name": options.trust_bundle_configmap})
-    return (cert, trust), tuple(v for v, present in ((cert, cert_present), (trust, trust_present)) if not present)
+        ours = [(names.CERT_VOLUME, "secret", {"secretName": choices.secret_name}, choices.cert_path),
+                (names.TRUST_VOLUME, "configMap", {"name": options.trust_bundle_configmap}, choices.trust_path)]
+    if choices.client_secret:  # its own volume and directory, read-only like the others (docs/mtls.md)
+        ours.append((names.CLIENT_VOLUME, "secret", {"secretName": choices.client_secret}, choices.client_path))
+    return ours
 
 
 def _bundle_source(path: str) -> dict[str, Any]:
@@ -201,34 +202,28 @@ def _targets(spec: PodSpec, selected: frozenset[str] | None) -> list[_Target]:
 
 
 def _volume(
-    taken: Mapping[str, Any], base: str, source: str, identity: dict[str, Any]
-) -> tuple[dict[str, Any], bool]:
-    """Our volume as it exists in the pod (matched by contents; `taken`: the pod's volumes by name), else a
-    new one under the first free name."""
+    taken: Mapping[str, Volume], base: str, source: Source, identity: dict[str, Any]
+) -> tuple[str, dict[str, Any] | None]:
+    """The name of our volume in the pod (`taken`: its volumes by name), and the volume to add: None when
+    the pod has it (matched by contents), else a new one under the first free name."""
     # One of these len(taken) + 1 names is free, so the loop always returns.
     for suffix in range(1, len(taken) + 2):
         name = base if suffix == 1 else f"{base}-{suffix}"
         existing = taken.get(name)
         if existing is None:
-            return {"name": name, source: orjson.loads(orjson.dumps(identity))}, False  # a copy per pod
-        if _is_ours(existing, source, identity):
-            return existing, True
+            return name, {"name": name, source: orjson.loads(orjson.dumps(identity))}  # a copy per pod
+        if _is_ours(existing.contents(source), identity):
+            return name, None
     raise AssertionError("unreachable: a free volume name always exists")
 
 
-def _is_ours(volume: Mapping[str, Any], source: str, identity: Mapping[str, Any]) -> bool:
+def _is_ours(contents: object, identity: Mapping[str, Any]) -> bool:
     # The apiserver defaults defaultMode (420) before admission, so a reinvoked webhook sees it set.
-    contents = volume.get(source)
     return (
-        volume.keys() == {"name", source}
-        and isinstance(contents, dict)
+        isinstance(contents, dict)
         and contents.keys() <= {*identity, "defaultMode"}
         and all(contents.get(k) == v for k, v in identity.items())
     )
-
-
-def _mount(volume: Mapping[str, Any], path: str) -> dict[str, Any]:
-    return {"name": volume["name"], "mountPath": path, "readOnly": True}
 
 
 def _change(

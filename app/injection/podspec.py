@@ -6,23 +6,42 @@ as the envelope; `inject` converts a manifest's pod template into them (`pod_spe
 (images, probes, resources: most of its bytes) is skipped, not built.
 
 Typed as the Kubernetes API types them (https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/):
-a container's `name` is a required string, as are a volume mount's `name` and `mountPath` and an env
-var's `name`. The apiserver decodes a pod into its Go types before any webhook sees it, so it never sends
-anything else; a body that does is refused by the decode with the path of the field (a 400 at the edge,
-a refusal naming the template for `inject`). Volumes stay plain JSON objects: the plan recognises its
-own volumes by their whole contents (every key of the volume), which a Struct would drop.
+a container's `name` is a required string, as are a volume's, a volume mount's `name` and `mountPath`
+and an env var's `name`. The apiserver decodes a pod into its Go types before any webhook sees it, so it
+never sends anything else; a body that does is refused by the decode with the path of the field (a 400 at
+the edge, a refusal naming the template for `inject`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
+from app.admission import Skipped
 from app.injection.choices import InjectionRefused
 
 # A refusal quotes the decoder's reason (a type and a path in the spec), cut to this many characters.
 _MAX_REASON = 300
+_NULL = msgspec.Raw(b"null")
+
+# The volume sources the plan's own volumes use.
+Source = Literal["secret", "configMap", "projected"]
+
+
+class Volume(msgspec.Struct, omit_defaults=True):
+    """A volume: its name, and the contents of the sources the plan's own volumes use, as JSON text (read
+    only for a volume with the name of one of ours, to tell whether it is ours; any other source is
+    skipped: the API allows one source per volume, so a volume with ours is not something else too)."""
+
+    name: str
+    secret: msgspec.Raw = _NULL
+    configMap: msgspec.Raw = _NULL
+    projected: msgspec.Raw = _NULL
+
+    def contents(self, source: Source) -> object:
+        raw = self.secret if source == "secret" else self.configMap if source == "configMap" else self.projected
+        return msgspec.json.decode(raw)
 
 
 class VolumeMount(msgspec.Struct):
@@ -34,13 +53,13 @@ class EnvVar(msgspec.Struct):
     name: str
 
 
-class Container(msgspec.Struct):
+class Container(msgspec.Struct, omit_defaults=True):
     """A container, an init container or a native sidecar, as the plan reads it."""
 
     name: str
     volumeMounts: list[VolumeMount] | None = None
     env: list[EnvVar] | None = None
-    envFrom: list[dict[str, Any]] | None = None  # only whether there is any is read
+    envFrom: list[Skipped] | None = None  # only whether there is any is read
 
 
 class JobPodTemplate(msgspec.Struct):
@@ -49,11 +68,11 @@ class JobPodTemplate(msgspec.Struct):
     metadata: Any = None
 
 
-class PodSpec(msgspec.Struct):
+class PodSpec(msgspec.Struct, omit_defaults=True):
     """A Pod's spec as the plan reads it; a Job's spec shares the type for its `template` (a review's
     object is decoded before its kind is looked at, and a Pod has no `template`, a Job no containers)."""
 
-    volumes: list[dict[str, Any]] | None = None
+    volumes: list[Volume] | None = None
     initContainers: list[Container] | None = None
     containers: list[Container] | None = None
     template: JobPodTemplate | None = None
@@ -61,11 +80,15 @@ class PodSpec(msgspec.Struct):
 
 def pod_spec(value: object) -> PodSpec | None:
     """A pod spec decoded from JSON or YAML (plain dicts and lists) in its typed form; None for none.
-    InjectionRefused, with the field's path, when it is not one the API would accept."""
+    Written as JSON and decoded as /mutate decodes a review's spec, so both read a spec alike; raises
+    InjectionRefused, with the field's path, for one the API would not accept."""
     if value is None:
         return None
     try:
-        return msgspec.convert(value, PodSpec)
-    except msgspec.ValidationError as error:
+        return _SPECS.decode(msgspec.json.encode(value))
+    except (msgspec.ValidationError, msgspec.EncodeError, TypeError, ValueError) as error:
         reason = f"invalid pod spec: {str(error).replace('`$.', '`spec.', 1)}"
         raise InjectionRefused(reason if len(reason) <= _MAX_REASON else reason[: _MAX_REASON - 3] + "...") from None
+
+
+_SPECS = msgspec.json.Decoder(PodSpec)
