@@ -48,6 +48,11 @@ class InjectionOptions:
     pod_certificates: bool = False
     default_mode: str = names.MODE_SECRET  # for pods whose annotations do not choose
 
+    def __post_init__(self) -> None:
+        # Every pod whose annotations do not choose a path gets these: checked and normalised once, here.
+        object.__setattr__(self, "cert_mount_path", _checked_path("the certificate path", self.cert_mount_path))
+        object.__setattr__(self, "trust_mount_path", _checked_path("the trust bundle path", self.trust_mount_path))
+
 
 class Choices(NamedTuple):
     """What one pod gets (a NamedTuple, as the plan's records are: built once per review, see plan.py)."""
@@ -98,7 +103,7 @@ def _client_secret(annotations: Mapping[str, Any], secret: str, mode: str) -> st
     unset); anything else is refused, as is asking for it with pod certificates (docs/mtls.md: the
     PodCertificateRequest API carries no client usage choice for this signer yet, so that mode has none)."""
     raw = _text(annotations, names.CLIENT_CERT_ANNOTATION).lower()
-    if raw in {"", "false"}:
+    if not raw or raw == "false":
         return ""
     if raw != "true":
         raise InjectionRefused(f"{names.CLIENT_CERT_ANNOTATION}: {shown(raw)} must be \"true\" or \"false\"")
@@ -141,11 +146,15 @@ def _secret_name(workload: Workload) -> str:
 
 
 def _mount_path(annotations: Mapping[str, Any], key: str, default: str) -> str:
-    raw = _text(annotations, key) or default
+    raw = _text(annotations, key)
+    return _checked_path(key, raw) if raw else default
+
+
+def _checked_path(what: str, raw: str) -> str:
     path = posixpath.normpath(raw)
     if not raw.startswith("/") or ".." in raw.split("/") or ":" in raw or path == "/":
         raise InjectionRefused(
-            f"{key}: {shown(raw)} must be an absolute directory path other than /, without '..' or ':'"
+            f"{what}: {shown(raw)} must be an absolute directory path other than /, without '..' or ':'"
         )
     return path
 
@@ -155,13 +164,14 @@ def _nested(first: str, second: str) -> bool:
 
 
 def _containers(annotations: Mapping[str, Any]) -> frozenset[str] | None:
-    listed = _comma_list(_text(annotations, names.CONTAINERS_ANNOTATION))
+    raw = _text(annotations, names.CONTAINERS_ANNOTATION)
+    listed = _comma_list(raw) if raw else None
     return frozenset(listed) if listed else None
 
 
 def _env(annotations: Mapping[str, Any]) -> tuple[str, ...]:
     raw = _text(annotations, names.ENV_ANNOTATION)
-    if raw.lower() in {"", "false"}:
+    if not raw or raw.lower() == "false":
         return ()
     if raw.lower() == "true":
         return names.TLS_ENV_VARS

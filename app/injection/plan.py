@@ -106,7 +106,8 @@ def plan_injection(
         if new is not None:
             new_volumes.append(new)
         mounts.append({"name": name, "mountPath": path, "readOnly": True})
-    env = tuple({"name": var, "value": f"{choices.trust_path}/{names.BUNDLE_KEY}"} for var in choices.env)
+    env = tuple({"name": var, "value": f"{choices.trust_path}/{names.BUNDLE_KEY}"} for var in choices.env) \
+        if choices.env else ()
     targets = _targets(spec, choices.containers)
     warnings: list[str] = [choices.fallback] if choices.fallback else []
     if choices.mode == names.MODE_POD_CERTIFICATE and annotations.get(names.TRUSTSTORE_ANNOTATION):
@@ -136,11 +137,11 @@ def plan_pod(pod: Mapping[str, Any], **settings: Any) -> Plan:
 
 
 def _our_volumes(choices: Choices, options: InjectionOptions) -> list[tuple[str, Source, dict[str, Any], str]]:
-    """(name, source, the source's contents, mount path) of each volume the pod gets."""
+    """(name, source, the source's contents, mount path) of each volume the pod gets, made for this pod."""
     if choices.mode == names.MODE_POD_CERTIFICATE:
         ours: list[tuple[str, Source, dict[str, Any], str]] = [
-            (names.CERT_VOLUME, "projected", {"sources": _POD_CERT_SOURCES}, choices.cert_path),
-            (names.TRUST_VOLUME, "projected", {"sources": _BUNDLE_SOURCES}, choices.trust_path)]
+            (names.CERT_VOLUME, "projected", {"sources": _pod_cert_sources()}, choices.cert_path),
+            (names.TRUST_VOLUME, "projected", {"sources": [_bundle_source(names.BUNDLE_KEY)]}, choices.trust_path)]
     else:
         ours = [(names.CERT_VOLUME, "secret", {"secretName": choices.secret_name}, choices.cert_path),
                 (names.TRUST_VOLUME, "configMap", {"name": options.trust_bundle_configmap}, choices.trust_path)]
@@ -158,13 +159,12 @@ def _bundle_source(path: str) -> dict[str, Any]:
 
 # The pod-certificate mode: the same files at the same paths as the Secret and ConfigMap give. The key is
 # made by the kubelet on the node and the certificate asked of our signer; ca.crt and ca-bundle.crt
-# both come from the signer's ClusterTrustBundle.
-_POD_CERT_SOURCES = [
-    {"podCertificate": {"signerName": names.SIGNER_NAME, "keyType": names.POD_KEY_TYPE,
-                        "certificateChainPath": names.CERT_FILE, "keyPath": names.KEY_FILE}},
-    _bundle_source(names.CA_FILE),
-]
-_BUNDLE_SOURCES = [_bundle_source(names.BUNDLE_KEY)]
+# both come from the signer's ClusterTrustBundle. Made anew for each pod, as the other modes' are, so no
+# two pods' volumes share an object.
+def _pod_cert_sources() -> list[dict[str, Any]]:
+    return [{"podCertificate": {"signerName": names.SIGNER_NAME, "keyType": names.POD_KEY_TYPE,
+                                "certificateChainPath": names.CERT_FILE, "keyPath": names.KEY_FILE}},
+            _bundle_source(names.CA_FILE)]
 
 
 class _Target(NamedTuple):
@@ -211,7 +211,7 @@ def _volume(
         name = base if suffix == 1 else f"{base}-{suffix}"
         existing = taken.get(name)
         if existing is None:
-            return name, {"name": name, source: orjson.loads(orjson.dumps(identity))}  # a copy per pod
+            return name, {"name": name, source: identity}
         if _is_ours(existing.contents(source), identity):
             return name, None
     raise AssertionError("unreachable: a free volume name always exists")
@@ -230,14 +230,9 @@ def _change(
     target: _Target, wanted: Sequence[dict[str, Any]], env: Sequence[dict[str, Any]], warnings: list[str]
 ) -> ContainerChange:
     container = target.container
-    return ContainerChange(
-        field=target.field,
-        position=target.position,
-        mounts=_missing_mounts(container, wanted),
-        mounts_exist=container.volumeMounts is not None,
-        env=_missing_env(container, env, warnings),
-        env_exist=container.env is not None,
-    )
+    return ContainerChange(target.field, target.position, _missing_mounts(container, wanted),
+                           container.volumeMounts is not None, _missing_env(container, env, warnings),
+                           container.env is not None)
 
 
 def _missing_mounts(container: Container, wanted: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
