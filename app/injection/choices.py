@@ -79,8 +79,8 @@ def read_choices(workload: Workload, annotations: Mapping[str, Any], options: In
     mode, fallback = _mode(annotations, options)
     secret = _secret_name(workload)
     client = _client_secret(annotations, secret, mode)
-    for other in (cert_path, trust_path):
-        if client and _nested(names.CLIENT_MOUNT_PATH, other):
+    for other in (cert_path, trust_path) if client else ():
+        if _nested(names.CLIENT_MOUNT_PATH, other):
             raise InjectionRefused(
                 f"{names.CLIENT_CERT_ANNOTATION}: the client certificate's path {names.CLIENT_MOUNT_PATH} and {other} "
                 f"must be distinct and not inside one another (see {names.CERT_PATH_ANNOTATION} and "

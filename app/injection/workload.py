@@ -146,7 +146,8 @@ def _owned(kind: str, name: str, labels: Mapping[str, Any]) -> tuple[str, str]:
 
 def _workload(kind: str, name: str, annotations: Mapping[str, Any]) -> Workload:
     secret = _text(annotations, SECRET_NAME_ANNOTATION) or (secret_name_for(name) if name else "")
-    listed = {part.strip() for part in _text(annotations, SERVICE_NAMES_ANNOTATION).split(",") if part.strip()}
+    raw = _text(annotations, SERVICE_NAMES_ANNOTATION)
+    listed = {part.strip() for part in raw.split(",") if part.strip()} if raw else ()
     services = tuple(sorted(listed)) or ((name,) if name else ())
     return Workload(kind, name, secret, services)
 
