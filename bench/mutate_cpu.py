@@ -7,9 +7,8 @@ Prints the median over R repeats of N calls each, in microseconds of this proces
 CREATE of a Deployment's pod of about 4 KB (two containers and a native sidecar, env, probes, resources,
 the projected service-account volume) that opts into the TLS env vars:
 - `plan+patch`: plan_injection + patch_ops on the decoded pod;
-- `handler`: the /mutate handler on a decoded request (the spec's text decoded, plan, patch, JSON +
-  base64 of the patch), each request a pod shape it has not seen (a different image per request, more
-  of them than it remembers);
+- `handler`: the /mutate handler on a decoded request (plan, patch, JSON + base64 of the patch), each
+  request a pod shape it has not seen (its own ReplicaSet per request, more of them than it remembers);
 - `handler, replica`: the same for another replica of a template it has answered (the remembered answer);
 - `decode`: the edge's one typed decode of the review (msgspec);
 - `request`: decode + handler + the response's orjson.dumps: the whole request minus HTTP and TLS
@@ -20,9 +19,9 @@ the projected service-account volume) that opts into the TLS env vars:
   copy and diffs it would pay on top, for comparison.
 
 Then a pod of a new shape, step by step, as the endpoint meets it (`request, new shape` in parts): the
-typed decode of the review, the memo's key (naming inputs as JSON, the token-volume scan), the spec's
-text decoded, the plan, the patch ops, the answer (ops as JSON, base64, and the scan for a token volume's
-name that decides whether it may be shared), and the review's answer encoded.
+typed decode of the review (the spec as the plan reads it, typed), the memo's key (naming inputs and that
+spec as JSON, the token-volume check), the plan, the patch ops, the answer (ops as JSON, base64, and the
+scan for a token volume's name that decides whether it may be shared), and the review's answer encoded.
 """
 
 from __future__ import annotations
@@ -58,7 +57,8 @@ def container(name: str, image: str, port: int) -> dict[str, Any]:
     }
 
 
-def pod(*, image: str = "registry.example/web:2.4.1") -> dict[str, Any]:
+def pod(*, image: str = "registry.example/web:2.4.1", template: str = "7d4b9c8f6d") -> dict[str, Any]:
+    """A Deployment's pod; `template` is its pod-template-hash (a new one: a new ReplicaSet)."""
     token_sources = [
         {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
         {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
@@ -69,10 +69,10 @@ def pod(*, image: str = "registry.example/web:2.4.1") -> dict[str, Any]:
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {
-            "generateName": "web-7d4b9c8f6d-",
-            "labels": {"app": "web", "pod-template-hash": "7d4b9c8f6d", "tls-injector.io/inject": "true"},
+            "generateName": f"web-{template}-",
+            "labels": {"app": "web", "pod-template-hash": template, "tls-injector.io/inject": "true"},
             "annotations": {"tls-injector.io/env": "NODE_EXTRA_CA_CERTS", "prometheus.io/scrape": "true"},
-            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d4b9c8f6d",
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"web-{template}",
                                  "uid": "3c5e1d2a-0000-4000-8000-000000000001", "controller": True,
                                  "blockOwnerDeletion": True}],
         },
@@ -125,7 +125,7 @@ def main() -> None:
         return patch_ops(plan_injection(decoded_pod["metadata"], typed_spec, options=options,
                                         ca_fingerprints=FINGERPRINTS))
 
-    bodies = [review_bytes(pod(image=f"app:{i}")) for i in range(2 * MAX_ENTRIES)]
+    bodies = [review_bytes(pod(image=f"app:{i}", template=f"{i:010x}")) for i in range(2 * MAX_ENTRIES)]
     shapes = [route.decode(b) for b in bodies]
     unseen, unseen_bodies = itertools.cycle(shapes), itertools.cycle(bodies)
 
