@@ -37,6 +37,7 @@ TOKEN_PREFIX = b'"kube-api-access-'
 TOKEN_SUFFIX = re.compile(rb'[a-z0-9]{5}"')
 TOKEN_PLACEHOLDER = TOKEN_PREFIX + b'*"'  # not a valid volume name, so no pod carries it
 _PREFIX = TOKEN_PREFIX[1:]  # in an answer: a name quoted, cut, or part of a longer one
+_SHORTER = len(TOKEN_PREFIX) + 6 - len(TOKEN_PLACEHOLDER)  # a name replaced by the placeholder
 
 
 def shape_key(text: bytes) -> tuple[bytes, bytes | None]:
@@ -45,7 +46,7 @@ def shape_key(text: bytes) -> tuple[bytes, bytes | None]:
     `\\` and control characters, so no `\\u` escape can write a name the scan does not see).
 
     The name is replaced only when the text holds exactly one distinct such name and no placeholder (every
-    occurrence of the prefix begins the first one found: two counts, in C): then the key and the name
+    occurrence of the prefix begins the first one found: as many as were replaced): then the key and the name
     give back the text exactly, so two pods share a key only when their texts differ in that one name,
     everywhere it occurs. The plan compares names only with each other and with its own
     (`tls-injector-*`), so such pods get the same plan but for that name; an answer that contains the
@@ -54,8 +55,9 @@ def shape_key(text: bytes) -> tuple[bytes, bytes | None]:
     at = text.find(TOKEN_PREFIX)
     if at >= 0 and TOKEN_SUFFIX.match(text, at + len(TOKEN_PREFIX)):
         name = text[at:at + len(TOKEN_PREFIX) + 6]  # the prefix, 5 characters and the closing quote
-        if text.count(TOKEN_PREFIX) == text.count(name):
-            return b"~" + text.replace(name, TOKEN_PLACEHOLDER), name
+        key = b"~" + text.replace(name, TOKEN_PLACEHOLDER)
+        if text.count(TOKEN_PREFIX) == (len(text) + 1 - len(key)) // _SHORTER:  # each name replaced: 4 bytes less
+            return key, name
     return b"=" + text, None
 
 

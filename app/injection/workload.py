@@ -69,8 +69,10 @@ def naming_inputs(metadata: Mapping[str, Any]) -> dict[str, Any]:
     """Everything in a Pod's metadata that `pod_workload` and the injection plan read: pods that agree on
     these (every replica of one template) get the same workload and the same plan. The pod's own name
     counts only where it names the workload: no controller and no generateName."""
-    inputs = {key: metadata.get(key) for key in ("labels", "annotations", "ownerReferences", "generateName")}
-    if controller_of(metadata) is None and not _stem(metadata.get("generateName")):
+    generate_name = metadata.get("generateName")
+    inputs = {"labels": metadata.get("labels"), "annotations": metadata.get("annotations"),
+              "ownerReferences": metadata.get("ownerReferences"), "generateName": generate_name}
+    if not _stem(generate_name) and controller_of(metadata) is None:
         inputs["name"] = metadata.get("name")
     return inputs
 
