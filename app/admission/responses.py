@@ -6,11 +6,11 @@ A patch is standard base64 of a JSON Patch document and appears only together wi
 
 from __future__ import annotations
 
-import binascii
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal, NotRequired, TypedDict
 
 import orjson
+import pybase64
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
@@ -66,7 +66,9 @@ def with_patch(response: AdmissionResponse, document: bytes) -> AdmissionRespons
     """`response` carrying `document`, a JSON Patch as JSON text, as its patch (with its patchType); an
     empty document is no patch at all."""
     if document:
-        response["patch"] = binascii.b2a_base64(document, newline=False).decode("ascii")
+        # pybase64 (SIMD) writes the same standard base64 as binascii at ~10% of its CPU: 4k instructions
+        # against 39k for the 1.9 KB patch of a new template's pod (cachegrind).
+        response["patch"] = pybase64.b64encode_as_string(document)
         response["patchType"] = "JSONPatch"
     return response
 
