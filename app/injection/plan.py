@@ -116,18 +116,13 @@ def plan_injection(
                         f"read the PEM bundle instead")
     changes = [_change(t, mounts, env, warnings) for t in targets]
     record = _record(choices, options, [t.container.name for t in targets], ca_fingerprints)
-    wanted_annotations = {**(pins or {}), names.INJECTED_ANNOTATION: record}
-    return Plan(
-        secret_name=choices.secret_name,
-        record=record,
-        volumes=tuple(new_volumes),
-        volumes_exist=spec.volumes is not None,
-        containers=tuple(c for c in changes if c.mounts or c.env),
-        annotations=_annotation_changes(annotations, wanted_annotations),
-        metadata="missing" if metadata is None else "present" if meta.get("annotations") is not None
-        else "no-annotations",
-        warnings=tuple(warnings),
-    )
+    wanted_annotations = {**pins, names.INJECTED_ANNOTATION: record} if pins else {names.INJECTED_ANNOTATION: record}
+    state: MetadataState = "missing" if metadata is None else "present" if meta.get("annotations") is not None \
+        else "no-annotations"
+    # Positional, in the fields' order (a NamedTuple's keywords cost more than its fields).
+    return Plan(choices.secret_name, record, tuple(new_volumes), spec.volumes is not None,
+                tuple(c for c in changes if c.mounts or c.env), _annotation_changes(annotations, wanted_annotations),
+                state, tuple(warnings))
 
 
 def plan_pod(pod: Mapping[str, Any], **settings: Any) -> Plan:
@@ -236,7 +231,9 @@ def _change(
 
 
 def _missing_mounts(container: Container, wanted: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
-    by_path = {posixpath.normpath(m.mountPath): m for m in container.volumeMounts or ()}
+    if not container.volumeMounts:
+        return tuple(wanted)
+    by_path = {posixpath.normpath(m.mountPath): m for m in container.volumeMounts}
     missing = []
     for mount in wanted:
         existing = by_path.get(mount["mountPath"])
@@ -277,15 +274,17 @@ def _record(choices: Choices, options: InjectionOptions, containers: list[str], 
         "containers": containers,
         "env": list(choices.env),
         "cas": sorted(set(cas)),
-        **({"mode": choices.mode, "signer": names.SIGNER_NAME} if native else {}),
-        **({"client": choices.client_secret, "clientPath": choices.client_path} if choices.client_secret else {}),
     }
-    return orjson.dumps(record, option=orjson.OPT_SORT_KEYS).decode()
+    if native:
+        record["mode"], record["signer"] = choices.mode, names.SIGNER_NAME
+    if choices.client_secret:
+        record["client"], record["clientPath"] = choices.client_secret, choices.client_path
+    return orjson.dumps(record, option=orjson.OPT_SORT_KEYS).decode()  # sorted: the order built in is not read
 
 
 def _annotation_changes(current: Mapping[str, Any], wanted: Mapping[str, str]) -> tuple[AnnotationChange, ...]:
     return tuple(
-        AnnotationChange(key=key, value=value, present=key in current)
+        AnnotationChange(key, value, key in current)
         for key, value in wanted.items()
         if current.get(key) != value
     )
