@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from app.admission import Skipped
+from app.admission import Skipped, clip
 from app.injection.choices import InjectionRefused
 
 # A refusal quotes the decoder's reason (a type and a path in the spec), cut to this many characters.
@@ -88,7 +88,7 @@ def pod_spec(value: object) -> PodSpec | None:
         return _SPECS.decode(msgspec.json.encode(value))
     except (msgspec.ValidationError, msgspec.EncodeError, TypeError, ValueError) as error:
         reason = f"invalid pod spec: {str(error).replace('`$.', '`spec.', 1)}"
-        raise InjectionRefused(reason if len(reason) <= _MAX_REASON else reason[: _MAX_REASON - 3] + "...") from None
+        raise InjectionRefused(clip(reason, _MAX_REASON)) from None
 
 
 _SPECS = msgspec.json.Decoder(PodSpec)
