@@ -46,7 +46,12 @@ needs_glibc = pytest.mark.skipif(not os.confstr("CS_GNU_LIBC_VERSION"), reason="
 
 @needs_glibc
 def test_without_the_fix_buffers_come_from_the_heap_once_a_large_block_was_freed() -> None:
-    assert probe("none") == ["False", "False", "False", "False", "False"]
+    # Not all four: now and then (1 CI run of ~10 here, never in 12 runs alone) glibc maps some of the
+    # later blocks all the same, when the heap cannot grow in place (its break meets another mapping).
+    # One from the heap is what the fix changes: with it every block is its own mapping (next test).
+    fixed, *mapped = probe("none")
+    assert fixed == "False"
+    assert "False" in mapped, mapped
 
 
 @needs_glibc
