@@ -68,17 +68,27 @@ class Choices(NamedTuple):
     client_path: str = names.CLIENT_MOUNT_PATH
 
 
+# The annotations a pod chooses with (the Secret's name is the workload's, see app.injection.workload).
+_CHOICE_ANNOTATIONS = frozenset({names.CERT_PATH_ANNOTATION, names.TRUST_PATH_ANNOTATION, names.MODE_ANNOTATION,
+                                 names.CLIENT_CERT_ANNOTATION, names.CONTAINERS_ANNOTATION, names.ENV_ANNOTATION})
+
+
 def read_choices(workload: Workload, annotations: Mapping[str, Any], options: InjectionOptions) -> Choices:
-    cert_path = _mount_path(annotations, names.CERT_PATH_ANNOTATION, options.cert_mount_path)
-    trust_path = _mount_path(annotations, names.TRUST_PATH_ANNOTATION, options.trust_mount_path)
+    # The pod's choices as text ("" for one it does not set, or sets to something else), found in one set
+    # intersection rather than six lookups through a helper: most pods set none (~10k instructions a pod).
+    given = {key: _text(annotations, key) for key in annotations.keys() & _CHOICE_ANNOTATIONS}
+    raw = given.get(names.CERT_PATH_ANNOTATION)
+    cert_path = _checked_path(names.CERT_PATH_ANNOTATION, raw) if raw else options.cert_mount_path
+    raw = given.get(names.TRUST_PATH_ANNOTATION)
+    trust_path = _checked_path(names.TRUST_PATH_ANNOTATION, raw) if raw else options.trust_mount_path
     if _nested(cert_path, trust_path):
         raise InjectionRefused(
             f"the certificate path {cert_path} and the trust bundle path {trust_path} must be distinct and "
             f"not inside one another (see {names.CERT_PATH_ANNOTATION} and {names.TRUST_PATH_ANNOTATION})"
         )
-    mode, fallback = _mode(annotations, options)
+    mode, fallback = _mode(given.get(names.MODE_ANNOTATION, ""), options)
     secret = _secret_name(workload)
-    client = _client_secret(annotations, secret, mode)
+    client = _client_secret(given.get(names.CLIENT_CERT_ANNOTATION, ""), secret, mode)
     for other in (cert_path, trust_path) if client else ():
         if _nested(names.CLIENT_MOUNT_PATH, other):
             raise InjectionRefused(
@@ -86,23 +96,19 @@ def read_choices(workload: Workload, annotations: Mapping[str, Any], options: In
                 f"must be distinct and not inside one another (see {names.CERT_PATH_ANNOTATION} and "
                 f"{names.TRUST_PATH_ANNOTATION})"
             )
-    return Choices(
-        secret_name=secret,
-        cert_path=cert_path,
-        trust_path=trust_path,
-        containers=_containers(annotations),
-        env=_env(annotations),
-        mode=mode,
-        fallback=fallback,
-        client_secret=client,
-    )
+    raw = given.get(names.CONTAINERS_ANNOTATION)
+    containers = _containers(raw) if raw else None
+    raw = given.get(names.ENV_ANNOTATION)
+    env = _env(raw) if raw else ()
+    # Positional, in the fields' order (a NamedTuple's keywords cost ~3.7k instructions more).
+    return Choices(secret, cert_path, trust_path, containers, env, mode, fallback, client)
 
 
-def _client_secret(annotations: Mapping[str, Any], secret: str, mode: str) -> str:
+def _client_secret(raw: str, secret: str, mode: str) -> str:
     """The client certificate's Secret when the pod asks for one ("true"), "" when it does not ("false" or
     unset); anything else is refused, as is asking for it with pod certificates (docs/mtls.md: the
     PodCertificateRequest API carries no client usage choice for this signer yet, so that mode has none)."""
-    raw = _text(annotations, names.CLIENT_CERT_ANNOTATION).lower()
+    raw = raw.lower()
     if not raw or raw == "false":
         return ""
     if raw != "true":
@@ -114,9 +120,9 @@ def _client_secret(annotations: Mapping[str, Any], secret: str, mode: str) -> st
     return client_secret_name_for(secret)
 
 
-def _mode(annotations: Mapping[str, Any], options: InjectionOptions) -> tuple[str, str]:
+def _mode(raw: str, options: InjectionOptions) -> tuple[str, str]:
     """The mode the pod gets, and the reason when it asked for pod certificates and gets the Secret."""
-    asked = _text(annotations, names.MODE_ANNOTATION) or options.default_mode
+    asked = raw or options.default_mode
     if asked not in names.MODES:
         raise InjectionRefused(f"{names.MODE_ANNOTATION}: {shown(asked)} is not one of {', '.join(names.MODES)}")
     if asked == names.MODE_POD_CERTIFICATE and not options.pod_certificates:
@@ -145,11 +151,6 @@ def _secret_name(workload: Workload) -> str:
     return secret
 
 
-def _mount_path(annotations: Mapping[str, Any], key: str, default: str) -> str:
-    raw = _text(annotations, key)
-    return _checked_path(key, raw) if raw else default
-
-
 def _checked_path(what: str, raw: str) -> str:
     path = posixpath.normpath(raw)
     if not raw.startswith("/") or ".." in raw.split("/") or ":" in raw or path == "/":
@@ -163,15 +164,13 @@ def _nested(first: str, second: str) -> bool:
     return first == second or first.startswith(second + "/") or second.startswith(first + "/")
 
 
-def _containers(annotations: Mapping[str, Any]) -> frozenset[str] | None:
-    raw = _text(annotations, names.CONTAINERS_ANNOTATION)
-    listed = _comma_list(raw) if raw else None
+def _containers(raw: str) -> frozenset[str] | None:
+    listed = _comma_list(raw)
     return frozenset(listed) if listed else None
 
 
-def _env(annotations: Mapping[str, Any]) -> tuple[str, ...]:
-    raw = _text(annotations, names.ENV_ANNOTATION)
-    if not raw or raw.lower() == "false":
+def _env(raw: str) -> tuple[str, ...]:
+    if raw.lower() == "false":
         return ()
     if raw.lower() == "true":
         return names.TLS_ENV_VARS
