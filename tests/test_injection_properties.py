@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from app.injection import InjectionOptions, InjectionRefused, Plan, patch_ops, plan_pod
+from app.injection.plan import _normpath
 from app.names import (
     CERT_PATH_ANNOTATION,
     CONTAINERS_ANNOTATION,
@@ -214,3 +215,10 @@ def test_injection_applies_yields_a_valid_pod_and_is_idempotent(pod: dict[str, A
         assert volumes[mounted[trust_path]]["configMap"] == {"name": "tls-injector-trust-bundle"}
     assert spec.get("ephemeralContainers") == before["spec"].get("ephemeralContainers")
     assert patch_ops(plan_pod(result, options=OPTIONS)) == [], "a second injection must change nothing"
+
+
+@PROPERTY
+@given(st.text(alphabet="/.a", max_size=12))
+def test_the_plans_mount_path_normalisation_is_posix_normpath(path: str) -> None:
+    # The plan skips normpath for a path it would leave as is (a saving); it must be the same function.
+    assert _normpath(path) == posixpath.normpath(path)

@@ -26,7 +26,7 @@ import orjson
 from app import names
 from app.injection.choices import Choices, InjectionOptions, InjectionRefused, read_choices, shown
 from app.injection.podspec import Container, PodSpec, Source, Volume, pod_spec
-from app.injection.workload import Workload, pod_workload
+from app.injection.workload import Workload, pod_secret_name
 
 # Init containers first: that is the order the kubelet starts them in, and the order the record lists.
 ContainerField = Literal["initContainers", "containers"]
@@ -97,7 +97,7 @@ def plan_injection(
     if spec is None:
         raise InjectionRefused("the pod has no spec")
     _check_size(spec)
-    choices = read_choices(pod_workload(meta) if workload is None else workload, annotations, options)
+    choices = read_choices(pod_secret_name(meta) if workload is None else workload.secret_name, annotations, options)
     taken = {volume.name: volume for volume in spec.volumes or ()}
     new_volumes: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
@@ -206,15 +206,14 @@ def _volume(
 ) -> tuple[str, dict[str, Any] | None]:
     """The name of our volume in the pod (`taken`: its volumes by name), and the volume to add: None when
     the pod has it (matched by contents), else a new one under the first free name."""
-    # One of these len(taken) + 1 names is free, so the loop always returns.
-    for suffix in range(1, len(taken) + 2):
-        name = base if suffix == 1 else f"{base}-{suffix}"
-        existing = taken.get(name)
-        if existing is None:
-            return name, {"name": name, source: identity}
+    # One of the first len(taken) + 1 names is free, so the loop ends.
+    name, suffix = base, 1
+    while (existing := taken.get(name)) is not None:
         if _is_ours(existing.contents(source), identity):
             return name, None
-    raise AssertionError("unreachable: a free volume name always exists")
+        suffix += 1
+        name = f"{base}-{suffix}"
+    return name, {"name": name, source: identity}
 
 
 def _is_ours(contents: object, identity: Mapping[str, Any]) -> bool:
@@ -286,11 +285,11 @@ def _record(choices: Choices, options: InjectionOptions, containers: list[str], 
 
 
 def _annotation_changes(current: Mapping[str, Any], wanted: Mapping[str, str]) -> tuple[AnnotationChange, ...]:
-    return tuple(
-        AnnotationChange(key, value, key in current)
-        for key, value in wanted.items()
-        if current.get(key) != value
-    )
+    changes = []  # a loop, not a generator fed to tuple(): ~2k instructions less for the usual one change
+    for key, value in wanted.items():
+        if current.get(key) != value:
+            changes.append(AnnotationChange(key, value, key in current))
+    return tuple(changes)
 
 
 def _map(obj: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
