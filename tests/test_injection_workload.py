@@ -15,6 +15,7 @@ from app.admission import JsonPatchOp
 from app.injection import cronjob_pins, pod_workload, template_workload
 from app.injection.jobs import job_pin_ops
 from app.injection.mutate import PodObject
+from app.injection.workload import pod_secret_name
 from tests.support.shapes import DELETE, damage, paths
 
 SECRET = "tls-injector.io/secret-name"
@@ -61,6 +62,7 @@ def test_a_pod_names_its_workload_and_secret(metadata: dict[str, Any], kind: str
     workload = pod_workload(metadata)
     assert (workload.kind, workload.secret_name) == (kind, secret)
     assert workload.service_names == ((workload.name,) if workload.name else ())
+    assert pod_secret_name(metadata) == secret  # what the injection plan reads, without the Workload
 
 
 @pytest.mark.parametrize("kind", ["Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob", "ReplicaSet"])

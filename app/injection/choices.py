@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from app import names
-from app.injection.workload import Workload, client_secret_name_for
+from app.injection.workload import client_secret_name_for
 
 # DNS-1123 subdomain, what the apiserver requires of a Secret name (RFC 1123 labels, at most 253 chars).
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -73,7 +73,9 @@ _CHOICE_ANNOTATIONS = frozenset({names.CERT_PATH_ANNOTATION, names.TRUST_PATH_AN
                                  names.CLIENT_CERT_ANNOTATION, names.CONTAINERS_ANNOTATION, names.ENV_ANNOTATION})
 
 
-def read_choices(workload: Workload, annotations: Mapping[str, Any], options: InjectionOptions) -> Choices:
+def read_choices(secret_name: str, annotations: Mapping[str, Any], options: InjectionOptions) -> Choices:
+    """What a pod whose workload's Secret is `secret_name` (its `Workload.secret_name`) and whose
+    annotations are these gets."""
     # The pod's choices as text ("" for one it does not set, or sets to something else), found in one set
     # intersection rather than six lookups through a helper: most pods set none (~10k instructions a pod).
     given = {key: _text(annotations, key) for key in annotations.keys() & _CHOICE_ANNOTATIONS}
@@ -87,7 +89,7 @@ def read_choices(workload: Workload, annotations: Mapping[str, Any], options: In
             f"not inside one another (see {names.CERT_PATH_ANNOTATION} and {names.TRUST_PATH_ANNOTATION})"
         )
     mode, fallback = _mode(given.get(names.MODE_ANNOTATION, ""), options)
-    secret = _secret_name(workload)
+    secret = _secret_name(secret_name)
     client = _client_secret(given.get(names.CLIENT_CERT_ANNOTATION, ""), secret, mode)
     for other in (cert_path, trust_path) if client else ():
         if _nested(names.CLIENT_MOUNT_PATH, other):
@@ -132,8 +134,7 @@ def _mode(raw: str, options: InjectionOptions) -> tuple[str, str]:
     return asked, ""
 
 
-def _secret_name(workload: Workload) -> str:
-    secret = workload.secret_name
+def _secret_name(secret: str) -> str:
     if not secret:
         raise InjectionRefused(
             f"cannot tell which workload this pod belongs to (no owner, name or generateName); "

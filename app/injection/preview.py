@@ -52,7 +52,7 @@ def what_pods_get(kind: str, name: str, template_meta: Mapping[str, Any], option
         who += f" (if the namespace is labelled {names.INJECT_LABEL}={names.NAMESPACE_OPT_IN})"
     annotations = template_meta.get("annotations") or {}
     try:
-        choices = read_choices(template_workload(kind, name, template_meta),
+        choices = read_choices(template_workload(kind, name, template_meta).secret_name,
                                annotations if isinstance(annotations, dict) else {}, options)
     except InjectionRefused as refusal:
         return (f"{who} will be refused: {refusal}",)

@@ -55,14 +55,16 @@ class Workload:
 
 def pod_workload(metadata: Mapping[str, Any]) -> Workload:
     """The workload of a Pod with this metadata, as `/mutate` sees it and the reconciler lists it."""
-    owner = controller_of(metadata)
-    if owner is not None:
-        kind, name = _owned(str(owner.get("kind") or ""), owner["name"], _map(metadata, "labels"))
-    else:
-        # Prefer the generateName stem: the apiserver may or may not have filled `name` in by the time
-        # admission runs, and both orders must give the same Secret.
-        kind, name = "Pod", _stem(metadata.get("generateName")) or _text(metadata, "name")
+    kind, name = _pod_owner(metadata)
     return _workload(kind, name, _map(metadata, "annotations"))
+
+
+def pod_secret_name(metadata: Mapping[str, Any]) -> str:
+    """`pod_workload(metadata).secret_name`, derived the same way without building the rest of the
+    Workload: the injection plan reads only this (the services and the Workload cost it ~10k
+    instructions a pod)."""
+    _, name = _pod_owner(metadata)
+    return _secret_name(name, _map(metadata, "annotations"))
 
 
 def naming_inputs(metadata: Mapping[str, Any]) -> dict[str, Any]:
@@ -137,6 +139,15 @@ def template_of(kind: str, obj: Mapping[str, Any]) -> dict[str, Any] | None:
     return node if isinstance(node, dict) else None
 
 
+def _pod_owner(metadata: Mapping[str, Any]) -> tuple[str, str]:
+    owner = controller_of(metadata)
+    if owner is not None:
+        return _owned(str(owner.get("kind") or ""), owner["name"], _map(metadata, "labels"))
+    # Prefer the generateName stem: the apiserver may or may not have filled `name` in by the time
+    # admission runs, and both orders must give the same Secret.
+    return "Pod", _stem(metadata.get("generateName")) or _text(metadata, "name")
+
+
 def _owned(kind: str, name: str, labels: Mapping[str, Any]) -> tuple[str, str]:
     """The workload behind pods whose controller is `kind`/`name`: a Deployment's ReplicaSet is named
     `<deployment>-<pod-template-hash>` and its pods carry the hash, so removing it names the Deployment."""
@@ -147,11 +158,15 @@ def _owned(kind: str, name: str, labels: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def _workload(kind: str, name: str, annotations: Mapping[str, Any]) -> Workload:
-    secret = _text(annotations, SECRET_NAME_ANNOTATION) or (secret_name_for(name) if name else "")
+    secret = _secret_name(name, annotations)
     raw = _text(annotations, SERVICE_NAMES_ANNOTATION)
     listed = {part.strip() for part in raw.split(",") if part.strip()} if raw else ()
-    services = tuple(sorted(listed)) or ((name,) if name else ())
+    services = tuple(sorted(listed)) if listed else (name,) if name else ()
     return Workload(kind, name, secret, services)
+
+
+def _secret_name(name: str, annotations: Mapping[str, Any]) -> str:
+    return _text(annotations, SECRET_NAME_ANNOTATION) or (secret_name_for(name) if name else "")
 
 
 def _map(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
