@@ -3,9 +3,11 @@
 Each endpoint decodes the body exactly once, against a schema (msgspec Structs) of the envelope and of
 what its handler reads of the objects: /mutate the pod's metadata and, typed, what the plan reads of its spec
 (app.injection.mutate), /validate the texts at its rules' `self` paths (app.rules.reader). Everything
-else in the review is skipped, not built. The envelope is then checked as the apiserver would fill it
-(`well_formed`); what the decode or the check refuses raises BadReview, which the HTTP edge turns into a
-400 (a malformed call, so the apiserver's failurePolicy decides), never a 500.
+else in the review is skipped, not built. The envelope's Structs carry the checks of how the apiserver
+fills it (its literals, and the lengths below, as msgspec constraints: checked in the decode, ~6k
+instructions less per review than a Python check after it); what the decode refuses raises BadReview,
+which the HTTP edge turns into a 400 (a malformed call, so the apiserver's failurePolicy decides), never
+a 500.
 
 The reason given is bounded and names every problem of the envelope (`review_problems`), read from the
 body only once it is refused. What the decode accepts, it accepts as any JSON decoder would, with two
@@ -25,7 +27,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypedDict, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypedDict, TypeVar
 
 import msgspec
 import orjson
@@ -49,6 +51,8 @@ MAX_OPENINGS = 1000
 MAX_REASON_CHARS = 1024
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+Uid = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_UID_LENGTH)]
+ShortText = Annotated[str, msgspec.Meta(max_length=MAX_NAME_LENGTH)]
 # Before 3.12, C code's recursion guard (which msgspec's decoder uses per level) follows sys's limit.
 _COUNT_OPENINGS = sys.version_info >= (3, 12)
 
@@ -64,9 +68,9 @@ class BadReview(ValueError):
 
 
 class Kind(msgspec.Struct, frozen=True):
-    group: str
-    version: str
-    kind: str
+    group: ShortText
+    version: ShortText
+    kind: ShortText
 
     def gvk(self) -> GroupVersionKind:
         return GroupVersionKind(group=self.group, version=self.version, kind=self.kind)
@@ -76,11 +80,11 @@ class Request(msgspec.Struct, kw_only=True):
     """The envelope every handler and the access log read; each endpoint's request adds the objects as
     its handler reads them."""
 
-    uid: str
+    uid: Uid
     kind: Kind
-    operation: str
-    namespace: str | None = None
-    name: str | None = None
+    operation: Operation
+    namespace: ShortText | None = None
+    name: ShortText | None = None
     dryRun: bool | None = None  # the wire's name
 
 
@@ -99,8 +103,8 @@ R = TypeVar("R", bound=Request)
 
 
 class Review(msgspec.Struct, Generic[R]):
-    apiVersion: str
-    kind: str
+    apiVersion: Literal["admission.k8s.io/v1"]  # API_VERSION and KIND, as the types mypy reads
+    kind: Literal["AdmissionReview"]
     request: R
 
 
@@ -126,9 +130,7 @@ def decode_review(reviews: msgspec.json.Decoder[Review[R]], body: bytes) -> R:
         raise BadReview(clip(f"invalid JSON: {error}", MAX_REASON_CHARS)) from None
     except RecursionError:
         raise BadReview("invalid JSON: nested too deeply") from None
-    if review.apiVersion == API_VERSION and review.kind == KIND and well_formed(review.request):
-        return review.request
-    raise BadReview(_explained(body, "the envelope is not what the apiserver sends"))
+    return review.request
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,16 +153,6 @@ class Route(Generic[R]):
 def envelope_route(handle: Callable[[Envelope], AdmissionResponse]) -> Route[Envelope]:
     """A route whose handler reads the envelope only."""
     return Route(decoder(Envelope), handle)
-
-
-def well_formed(request: Request) -> bool:
-    """True exactly when `review_problems` finds nothing in the envelope (a test holds the two together)."""
-    return (
-        0 < len(request.uid) <= MAX_UID_LENGTH and request.operation in OPERATIONS
-        and short_text(request.kind.group) and short_text(request.kind.version) and short_text(request.kind.kind)
-        and (request.namespace is None or short_text(request.namespace))
-        and (request.name is None or short_text(request.name))
-    )
 
 
 def _explained(body: bytes, fallback: str) -> str:
