@@ -105,14 +105,30 @@ class Rule:
 class Group:
     """A kind's rules that share one `self` path: one conversion, one CEL call, one memo for all of them.
 
-    `batch` holds each rule's expression followed by its warnWhen (when it has one), in rule order; None
-    when they do not compile as one list, and then each is evaluated alone.
+    `batch` holds the rules' expressions in rule order, then the warnWhens of those that have one, in
+    rule order too; None when they do not compile as one list, and then each is evaluated alone. So a
+    batch's first len(rules) results say whether each rule passed, read without a loop in Python, and
+    `warning_at` gives, per rule, the position of its warnWhen's result (None: it has no warnWhen), and
+    `quiet` is the batch's results when every rule passed and no warnWhen holds: the usual update.
     """
 
     self_path: Path
     rules: tuple[Rule, ...]
     batch: Batch | None
     memo: Memo
+    names: tuple[str, ...]  # the rules' names, in order
+    warning_at: tuple[int | None, ...]
+    quiet: tuple[bool, ...]
+
+    @classmethod
+    def of(cls, path: Path, rules: tuple[Rule, ...], memo: Memo) -> Group:
+        """The group of `rules` on `path`, its batch compiled."""
+        warned = [rule for rule in rules if rule.warning is not None]
+        programs = [*(rule.expression for rule in rules), *(rule.warning.when for rule in warned if rule.warning)]
+        positions = {rule.name: len(rules) + i for i, rule in enumerate(warned)}
+        return cls(path, rules, _batch_environment().compile_batch(programs), memo,
+                   tuple(rule.name for rule in rules), tuple(positions.get(rule.name) for rule in rules),
+                   (True,) * len(rules) + (False,) * len(warned))
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,9 +178,7 @@ class RuleSet:
         names = tuple(rule.name for rule in rules)
         group = self._groups.get(names)
         if group is None:
-            programs = [p for rule in rules for p in (rule.expression, *([rule.warning.when] if rule.warning else []))]
-            group = self._groups[names] = Group(path, rules, _batch_environment().compile_batch(programs),
-                                                Memo(entries=self.memo_entries))
+            group = self._groups[names] = Group.of(path, rules, Memo(entries=self.memo_entries))
         return group
 
     def __iter__(self) -> Iterator[Rule]:
