@@ -14,6 +14,8 @@ path) is read from that one's text, decoded once more for it (only for such rule
 from __future__ import annotations
 
 import itertools
+import operator
+from collections.abc import Callable
 from typing import Any, Optional, Union
 
 import msgspec
@@ -39,6 +41,7 @@ class Reader:
         self.whole = () in paths
         self.type: Any = msgspec.Raw
         self.steps: Steps = {}
+        self.getters: dict[Path, Callable[[Any], Any]] = {}  # per path not below another: its steps in one call
         self.outer: dict[Path, Path] = {}  # each path -> the path (not below another) it is read from
         self.below: dict[Path, tuple[Reader, msgspec.json.Decoder[Any]]] = {}
         if self.whole:
@@ -46,6 +49,7 @@ class Reader:
             return
         outer = {p for p in paths if not any(p[:i] in paths for i in range(1, len(p)))}
         self.type, self.steps = _schema(outer)
+        self.getters = {path: operator.attrgetter(".".join(steps)) for path, steps in self.steps.items()}
         for prefix in outer:
             self._below(prefix, frozenset(q[len(prefix):] for q in paths if len(q) > len(prefix)
                                           and q[:len(prefix)] == prefix))
@@ -73,13 +77,16 @@ class Reader:
         if self.whole:
             prefix, node = (), obj
         else:
-            prefix, node = self.outer[path], obj
-            for step in self.steps[prefix]:
-                if not isinstance(node, msgspec.Struct):  # absent, null or not an object on the way
-                    return b""
-                node = getattr(node, step)
+            prefix = self.outer[path]
+            # The steps' attributes in one C call, ~5k instructions less than a loop here (cachegrind).
+            # A step absent, null or not an object is None, a list or a scalar, none of which has
+            # an attribute named like a struct's field (f0, f1, ...): the path is absent.
+            try:
+                node = self.getters[prefix](obj)
+            except AttributeError:
+                return b""
         text = bytes(node)
-        if path == prefix:
+        if path is prefix or path == prefix:
             return text
         if not text.startswith(b"{"):  # absent, null or not an object: nothing below
             return b""
