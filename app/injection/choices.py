@@ -90,7 +90,8 @@ def read_choices(secret_name: str, annotations: Mapping[str, Any], options: Inje
         )
     mode, fallback = _mode(given.get(names.MODE_ANNOTATION, ""), options)
     secret = _secret_name(secret_name)
-    client = _client_secret(given.get(names.CLIENT_CERT_ANNOTATION, ""), secret, mode)
+    raw = given.get(names.CLIENT_CERT_ANNOTATION)
+    client = _client_secret(raw, secret, mode) if raw else ""
     for other in (cert_path, trust_path) if client else ():
         if _nested(names.CLIENT_MOUNT_PATH, other):
             raise InjectionRefused(
@@ -107,11 +108,12 @@ def read_choices(secret_name: str, annotations: Mapping[str, Any], options: Inje
 
 
 def _client_secret(raw: str, secret: str, mode: str) -> str:
-    """The client certificate's Secret when the pod asks for one ("true"), "" when it does not ("false" or
-    unset); anything else is refused, as is asking for it with pod certificates (docs/mtls.md: the
-    PodCertificateRequest API carries no client usage choice for this signer yet, so that mode has none)."""
+    """The client certificate's Secret when the pod asks for one ("true"), "" when it does not ("false";
+    read_choices calls this only when the annotation is set); anything else is refused, as is asking for
+    it with pod certificates (docs/mtls.md: the PodCertificateRequest API carries no client usage choice
+    for this signer yet, so that mode has none)."""
     raw = raw.lower()
-    if not raw or raw == "false":
+    if raw == "false":
         return ""
     if raw != "true":
         raise InjectionRefused(f"{names.CLIENT_CERT_ANNOTATION}: {shown(raw)} must be \"true\" or \"false\"")

@@ -274,7 +274,7 @@ def _record(choices: Choices, options: InjectionOptions, containers: list[str], 
         "certPath": choices.cert_path,
         "trustPath": choices.trust_path,
         "containers": containers,
-        "env": list(choices.env),
+        "env": choices.env,  # a tuple, written as the same JSON array
         "cas": sorted(set(cas)),
     }
     if native:
