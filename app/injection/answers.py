@@ -37,7 +37,6 @@ TOKEN_PREFIX = b'"kube-api-access-'
 TOKEN_SUFFIX = re.compile(rb'[a-z0-9]{5}"')
 TOKEN_PLACEHOLDER = TOKEN_PREFIX + b'*"'  # not a valid volume name, so no pod carries it
 _PREFIX = TOKEN_PREFIX[1:]  # in an answer: a name quoted, cut, or part of a longer one
-_SHORTER = len(TOKEN_PREFIX) + 6 - len(TOKEN_PLACEHOLDER)  # a name replaced by the placeholder
 
 
 def shape_key(text: bytes) -> tuple[bytes, bytes | None]:
@@ -55,9 +54,12 @@ def shape_key(text: bytes) -> tuple[bytes, bytes | None]:
     at = text.find(TOKEN_PREFIX)
     if at >= 0 and TOKEN_SUFFIX.match(text, at + len(TOKEN_PREFIX)):
         name = text[at:at + len(TOKEN_PREFIX) + 6]  # the prefix, 5 characters and the closing quote
-        key = b"~" + text.replace(name, TOKEN_PLACEHOLDER)
-        if text.count(TOKEN_PREFIX) == (len(text) + 1 - len(key)) // _SHORTER:  # each name replaced: 4 bytes less
-            return key, name
+        # split and join, not replace: replace scans the text twice for the name (to count, then to copy),
+        # split once: ~2k instructions less for a 1.3 KB key (cachegrind).
+        around = text.split(name)
+        if text.count(TOKEN_PREFIX) == len(around) - 1:  # every occurrence of the prefix begins the name
+            around[0] = b"~" + around[0]
+            return TOKEN_PLACEHOLDER.join(around), name
     return b"=" + text, None
 
 
