@@ -89,7 +89,7 @@ def read_choices(secret_name: str, annotations: Mapping[str, Any], options: Inje
             f"not inside one another (see {names.CERT_PATH_ANNOTATION} and {names.TRUST_PATH_ANNOTATION})"
         )
     mode, fallback = _mode(given.get(names.MODE_ANNOTATION, ""), options)
-    secret = _secret_name(secret_name)
+    secret = _checked_secret_name(secret_name)
     raw = given.get(names.CLIENT_CERT_ANNOTATION)
     client = _client_secret(raw, secret, mode) if raw else ""
     for other in (cert_path, trust_path) if client else ():
@@ -136,7 +136,9 @@ def _mode(raw: str, options: InjectionOptions) -> tuple[str, str]:
     return asked, ""
 
 
-def _secret_name(secret: str) -> str:
+def _checked_secret_name(secret: str) -> str:
+    """The workload's Secret name as a pod may use it: refused, with what to set, when there is none or it is
+    not a valid Secret name (as `_checked_path` checks a path)."""
     if not secret:
         raise InjectionRefused(
             f"cannot tell which workload this pod belongs to (no owner, name or generateName); "
