@@ -78,6 +78,19 @@ def ensure_system_tools() -> None:
     subprocess.run([apt, "install", "-y", "-qq", *missing], check=True, env=env)
 
 
+def ensure_control_plane() -> None:
+    """The cluster tier's kube-apiserver, kube-controller-manager, kubectl and etcd, built from their Go
+    modules when missing (tools/kube.py: cached by release outside the checkout, so only a new machine or
+    a new pinned release pays for it). A build that fails stops here, with Go's error: the cluster tier
+    is part of the suite, and a suite without it would prove less than it says."""
+    import kube  # noqa: PLC0415 - tools/kube.py, beside this file (the script's folder is on sys.path)
+
+    if not kube.built():
+        print(f"building Kubernetes v{kube.KUBERNETES} from its Go modules (first time on this machine)",
+              file=sys.stderr, flush=True)
+    kube.build()
+
+
 def run(*argv: str) -> int:
     print("+ " + " ".join(argv), file=sys.stderr, flush=True)
     return subprocess.run(argv, cwd=ROOT, check=False).returncode
@@ -106,6 +119,7 @@ def main(argv: list[str]) -> int:
     command, rest = argv[0], argv[1:]
     if command == "test":
         ensure_system_tools()
+        ensure_control_plane()
         return test(rest)
     if command == "bench":
         return run(str(BIN / "python"), "-m", "bench", *rest)
