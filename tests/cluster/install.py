@@ -74,6 +74,10 @@ class Installation:
     def log(self, name: str) -> str:
         return (self.folder / f"{name}.log").read_text(errors="replace")
 
+    def alive(self, name: str) -> bool:
+        process = self._processes.get(name)
+        return process is not None and process.poll() is None
+
     def stop(self, name: str) -> None:
         process = self._processes.pop(name, None)
         if process is not None and process.poll() is None:
