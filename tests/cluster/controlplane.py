@@ -93,6 +93,12 @@ class ControlPlane:
         path.chmod(0o600)
         return path
 
+    def node_kubeconfig(self, node: str) -> Path:
+        """A kubelet's credentials for `node`: what NodeRestriction and the Node authorizer judge."""
+        pair = self.pki.client(f"node-{node}", f"system:node:{node}", "system:nodes")
+        return self._write_kubeconfig(f"node-{node}", {"client-certificate": str(pair.cert),
+                                                       "client-key": str(pair.key)})
+
     def token_kubeconfig(self, stem: str, token: str) -> Path:
         """A kubeconfig that authenticates with a bearer token (a service account's, say)."""
         return self._write_kubeconfig(stem, {"token": token})

@@ -146,7 +146,9 @@ class Installation:
         process = self._spawn("webhook", "serve", "--no-reconciler", f"--host={self.service_ip}", "--port=443",
                               f"--tls-cert-file={cert}", f"--tls-private-key-file={key}",
                               f"--trust-bundle-file={trust}", f"--probe-port={self.probe_port}",
-                              "--drain-seconds=1", "--log-level=info")
+                              "--drain-seconds=1", "--log-level=info",
+                              # 1.37 serves pod certificates; the webhook has no API access to find out.
+                              "--pod-certificates=on")
         wait_until("the webhook's /readyz", self._webhook_ready, timeout=60)
         return process
 

@@ -77,6 +77,10 @@ class ClusterPKI:
         self.sa_pub.write_bytes(sa_key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
 
+    def client(self, stem: str, common_name: str, organization: str | None = None) -> Pair:
+        """A client certificate of the cluster CA: `system:node:<name>` in `system:nodes` is a kubelet."""
+        return self._leaf(stem, _name(common_name, organization), server=False)
+
     def _builder(self, subject: x509.Name, public_key: ec.EllipticCurvePublicKey) -> x509.CertificateBuilder:
         return (x509.CertificateBuilder().subject_name(subject).public_key(public_key)
                 .serial_number(x509.random_serial_number())
