@@ -49,7 +49,8 @@ def built() -> bool:
 
 def _go(*argv: str, cwd: Path, env: dict[str, str]) -> str:
     print("+ go " + " ".join(argv), file=sys.stderr, flush=True)
-    go = shutil.which("go")
+    # Go's own installer puts it in /usr/local/go/bin, which a non-login shell's PATH may lack.
+    go = shutil.which("go") or shutil.which("go", path="/usr/local/go/bin")
     if go is None:
         raise SystemExit("go is not installed: the cluster tier builds Kubernetes from its Go modules")
     done = subprocess.run([go, *argv], cwd=cwd, env=env, check=True, stdout=subprocess.PIPE, text=True)
