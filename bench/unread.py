@@ -24,7 +24,7 @@ from pathlib import Path
 
 from tests.support.certs import write_serving_pair
 from tests.support.process import free_port, serve_process
-from tests.support.unread import attack
+from tests.support.unread import HEALTHZ, attack
 
 
 def main() -> None:
@@ -33,6 +33,9 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=0, help="default: 64 operator, 250 admission")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--growth-cap-mib", type=int, default=1500)
+    parser.add_argument("--sources", type=int, default=1, help="loopback addresses the connections come from")
+    parser.add_argument("--healthz", action="store_true",
+                        help="pipeline GET /healthz, the smallest request, instead (the most requests per byte)")
     args = parser.parse_args()
     connections = args.connections or (64 if args.port == "operator" else 250)
     with tempfile.TemporaryDirectory() as tmp:
@@ -41,7 +44,8 @@ def main() -> None:
         with serve_process(Path(tmp), files, "--probe-port", str(probe_port), "--no-reconciler",
                            "--log-level", "warning") as server:
             outcome = attack(server, probe_port, target=args.port, connections=connections,
-                             seconds=args.seconds, growth_cap=args.growth_cap_mib * 2**20)
+                             seconds=args.seconds, growth_cap=args.growth_cap_mib * 2**20,
+                             requests=HEALTHZ * 512 if args.healthz else b"", sources=args.sources)
     print(outcome.summary(f"{args.port} port, {args.seconds:.0f} s"))
 
 

@@ -60,8 +60,8 @@ REASONS = {100: b"Continue", 200: b"OK", 400: b"Bad Request", 404: b"Not Found",
 # Unsent answers above this pause the connection's reading; below the low mark it resumes. 64 KiB holds a
 # few dozen admission answers (1-3 KB each) or a few /metrics pages: a client reading its answers never
 # meets it, one that stops reading costs this much memory and no more.
-WRITE_BUFFER_HIGH = 64 * 1024
-WRITE_BUFFER_LOW = 16 * 1024
+WRITE_BUFFER_HIGH = 16 * 1024
+WRITE_BUFFER_LOW = 4 * 1024
 # Work done for one connection before the loop serves the others: an admission review costs 0.1-0.5 ms, so
 # a batch is a few of them; a request that alone costs more (/metrics renders in ~1-10 ms) is a batch of one.
 BATCH_SECONDS = 0.002
@@ -128,10 +128,23 @@ NEW, HEAD, BODY, IDLE, LINGER = "new", "head", "body", "idle", "linger"
 
 
 # Decrypted bytes are read into one buffer that every connection of a server shares: a read is handed to
-# the parser at once and never kept (the parser copies what it passes on), so one buffer is enough, and
-# it is the size of the largest read uvloop's TLS layer makes. A read into a fresh bytes object instead
-# cost three system calls per request (mmap, mremap, munmap: a buffer of that size is an mmap of its own).
-READ_BUFFER_BYTES = 256 * 1024
+# the parser at once and never kept (the parser copies what it passes on), so one buffer is enough. A read
+# into a fresh bytes object instead cost three system calls per request (mmap, mremap, munmap: a buffer of
+# 256 KiB is an mmap of its own). Its size bounds what one read can queue: every request of a read is
+# parsed before the connection's reading pauses, so a client pipelining tiny requests and reading nothing
+# left ~7,500 of them (~1.3 MiB) waiting per connection with 256 KiB; 32 KiB is two full TLS records
+# (a review of the bench is one) and at most ~900 such requests (~170 KiB). A larger body takes more reads.
+READ_BUFFER_BYTES = 16 * 1024
+# Encrypted bytes uvloop's TLS layer holds that the connection has not read yet, above which it stops
+# reading the socket (its default is 256 KiB, and one socket read more): what a client that is not being
+# read can leave in the server's memory. 32 KiB keeps two records ahead of the parser.
+TLS_READ_AHEAD_BYTES = 16 * 1024
+# The kernel's buffers of each connection (set on the listening socket; the kernel doubles the value).
+# Left to autotuning, a connection the server stops reading, or one whose client stops reading, held up to
+# megabytes each way (loopback: 6 MiB in, 4 MiB out), charged to the pod's memory limit like the process's
+# own, and each socket read filled up to 256 KiB of uvloop's per-connection read buffer. 64 KiB still keeps
+# a 7 MiB body flowing at hundreds of MB/s inside a cluster.
+SOCKET_BUFFER_BYTES = 16 * 1024
 
 
 class ConnectionSet:
@@ -262,6 +275,7 @@ class HttpConnection(asyncio.BufferedProtocol):
             transport.abort()  # type: ignore[attr-defined]
             return
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)  # type: ignore[attr-defined]
+        transport.set_read_buffer_limits(high=TLS_READ_AHEAD_BYTES)  # type: ignore[attr-defined]
         # The first request's head is due within head_seconds of the connection's start, not of its
         # first byte: a client that connects and says nothing is a slow client too.
         self.deadline = self.started + self.limits.head_seconds

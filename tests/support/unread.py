@@ -3,6 +3,7 @@ tests of tests/hostile and `python -m bench.unread`): the server's RSS and its p
 
 from __future__ import annotations
 
+import functools
 import socket
 import ssl
 import threading
@@ -16,6 +17,7 @@ from tests.support.attack import REVIEW
 from tests.support.process import ServeProcess, post_head
 
 METRICS = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"  # the smallest request: the most per byte read
 PROBE_TIMEOUT_SECONDS = 2.0  # the probes' timeoutSeconds in manifests/base/deployment.yaml
 
 
@@ -84,13 +86,14 @@ def _write_until_closed(sock: socket.socket, chunk: bytes, stop: threading.Event
         outcome.sent += len(chunk)
 
 
-def small_window(port: int) -> socket.socket:
+def small_window(port: int, source: str = "127.0.0.1") -> socket.socket:
     """A connection whose receive buffer is as small as the kernel allows: the answers it never reads then
     fill the kernel's buffers within a few of them, and what the server holds beyond them is in its own
     memory, which is what is measured (loopback otherwise buffers megabytes per connection)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.settimeout(30)
+    sock.bind((source, 0))
     sock.connect(("127.0.0.1", port))
     return sock
 
@@ -105,21 +108,27 @@ def probe(url: str) -> float | None:
 
 
 def attack(server: ServeProcess, probe_port: int, *, target: str, connections: int, seconds: float,
-           growth_cap: int) -> Outcome:
+           growth_cap: int, requests: bytes = b"", sources: int = 1) -> Outcome:
     """`connections` clients flooding `target` ("operator": the probe port; "admission") for `seconds`, or
-    until the server's RSS has grown by `growth_cap` bytes; /healthz on the probe port every 0.25 s."""
+    until the server's RSS has grown by `growth_cap` bytes; /healthz on the probe port every 0.25 s.
+    `requests`: what each connection writes over and over (default: pipelined `GET /metrics` to the operator
+    port, eight reviews to the admission port). `sources` > 1: the connections come from that many loopback
+    addresses (127.0.0.2 onwards), round robin, as from several pods."""
     if target == "operator":
-        def connect() -> socket.socket:
-            return small_window(probe_port)
-        chunk = METRICS * 256
+        def connect(source: str) -> socket.socket:
+            return small_window(probe_port, source)
+        chunk = requests or METRICS * 256
     else:
-        def connect() -> socket.socket:
-            return server.client_context().wrap_socket(small_window(server.port), server_hostname="localhost")
-        chunk = review_request() * 8
+        def connect(source: str) -> socket.socket:
+            return server.client_context().wrap_socket(small_window(server.port, source),
+                                                       server_hostname="localhost")
+        chunk = requests or review_request() * 8
     outcome = Outcome(rss_before=server.rss_bytes())
     stop = threading.Event()
-    threads = [threading.Thread(target=flood, args=(connect, chunk, stop, outcome), daemon=True)
-               for _ in range(connections)]
+    addresses = ["127.0.0.1"] if sources == 1 else [f"127.0.0.{2 + n}" for n in range(sources)]
+    threads = [threading.Thread(target=flood, args=(functools.partial(connect, addresses[n % len(addresses)]),
+                                                    chunk, stop, outcome), daemon=True)
+               for n in range(connections)]
     for thread in threads:
         thread.start()
     deadline = time.monotonic() + seconds
