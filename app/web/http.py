@@ -223,6 +223,20 @@ def _absolute_path(url: bytes) -> bytes:
     return url
 
 
+def _without_upgrade(method: bytes, url: bytes, version: str, fields: list[tuple[bytes, bytes]]) -> bytes:
+    """The request's head as sent, less Upgrade, the `upgrade` option of Connection and Expect (its 100
+    Continue was sent for the head as first parsed)."""
+    kept = []
+    for name, value in fields:
+        lowered = name.lower()
+        options = value
+        if lowered == b"connection":
+            options = b", ".join(t.strip() for t in value.split(b",") if t.strip().lower() != b"upgrade")
+        if options and lowered not in (b"upgrade", b"expect"):
+            kept.append(b"%s: %s\r\n" % (name, options))
+    return b"%s %s HTTP/%s\r\n%s\r\n" % (method, url, version.encode(), b"".join(kept))
+
+
 def source_of(peername: object) -> str:
     """The client's address without its port: what the per-source cap counts. An IPv4 address seen
     through an IPv6 socket (::ffff:a.b.c.d) is the IPv4 address, so one client is one source either way."""
@@ -264,6 +278,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         self.endpoint: AdmissionEndpoint | None = None
         self.body: list[bytes] = []  # emptied as each request completes: a body is not held while idle
         self.body_size = 0
+        self.replay = b""  # the head of an Upgrade request with a body, to be parsed again without its Upgrade
 
     # asyncio.Protocol
 
@@ -321,7 +336,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         """`nbytes` decrypted bytes were read into the shared buffer: parsed now, before the next read."""
         if self.phase == LINGER:
             return  # an error was answered: what follows is dropped until the connection closes
-        data = self.connections.read_buffer[:nbytes]
+        data: memoryview | bytes = self.connections.read_buffer[:nbytes]
         self.now = now = _monotonic()
         self.batch_ends, self.batch_left = now + BATCH_SECONDS, BATCH_REQUESTS
         while True:
@@ -335,11 +350,15 @@ class HttpConnection(asyncio.BufferedProtocol):
                 if not isinstance(error.__context__, _Stop):
                     raise
             except httptools.HttpParserUpgrade as upgrade:
-                # RFC 9110 7.8: a server may ignore Upgrade. The request was answered as HTTP/1.1 (Go's
-                # net/http does the same); what follows on the connection is the next request, parsed afresh.
+                # RFC 9110 7.8: a server may ignore Upgrade, and answers as HTTP/1.1 (Go's net/http does the
+                # same); what follows on the connection is parsed afresh. llhttp ends an Upgrade request at
+                # its head, whatever body it declares; such a request's head is parsed again without its
+                # Upgrade, followed by what came after it (its body), so it is read and answered whole.
                 self.parser = httptools.HttpRequestParser(self)
                 self.unparsed_head = 0
                 data = data[upgrade.args[0]:]
+                if self.replay:
+                    data, self.replay = self.replay + data, b""
                 if data and self.phase != LINGER:
                     continue
             except httptools.HttpParserError:
@@ -439,6 +458,8 @@ class HttpConnection(asyncio.BufferedProtocol):
         if hosts > 1 or (hosts == 0 and version == "1.1"):  # RFC 9112 3.2
             self._fail(HttpError(400, "exactly one Host header is required"))
             raise _Stop
+        if (chunked or content_length not in (b"", b"0")) and self.parser.should_upgrade():  # a C call: ~1 per 5k
+            self.replay = _without_upgrade(self.parser.get_method(), self.url, version, self.fields)
         url, self.url, self.fields = self.url, b"", []  # nothing of a head is kept past it
         self.path = path = (url if url[:1] == b"/" else _absolute_path(url)).split(b"?", 1)[0]
         self.method = method = self.parser.get_method()
@@ -476,6 +497,8 @@ class HttpConnection(asyncio.BufferedProtocol):
             self.body.append(chunk)
 
     def on_message_complete(self) -> None:
+        if self.replay:  # the parser cut an Upgrade request's body off: it is answered once parsed again
+            return
         close = self.closing or self.connections.draining or not self.parser.should_keep_alive()
         chunks = self.body
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
