@@ -182,6 +182,10 @@ CASES = [
     Case("POST with Upgrade: h2c, then another review", post(b"Upgrade: h2c\r\nConnection: Upgrade, HTTP2-Settings\r\n"
                                                              b"HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n") + post(),
          (200, 200), (), "RFC 9110 7.8, as above"),
+    Case("POST with Upgrade and a chunked body, then another review",
+         b"POST /mutate HTTP/1.1\r\n" + HOST + b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+         b"Upgrade: websocket\r\nConnection: Upgrade\r\n\r\n" + b"%x\r\n" % len(REVIEW) + REVIEW + b"\r\n0\r\n\r\n"
+         + post(), (200, 200), (), "RFC 9110 7.8, as above, the body framed by chunks"),
     Case("a request that cannot be parsed, then a review", b"GARBAGE\r\n\r\n" + post(), (400,), (),
          "RFC 9112 2.2: nothing after a message the server cannot parse can be framed: one answer, then close",
          closes=True),
@@ -221,6 +225,19 @@ def test_each_request_gets_the_answer_the_rfcs_ask_for_and_nothing_more(target: 
             assert answer.body == b""
     if case.closes:  # within the linger after an early answer (1 s), where the client's input is drained
         assert closed, (target.name, case.why)
+
+
+def test_an_upgrade_requests_body_arriving_after_its_head_is_read_whole_and_answered(target: Target) -> None:
+    """The body of a POST carrying Upgrade comes in later reads (as a large review does): it is awaited
+    as any body is, then the review is answered, and the connection goes on."""
+    with target.connect() as sock:
+        request = post(b"Upgrade: websocket\r\nConnection: Upgrade\r\n")
+        head_end = request.index(b"\r\n\r\n") + 4
+        for part in (request[:head_end], request[head_end:head_end + 100], request[head_end + 100:] + post()):
+            sock.sendall(part)
+            time.sleep(0.1)
+        answers, rest = read_answers(sock, [False, False])
+    assert [a.status for a in answers] == [200, 200], (target.name, answers, rest[:200])
 
 
 def _closed_within(sock: ssl.SSLSocket, seconds: float) -> bool:
