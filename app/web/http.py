@@ -57,9 +57,10 @@ REASONS = {100: b"Continue", 200: b"OK", 400: b"Bad Request", 404: b"Not Found",
            408: b"Request Timeout", 413: b"Content Too Large", 415: b"Unsupported Media Type",
            431: b"Request Header Fields Too Large", 500: b"Internal Server Error", 501: b"Not Implemented",
            503: b"Service Unavailable", 505: b"HTTP Version Not Supported"}
-# Unsent answers above this pause the connection's reading; below the low mark it resumes. 64 KiB holds a
-# few dozen admission answers (1-3 KB each) or a few /metrics pages: a client reading its answers never
-# meets it, one that stops reading costs this much memory and no more.
+# Unsent answers above this pause the connection's reading; below the low mark it resumes. 16 KiB holds
+# several admission answers (1-3 KB each) or a /metrics page: a client reading its answers never meets it
+# (the kernel takes them at once), one that stops reading costs this much memory and no more (64 KiB was,
+# times 250 connections of one source, a quarter of the pod's memory limit: docs/serving.md "Memory").
 WRITE_BUFFER_HIGH = 16 * 1024
 WRITE_BUFFER_LOW = 4 * 1024
 # Work done for one connection before the loop serves the others: an admission review costs 0.1-0.5 ms, so
@@ -132,18 +133,20 @@ NEW, HEAD, BODY, IDLE, LINGER = "new", "head", "body", "idle", "linger"
 # into a fresh bytes object instead cost three system calls per request (mmap, mremap, munmap: a buffer of
 # 256 KiB is an mmap of its own). Its size bounds what one read can queue: every request of a read is
 # parsed before the connection's reading pauses, so a client pipelining tiny requests and reading nothing
-# left ~7,500 of them (~1.3 MiB) waiting per connection with 256 KiB; 32 KiB is two full TLS records
-# (a review of the bench is one) and at most ~900 such requests (~170 KiB). A larger body takes more reads.
+# left ~7,500 of them (~1.3 MiB) waiting per connection with 256 KiB; 16 KiB is one full TLS record (a
+# review of the bench is one) and at most ~470 such requests (~85 KiB). A larger body takes more reads, a
+# Python call each (~1 us) beside the 16 KiB decrypted for it.
 READ_BUFFER_BYTES = 16 * 1024
 # Encrypted bytes uvloop's TLS layer holds that the connection has not read yet, above which it stops
 # reading the socket (its default is 256 KiB, and one socket read more): what a client that is not being
-# read can leave in the server's memory. 32 KiB keeps two records ahead of the parser.
+# read can leave in the server's memory. 16 KiB keeps a record ahead of the parser.
 TLS_READ_AHEAD_BYTES = 16 * 1024
 # The kernel's buffers of each connection (set on the listening socket; the kernel doubles the value).
 # Left to autotuning, a connection the server stops reading, or one whose client stops reading, held up to
 # megabytes each way (loopback: 6 MiB in, 4 MiB out), charged to the pod's memory limit like the process's
-# own, and each socket read filled up to 256 KiB of uvloop's per-connection read buffer. 64 KiB still keeps
-# a 7 MiB body flowing at hundreds of MB/s inside a cluster.
+# own, and each socket read filled up to 256 KiB of uvloop's per-connection read buffer. 16 KiB (32 KiB as
+# the kernel doubles it) is a window of 32 KiB: at a 1 ms round trip 32 MB/s, a 7 MiB body in ~0.2 s, far
+# inside the body deadline; reviews of a few KiB are unaffected.
 SOCKET_BUFFER_BYTES = 16 * 1024
 
 
@@ -458,7 +461,8 @@ class HttpConnection(asyncio.BufferedProtocol):
         if hosts > 1 or (hosts == 0 and version == "1.1"):  # RFC 9112 3.2
             self._fail(HttpError(400, "exactly one Host header is required"))
             raise _Stop
-        if (chunked or content_length not in (b"", b"0")) and self.parser.should_upgrade():  # a C call: ~1 per 5k
+        # One C call for a request with a body (~100 instructions of a review's ~280k).
+        if (chunked or content_length not in (b"", b"0")) and self.parser.should_upgrade():
             self.replay = _without_upgrade(self.parser.get_method(), self.url, version, self.fields)
         url, self.url, self.fields = self.url, b"", []  # nothing of a head is kept past it
         self.path = path = (url if url[:1] == b"/" else _absolute_path(url)).split(b"?", 1)[0]

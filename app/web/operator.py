@@ -218,7 +218,7 @@ def _guarded_protocol(limits: PortLimits, stats: PortStats) -> type[HttpToolsPro
             if self.cycle is not None and not self.cycle.response_complete \
                     and len(self.pipeline) >= limits.max_pipelined:
                 self._end("pipelined")
-                raise _Overflow  # stops the parser; see send_400_response
+                raise _Overflow  # stops the parser; see _parse
             self.busy_since = self.loop.time()
             super().on_headers_complete()
 
@@ -276,7 +276,8 @@ def _guarded_protocol(limits: PortLimits, stats: PortStats) -> type[HttpToolsPro
             self._timer = self.loop.call_later(max(delay, 0.01), self._deadline)
 
         def _deadline(self) -> None:
-            if self.idle() and not self.stalled():
+            waiting = self.idle() and not self.stalled()  # for a request, else for the client to read
+            if waiting:
                 left = self.idle_since + limits.request_seconds - self.loop.time()
             else:
                 left = max(self.busy_since, self.stalled_since) + limits.answer_seconds - self.loop.time()
@@ -284,8 +285,10 @@ def _guarded_protocol(limits: PortLimits, stats: PortStats) -> type[HttpToolsPro
                 self._arm(left)
                 return
             stats.timed_out += 1
-            # Aborted: a close would wait to send what the client is not reading, for ever.
-            self.transport.abort()
+            if waiting:
+                self.transport.close()
+            else:
+                self.transport.abort()  # a close would wait for ever to send what the client does not read
 
     def _make_room() -> bool:
         """Close the connection idle the longest (a silent client before a kept-alive one that just asked),
