@@ -37,15 +37,19 @@ class Limits:
     # keeping ours longer means the client always closes first, so it never sends a review on a
     # connection this side is closing (a POST is not retried on that race).
     idle_seconds: float = 120.0
-    # Open connections after the handshake. An apiserver keeps a few per webhook; 1,000 needs ~1,000 fds
-    # and a few tens of MiB. When full, a newcomer may take the slot of a connection that has not completed
-    # a request from the source holding the most; a connection that has completed one (the apiserver's
-    # keep-alives) is never closed for it: the newcomer is (app.web.http.ConnectionSet).
-    max_connections: int = 1000
+    # Open connections after the handshake, sized from memory: a connection whose client queues requests
+    # and reads nothing holds up to ~0.2 MiB (measured, docs/serving.md "Memory": 1,000 such connections
+    # took the process from 80 to 270 MiB, over the Deployment's 256 MiB limit). 500 hold ~100 MiB, which
+    # leaves the limit room for the process (~80 MiB) and the largest review being decoded. An apiserver
+    # keeps a few per webhook. When full, a newcomer may take the slot of a connection that has not
+    # completed a request from the source holding the most; a connection that has completed one (the
+    # apiserver's keep-alives) is never closed for it: the newcomer is (app.web.http.ConnectionSet).
+    max_connections: int = 500
     # Open connections from one client address. The apiserver opens a connection only when all its others
     # are busy, so it holds about its peak of concurrent calls to this replica; its mutating requests in
     # flight are capped at 200 by default (--max-mutating-requests-inflight), so 250 fits an apiserver
-    # sending every one of them here, while one pod flooding the port holds at most a quarter of the table.
+    # sending every one of them here, while one pod flooding the port holds at most half of the table
+    # and ~50 MiB (measured: 314 MiB before a connection's holdings were bounded, 130 MiB after).
     max_connections_per_source: int = 250
     # After an error answered before the request's end, the rest of what the client sends is read and
     # dropped for this long before closing: closing with unread input resets the connection, and the

@@ -19,10 +19,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+import orjson
 import pytest
 
 from app.web.selfsigned import write_self_signed
 from tests.support.process import free_port
+from tests.support.reviews import fixture
 from tests.support.server import running_server
 
 GO_REFERENCE = os.environ.get("TLS_INJECTOR_GO_REFERENCE", "")
@@ -147,6 +149,16 @@ class Case:
     statuses: tuple[int, ...]
     heads: tuple[bool, ...] = ()
     why: str = ""
+    closes: bool = False  # the server closes the connection after its answers
+
+
+# A pod's review as the apiserver sends it: both servers answer it 200 (the Go reference with its patch).
+REVIEW = orjson.dumps(fixture("synthetic/pod-create-from-replicaset.json"))
+
+
+def post(extra: bytes = b"", body: bytes = REVIEW) -> bytes:
+    return (b"POST /mutate HTTP/1.1\r\n" + HOST + b"Content-Type: application/json\r\nContent-Length: %d\r\n"
+            % len(body) + extra + b"\r\n" + body)
 
 
 def get(path: bytes = b"/healthz", extra: bytes = b"", version: bytes = b"HTTP/1.1", host: bytes = HOST) -> bytes:
@@ -163,6 +175,20 @@ CASES = [
     Case("Upgrade: h2c, then another request", get(extra=b"Upgrade: h2c\r\nConnection: Upgrade, HTTP2-Settings\r\n"
                                                    b"HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n") + get(),
          (200, 200), (), "RFC 9110 7.8, as above"),
+    Case("POST with Upgrade: websocket, then another review", post(b"Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                                                                    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                                                                    b"Sec-WebSocket-Version: 13\r\n") + post(),
+         (200, 200), (), "RFC 9110 7.8: the Upgrade is ignored and the request, body and all, answered as usual"),
+    Case("POST with Upgrade: h2c, then another review", post(b"Upgrade: h2c\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+                                                             b"HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n") + post(),
+         (200, 200), (), "RFC 9110 7.8, as above"),
+    Case("POST with Upgrade and a chunked body, then another review",
+         b"POST /mutate HTTP/1.1\r\n" + HOST + b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+         b"Upgrade: websocket\r\nConnection: Upgrade\r\n\r\n" + b"%x\r\n" % len(REVIEW) + REVIEW + b"\r\n0\r\n\r\n"
+         + post(), (200, 200), (), "RFC 9110 7.8, as above, the body framed by chunks"),
+    Case("a request that cannot be parsed, then a review", b"GARBAGE\r\n\r\n" + post(), (400,), (),
+         "RFC 9112 2.2: nothing after a message the server cannot parse can be framed: one answer, then close",
+         closes=True),
     Case("Expect: 100-continue to an unknown path", b"POST /nowhere HTTP/1.1\r\n" + HOST +
          b"Content-Type: application/json\r\nContent-Length: 10\r\nExpect: 100-continue\r\n\r\n", (404,), (),
          "RFC 9110 10.1.1: answered at once (the final status: the body would not be read)"),
@@ -191,11 +217,37 @@ def test_each_request_gets_the_answer_the_rfcs_ask_for_and_nothing_more(target: 
         sock.sendall(case.sent)
         heads = list(case.heads) or [False] * len(case.statuses)
         answers, rest = read_answers(sock, heads)
+        closed = case.closes and (rest.endswith(b"<closed>") or _closed_within(sock, 3.0))
     assert tuple(a.status for a in answers) == case.statuses, (target.name, case.why, answers, rest[:200])
     assert rest in (b"", b"<closed>"), (target.name, case.why, rest[:200])  # no unasked-for answer
     for answer, head_only in zip(answers, heads, strict=True):
         if head_only:
             assert answer.body == b""
+    if case.closes:  # within the linger after an early answer (1 s), where the client's input is drained
+        assert closed, (target.name, case.why)
+
+
+def test_an_upgrade_requests_body_arriving_after_its_head_is_read_whole_and_answered(target: Target) -> None:
+    """The body of a POST carrying Upgrade comes in later reads (as a large review does): it is awaited
+    as any body is, then the review is answered, and the connection goes on."""
+    with target.connect() as sock:
+        request = post(b"Upgrade: websocket\r\nConnection: Upgrade\r\n")
+        head_end = request.index(b"\r\n\r\n") + 4
+        for part in (request[:head_end], request[head_end:head_end + 100], request[head_end + 100:] + post()):
+            sock.sendall(part)
+            time.sleep(0.1)
+        answers, rest = read_answers(sock, [False, False])
+    assert [a.status for a in answers] == [200, 200], (target.name, answers, rest[:200])
+
+
+def _closed_within(sock: ssl.SSLSocket, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        chunk = _recv(sock)
+        if chunk == b"<closed>":
+            return True
+        assert not chunk, chunk[:200]  # nothing more may be answered
+    return False
 
 
 def test_alpn_offering_only_h2_never_gets_h2_from_a_server_without_it(target: Target) -> None:

@@ -104,6 +104,81 @@ def test_the_port_is_given_back_when_stopped_and_a_taken_port_is_an_oserror() ->
     again.stop()  # never started: still gives the socket back
 
 
+def test_requests_pipelined_beyond_the_cap_close_the_connection_and_a_few_are_answered_in_order(
+    port: OperatorPort,
+) -> None:
+    """A client that queues requests without reading the answers is closed once more than max_pipelined
+    wait behind the one being answered (uvicorn queued every one it read, for ever); one that pipelines
+    within the cap gets every answer, in order."""
+    with socket.create_connection(("127.0.0.1", port.port), timeout=5) as polite:
+        polite.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * (LIMITS.max_pipelined + 1))
+        assert _answers(polite, LIMITS.max_pipelined + 1) == [200] * (LIMITS.max_pipelined + 1)
+    with socket.create_connection(("127.0.0.1", port.port), timeout=5) as greedy:
+        greedy.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 256)
+        assert _closed_by_server(greedy)
+    assert port.stats.overflowed == 1
+    assert httpx.get(f"http://127.0.0.1:{port.port}/healthz").status_code == 200
+
+
+def test_a_head_over_its_limit_is_431_and_closed(port: OperatorPort) -> None:
+    with socket.create_connection(("127.0.0.1", port.port), timeout=5) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (LIMITS.max_head_bytes + 1))
+        assert sock.recv(4096).startswith(b"HTTP/1.1 431 ")
+        assert _closed_by_server(sock)
+    with socket.create_connection(("127.0.0.1", port.port), timeout=5) as sock:  # at the limit: served
+        field = b"X-Big: " + b"a" * (LIMITS.max_head_bytes - 200) + b"\r\n"
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + field + b"\r\n")
+        assert _answers(sock, 1) == [200]
+    assert port.stats.overflowed == 1
+
+
+def test_a_table_full_of_clients_that_do_not_read_their_answers_still_lets_a_probe_in() -> None:
+    """Every slot holds a connection whose answers wait unread (neither idle nor closing on its own for
+    answer_seconds): a probe takes the slot of the one stalled longest, where before it was refused."""
+    big = Probes(healthy=lambda: (True, {}), ready=lambda: (True, {}), metrics=lambda: b"#" * 200_000)
+    limits = PortLimits(max_connections=4, request_seconds=5.0, answer_seconds=30.0)
+    served = OperatorPort(listen("127.0.0.1", 0), create_app(plain_routes(big)), limits=limits)
+    served.start()
+    stalled: list[socket.socket] = []
+    try:
+        for _ in range(limits.max_connections):
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect(("127.0.0.1", served.port))
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")  # 200 KB it never reads
+            stalled.append(sock)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and sum(c.stalled() for c in served.stats.open) < len(stalled):
+            time.sleep(0.02)
+        assert sum(c.stalled() for c in served.stats.open) == limits.max_connections
+        assert httpx.get(f"http://127.0.0.1:{served.port}/healthz", timeout=2).status_code == 200
+        assert (served.stats.evicted, served.stats.refused) == (1, 0)
+    finally:
+        for sock in stalled:
+            sock.close()
+        served.stop()
+
+
+def _answers(sock: socket.socket, count: int) -> list[int]:
+    """The statuses of `count` answers with a content-length, read in order."""
+    data, statuses = b"", []
+    while len(statuses) < count:
+        end = data.find(b"\r\n\r\n")
+        if end < 0:
+            chunk = sock.recv(65536)
+            assert chunk, f"closed after {statuses}"
+            data += chunk
+            continue
+        head = data[:end].split(b"\r\n")
+        length = next(int(line.split(b":")[1]) for line in head if line.lower().startswith(b"content-length:"))
+        if len(data) < end + 4 + length:
+            data += sock.recv(65536)
+            continue
+        statuses.append(int(head[0].split()[1]))
+        data = data[end + 4 + length:]
+    return statuses
+
+
 def _closed_by_server(sock: socket.socket) -> bool:
     sock.settimeout(2)
     try:

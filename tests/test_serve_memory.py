@@ -101,6 +101,9 @@ class _Transport:
     def set_write_buffer_limits(self, high: int, low: int) -> None:
         pass
 
+    def set_read_buffer_limits(self, high: int) -> None:
+        pass
+
 
 def test_a_closed_connection_is_freed_at_once_not_at_the_next_garbage_collection() -> None:
     # Its transport holds the TLS state (outside Python's heap); waiting for a full collection let a

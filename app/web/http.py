@@ -57,11 +57,12 @@ REASONS = {100: b"Continue", 200: b"OK", 400: b"Bad Request", 404: b"Not Found",
            408: b"Request Timeout", 413: b"Content Too Large", 415: b"Unsupported Media Type",
            431: b"Request Header Fields Too Large", 500: b"Internal Server Error", 501: b"Not Implemented",
            503: b"Service Unavailable", 505: b"HTTP Version Not Supported"}
-# Unsent answers above this pause the connection's reading; below the low mark it resumes. 64 KiB holds a
-# few dozen admission answers (1-3 KB each) or a few /metrics pages: a client reading its answers never
-# meets it, one that stops reading costs this much memory and no more.
-WRITE_BUFFER_HIGH = 64 * 1024
-WRITE_BUFFER_LOW = 16 * 1024
+# Unsent answers above this pause the connection's reading; below the low mark it resumes. 16 KiB holds
+# several admission answers (1-3 KB each) or a /metrics page: a client reading its answers never meets it
+# (the kernel takes them at once), one that stops reading costs this much memory and no more (64 KiB was,
+# times 250 connections of one source, a quarter of the pod's memory limit: docs/serving.md "Memory").
+WRITE_BUFFER_HIGH = 16 * 1024
+WRITE_BUFFER_LOW = 4 * 1024
 # Work done for one connection before the loop serves the others: an admission review costs 0.1-0.5 ms, so
 # a batch is a few of them; a request that alone costs more (/metrics renders in ~1-10 ms) is a batch of one.
 BATCH_SECONDS = 0.002
@@ -128,10 +129,25 @@ NEW, HEAD, BODY, IDLE, LINGER = "new", "head", "body", "idle", "linger"
 
 
 # Decrypted bytes are read into one buffer that every connection of a server shares: a read is handed to
-# the parser at once and never kept (the parser copies what it passes on), so one buffer is enough, and
-# it is the size of the largest read uvloop's TLS layer makes. A read into a fresh bytes object instead
-# cost three system calls per request (mmap, mremap, munmap: a buffer of that size is an mmap of its own).
-READ_BUFFER_BYTES = 256 * 1024
+# the parser at once and never kept (the parser copies what it passes on), so one buffer is enough. A read
+# into a fresh bytes object instead cost three system calls per request (mmap, mremap, munmap: a buffer of
+# 256 KiB is an mmap of its own). Its size bounds what one read can queue: every request of a read is
+# parsed before the connection's reading pauses, so a client pipelining tiny requests and reading nothing
+# left ~7,500 of them (~1.3 MiB) waiting per connection with 256 KiB; 16 KiB is one full TLS record (a
+# review of the bench is one) and at most ~470 such requests (~85 KiB). A larger body takes more reads, a
+# Python call each (~1 us) beside the 16 KiB decrypted for it.
+READ_BUFFER_BYTES = 16 * 1024
+# Encrypted bytes uvloop's TLS layer holds that the connection has not read yet, above which it stops
+# reading the socket (its default is 256 KiB, and one socket read more): what a client that is not being
+# read can leave in the server's memory. 16 KiB keeps a record ahead of the parser.
+TLS_READ_AHEAD_BYTES = 16 * 1024
+# The kernel's buffers of each connection (set on the listening socket; the kernel doubles the value).
+# Left to autotuning, a connection the server stops reading, or one whose client stops reading, held up to
+# megabytes each way (loopback: 6 MiB in, 4 MiB out), charged to the pod's memory limit like the process's
+# own, and each socket read filled up to 256 KiB of uvloop's per-connection read buffer. 16 KiB (32 KiB as
+# the kernel doubles it) is a window of 32 KiB: at a 1 ms round trip 32 MB/s, a 7 MiB body in ~0.2 s, far
+# inside the body deadline; reviews of a few KiB are unaffected.
+SOCKET_BUFFER_BYTES = 16 * 1024
 
 
 class ConnectionSet:
@@ -210,6 +226,20 @@ def _absolute_path(url: bytes) -> bytes:
     return url
 
 
+def _without_upgrade(method: bytes, url: bytes, version: str, fields: list[tuple[bytes, bytes]]) -> bytes:
+    """The request's head as sent, less Upgrade, the `upgrade` option of Connection and Expect (its 100
+    Continue was sent for the head as first parsed)."""
+    kept = []
+    for name, value in fields:
+        lowered = name.lower()
+        options = value
+        if lowered == b"connection":
+            options = b", ".join(t.strip() for t in value.split(b",") if t.strip().lower() != b"upgrade")
+        if options and lowered not in (b"upgrade", b"expect"):
+            kept.append(b"%s: %s\r\n" % (name, options))
+    return b"%s %s HTTP/%s\r\n%s\r\n" % (method, url, version.encode(), b"".join(kept))
+
+
 def source_of(peername: object) -> str:
     """The client's address without its port: what the per-source cap counts. An IPv4 address seen
     through an IPv6 socket (::ffff:a.b.c.d) is the IPv4 address, so one client is one source either way."""
@@ -251,6 +281,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         self.endpoint: AdmissionEndpoint | None = None
         self.body: list[bytes] = []  # emptied as each request completes: a body is not held while idle
         self.body_size = 0
+        self.replay = b""  # the head of an Upgrade request with a body, to be parsed again without its Upgrade
 
     # asyncio.Protocol
 
@@ -262,6 +293,7 @@ class HttpConnection(asyncio.BufferedProtocol):
             transport.abort()  # type: ignore[attr-defined]
             return
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)  # type: ignore[attr-defined]
+        transport.set_read_buffer_limits(high=TLS_READ_AHEAD_BYTES)  # type: ignore[attr-defined]
         # The first request's head is due within head_seconds of the connection's start, not of its
         # first byte: a client that connects and says nothing is a slow client too.
         self.deadline = self.started + self.limits.head_seconds
@@ -307,7 +339,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         """`nbytes` decrypted bytes were read into the shared buffer: parsed now, before the next read."""
         if self.phase == LINGER:
             return  # an error was answered: what follows is dropped until the connection closes
-        data = self.connections.read_buffer[:nbytes]
+        data: memoryview | bytes = self.connections.read_buffer[:nbytes]
         self.now = now = _monotonic()
         self.batch_ends, self.batch_left = now + BATCH_SECONDS, BATCH_REQUESTS
         while True:
@@ -321,11 +353,15 @@ class HttpConnection(asyncio.BufferedProtocol):
                 if not isinstance(error.__context__, _Stop):
                     raise
             except httptools.HttpParserUpgrade as upgrade:
-                # RFC 9110 7.8: a server may ignore Upgrade. The request was answered as HTTP/1.1 (Go's
-                # net/http does the same); what follows on the connection is the next request, parsed afresh.
+                # RFC 9110 7.8: a server may ignore Upgrade, and answers as HTTP/1.1 (Go's net/http does the
+                # same); what follows on the connection is parsed afresh. llhttp ends an Upgrade request at
+                # its head, whatever body it declares; such a request's head is parsed again without its
+                # Upgrade, followed by what came after it (its body), so it is read and answered whole.
                 self.parser = httptools.HttpRequestParser(self)
                 self.unparsed_head = 0
                 data = data[upgrade.args[0]:]
+                if self.replay:
+                    data, self.replay = self.replay + data, b""
                 if data and self.phase != LINGER:
                     continue
             except httptools.HttpParserError:
@@ -425,6 +461,9 @@ class HttpConnection(asyncio.BufferedProtocol):
         if hosts > 1 or (hosts == 0 and version == "1.1"):  # RFC 9112 3.2
             self._fail(HttpError(400, "exactly one Host header is required"))
             raise _Stop
+        # One C call for a request with a body (~100 instructions of a review's ~280k).
+        if (chunked or content_length not in (b"", b"0")) and self.parser.should_upgrade():
+            self.replay = _without_upgrade(self.parser.get_method(), self.url, version, self.fields)
         url, self.url, self.fields = self.url, b"", []  # nothing of a head is kept past it
         self.path = path = (url if url[:1] == b"/" else _absolute_path(url)).split(b"?", 1)[0]
         self.method = method = self.parser.get_method()
@@ -462,6 +501,8 @@ class HttpConnection(asyncio.BufferedProtocol):
             self.body.append(chunk)
 
     def on_message_complete(self) -> None:
+        if self.replay:  # the parser cut an Upgrade request's body off: it is answered once parsed again
+            return
         close = self.closing or self.connections.draining or not self.parser.should_keep_alive()
         chunks = self.body
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)

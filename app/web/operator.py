@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import httptools
 import uvicorn
 from fastapi import FastAPI, Response
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -38,23 +39,46 @@ Routes = Mapping[bytes, Callable[[], Plain]]
 class PortLimits:
     """How much a client may hold of the operator port; every value is about its clients: the kubelet
     (two probes every 10 s, a new connection each, 1 s timeout by default), one or two Prometheus
-    servers (a scrape every 15-60 s) and now and then a person at the status page."""
+    servers (a scrape every 15-60 s) and now and then a person at the status page. None of them pipelines
+    requests or leaves an answer unread.
+
+    Memory, per connection, at most: one read of the socket while it is parsed (asyncio reads 256 KiB at a
+    time), the head being received (`max_head_bytes`), the requests queued behind the one being answered
+    (`max_pipelined`, each no more than a head), and the answers not yet taken by the client
+    (`write_buffer_bytes`, plus the one answer being written when it passed the mark). So the port holds
+    at most `max_connections` times that, whatever its clients do (docs/serving.md has the figure measured)."""
 
     # Open connections. Far above the dozen those clients hold at once; at the cap the oldest connection
-    # with no request in progress is closed to make room (as the admission port does), so a flood of
-    # idle clients cannot lock out a probe that sends its request at once; with none idle, the new one is
-    # closed. 64 sockets cost 64 file descriptors and a few hundred KiB.
+    # with no request in progress is closed to make room (as the admission port does), then the one whose
+    # answer has waited unread the longest, so neither a flood of idle clients nor one of clients that do
+    # not read can lock out a probe that sends its request and reads its answer; with none of either, the
+    # new one is closed. 64 sockets cost 64 file descriptors and a few hundred KiB.
     max_connections: int = 64
     # A connection must have the head of its next request in within this long of its start or of its
     # last answer, else it is closed: a probe sends its request at once, and a client that trickles a head
     # or says nothing is caught. A client that keeps asking (Prometheus, a probe every few seconds on a
     # kept-alive connection) is never cut off between two requests of its own.
     request_seconds: float = 5.0
-    # An answer the client will not read (the socket's buffers full) is dropped after this long; answers
-    # are built in milliseconds.
+    # An answer the client will not read (the socket's buffers full) is dropped, with its connection,
+    # after this long; answers are built in milliseconds.
     answer_seconds: float = 60.0
     # uvicorn's own idle limit between requests on a kept-alive connection.
     keep_alive_seconds: int = 5
+    # A request head (its line and fields): a probe's is ~100 bytes, Prometheus' ~300, a browser's under
+    # 2 KiB. uvicorn has no limit of its own: a head that never ends grew without bound. Beyond: 431, closed.
+    max_head_bytes: int = 16 * 1024
+    # Requests received behind the one being answered. Its clients send one at a time; uvicorn queued
+    # every request of each read (7,500 of `GET /metrics` in 256 KiB) and read on as each was answered,
+    # so a client pipelining without reading grew the process by gigabytes. Beyond: the connection is
+    # closed at once (a client that queues requests and does not read the answers gets none).
+    max_pipelined: int = 4
+    # Answers written and not yet taken by the client, above which the next one waits (asyncio's default,
+    # set here so the figure above holds): a few /metrics pages.
+    write_buffer_bytes: int = 64 * 1024
+    # The kernel's buffers of each connection, set on the listening socket (the kernel doubles the value):
+    # answers are a few KiB and requests a few hundred bytes, and the kernel's autotuning would let each
+    # connection hold megabytes a client never reads, charged to the pod's memory like the process's own.
+    socket_buffer_bytes: int = 64 * 1024
 
 
 @dataclass
@@ -62,8 +86,9 @@ class PortStats:
     """What the guard did, for tests and the log."""
 
     evicted: int = 0  # closed to make room for a new connection
-    refused: int = 0  # closed at once: full, and nothing idle to close
+    refused: int = 0  # closed at once: full, and nothing idle or unread to close
     timed_out: int = 0  # no request head within request_seconds, or an answer not taken within answer_seconds
+    overflowed: int = 0  # closed for a head over max_head_bytes or more than max_pipelined requests queued
     open: set[Any] = field(default_factory=set)
 
 
@@ -97,6 +122,9 @@ class OperatorPort:
         self.limits = limits or PortLimits()
         self.stats = PortStats()
         self.sock = sock
+        # Inherited by every connection it accepts (set before the first arrives).
+        for option in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+            sock.setsockopt(socket.SOL_SOCKET, option, self.limits.socket_buffer_bytes)
         self.port: int = self.sock.getsockname()[1]
         # Every connection cap and timeout lives in the protocol (see _guarded_protocol); uvicorn's
         # limit_concurrency then bounds the requests in flight to one per connection the guard admits.
@@ -128,11 +156,16 @@ class OperatorPort:
         self.sock.close()
 
 
-def _guarded_protocol(limits: PortLimits, stats: PortStats) -> type[HttpToolsProtocol]:
-    """uvicorn's httptools protocol with the connection cap and deadlines of `limits`.
+class _Overflow(Exception):
+    """Raised from a parser callback to stop parsing a connection that broke a limit."""
 
-    uvicorn itself keeps a connection that never sends a request (or trickles one) open for ever, and
-    counts connections only when a request arrives; both are closed here, as they come.
+
+def _guarded_protocol(limits: PortLimits, stats: PortStats) -> type[HttpToolsProtocol]:
+    """uvicorn's httptools protocol with the connection cap, deadlines and memory bounds of `limits`.
+
+    uvicorn itself keeps a connection that never sends a request (or trickles one) open for ever, counts
+    connections only when a request arrives, takes a head of any size, and queues every request pipelined
+    behind the one being answered; each of these is bounded here, as it comes.
     """
     opened: dict[HttpToolsProtocol, float] = {}  # insertion order: oldest first
 
@@ -140,6 +173,10 @@ def _guarded_protocol(limits: PortLimits, stats: PortStats) -> type[HttpToolsPro
         _turned_away = False
         _timer: asyncio.TimerHandle | None = None
         idle_since = busy_since = 0.0
+        stalled_since = 0.0  # when its answers last stopped being taken (writing paused)
+        _in_body = False
+        _head_bytes = 0  # bytes received since the head being parsed began (approximately: see data_received)
+        _ending: str = ""  # why the parser was stopped: the connection is then closed, not answered 400
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             if len(opened) >= limits.max_connections and not _make_room():
@@ -148,6 +185,7 @@ def _guarded_protocol(limits: PortLimits, stats: PortStats) -> type[HttpToolsPro
                 transport.close()
                 return
             super().connection_made(transport)
+            transport.set_write_buffer_limits(high=limits.write_buffer_bytes)
             opened[self] = self.idle_since = self.loop.time()
             stats.open.add(self)
             self._arm(limits.request_seconds)
@@ -161,41 +199,112 @@ def _guarded_protocol(limits: PortLimits, stats: PortStats) -> type[HttpToolsPro
                 self._timer.cancel()
             super().connection_lost(exc)
 
+        def data_received(self, data: bytes) -> None:
+            if self._ending:
+                return
+            # Counted as received, before the parser sees it: a head that never ends is caught whatever
+            # the parser buffers meanwhile. A read that completes a head and starts the next counts only
+            # towards the first (reset when it completes), so the count is exact for a head that spans
+            # reads, which is the only way a head grows past one read.
+            if not self._in_body:
+                self._head_bytes += len(data)
+            self._parse(data)
+            if not self._ending and not self._in_body and self._head_bytes > limits.max_head_bytes:
+                self._end("head", b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\n"
+                                  b"connection: close\r\n\r\n")
+
         def on_headers_complete(self) -> None:
+            self._in_body, self._head_bytes = True, 0
+            if self.cycle is not None and not self.cycle.response_complete \
+                    and len(self.pipeline) >= limits.max_pipelined:
+                self._end("pipelined")
+                raise _Overflow  # stops the parser; see _parse
             self.busy_since = self.loop.time()
             super().on_headers_complete()
+
+        def on_message_complete(self) -> None:
+            self._in_body = False
+            super().on_message_complete()
+
+        def _parse(self, data: bytes) -> None:
+            """uvicorn's data_received, except that a stop raised by a limit (the connection is already
+            ended) is neither answered 400 nor logged: a flood would be a warning line per connection."""
+            self._unset_keepalive_if_required()
+            try:
+                self.parser.feed_data(data)
+            except httptools.HttpParserCallbackError as error:
+                if not isinstance(error.__context__, _Overflow):
+                    self.logger.warning("Invalid HTTP request received.")
+                    self.send_400_response("Invalid HTTP request received.")
+            except httptools.HttpParserError:
+                self.logger.warning("Invalid HTTP request received.")
+                self.send_400_response("Invalid HTTP request received.")
+            except httptools.HttpParserUpgrade:
+                if self._should_upgrade():
+                    self.handle_websocket_upgrade()
+                else:
+                    self._unsupported_upgrade_warning()
+
+        def _end(self, why: str, answer: bytes = b"") -> None:
+            """Stop reading and close: with `answer` written (the client sent something it may read),
+            else at once, dropping what waits to be sent to a client that does not read it."""
+            self._ending = why
+            stats.overflowed += 1
+            if answer:
+                self.transport.write(answer)
+                self.transport.close()
+            else:
+                self.transport.abort()
 
         def on_response_complete(self) -> None:
             self.idle_since = self.loop.time()
             super().on_response_complete()
 
+        def pause_writing(self) -> None:
+            self.stalled_since = self.loop.time()
+            super().pause_writing()
+
         def idle(self) -> bool:
             """No request being answered: none yet, or the last one answered (a next one may be arriving)."""
             return self.cycle is None or self.cycle.response_complete
+
+        def stalled(self) -> bool:
+            """Its answers are not being taken: the client stopped reading."""
+            return bool(self.flow is not None and self.flow.write_paused)
 
         def _arm(self, delay: float) -> None:
             self._timer = self.loop.call_later(max(delay, 0.01), self._deadline)
 
         def _deadline(self) -> None:
-            if self.idle():
+            waiting = self.idle() and not self.stalled()  # for a request, else for the client to read
+            if waiting:
                 left = self.idle_since + limits.request_seconds - self.loop.time()
             else:
-                left = self.busy_since + limits.answer_seconds - self.loop.time()
+                left = max(self.busy_since, self.stalled_since) + limits.answer_seconds - self.loop.time()
             if left > 0:
                 self._arm(left)
                 return
             stats.timed_out += 1
-            self.transport.close()
+            if waiting:
+                self.transport.close()
+            else:
+                self.transport.abort()  # a close would wait for ever to send what the client does not read
 
     def _make_room() -> bool:
-        """Close the connection idle the longest (a silent client before a kept-alive one that just asked)."""
-        idle = [c for c in opened if c.idle()]  # type: ignore[attr-defined]
-        if not idle:
+        """Close the connection idle the longest (a silent client before a kept-alive one that just asked),
+        else the one whose answers have waited unread the longest; False when every one is being served."""
+        idle = [c for c in opened if c.idle() and not c.stalled()]  # type: ignore[attr-defined]
+        stalled = [c for c in opened if c.stalled()]  # type: ignore[attr-defined]
+        if idle:
+            victim = min(idle, key=lambda c: c.idle_since)  # type: ignore[attr-defined]
+            victim.transport.close()
+        elif stalled:
+            victim = min(stalled, key=lambda c: c.stalled_since)  # type: ignore[attr-defined]
+            victim.transport.abort()  # a close would wait for the client to read
+        else:
             return False
-        longest = min(idle, key=lambda c: c.idle_since)  # type: ignore[attr-defined]
-        opened.pop(longest)
+        opened.pop(victim)
         stats.evicted += 1
-        longest.transport.close()
         return True
 
     return Guarded

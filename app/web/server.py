@@ -17,6 +17,7 @@ import logging
 import os
 import resource
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -30,7 +31,7 @@ from app.logs import flush_access_lines
 from app.settings import Limits, ServeSettings
 from app.web.endpoints import AdmissionEndpoint
 from app.web.health import BackgroundTask, Health, listen, plain_routes, webhook_probes
-from app.web.http import Clock, ConnectionSet, HttpConnection, Routes
+from app.web.http import SOCKET_BUFFER_BYTES, Clock, ConnectionSet, HttpConnection, Routes
 from app.web.metrics import ServerMetrics
 from app.web.selfsigned import write_self_signed
 from app.web.tls import CertReloader, LoadedPair
@@ -121,6 +122,8 @@ class WebhookServer:
             ssl_shutdown_timeout=TLS_SHUTDOWN_SECONDS, **where,
         )
         self.port = listener.sockets[0].getsockname()[1]
+        for option in (socket.SO_RCVBUF, socket.SO_SNDBUF):  # inherited by every connection it accepts
+            listener.sockets[0].setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER_BYTES)
         self._install_signals(loop)
         tasks = [asyncio.create_task(task()) for task in (self._tick, self._poll_certificates, *self.background)]
         if self.probes is not None:

@@ -345,8 +345,13 @@ def test_network_policies_restrict_only_what_is_given() -> None:
     assert _peers(metrics)
     reconciler = only_prometheus["tls-injector-reconciler"]
     assert (reconciler["policyTypes"], "egress" in reconciler) == (["Ingress"], False)
-    defaults = _policies(template())
-    assert [list(rule) for rule in defaults["tls-injector"]["ingress"]] == [["ports"]]
+    defaults = _policies(template())  # the admission port open, the operator ports from `monitoring` only
+    assert [sorted(rule) for rule in defaults["tls-injector"]["ingress"]] == [["ports"], ["from", "ports"]]
+    monitoring = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    assert _peers(defaults["tls-injector"]["ingress"][1]) == monitoring
+    assert _peers(defaults["tls-injector-reconciler"]["ingress"][0]) == monitoring
+    opened = _policies(template(*values(networkPolicy={"monitoringNamespace": ""})))  # asked for: any source
+    assert [list(rule) for rule in opened["tls-injector"]["ingress"]] == [["ports"]]
 
 
 def test_common_labels_go_on_every_object_and_never_on_a_selector_or_pod_template(non_default: list[Obj]) -> None:

@@ -64,6 +64,17 @@ def test_metrics_are_reachable_from_the_monitoring_namespace_only(deployment: st
     assert "podSelector" not in metrics["from"][0]
 
 
+@pytest.mark.parametrize(("deployment", "port"), [(WEBHOOK, 8081), (RECONCILER, 8080)])
+def test_even_the_base_admits_the_operator_ports_from_the_monitoring_namespace_only(deployment: str, port: int) -> None:
+    """The base leaves the admission port open (only the operator knows the apiserver's address), but the
+    operator ports need no such address: the kubelet's probes come from the node, always admitted. Open,
+    any pod could scrape them or flood them (docs/security.md, "The operator ports")."""
+    [rule] = [r for r in policy_of(render(ROOT / "manifests" / "base"), deployment)["spec"]["ingress"]
+              if ("TCP", port) in ports(r)]
+    assert ports(rule) == {("TCP", port)}
+    assert [selects_namespace(peer, "monitoring") for peer in rule.get("from", [])] == [True]
+
+
 def test_the_reconciler_may_connect_only_to_the_api_server_the_webhook_pods_and_dns() -> None:
     policy = policy_of(render(OVERLAY), RECONCILER)
     assert "Egress" in policy["spec"]["policyTypes"]
@@ -93,8 +104,8 @@ def test_the_placeholders_are_not_cidrs_so_the_apiserver_refuses_them_until_set(
     assert all(f"`{value}`" in doc for value in PLACEHOLDERS), "docs/install.md says what to put in each"
 
 
-def test_the_base_stays_portable_open_sources_and_no_placeholder() -> None:
+def test_the_base_stays_portable_the_admission_port_open_and_no_placeholder() -> None:
     objects = render(ROOT / "manifests" / "base")
     for policy in of_kind(objects, "NetworkPolicy"):
-        assert all("from" not in rule for rule in policy["spec"]["ingress"])
+        assert all("from" not in rule for rule in policy["spec"]["ingress"] if ("TCP", 8443) in ports(rule))
         assert "SET-" not in str(policy)
