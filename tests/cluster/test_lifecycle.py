@@ -40,6 +40,7 @@ class Lifecycle:
         self.core = kubernetes.client.CoreV1Api(admin)
         self.kubeconfig = install.service_account_kubeconfig(NS, "tls-injector-reconciler")
         self.clock = Clock(datetime.now(UTC))
+        self.tenant: kubernetes.client.CoreV1Api | None = None  # set by test_0
 
     def reconciler(self, **settings: Any) -> Reconciler:
         """A new reconciler each pass, as a new process would be: it resumes from what is stored."""
@@ -139,6 +140,7 @@ def test_0_the_shipped_policies_are_in_force_for_the_reconciler_and_for_a_tenant
     kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
         config_file=str(lifecycle.plane.token_kubeconfig("tenant", token)), client_configuration=tenant_config)
     tenant = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(tenant_config))
+    lifecycle.tenant = tenant
     ours = {"app.kubernetes.io/managed-by": "tls-injector"}
     squats = {
         "the bundle's name": lambda: tenant.create_namespaced_config_map("tenant", {
@@ -210,3 +212,28 @@ def test_4_a_users_own_ca_takes_over_without_a_refused_write(lifecycle: Lifecycl
                for s in lifecycle.leaves())
     stored = lifecycle.secret_data(NS, "tls-injector-ca")
     assert not any(value == key for value in stored.values())  # the user's key stays in the user's Secret
+
+
+def test_5_a_tenant_cannot_unlabel_edit_or_relabel_the_certificate_issued_into_its_namespace(
+    lifecycle: Lifecycle,
+) -> None:
+    """Label tricks on a Secret that is ours, in the tenant's own namespace, where RBAC lets it write
+    Secrets: stripping our label (to make it look like the tenant's own, then change it), changing its
+    data, and adding our label to a Secret of its own. Each is refused by reserved-objects."""
+    tenant = lifecycle.tenant
+    assert tenant is not None, "test_0 sets up the tenant"
+    assert apply(lifecycle.plane, deployment("shop", "tenant", replicas=0)).returncode == 0
+    lifecycle.run_pass(user_ca_secret="my-ca")  # the CA test_4 handed over to
+    tricks = {
+        "strip our label": lambda: tenant.patch_namespaced_secret("shop-tls", "tenant", {"metadata": {"labels": {
+            "app.kubernetes.io/managed-by": None}}}),
+        "change its key": lambda: tenant.patch_namespaced_secret("shop-tls", "tenant", {"data": {
+            "tls.key": base64.b64encode(b"planted").decode()}}),
+        "relabel its own": lambda: tenant.patch_namespaced_config_map("mine", "tenant", {"metadata": {"labels": {
+            "app.kubernetes.io/managed-by": "tls-injector"}}}),
+    }
+    for what, call in tricks.items():
+        answer = refusal(call)
+        assert answer.startswith("403"), (what, answer)
+        assert "tls-injector.reserved-objects" in answer, (what, answer)
+    assert lifecycle.run_pass(user_ca_secret="my-ca").write_count == 0  # nothing changed, nothing to repair
