@@ -55,6 +55,7 @@ from app.reconcile.ca import (
     shared_key_problem,
 )
 from app.reconcile.discover import (
+    LISTED_KINDS,
     Target,
     WorkloadRef,
     discover,
@@ -309,6 +310,7 @@ class Reconciler:
                            trust_domain=self.settings.trust_domain)
         observed.truststores = truststore_namespaces(workloads, pods, enabled=observed.enabled)
         self._report_refused_names(targets, report, now)
+        self._report_oversized(observed, report, now)
         # Before anything is stepped or written: a user CA that cannot be used stops the pass here.
         self._user = self._user_cas(now)
         self._intermediates, self._ack_inputs, self._held = self._read_intermediates(report, now), {}, {}
@@ -346,6 +348,20 @@ class Reconciler:
                                                         "reason": message})
             self._announce(target.workloads, f"{target.namespace}/{target.secret_name}", reason="ServiceNamesRefused",
                            message=message, now=now)
+
+    def _report_oversized(self, observed: Observed, report: PassReport, now: datetime) -> None:
+        """Objects the pass left out as larger than their kind holds (read.py): said in the log and the
+        report at every pass, and in an Event on the object once while it lasts; the rest goes on."""
+        for kind, big, cap in observed.oversized:
+            what = "its selector names no certificate" if kind == "Service" else "it gets no certificate"
+            message = (f"{kind} {big.namespace}/{big.name}: {big.size} bytes of what tls-injector reads, over the "
+                       f"{cap} a {kind} may take: left out ({what}); {_OVERSIZED_HINT}")
+            report.refused.append(message)
+            log.warning("object too large; left out", extra={"namespace": big.namespace, "object": big.name,
+                                                              "kind": kind, "reason": message})
+            ref = WorkloadRef(kind, big.namespace, big.name, "", "v1" if kind == "Service" else LISTED_KINDS[kind])
+            self._announce((ref,), f"{kind}/{big.namespace}/{big.name}", reason="ObjectTooLarge", message=message,
+                           now=now)
 
     def _ensure_ca(self, observed: Observed, targets: list[Target], now: datetime, report: PassReport, *,
                    native: signer.NativeView | None = None) -> CaStep:
@@ -858,6 +874,10 @@ class Reconciler:
             return self.api.get(resource, name, namespace=namespace or self.settings.namespace)
         except NotFound:
             return None
+
+
+_OVERSIZED_HINT = ("a Service is read as its name and selector, a workload as its pod template's labels, "
+                   "tls-injector.io annotations and service account (docs/security.md, \"The reconciler's memory\")")
 
 
 @contextmanager
