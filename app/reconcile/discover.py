@@ -66,12 +66,24 @@ class Target:
     # client certificate; one, the client Secret names it; more (users of one Secret running as different
     # service accounts), refused with `client_refusal`, as one certificate must name one identity.
     client_ids: tuple[str, ...] = ()
+    # The workloads whose serving Secret has this target's client Secret's name ("" when none): both
+    # cannot be one Secret (each pass rewrote it as the other's), so the client certificate is refused.
+    client_clash: str = ""
 
     @property
     def client_secret(self) -> str:
         return client_secret_name_for(self.secret_name) if self.client_ids else ""
 
+    @property
+    def client_wanted(self) -> bool:
+        """One identity asks for a client certificate and nothing refuses it."""
+        return len(self.client_ids) == 1 and not self.client_clash
+
     def client_refusal(self) -> str:
+        if self.client_clash and self.client_ids:
+            return (f"Secret {self.namespace}/{self.client_secret}: the client certificate of "
+                    f"{', '.join(str(w) for w in self.workloads)} is not issued, as that Secret is the serving "
+                    f"Secret of {self.client_clash}; give one of them another {names.SECRET_NAME_ANNOTATION}")
         if len(self.client_ids) <= 1:
             return ""
         return (f"Secret {self.namespace}/{self.client_secret}: the workloads sharing Secret {self.secret_name} run "
@@ -142,7 +154,17 @@ def discover(
         _want(wanted, namespace, _pod_user(pod, namespace, owner),
               _with_services(pod_workload(pod["metadata"]), pod, selectors.get(namespace, ())),
               _client_id(pod, namespace, trust_domain or cluster_domain))
-    return [_target(ns, secret, users, cluster_domain) for (ns, secret), users in sorted(wanted.items())]
+    return _clashes_refused([_target(ns, secret, users, cluster_domain)
+                             for (ns, secret), users in sorted(wanted.items())])
+
+
+def _clashes_refused(targets: list[Target]) -> list[Target]:
+    """A client Secret named as another target's serving Secret is refused, whatever the order they were
+    found in: the serving Secret keeps its name (pods mount it under the name their template gives), the
+    client certificate is not issued, and the pass settles instead of rewriting that Secret each time."""
+    serving = {(t.namespace, t.secret_name): ", ".join(str(w) for w in t.workloads) for t in targets}
+    return [dataclasses.replace(t, client_clash=serving[t.namespace, t.client_secret])
+            if t.client_ids and (t.namespace, t.client_secret) in serving else t for t in targets]
 
 
 def service_selectors(services: Iterable[Obj]) -> dict[str, list[tuple[str, dict[str, Any]]]]:

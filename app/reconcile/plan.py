@@ -166,7 +166,7 @@ def plan(targets: Iterable[Target], observed: Observed, signing: Signing) -> lis
     targets = list(targets)
     items = [_leaf_item(t, signing) for t in targets]
     if signing.client is not None:
-        items += [_client_item(t, signing) for t in targets if len(t.client_ids) == 1]
+        items += [_client_item(t, signing) for t in targets if t.client_wanted]
     wanted = {(t.namespace, t.secret_name) for t in targets} | client_secrets(targets)
     items += [_orphan(SECRETS, ns, name, "leaf") for (ns, name) in sorted(observed.leaves) if (ns, name) not in wanted]
     namespaces = bundle_namespaces(targets, observed.enabled)
@@ -180,7 +180,7 @@ def client_secrets(targets: Iterable[Target]) -> set[tuple[str, str]]:
     """(namespace, name) of every client Secret the targets want: one identity each. A refused one (users of
     different service accounts) is not wanted: one issued before is deleted, as a serving certificate whose
     names are all refused is, rather than kept unrefreshed (its ca.crt would hold CA rotations back)."""
-    return {(t.namespace, t.client_secret) for t in targets if len(t.client_ids) == 1}
+    return {(t.namespace, t.client_secret) for t in targets if t.client_wanted}
 
 
 def _client_item(target: Target, signing: Signing) -> Item:
