@@ -66,9 +66,9 @@ class Target:
     # client certificate; one, the client Secret names it; more (users of one Secret running as different
     # service accounts), refused with `client_refusal`, as one certificate must name one identity.
     client_ids: tuple[str, ...] = ()
-    # The workloads whose serving Secret has this target's client Secret's name ("" when none): both
-    # cannot be one Secret (each pass rewrote it as the other's), so the client certificate is refused.
-    client_clash: str = ""
+    # Why the client certificate is refused though one identity asks for it ("" when it is not): its
+    # Secret's name is another workload's serving Secret, or its service account does not exist.
+    client_problem: str = ""
 
     @property
     def client_secret(self) -> str:
@@ -77,13 +77,17 @@ class Target:
     @property
     def client_wanted(self) -> bool:
         """One identity asks for a client certificate and nothing refuses it."""
-        return len(self.client_ids) == 1 and not self.client_clash
+        return len(self.client_ids) == 1 and not self.client_problem
+
+    def client_refused(self, why: str) -> Target:
+        """This target with its client certificate refused, saying `why`."""
+        return dataclasses.replace(self, client_problem=(
+            f"Secret {self.namespace}/{self.client_secret}: the client certificate of "
+            f"{', '.join(str(w) for w in self.workloads)} is not issued: {why}"))
 
     def client_refusal(self) -> str:
-        if self.client_clash and self.client_ids:
-            return (f"Secret {self.namespace}/{self.client_secret}: the client certificate of "
-                    f"{', '.join(str(w) for w in self.workloads)} is not issued, as that Secret is the serving "
-                    f"Secret of {self.client_clash}; give one of them another {names.SECRET_NAME_ANNOTATION}")
+        if self.client_problem and self.client_ids:
+            return self.client_problem
         if len(self.client_ids) <= 1:
             return ""
         return (f"Secret {self.namespace}/{self.client_secret}: the workloads sharing Secret {self.secret_name} run "
@@ -163,7 +167,8 @@ def _clashes_refused(targets: list[Target]) -> list[Target]:
     found in: the serving Secret keeps its name (pods mount it under the name their template gives), the
     client certificate is not issued, and the pass settles instead of rewriting that Secret each time."""
     serving = {(t.namespace, t.secret_name): ", ".join(str(w) for w in t.workloads) for t in targets}
-    return [dataclasses.replace(t, client_clash=serving[t.namespace, t.client_secret])
+    return [t.client_refused(f"that Secret is the serving Secret of {serving[t.namespace, t.client_secret]}; give "
+                             f"one of them another {names.SECRET_NAME_ANNOTATION}")
             if t.client_ids and (t.namespace, t.client_secret) in serving else t for t in targets]
 
 

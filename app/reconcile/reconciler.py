@@ -25,6 +25,7 @@ from app.kube import (
     CONFIG_MAPS,
     NAMESPACES,
     SECRETS,
+    SERVICE_ACCOUNTS,
     Conflict,
     KubeApi,
     KubeError,
@@ -308,6 +309,7 @@ class Reconciler:
         targets = discover(workloads, pods, enabled=observed.enabled, cluster_domain=self.settings.cluster_domain,
                            services=observed.services, own_namespace=self.settings.namespace,
                            trust_domain=self.settings.trust_domain)
+        targets = self._accounts_checked(targets)
         observed.truststores = truststore_namespaces(workloads, pods, enabled=observed.enabled)
         self._report_refused_names(targets, report, now)
         self._report_oversized(observed, report, now)
@@ -348,6 +350,34 @@ class Reconciler:
                                                         "reason": message})
             self._announce(target.workloads, f"{target.namespace}/{target.secret_name}", reason="ServiceNamesRefused",
                            message=message, now=now)
+
+    def _accounts_checked(self, targets: list[Target]) -> list[Target]:
+        """A client certificate names its workload's service account (its SPIFFE ID): one that does not
+        exist is no identity to vouch for, and whoever creates it later gets a certificate already made
+        for that name. So that client certificate is refused (reported with the other client refusals,
+        the rest go on), and one issued before is removed. One `get` per account asked for, per pass."""
+        exists: dict[tuple[str, str], bool] = {}
+        checked = []
+        for target in targets:
+            key = (target.namespace, target.client_ids[0].rsplit("/sa/", 1)[-1]) if target.client_wanted else None
+            if key is not None and key not in exists:
+                exists[key] = self._account_exists(*key)
+            checked.append(target if key is None or exists[key] else target.client_refused(
+                f"its service account {key[1]} does not exist in namespace {key[0]}; create it, or run the "
+                "workload as one that exists"))
+        return checked
+
+    def _account_exists(self, namespace: str, name: str) -> bool:
+        """False only when the API confirmed it missing: an API error keeps what is issued (one failed read
+        must not remove every client certificate of the namespace)."""
+        try:
+            self.api.get(SERVICE_ACCOUNTS, name, namespace=namespace)
+        except NotFound:
+            return False
+        except KubeError as e:
+            log.warning("service account not checked", extra={"namespace": namespace, "object": name,
+                                                               "error": str(e)})
+        return True
 
     def _report_oversized(self, observed: Observed, report: PassReport, now: datetime) -> None:
         """Objects the pass left out as larger than their kind holds (read.py): said in the log and the
