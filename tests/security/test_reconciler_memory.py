@@ -17,7 +17,14 @@ import base64
 from cryptography import x509
 
 from app.kube import SERVICES, KubeApi
-from app.reconcile.read import MAX_SERVICE_BYTES, MAX_WORKLOAD_BYTES, service_shape, workload_shape
+from app.reconcile.read import (
+    MAX_SERVICE_BYTES,
+    MAX_WORKLOAD_BYTES,
+    SERVICE_LISTS,
+    read_cluster,
+    service_shape,
+    workload_shape,
+)
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, deployment, namespace, reconciler
 
@@ -140,3 +147,19 @@ def test_forty_large_deployments_that_opted_nothing_in_are_kept_as_stubs_and_an_
     assert [r for r in report.refused if "Deployment shop/fat" in r and str(MAX_WORKLOAD_BYTES) in r]
     assert kubeapi.get("secrets", "web-tls", "shop")["data"]["tls.crt"]
     assert not [s for s in kubeapi.objects("secrets") if s["metadata"]["namespace"] == "idle"]
+
+
+def test_past_the_per_namespace_lists_one_cluster_wide_list_keeps_only_the_opted_in_namespaces_services(
+        kubeapi: Emulator) -> None:
+    namespace(kubeapi, "idle")
+    for i in range(3):
+        service(kubeapi, f"huge{i}", "idle", selector(2_000))  # over the cap, but in no namespace that matters
+    for n in range(SERVICE_LISTS + 1):
+        namespace(kubeapi, f"ns{n}", enabled=True)
+        service(kubeapi, "web", f"ns{n}", {"app": "web"})
+    kubeapi.reset_log()
+    observed = read_cluster(KubeApi(kubeapi.api_client()))
+    assert [(r.namespace or "*") for r in kubeapi.log if r.verb == "list" and r.resource == "services"] == ["*"]
+    assert sorted(s["metadata"]["namespace"] for s in observed.services) == sorted(
+        f"ns{n}" for n in range(SERVICE_LISTS + 1))
+    assert observed.oversized == []
