@@ -28,12 +28,14 @@ from app.settings import API_TIMEOUT_SECONDS
 Obj = dict[str, Any]
 # Lists come in pages so one answer never holds the whole cluster in memory at once.
 PAGE_SIZE = 500
-# A page's JSON is read whole, then parsed, and parsed objects take ~10x their JSON (a label pair of ~14
-# bytes becomes two str objects and a dict slot, ~140 bytes): 40 Services of 600 KB in one page of 500
-# took a pass to 415 MiB. So a page may hold at most PAGE_BYTES of JSON (~40 MiB parsed, whatever its
+# A page's JSON is read whole, then parsed, and parsed objects take ~8x their JSON (measured: a Service
+# whose selector has 40,000 labels, 682 KiB of JSON, is 5.4 MiB parsed): 40 such Services in one page of
+# 500 took a pass to 415 MiB. So a page may hold at most PAGE_BYTES of JSON (~32 MiB parsed, whatever its
 # objects hold): one over it is dropped unread past the cap and asked again with a quarter of the limit,
-# and the next page's limit doubles back towards PAGE_SIZE. 4 MiB holds 500 objects of 8 KiB, more than
-# most Services and workloads are, so a usual cluster's lists are read as before.
+# and the next page's limit doubles back towards PAGE_SIZE while pages come back under half the budget
+# (so a list of large objects settles on a limit that fits, rather than overshooting every other page).
+# 4 MiB holds 500 objects of 8 KiB, more than most Services and workloads are, so a usual cluster's lists
+# are read as before.
 PAGE_BYTES = 4 * 1024 * 1024
 _READ_CHUNK = 64 * 1024  # what one read of a list page asks the socket for
 
@@ -138,7 +140,8 @@ class KubeApi:
         """Every object, a page at a time (at most `page_bytes` of JSON each). `shape` keeps of each object
         only what the caller reads (None: not at all) before the next page is read, so the list is never
         held whole as sent; an object whose kept part is over `max_object_bytes` of JSON, or that alone is
-        over a page, is left out and named in `oversized`."""
+        over a page, is left out and named in `oversized`. Without `max_object_bytes` the caller has no way
+        to report a left-out object, so one alone over a page raises ListTooLarge instead."""
         items: list[Obj] = []
         oversized: list[Oversized] = []
         query: list[tuple[str, str]] = [("labelSelector", label_selector)] if label_selector else []
@@ -158,10 +161,11 @@ class KubeApi:
                 items += kept
                 oversized += over
             else:
-                page, alone = _past_one_object(body, resource)
+                page, alone = _past_one_object(body, resource, skip=max_object_bytes is not None)
                 oversized.append(alone)
             meta = page.get("metadata") or {}
-            token, limit = meta.get("continue") or "", min(PAGE_SIZE, limit * 2)
+            token = meta.get("continue") or ""
+            limit = min(PAGE_SIZE, limit * 2) if len(body) < self.page_bytes // 2 else limit
             if not token:
                 return ObjectList(items, str(meta.get("resourceVersion") or ""), tuple(oversized))
 
@@ -323,9 +327,11 @@ _ITEMS = b'"items":['
 _NAME = re.compile(rb'"metadata":\{"name":"([^"\\]{1,253})"(?:,"namespace":"([^"\\]{1,63})")?')
 
 
-def _past_one_object(prefix: bytes, resource: Resource) -> tuple[Obj, Oversized]:
+def _past_one_object(prefix: bytes, resource: Resource, *, skip: bool) -> tuple[Obj, Oversized]:
     """The list's metadata from the first bytes of a page holding one object alone over the page budget,
     and that object as Oversized (its name when the bytes read say it)."""
+    if not skip:
+        raise ListTooLarge(f"a {resource.kind} alone is over the list page budget of {len(prefix)} bytes")
     at = prefix.find(_ITEMS)
     try:
         head: Obj = orjson.loads(prefix[:at] + b'"items":[]}') if at > 0 else {}

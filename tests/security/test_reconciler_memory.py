@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import base64
 
+import pytest
 from cryptography import x509
 
-from app.kube import SERVICES, KubeApi
+from app.kube import SERVICES, KubeApi, ListTooLarge
 from app.reconcile.read import (
     MAX_SERVICE_BYTES,
     MAX_WORKLOAD_BYTES,
@@ -109,11 +110,14 @@ def test_an_object_alone_over_the_page_budget_is_skipped_by_name_and_the_list_go
         service(kubeapi, name, "shop", selector(10))
     service(kubeapi, "bb", "shop", selector(20_000))  # ~300 KB: over the 64 KiB page by itself
     api = KubeApi(kubeapi.api_client(), page_bytes=64 * 1024)
-    listed = api.list_objects(SERVICES, namespace="shop")
+    listed = api.list_objects(SERVICES, namespace="shop", max_object_bytes=MAX_SERVICE_BYTES)
     assert [s["metadata"]["name"] for s in listed.items] == ["a", "b", "c"]
     [skipped] = listed.oversized
     assert (skipped.namespace, skipped.name) == ("shop", "bb")
     assert skipped.size > 64 * 1024
+    # A caller that gives no cap cannot report what it would lose: the list fails instead.
+    with pytest.raises(ListTooLarge):
+        api.list_objects(SERVICES, namespace="shop")
 
 
 def test_a_kept_part_over_its_cap_is_left_out_and_named() -> None:
