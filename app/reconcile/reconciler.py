@@ -906,8 +906,8 @@ class Reconciler:
             return None
 
 
-_OVERSIZED_HINT = ("a Service is read as its name and selector, a workload as its pod template's labels, "
-                   "tls-injector.io annotations and service account (docs/security.md, \"The reconciler's memory\")")
+_OVERSIZED_HINT = (f"a Service is read as its name and selector, a workload as its pod template's labels, "
+                   f"{names.DOMAIN} annotations and service account (docs/security.md, \"The reconciler's memory\")")
 
 
 @contextmanager
