@@ -44,6 +44,21 @@ def populate(emu: Emulator, *, workloads: int, namespaces: int) -> None:
                                        "spec": {"containers": [{"name": "app", "image": "example/app:1"}]}}}})
 
 
+def hostile(emu: Emulator, count: int) -> None:
+    """What a tenant that opted nothing in may make (docs/security.md, "The reconciler's memory"): in
+    namespace `idle`, `count` valid Services of ~600 KB (a 40,000-label selector) and `count` Deployments
+    whose pod templates carry the same 40,000 labels."""
+    emu.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "idle"}})
+    labels = {f"k{i}": f"v{i}" for i in range(40_000)}
+    for i in range(count):
+        emu.add({"apiVersion": "v1", "kind": "Service", "metadata": {"name": f"big{i}", "namespace": "idle"},
+                 "spec": {"selector": labels, "ports": [{"port": 443}]}})
+        emu.add({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": f"big{i}", "namespace": "idle"},
+                 "spec": {"selector": {"matchLabels": {"k0": "v0"}},
+                          "template": {"metadata": {"labels": labels},
+                                       "spec": {"containers": [{"name": "app", "image": "example/app:1"}]}}}})
+
+
 # Runs argv[2:], then writes its peak RSS (KiB) to the file argv[1]; exits with its exit code.
 PEAK_RSS = ("import resource, subprocess, sys; code = subprocess.run(sys.argv[2:]).returncode; "
             "open(sys.argv[1], 'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)); "
@@ -73,10 +88,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workloads", type=int, default=1000)
     parser.add_argument("--namespaces", type=int, default=100)
+    parser.add_argument("--hostile", type=int, default=0,
+                        help="also this many ~600 KB Services and Deployments where nothing opted in")
     args = parser.parse_args()
     with running_emulator(seed=0, bookmark_interval=60.0) as emu:
         populate(emu, workloads=args.workloads, namespaces=args.namespaces)
-        print(f"cluster: {args.workloads} workloads in {args.namespaces} namespaces")
+        hostile(emu, args.hostile)
+        print(f"cluster: {args.workloads} workloads in {args.namespaces} namespaces, {args.hostile} hostile "
+              "Services and Deployments")
         for label in ("first pass", "second pass"):
             seconds, cpu, code, calls, non_2xx, rss_mib = one_pass(emu)
             writes = sum(n for verb, n in calls.items() if verb in ("create", "update", "patch", "delete"))

@@ -122,7 +122,7 @@ def _cluster(api: KubeApi, snap: Snapshot) -> None:
     snap.pod_certificates = NativeApis(api).version() is not None
     for target in targets(snap):
         _by_name(api, snap, "Secret", target.namespace, target.secret_name)
-        if len(target.client_ids) == 1:
+        if target.client_wanted:
             _by_name(api, snap, "Secret", target.namespace, target.client_secret)
     for pod in snap.observed.pods:
         for kind, name in mounted(pod):

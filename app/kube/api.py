@@ -8,6 +8,7 @@ sent as plain JSON dicts and answers parsed with orjson.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -27,6 +28,16 @@ from app.settings import API_TIMEOUT_SECONDS
 Obj = dict[str, Any]
 # Lists come in pages so one answer never holds the whole cluster in memory at once.
 PAGE_SIZE = 500
+# A page's JSON is read whole, then parsed, and parsed objects take ~8x their JSON (measured: a Service
+# whose selector has 40,000 labels, 682 KiB of JSON, is 5.4 MiB parsed): 40 such Services in one page of
+# 500 took a pass to 415 MiB. So a page may hold at most PAGE_BYTES of JSON (~32 MiB parsed, whatever its
+# objects hold): one over it is dropped unread past the cap and asked again with a quarter of the limit,
+# and the next page's limit doubles back towards PAGE_SIZE while pages come back under half the budget
+# (so a list of large objects settles on a limit that fits, rather than overshooting every other page).
+# 4 MiB holds 500 objects of 8 KiB, more than most Services and workloads are, so a usual cluster's lists
+# are read as before.
+PAGE_BYTES = 4 * 1024 * 1024
+_READ_CHUNK = 64 * 1024  # what one read of a list page asks the socket for
 
 
 @dataclass(frozen=True)
@@ -81,9 +92,23 @@ def cluster_trust_bundles(version: str) -> Resource:
 
 
 @dataclass(frozen=True)
+class Oversized:
+    """An object a list left out as larger than what its kind holds: `size` bytes of JSON (at least)."""
+
+    namespace: str
+    name: str
+    size: int
+
+
+@dataclass(frozen=True)
 class ObjectList:
     items: list[Obj]
     resource_version: str
+    oversized: tuple[Oversized, ...] = ()
+
+
+class ListTooLarge(KubeError):
+    """One object alone is over the page budget and the answer did not say how to go on past it."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +123,7 @@ class KubeApi:
 
     api_client: client.ApiClient
     timeout: float = API_TIMEOUT_SECONDS
+    page_bytes: int = PAGE_BYTES
     calls: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
     on_call: Callable[[str, str], None] | None = None  # (verb, "ok" or error class name), for metrics
@@ -108,21 +134,40 @@ class KubeApi:
 
     def list_objects(
         self, resource: Resource, *, namespace: str | None = None, label_selector: str | None = None,
-        field_selector: str | None = None,
+        field_selector: str | None = None, shape: Callable[[Obj], Obj | None] | None = None,
+        max_object_bytes: int | None = None,
     ) -> ObjectList:
+        """Every object, a page at a time (at most `page_bytes` of JSON each). `shape` keeps of each object
+        only what the caller reads (None: not at all) before the next page is read, so the list is never
+        held whole as sent; an object whose kept part is over `max_object_bytes` of JSON, or that alone is
+        over a page, is left out and named in `oversized`. Without `max_object_bytes` the caller has no way
+        to report a left-out object, so one alone over a page raises ListTooLarge instead."""
         items: list[Obj] = []
-        query: list[tuple[str, str]] = [("limit", str(PAGE_SIZE))]
-        query += [("labelSelector", label_selector)] if label_selector else []
+        oversized: list[Oversized] = []
+        query: list[tuple[str, str]] = [("labelSelector", label_selector)] if label_selector else []
         query += [("fieldSelector", field_selector)] if field_selector else []
-        token = ""
+        token, limit = "", PAGE_SIZE
         while True:
-            paging = [("continue", token)] if token else []
-            page = self._json("list", "GET", resource.path(namespace), query=query + paging)
-            items.extend(page.get("items") or [])
+            paging = [("limit", str(limit))] + ([("continue", token)] if token else [])
+            body, complete = self._bounded(resource.path(namespace), query + paging)
+            if not complete and limit > 1:
+                limit = max(1, limit // 4)
+                continue
+            if complete:
+                page: Obj = orjson.loads(body)
+                # Only a page over the cap can hold an object over it: most pages are not measured at all.
+                cap = max_object_bytes if max_object_bytes is not None and len(body) > max_object_bytes else None
+                kept, over = _kept(page.get("items") or [], shape, cap)
+                items += kept
+                oversized += over
+            else:
+                page, alone = _past_one_object(body, resource, skip=max_object_bytes is not None)
+                oversized.append(alone)
             meta = page.get("metadata") or {}
             token = meta.get("continue") or ""
+            limit = min(PAGE_SIZE, limit * 2) if len(body) < self.page_bytes // 2 else limit
             if not token:
-                return ObjectList(items, str(meta.get("resourceVersion") or ""))
+                return ObjectList(items, str(meta.get("resourceVersion") or ""), tuple(oversized))
 
     def current_version(self, resource: Resource, *, label_selector: str | None = None,
                         field_selector: str | None = None) -> str:
@@ -212,6 +257,24 @@ class KubeApi:
         data: Obj = orjson.loads(response.read())  # RESTResponse.read is untyped in the client
         return data
 
+    def _bounded(self, path: str, query: list[tuple[str, str]]) -> tuple[bytes, bool]:
+        """A list page's body and True; or, when it is over `page_bytes`, what was read up to there and
+        False (the rest is never read, and the connection is closed rather than drained)."""
+        response = self._call("list", "GET", path, query=query)
+        raw, chunks, size = response.response, [], 0
+        try:
+            for chunk in raw.stream(_READ_CHUNK, decode_content=True):
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > self.page_bytes:
+                    raw.close()
+                    return b"".join(chunks), False
+            return b"".join(chunks), True
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise self._failed("list", Unavailable(f"GET {path}: {e}")) from e
+        finally:
+            raw.release_conn()
+
     def _call(self, verb: str, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
               body: Obj | None = None, timeout: float | tuple[float, float] | None = None) -> Any:
         headers = {"Accept": "application/json", "Content-Type": "application/json"}
@@ -239,6 +302,47 @@ class KubeApi:
                 self.errors[outcome] += 1
         if self.on_call:
             self.on_call(verb, outcome)
+
+
+def _kept(items: list[Obj], shape: Callable[[Obj], Obj | None] | None,
+          cap: int | None) -> tuple[list[Obj], list[Oversized]]:
+    kept, over = [], []
+    for item in items:
+        shaped = shape(item) if shape is not None else item
+        if shaped is None:
+            continue
+        size = len(orjson.dumps(shaped)) if cap is not None else 0
+        if size > (cap or 0):
+            meta = item.get("metadata") or {}
+            over.append(Oversized(str(meta.get("namespace") or ""), str(meta.get("name") or ""), size))
+        else:
+            kept.append(shaped)
+    return kept, over
+
+
+# An object's name and namespace come first in its metadata, which comes first in a list item, as the
+# apiserver encodes them (Go struct order); the list's own metadata (continue token included) comes before
+# its items. So the first bytes of a page that holds one object too large to read say how to go on.
+_ITEMS = b'"items":['
+_NAME = re.compile(rb'"metadata":\{"name":"([^"\\]{1,253})"(?:,"namespace":"([^"\\]{1,63})")?')
+
+
+def _past_one_object(prefix: bytes, resource: Resource, *, skip: bool) -> tuple[Obj, Oversized]:
+    """The list's metadata from the first bytes of a page holding one object alone over the page budget,
+    and that object as Oversized (its name when the bytes read say it)."""
+    if not skip:
+        raise ListTooLarge(f"a {resource.kind} alone is over the list page budget of {len(prefix)} bytes")
+    at = prefix.find(_ITEMS)
+    try:
+        head: Obj = orjson.loads(prefix[:at] + b'"items":[]}') if at > 0 else {}
+    except orjson.JSONDecodeError:
+        head = {}
+    if "metadata" not in head:
+        raise ListTooLarge(f"a {resource.kind} list page of one object is over the page budget, and its head "
+                           "does not say how to go on past it")
+    found = _NAME.search(prefix, at, at + 4096)
+    name, namespace = (found.group(1).decode(), (found.group(2) or b"").decode()) if found else ("?", "")
+    return head, Oversized(namespace, name, len(prefix))
 
 
 def _events(raw: urllib3.BaseHTTPResponse) -> Iterator[WatchEvent]:

@@ -66,12 +66,28 @@ class Target:
     # client certificate; one, the client Secret names it; more (users of one Secret running as different
     # service accounts), refused with `client_refusal`, as one certificate must name one identity.
     client_ids: tuple[str, ...] = ()
+    # Why the client certificate is refused though one identity asks for it ("" when it is not): its
+    # Secret's name is another workload's serving Secret, or its service account does not exist.
+    client_problem: str = ""
 
     @property
     def client_secret(self) -> str:
         return client_secret_name_for(self.secret_name) if self.client_ids else ""
 
+    @property
+    def client_wanted(self) -> bool:
+        """One identity asks for a client certificate and nothing refuses it."""
+        return len(self.client_ids) == 1 and not self.client_problem
+
+    def client_refused(self, why: str) -> Target:
+        """This target with its client certificate refused, saying `why`."""
+        return dataclasses.replace(self, client_problem=(
+            f"Secret {self.namespace}/{self.client_secret}: the client certificate of "
+            f"{', '.join(str(w) for w in self.workloads)} is not issued: {why}"))
+
     def client_refusal(self) -> str:
+        if self.client_problem and self.client_ids:
+            return self.client_problem
         if len(self.client_ids) <= 1:
             return ""
         return (f"Secret {self.namespace}/{self.client_secret}: the workloads sharing Secret {self.secret_name} run "
@@ -142,7 +158,18 @@ def discover(
         _want(wanted, namespace, _pod_user(pod, namespace, owner),
               _with_services(pod_workload(pod["metadata"]), pod, selectors.get(namespace, ())),
               _client_id(pod, namespace, trust_domain or cluster_domain))
-    return [_target(ns, secret, users, cluster_domain) for (ns, secret), users in sorted(wanted.items())]
+    return _clashes_refused([_target(ns, secret, users, cluster_domain)
+                             for (ns, secret), users in sorted(wanted.items())])
+
+
+def _clashes_refused(targets: list[Target]) -> list[Target]:
+    """A client Secret named as another target's serving Secret is refused, whatever the order they were
+    found in: the serving Secret keeps its name (pods mount it under the name their template gives), the
+    client certificate is not issued, and the pass settles instead of rewriting that Secret each time."""
+    serving = {(t.namespace, t.secret_name): ", ".join(str(w) for w in t.workloads) for t in targets}
+    return [t.client_refused(f"that Secret is the serving Secret of {serving[t.namespace, t.client_secret]}; give "
+                             f"one of them another {names.SECRET_NAME_ANNOTATION}")
+            if t.client_ids and (t.namespace, t.client_secret) in serving else t for t in targets]
 
 
 def service_selectors(services: Iterable[Obj]) -> dict[str, list[tuple[str, dict[str, Any]]]]:

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from app import names
-from app.kube import CONFIG_MAPS, SECRETS, Resource
+from app.kube import CONFIG_MAPS, SECRETS, Oversized, Resource
 from app.names import BUNDLE_KEY, CLIENT_BUNDLE_KEY, CLIENT_TRUSTSTORE_KEY, TRUST_BUNDLE_CONFIGMAP, TRUSTSTORE_KEY
 from app.pki import (
     CaSet,
@@ -149,8 +149,11 @@ class Observed:
     # Namespaces where a ConfigMap of the bundle's name exists that is not ours: never written, and left
     # out of the CA's rotation facts (docs/security.md), so one tenant cannot hold every rotation back.
     squatted: set[str] = field(default_factory=set)
-    services: list[Obj] = field(default_factory=list)  # every Service: their selectors name workloads' pods
+    # The Services of namespaces where something opted in: their selectors name workloads' pods.
+    services: list[Obj] = field(default_factory=list)
     truststores: set[str] = field(default_factory=set)  # namespaces where a workload asks for truststore.p12
+    # Objects left out as larger than what their kind holds (read.py): (kind, which, the cap it is over).
+    oversized: list[tuple[str, Oversized, int]] = field(default_factory=list)
 
     def lookup(self, item: Item) -> Obj | None:
         if item.resource is SECRETS:
@@ -163,7 +166,7 @@ def plan(targets: Iterable[Target], observed: Observed, signing: Signing) -> lis
     targets = list(targets)
     items = [_leaf_item(t, signing) for t in targets]
     if signing.client is not None:
-        items += [_client_item(t, signing) for t in targets if len(t.client_ids) == 1]
+        items += [_client_item(t, signing) for t in targets if t.client_wanted]
     wanted = {(t.namespace, t.secret_name) for t in targets} | client_secrets(targets)
     items += [_orphan(SECRETS, ns, name, "leaf") for (ns, name) in sorted(observed.leaves) if (ns, name) not in wanted]
     namespaces = bundle_namespaces(targets, observed.enabled)
@@ -177,7 +180,7 @@ def client_secrets(targets: Iterable[Target]) -> set[tuple[str, str]]:
     """(namespace, name) of every client Secret the targets want: one identity each. A refused one (users of
     different service accounts) is not wanted: one issued before is deleted, as a serving certificate whose
     names are all refused is, rather than kept unrefreshed (its ca.crt would hold CA rotations back)."""
-    return {(t.namespace, t.client_secret) for t in targets if len(t.client_ids) == 1}
+    return {(t.namespace, t.client_secret) for t in targets if t.client_wanted}
 
 
 def _client_item(target: Target, signing: Signing) -> Item:

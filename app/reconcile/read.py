@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 from app import names
+from app.injection import template_of
+from app.injection.workload import TEMPLATE_PATHS
 from app.kube import (
     CONFIG_MAPS,
     CRON_JOBS,
@@ -18,13 +23,28 @@ from app.kube import (
     KubeApi,
 )
 from app.reconcile import ownership as own
-from app.reconcile.discover import enabled_namespaces
+from app.reconcile.discover import enabled_namespaces, opted_in
 from app.reconcile.plan import Obj, Observed
 
 # Every kind whose pod template discovery reads (discover.LISTED_KINDS); pods of other controllers are
 # found from the pods themselves.
 WORKLOAD_KINDS = (("Deployment", DEPLOYMENTS), ("StatefulSet", STATEFUL_SETS), ("DaemonSet", DAEMON_SETS),
                   ("ReplicaSet", REPLICA_SETS), ("Job", JOBS), ("CronJob", CRON_JOBS))
+# What a pass keeps of an object is what discovery reads (the shapes below); one whose kept part is over
+# these is too large to be what it claims, and is left out with its reason (docs/security.md, "The
+# reconciler's memory"). A Service is kept as its name and selector: a selector matches pod labels, and
+# 4 KiB of JSON holds 10 labels of the longest legal key and value (317 + 63 bytes) or ~100 usual ones.
+# A workload is kept as its name, owners and pod template's labels, our annotations and service account:
+# 32 KiB holds ~80 labels of the longest legal size, ~1,000 usual ones. Parsed, each takes ~8x (api.py),
+# so 1,000 opted-in workloads at the cap hold ~256 MiB at most; usual ones (~1 KiB kept) ~8 MiB.
+MAX_SERVICE_BYTES = 4 * 1024
+# Services are listed per namespace where something opted in, up to this many namespaces: 20 lists are
+# about what the rest of a pass lists (6 workload kinds, pods, Secrets, ConfigMaps, namespaces, ...),
+# each a few milliseconds against the apiserver's watch cache. Past it one cluster-wide list, 500 to a
+# page, costs less than a call per namespace (at 1,000 opted-in namespaces, 1,000 calls a pass).
+SERVICE_LISTS = 20
+MAX_WORKLOAD_BYTES = 32 * 1024
+_OURS = f"{names.DOMAIN}/"
 
 
 def read_candidate_pods(api: KubeApi, enabled: set[str]) -> list[Obj]:
@@ -38,14 +58,26 @@ def read_candidate_pods(api: KubeApi, enabled: set[str]) -> list[Obj]:
 
 def read_cluster(api: KubeApi) -> Observed:
     """Everything a pass decides on. Workloads are listed whole (their pod template labels cannot be
-    selected server-side); Secrets and ConfigMaps only by our ownership label."""
+    selected server-side) but kept as discovery reads them, a page at a time; Services only in namespaces
+    where something opted in; Secrets and ConfigMaps only by our ownership label."""
     observed = Observed()
-    for kind, resource in WORKLOAD_KINDS:
-        observed.workloads += [(kind, obj) for obj in api.list_objects(resource).items]
     selector = f"{names.INJECT_LABEL}={names.NAMESPACE_OPT_IN}"
     observed.enabled = enabled_namespaces(api.list_objects(NAMESPACES, label_selector=selector).items)
+    opted: set[str] = set()  # namespaces where a workload, a pod or the namespace itself opted in
+    for kind, resource in WORKLOAD_KINDS:
+        listed = api.list_objects(resource, max_object_bytes=MAX_WORKLOAD_BYTES,
+                                  shape=functools.partial(workload_shape, kind, enabled=observed.enabled, opted=opted))
+        observed.workloads += [(kind, obj) for obj in listed.items]
+        observed.oversized += [(kind, o, MAX_WORKLOAD_BYTES) for o in listed.oversized]
     observed.pods = read_candidate_pods(api, observed.enabled)
-    observed.services = api.list_objects(SERVICES).items
+    opted |= observed.enabled | {str(p["metadata"].get("namespace") or "") for p in observed.pods}
+    # A list per namespace reads nothing of the others; past SERVICE_LISTS namespaces, one cluster-wide
+    # list costs fewer calls, and a Service of any other namespace is dropped as its page is read.
+    shape = functools.partial(service_shape, only=opted)
+    for ns in sorted(opted) if len(opted) <= SERVICE_LISTS else [None]:
+        listed = api.list_objects(SERVICES, namespace=ns, shape=shape, max_object_bytes=MAX_SERVICE_BYTES)
+        observed.services += listed.items
+        observed.oversized += [("Service", o, MAX_SERVICE_BYTES) for o in listed.oversized]
     for obj in api.list_objects(SECRETS, label_selector=own.owned_selector("leaf")).items:
         observed.leaves[obj["metadata"]["namespace"], obj["metadata"]["name"]] = obj
     # By name, not by our label: a ConfigMap of that name that is not ours must be seen too (it decides
@@ -57,3 +89,45 @@ def read_cluster(api: KubeApi) -> Observed:
         else:
             observed.squatted.add(obj["metadata"]["namespace"])
     return observed
+
+
+def service_shape(service: Obj, *, only: set[str] | None = None) -> Obj | None:
+    """A Service as discovery reads it: which one, and the pods it selects; None when it is not in one of
+    the namespaces `only` (None: any)."""
+    meta, spec = _map(service, "metadata"), _map(service, "spec")
+    if only is not None and meta.get("namespace") not in only:
+        return None
+    return {"metadata": _some(meta, "name", "namespace", "uid"), "spec": _some(spec, "selector")}
+
+
+def workload_shape(kind: str, obj: Obj, *, enabled: set[str], opted: set[str]) -> Obj:
+    """A workload as discovery reads it: which one, its owners, and of its pod template the labels, our
+    annotations and the service account. One that did not opt in keeps only what tells whether it covers
+    an object it owns (its template's opt-in and pod-template-hash labels and our annotations); the
+    namespace of one that did is added to `opted`."""
+    meta = _map(obj, "metadata")
+    template = template_of(kind, obj) or {}
+    labels = _map(_map(template, "metadata"), "labels")
+    namespace = str(meta.get("namespace") or "")
+    joined = opted_in(labels, namespace_enabled=namespace in enabled)
+    if joined:
+        opted.add(namespace)
+    else:
+        labels = _some(labels, names.INJECT_LABEL, names.POD_TEMPLATE_HASH_LABEL)
+    annotations = {k: v for k, v in _map(_map(template, "metadata"), "annotations").items() if k.startswith(_OURS)}
+    kept: Obj = {"metadata": {"labels": labels, "annotations": annotations}}
+    if joined:
+        kept["spec"] = _some(_map(template, "spec"), "serviceAccountName", "serviceAccount")
+    for key in reversed(TEMPLATE_PATHS[kind]):
+        kept = {key: kept}
+    return {"apiVersion": obj.get("apiVersion"), "kind": kind,
+            "metadata": _some(meta, "name", "namespace", "uid", "ownerReferences"), **kept}
+
+
+def _map(obj: Any, key: str) -> dict[str, Any]:
+    value = obj.get(key) if isinstance(obj, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def _some(obj: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {k: obj[k] for k in keys if k in obj}

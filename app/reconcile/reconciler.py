@@ -25,6 +25,7 @@ from app.kube import (
     CONFIG_MAPS,
     NAMESPACES,
     SECRETS,
+    SERVICE_ACCOUNTS,
     Conflict,
     KubeApi,
     KubeError,
@@ -55,6 +56,7 @@ from app.reconcile.ca import (
     shared_key_problem,
 )
 from app.reconcile.discover import (
+    LISTED_KINDS,
     Target,
     WorkloadRef,
     discover,
@@ -307,8 +309,10 @@ class Reconciler:
         targets = discover(workloads, pods, enabled=observed.enabled, cluster_domain=self.settings.cluster_domain,
                            services=observed.services, own_namespace=self.settings.namespace,
                            trust_domain=self.settings.trust_domain)
+        targets = self._accounts_checked(targets)
         observed.truststores = truststore_namespaces(workloads, pods, enabled=observed.enabled)
         self._report_refused_names(targets, report, now)
+        self._report_oversized(observed, report, now)
         # Before anything is stepped or written: a user CA that cannot be used stops the pass here.
         self._user = self._user_cas(now)
         self._intermediates, self._ack_inputs, self._held = self._read_intermediates(report, now), {}, {}
@@ -346,6 +350,48 @@ class Reconciler:
                                                         "reason": message})
             self._announce(target.workloads, f"{target.namespace}/{target.secret_name}", reason="ServiceNamesRefused",
                            message=message, now=now)
+
+    def _accounts_checked(self, targets: list[Target]) -> list[Target]:
+        """A client certificate names its workload's service account (its SPIFFE ID): one that does not
+        exist is no identity to vouch for, and whoever creates it later gets a certificate already made
+        for that name. So that client certificate is refused (reported with the other client refusals,
+        the rest go on), and one issued before is removed. One `get` per account asked for, per pass."""
+        exists: dict[tuple[str, str], bool] = {}
+        checked = []
+        for target in targets:
+            key = (target.namespace, target.client_ids[0].rsplit("/sa/", 1)[-1]) if target.client_wanted else None
+            if key is not None and key not in exists:
+                exists[key] = self._account_exists(*key)
+            checked.append(target if key is None or exists[key] else target.client_refused(
+                f"its service account {key[1]} does not exist in namespace {key[0]}; create it, or run the "
+                "workload as one that exists"))
+        return checked
+
+    def _account_exists(self, namespace: str, name: str) -> bool:
+        """False only when the API confirmed it missing: an API error keeps what is issued (one failed read
+        must not remove every client certificate of the namespace)."""
+        try:
+            self.api.get(SERVICE_ACCOUNTS, name, namespace=namespace)
+        except NotFound:
+            return False
+        except KubeError as e:
+            log.warning("service account not checked", extra={"namespace": namespace, "object": name,
+                                                               "error": str(e)})
+        return True
+
+    def _report_oversized(self, observed: Observed, report: PassReport, now: datetime) -> None:
+        """Objects the pass left out as larger than their kind holds (read.py): said in the log and the
+        report at every pass, and in an Event on the object once while it lasts; the rest goes on."""
+        for kind, big, cap in observed.oversized:
+            what = "its selector names no certificate" if kind == "Service" else "it gets no certificate"
+            message = (f"{kind} {big.namespace}/{big.name}: {big.size} bytes of what tls-injector reads, over the "
+                       f"{cap} a {kind} may take: left out ({what}); {_OVERSIZED_HINT}")
+            report.refused.append(message)
+            log.warning("object too large; left out", extra={"namespace": big.namespace, "object": big.name,
+                                                              "kind": kind, "reason": message})
+            ref = WorkloadRef(kind, big.namespace, big.name, "", "v1" if kind == "Service" else LISTED_KINDS[kind])
+            self._announce((ref,), f"{kind}/{big.namespace}/{big.name}", reason="ObjectTooLarge", message=message,
+                           now=now)
 
     def _ensure_ca(self, observed: Observed, targets: list[Target], now: datetime, report: PassReport, *,
                    native: signer.NativeView | None = None) -> CaStep:
@@ -858,6 +904,10 @@ class Reconciler:
             return self.api.get(resource, name, namespace=namespace or self.settings.namespace)
         except NotFound:
             return None
+
+
+_OVERSIZED_HINT = (f"a Service is read as its name and selector, a workload as its pod template's labels, "
+                   f"{names.DOMAIN} annotations and service account (docs/security.md, \"The reconciler's memory\")")
 
 
 @contextmanager

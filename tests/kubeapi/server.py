@@ -10,6 +10,7 @@ import contextlib
 import email.utils
 import select
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -412,6 +413,13 @@ class EmulatorHTTPServer(ThreadingHTTPServer):
         self.emulator = emulator
         self.connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that closes a connection mid-answer (the reconciler drops a list page over its byte
+        budget unread) is normal, as it is for the apiserver: not a traceback on stderr."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
     def track(self, conn: socket.socket, *, open_: bool) -> None:
         with self._connections_lock:

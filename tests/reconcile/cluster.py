@@ -32,8 +32,16 @@ class Clock:
 
 
 def namespace(emu: Emulator, name: str, *, enabled: bool = False) -> None:
+    """A namespace as a cluster has it a moment after it is made: with its `default` ServiceAccount,
+    which kube-controller-manager's serviceaccounts controller creates in every namespace."""
     labels = {INJECT: "enabled"} if enabled else {}
     emu.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
+    service_account(emu, "default", name)
+
+
+def service_account(emu: Emulator, name: str, ns: str) -> None:
+    if not any(a["metadata"]["name"] == name for a in emu.objects("serviceaccounts", ns)):
+        emu.add({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": ns}})
 
 
 def deployment(emu: Emulator, name: str, ns: str, *, labels: dict[str, str] | None = None,

@@ -36,6 +36,7 @@ from app.pki import (
 )
 from app.pki.keys import key_to_pem
 from tests.kubeapi import Emulator
+from tests.reconcile import cluster
 from tests.reconcile.cluster import OWN_NS, Clock, data, deployment, namespace, reconciler
 from tests.reconcile.test_chain_emulator import NS, admitted
 from tests.support.kube_schema import schema_errors
@@ -59,6 +60,8 @@ def run(emu: Emulator, client: httpx.Client, shape: Shape, *, service_account: s
     """A Deployment (its ReplicaSet and one pod) created through the official client, the pod through
     /mutate; returns the stored pod, bound to the node."""
     api = KubeApi(emu.api_client())
+    if service_account:  # the ServiceAccount admission plugin refuses a pod whose account does not exist
+        cluster.service_account(emu, service_account, NS)
 
     def create(obj: Obj) -> Obj:
         obj = copy.deepcopy(obj)
@@ -264,6 +267,7 @@ def test_the_client_secret_follows_the_workload_and_its_identity(kubeapi: Emulat
     first = data(kubeapi.get("secrets", "caller-client-tls", NS))["tls.crt"]
     assert uri_sans(load_certificates(first)[0]) == ["spiffe://cluster.local/ns/shop/sa/default"]
 
+    cluster.service_account(kubeapi, "renamed", NS)
     for kind in ("deployments", "replicasets"):
         [obj] = kubeapi.objects(kind, NS)
         obj["spec"]["template"]["spec"]["serviceAccountName"] = "renamed"

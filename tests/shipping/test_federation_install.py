@@ -120,9 +120,10 @@ def test_the_hubs_grants_are_in_its_namespace_only_and_pinned_by_name_except_cre
 
 
 OURS = owner_labels("intermediate")
-INTERMEDIATE = thing("Secret", INTERMEDIATES[0], NAMESPACE, OURS)
-CLIENT_INTERMEDIATE = thing("Secret", INTERMEDIATES[1], NAMESPACE, OURS)
-FOREIGN = thing("Secret", INTERMEDIATES[0], NAMESPACE)  # someone else's, not labelled ours
+TLS = "kubernetes.io/tls"  # the type the hub writes its intermediates as (app/reconcile/federation.py)
+INTERMEDIATE = thing("Secret", INTERMEDIATES[0], NAMESPACE, OURS, secret_type=TLS)
+CLIENT_INTERMEDIATE = thing("Secret", INTERMEDIATES[1], NAMESPACE, OURS, secret_type=TLS)
+FOREIGN = thing("Secret", INTERMEDIATES[0], NAMESPACE, secret_type=TLS)  # someone else's, not labelled ours
 REPLACE = {FORCE_REPLACE_ANNOTATION: "1"}
 
 HUB_WRITES = [
@@ -197,7 +198,8 @@ def test_in_a_member_the_objects_stay_reserved_from_everyone_else(case: str, rev
 
 
 def test_a_refusal_says_what_the_hub_may_write() -> None:
-    [text] = refusals(request("CREATE", HUB, new=thing("Secret", "tls-injector-ca", NAMESPACE, owner_labels("ca"))),
+    [text] = refusals(request("CREATE", HUB, new=thing("Secret", "tls-injector-ca", NAMESPACE, owner_labels("ca"),
+                                                         secret_type=TLS)),
                       policies(member()))
     assert all(name in text for name in INTERMEDIATES), text
     assert f"secrets {NAMESPACE}/tls-injector-ca" in text

@@ -35,11 +35,17 @@ GARBAGE_COLLECTOR = "system:serviceaccount:kube-system:generic-garbage-collector
 OURS = owner_labels("leaf")
 
 
-def thing(kind: str, name: str, namespace: str = "team-a", labels: dict[str, str] | None = None) -> Obj:
+def thing(kind: str, name: str, namespace: str = "team-a", labels: dict[str, str] | None = None, *,
+          secret_type: str = "Opaque", annotations: dict[str, str] | None = None) -> Obj:
+    """An object as admission sees it: a Secret always has a `type`, since the apiserver defaults an
+    omitted one to Opaque before any admission plugin runs."""
     metadata: Obj = {"name": name, "namespace": namespace, "uid": str(uuid.uuid4())}
     if labels is not None:
         metadata["labels"] = labels
-    return {"apiVersion": "v1", "kind": kind, "metadata": metadata, "data": {"k": "dg=="}}
+    if annotations is not None:
+        metadata["annotations"] = annotations
+    typed = {"type": secret_type} if kind == "Secret" else {}
+    return {"apiVersion": "v1", "kind": kind, "metadata": metadata, "data": {"k": "dg=="}, **typed}
 
 
 def request(operation: str, user: str, *, new: Obj | None = None, old: Obj | None = None) -> Obj:
@@ -96,8 +102,8 @@ def message(validation: Obj, data: dict[str, Any]) -> str:
 
 SQUAT = thing("ConfigMap", TRUST_BUNDLE_CONFIGMAP)
 SQUAT_LABELLED = thing("ConfigMap", TRUST_BUNDLE_CONFIGMAP, labels=owner_labels("bundle"))
-LEAF = thing("Secret", "web-tls", labels=OURS)
-STRIPPED = thing("Secret", "web-tls", labels={})
+LEAF = thing("Secret", "web-tls", labels=OURS, secret_type="kubernetes.io/tls")
+STRIPPED = thing("Secret", "web-tls", labels={}, secret_type="kubernetes.io/tls")
 PLAIN_SECRET = thing("Secret", "db-password", labels={"app": "db"})
 PLAIN_CONFIGMAP = thing("ConfigMap", "app-config")
 HELM_LABELLED = thing("ConfigMap", "chart-values", labels={MANAGED_BY_LABEL: "Helm"})
@@ -114,7 +120,8 @@ def changed(obj: Obj, *, annotations: dict[str, str] | None = None, data: dict[s
 
 RENEW = {"tls-injector.io/force-renew": "2026-11-25"}
 REPLACE = {"tls-injector.io/force-replace": "1"}
-WEBHOOK_TLS = thing("Secret", "tls-injector-webhook-tls", "tls-injector", owner_labels("webhook"))
+WEBHOOK_TLS = thing("Secret", "tls-injector-webhook-tls", "tls-injector", owner_labels("webhook"),
+                    secret_type="kubernetes.io/tls")
 
 REFUSED = [
     ("a tenant squats the bundle's name without our label", request("CREATE", TENANT, new=SQUAT)),

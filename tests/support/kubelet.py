@@ -290,7 +290,8 @@ def controller_defaults(emu: Emulator, namespace: str, *, root_ca_pem: str = "")
     """What kube-controller-manager puts in every namespace, which the apiserver's `kube-api-access-*`
     volume needs: the ServiceAccount `default` and the ConfigMap `kube-root-ca.crt` (the emulator runs no
     controllers)."""
-    emu.add({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": namespace}})
+    if not any(a["metadata"]["name"] == "default" for a in emu.objects("serviceaccounts", namespace)):
+        emu.add({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": namespace}})
     emu.add({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kube-root-ca.crt", "namespace": namespace},
              "data": {"ca.crt": root_ca_pem or "cluster CA"}})
 
