@@ -11,11 +11,19 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from app import names
-from app.doctor.model import Result, error, ok
+from app.doctor.model import Result, error, ok, warning
 from app.doctor.snapshot import Snapshot
 from app.injection import pod_workload, template_of
 from app.kube import Obj
-from app.pki import ServiceNames, UntrustedChain, bundle_certificates, dns_sans, load_certificates, verify_server
+from app.pki import (
+    ServiceNames,
+    UntrustedChain,
+    bundle_certificates,
+    dns_sans,
+    load_certificates,
+    verify_nameless,
+    verify_server,
+)
 from app.reconcile import ownership as own
 from app.reconcile.discover import Target, discover, missing_injection, should_be_injected, wants_pod_certificates
 from app.reconcile.plan import bundle_namespaces, secret_data
@@ -97,9 +105,13 @@ def _untrusted(snap: Snapshot, target: Target, chain: list[Any]) -> str:
     if bundle is None:
         return f"no {names.TRUST_BUNDLE_CONFIGMAP} ConfigMap in {target.namespace}"
     sans = dns_sans(chain[0])  # names are the next check's concern: verify trust under a name it has
+    trusted = bundle_certificates(bundle.get("data") or {})
     try:
-        verify_server(chain[0], chain[1:], trusted=bundle_certificates(bundle.get("data") or {}),
-                      dns_name=sans[0] if sans else target.secret_name, now=snap.now)
+        if sans or target.dns_names:
+            verify_server(chain[0], chain[1:], trusted=trusted, dns_name=sans[0] if sans else target.secret_name,
+                          now=snap.now)
+        else:  # a certificate naming nothing, as wanted (check_names_given says so): its chain alone
+            verify_nameless(chain[0], chain[1:], trusted=trusted, now=snap.now)
     except UntrustedChain as e:
         return str(e)
     return ""
@@ -124,6 +136,19 @@ def check_names_accepted(wanted: list[Target]) -> Result:
                      details=refused,
                      hint=f"{names.SERVICE_NAMES_ANNOTATION} lists Services of the workload's own namespace by their "
                           "own names (DNS-1035 labels, at most 16); the rest are issued. docs/security.md")
+    return ok(CATEGORY, title, f"{len(wanted)} certificates")
+
+
+def check_names_given(wanted: list[Target]) -> Result:
+    title = "every certificate names a Service its clients can dial"
+    nameless = [_who(t) for t in wanted if not t.dns_names]
+    if nameless:
+        return warning(CATEGORY, title, f"{len(nameless)} of {len(wanted)} name no Service", details=nameless,
+                       hint="their workload's own name is no Service name (a Deployment may be called web.v2, 1web "
+                            "or longer than 63 characters) and no Service of the namespace selects their pods: the "
+                            "certificate is issued, so the pods start, but no client can verify it. Add a Service "
+                            f"selecting the pods, or name one with {names.SERVICE_NAMES_ANNOTATION}; the next pass "
+                            "re-issues it. docs/injection.md")
     return ok(CATEGORY, title, f"{len(wanted)} certificates")
 
 
@@ -220,5 +245,6 @@ def checks(snap: Snapshot) -> list[Result]:
                            "and the Secrets and ConfigMaps tls-injector manages")]
     wanted = targets(snap)
     return [check_secrets_exist(snap, wanted), check_trusted_by_bundle(snap, wanted),
-            check_service_names(snap, wanted), check_names_accepted(wanted), check_bundles_writable(snap, wanted),
+            check_service_names(snap, wanted), check_names_accepted(wanted), check_names_given(wanted),
+            check_bundles_writable(snap, wanted),
             check_pods_injected(snap), check_pod_mounts(snap)]

@@ -51,6 +51,9 @@ class Workload:
     name: str  # "" when nothing names the workload (then only the annotation can name the Secret)
     secret_name: str  # "" when neither the annotation nor a workload name gives one
     service_names: tuple[str, ...]  # the certificate's services (its SANs): sorted, never empty if name is set
+    # The services were asked for (the annotation), rather than the workload's own name taken by default:
+    # a name asked for that no certificate may carry is the user's to fix, the default one is not.
+    asked: bool = False
 
 
 def pod_workload(metadata: Mapping[str, Any]) -> Workload:
@@ -166,7 +169,7 @@ def _workload(kind: str, name: str, annotations: Mapping[str, Any]) -> Workload:
     raw = _text(annotations, SERVICE_NAMES_ANNOTATION)
     listed = {part.strip() for part in raw.split(",") if part.strip()} if raw else ()
     services = tuple(sorted(listed)) if listed else (name,) if name else ()
-    return Workload(kind, name, secret, services)
+    return Workload(kind, name, secret, services, bool(listed))
 
 
 def _secret_name(name: str, annotations: Mapping[str, Any]) -> str:

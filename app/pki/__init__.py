@@ -10,6 +10,7 @@ from app.pki.certs import (
     BACKDATE,
     CA_VALIDITY,
     LEAF_VALIDITY,
+    NAMELESS_SUBJECT,
     CertKey,
     fingerprint,
     is_self_signed,
@@ -85,7 +86,7 @@ from app.pki.trust import (
     rotation_due,
     swap_signer,
 )
-from app.pki.verify import UntrustedChain, dns_sans, extended_key_usages, verify_client, verify_server
+from app.pki.verify import UntrustedChain, dns_sans, extended_key_usages, verify_client, verify_nameless, verify_server
 
 __all__ = [
     "BACKDATE",
@@ -99,6 +100,7 @@ __all__ = [
     "LEAF_LOOKAHEAD",
     "LEAF_VALIDITY",
     "MAX_SERVICES",
+    "NAMELESS_SUBJECT",
     "POD_CERT_VALIDITY",
     "RENEWAL_REASONS",
     "SETTLE",
@@ -170,6 +172,7 @@ __all__ = [
     "truststore_fingerprints",
     "uri_sans",
     "verify_client",
+    "verify_nameless",
     "verify_server",
     "vet_key_type",
     "vet_service_names",

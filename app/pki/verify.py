@@ -46,6 +46,24 @@ def verify_server(
         raise UntrustedChain(str(e)) from e
 
 
+def verify_nameless(
+    leaf: x509.Certificate,
+    intermediates: Sequence[x509.Certificate],
+    *,
+    trusted: Sequence[x509.Certificate],
+    now: datetime,
+) -> list[x509.Certificate]:
+    """The verified chain of a serving leaf that names nothing (certs.NAMELESS_SUBJECT): the web-PKI
+    profile refuses any leaf without a SAN, so the chain is walked link by link (issuer signatures, validity,
+    CA flags, path lengths, EKU serverAuth), as for Ed25519. No name to check, so no name constraint either;
+    one with a DNS SAN is not nameless and is refused here."""
+    if not trusted:
+        raise UntrustedChain("no trusted CA")
+    if dns_sans(leaf):
+        raise UntrustedChain("the certificate names DNS names")
+    return _walk(leaf, intermediates, trusted=trusted, now=now, usage=ExtendedKeyUsageOID.SERVER_AUTH)
+
+
 def verify_client(
     leaf: x509.Certificate,
     intermediates: Sequence[x509.Certificate],

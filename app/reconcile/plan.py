@@ -230,20 +230,12 @@ def bundle_namespaces(targets: Iterable[Target], enabled: set[str]) -> set[str]:
 
 
 def _leaf_item(target: Target, signing: Signing) -> Item:
-    if not target.dns_names:
-        return Item(SECRETS, target.namespace, target.secret_name, decide_nameless, target.workloads)
+    """A target with no name left (its workload's own name is no Service name and no Service selects its
+    pods) is issued all the same, a certificate naming nothing (certs.NAMELESS_SUBJECT), so its pods start
+    rather than wait for a Secret; one issued before for other names is replaced, so no name that may not
+    be named outlives the change, as when it was deleted."""
     return Item(SECRETS, target.namespace, target.secret_name,
                 lambda existing: decide_leaf(target, existing, signing), target.workloads)
-
-
-def decide_nameless(existing: Obj | None) -> Outcome:
-    """No name the certificate may carry is left (every one refused): nothing is issued, and a certificate
-    of ours issued before for those names is deleted rather than left to be served (docs/security.md)."""
-    if existing is None or not own.is_owned(existing, "leaf"):
-        return None
-    rv = existing["metadata"].get("resourceVersion", "")
-    return Write("delete", SECRETS, existing["metadata"].get("namespace", ""), existing["metadata"]["name"],
-                 resource_version=rv, reason="names-refused")
 
 
 def _bundle_item(namespace: str, signing: Signing, *, truststore: bool = False) -> Item:

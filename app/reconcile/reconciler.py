@@ -155,7 +155,14 @@ class ReconcileSettings:
 class PassReport:
     writes: Counter[str] = field(default_factory=Counter)  # by action: create, update, delete
     reasons: Counter[str] = field(default_factory=Counter)
-    refused: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # objects in our way that are not ours: never touched
+    # What workloads asked for and were refused, one line per Secret: Service names no certificate may carry
+    # (the rest issued), client certificates for users of one Secret with different service accounts.
+    names_refused: list[str] = field(default_factory=list)
+    clients_refused: list[str] = field(default_factory=list)
+    # Certificates issued naming no Service (discover.Target.namelessness): converged, as nothing the
+    # reconciler could do would name them, but said, as no client can verify them.
+    nameless: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     # "<namespace>/<secret>" -> why its certificate waits for a CA that may sign (see plan.Waiting)
     waiting: dict[str, str] = field(default_factory=dict)
@@ -174,7 +181,8 @@ class PassReport:
 
     @property
     def converged(self) -> bool:
-        return not (self.refused or self.failed or self.waiting or self.aborted or self.excluded or self.federation)
+        return not (self.refused or self.names_refused or self.clients_refused or self.failed or self.waiting
+                    or self.aborted or self.excluded or self.federation)
 
 
 @dataclass(frozen=True)
@@ -341,10 +349,19 @@ class Reconciler:
         self.metrics.names_refused.set(len(refused))
         for target in refused:
             message = target.refusal()
-            report.refused.append(message)
+            report.names_refused.append(message)
             log.warning("service names refused", extra={"namespace": target.namespace, "object": target.secret_name,
                                                         "reason": message})
             self._announce(target.workloads, f"{target.namespace}/{target.secret_name}", reason="ServiceNamesRefused",
+                           message=message, now=now)
+        nameless = [t for t in targets if not t.dns_names]
+        self.metrics.nameless.set(len(nameless))
+        for target in nameless:
+            message = target.namelessness()
+            report.nameless.append(message)
+            log.warning("certificate names no Service", extra={"namespace": target.namespace,
+                                                               "object": target.secret_name, "reason": message})
+            self._announce(target.workloads, f"{target.namespace}/{target.secret_name}", reason="NoServiceName",
                            message=message, now=now)
 
     def _ensure_ca(self, observed: Observed, targets: list[Target], now: datetime, report: PassReport, *,
@@ -387,7 +404,7 @@ class Reconciler:
         Refused client Secrets (users of one Secret with different service accounts) are reported here."""
         for target in targets:
             if message := target.client_refusal():
-                report.refused.append(message)
+                report.clients_refused.append(message)
                 log.warning("client certificate refused", extra={"namespace": target.namespace,
                                                                  "object": target.client_secret, "reason": message})
                 self._announce(target.workloads, f"{target.namespace}/{target.client_secret}",
