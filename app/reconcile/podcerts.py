@@ -29,6 +29,7 @@ from app.pki import (
     issue_for_key,
     pod_cert_times,
     requested_key,
+    service_name_problem,
     trust_bundle,
     vet_key_type,
     vet_service_names,
@@ -216,6 +217,9 @@ def _dns_names(pod: Mapping[str, Any], namespace: str, domain: str) -> tuple[str
     workload = pod_workload(meta if isinstance(meta, dict) else {})
     if not workload.name:
         return Deny("NoWorkload", "cannot tell which workload the pod belongs to (no owner, name or generateName)")
+    if not workload.asked:  # its own name, when that is a Service name; else none, and the pod starts all the
+        own = [] if service_name_problem(workload.name) else [workload.name]  # same (docs/injection.md)
+        return workload.name, dns_names_for_services(own, namespace, cluster_domain=domain)
     checked = vet_service_names(workload.service_names)
     if checked.refused:
         return Deny("InvalidNames", f"{names.SERVICE_NAMES_ANNOTATION}: {checked.reason()}; a certificate names "
