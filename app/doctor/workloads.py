@@ -18,6 +18,7 @@ from app.kube import Obj
 from app.pki import (
     ServiceNames,
     UntrustedChain,
+    a_host_for,
     bundle_certificates,
     dns_sans,
     load_certificates,
@@ -108,7 +109,7 @@ def _untrusted(snap: Snapshot, target: Target, chain: list[Any]) -> str:
     trusted = bundle_certificates(bundle.get("data") or {})
     try:
         if sans or target.dns_names:
-            verify_server(chain[0], chain[1:], trusted=trusted, dns_name=sans[0] if sans else target.secret_name,
+            verify_server(chain[0], chain[1:], trusted=trusted, dns_name=a_host_for(sans) or target.secret_name,
                           now=snap.now)
         else:  # a certificate naming nothing, as wanted (check_names_given says so): its chain alone
             verify_nameless(chain[0], chain[1:], trusted=trusted, now=snap.now)

@@ -20,7 +20,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from app.pki.certs import CertKey, fingerprint, key_matches, load_certificates
 from app.pki.keys import PrivateKey, key_from_pem
 from app.pki.seal import Sealed
-from app.pki.verify import UntrustedChain, dns_sans, verify_client, verify_nameless, verify_server
+from app.pki.verify import UntrustedChain, a_host_for, dns_sans, verify_client, verify_nameless, verify_server
 
 CA_LOOKAHEAD = timedelta(days=60)
 LEAF_LOOKAHEAD = timedelta(days=35)
@@ -186,7 +186,7 @@ def _verify(
         return verify_nameless(leaf, intermediates, trusted=trusted, now=now)
     # The SANs equal the desired names (checked before), and the verifier applies name constraints to
     # every SAN whatever name is asked, so one verification stands for all of them.
-    return verify_server(leaf, intermediates, trusted=trusted, dns_name=desired_dns[0], now=now)
+    return verify_server(leaf, intermediates, trusted=trusted, dns_name=a_host_for(desired_dns), now=now)
 
 
 def _can_sign(cert: x509.Certificate) -> bool:

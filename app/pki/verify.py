@@ -175,6 +175,13 @@ def _is_ca(cert: x509.Certificate) -> bool:
         return False
 
 
+def a_host_for(dns_names: Sequence[str]) -> str:
+    """A host name a client could dial that `dns_names` cover: the first that is no wildcard, else the
+    first wildcard's `*` as a label (verifiers take host names, never patterns). "" when there is none."""
+    plain = [name for name in dns_names if not name.startswith("*.")]
+    return plain[0] if plain else dns_names[0].replace("*", "peer", 1) if dns_names else ""
+
+
 def dns_sans(cert: x509.Certificate) -> list[str]:
     try:
         return cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(

@@ -21,7 +21,15 @@ from typing import Any
 
 from app import names
 from app.injection import Workload, client_secret_name_for, controller_of, pod_workload, template_of, template_workload
-from app.pki import ServiceNames, dns_names_for_services, service_name_problem, spiffe_id, vet_service_names
+from app.pki import (
+    MAX_SERVICES,
+    ServiceNames,
+    dns_names_for_services,
+    peer_dns_names,
+    service_name_problem,
+    spiffe_id,
+    vet_service_names,
+)
 
 Obj = dict[str, Any]
 # The kinds the reconciler lists (group, kind) with their apiVersion; pods owned by one of them are
@@ -108,6 +116,9 @@ class Use:
     workload: Workload
     client_id: str = ""
     selected: tuple[str, ...] = ()
+    # A StatefulSet's governing Service (spec.serviceName) when it is one of `selected`: its pods' per-pod
+    # names `<pod>.<service>.<namespace>.svc[.<domain>]` are named by wildcard (pki.peer_dns_names).
+    peers: tuple[str, ...] = ()
 
 
 Wanted = dict[tuple[str, str], dict[WorkloadRef, Use]]
@@ -158,8 +169,9 @@ def discover(
         workload = template_workload(kind, name, _map(template, "metadata"))
         if not _covered_by_owner(kind, obj, workload, listed):
             ref = WorkloadRef(kind, namespace, name, obj["metadata"].get("uid") or "", LISTED_KINDS[kind])
+            selected = _selected(workload, template, selectors.get(namespace, ()))
             _want(wanted, namespace, ref, Use(workload, _client_id(template, namespace, trust_domain or cluster_domain),
-                                              _selected(workload, template, selectors.get(namespace, ()))))
+                                              selected, _peers(kind, obj, selected)))
     for pod in pods:
         namespace = _namespace(pod)
         owner = controller_of(pod["metadata"])
@@ -190,6 +202,13 @@ def _selected(workload: Workload, template: Obj, selectors: Iterable[tuple[str, 
         return ()
     labels = _map(_map(template, "metadata"), "labels")
     return tuple(sorted(name for name, selector in selectors if all(labels.get(k) == v for k, v in selector.items())))
+
+
+def _peers(kind: str, obj: Obj, selected: tuple[str, ...]) -> tuple[str, ...]:
+    """A StatefulSet's governing Service, when it is a Service of its namespace selecting its pods: the one
+    through which its pods have per-pod DNS names (nothing when spec.serviceName names another or none)."""
+    service = _map(obj, "spec").get("serviceName")
+    return (service,) if kind == "StatefulSet" and isinstance(service, str) and service in selected else ()
 
 
 def pod_may_need_a_secret(pod: Obj) -> bool:
@@ -261,7 +280,9 @@ def _client_id(template: Obj, namespace: str, trust_domain: str) -> str:
 
 def _target(namespace: str, secret: str, users: Mapping[WorkloadRef, Use], domain: str) -> Target:
     services, refused = service_names(users.values())
-    dns = dns_names_for_services(services, namespace, cluster_domain=domain)
+    peers = sorted({peer for use in users.values() for peer in use.peers})[:MAX_SERVICES]
+    dns = sorted({*dns_names_for_services(services, namespace, cluster_domain=domain),
+                  *(name for peer in peers for name in peer_dns_names(peer, namespace, cluster_domain=domain))})
     client_ids = tuple(sorted({use.client_id for use in users.values() if use.client_id}))
     own = tuple((str(ref), why) for ref, use in sorted(users.items())
                 if (why := service_name_problem(use.workload.name)))
