@@ -26,7 +26,14 @@ from app.pki import (
     verify_server,
 )
 from app.reconcile import ownership as own
-from app.reconcile.discover import Target, discover, missing_injection, should_be_injected, wants_pod_certificates
+from app.reconcile.discover import (
+    Target,
+    discover,
+    missing_injection,
+    should_be_injected,
+    trust_only_split,
+    wants_pod_certificates,
+)
 from app.reconcile.plan import bundle_namespaces, secret_data
 
 CATEGORY = "workloads"
@@ -39,6 +46,7 @@ def targets(snap: Snapshot) -> list[Target]:
     if snap.pod_certificates:
         workloads = [(k, w) for k, w in workloads if not wants_pod_certificates(template_of(k, w) or {})]
         pods = [p for p in pods if not wants_pod_certificates(p)]
+    workloads, pods, snap.observed.trust_only = trust_only_split(workloads, pods, enabled=snap.observed.enabled)
     return discover(workloads, pods, enabled=snap.observed.enabled, cluster_domain=snap.settings.cluster_domain,
                     services=snap.observed.services,
                     own_namespace=snap.settings.namespace, trust_domain=snap.settings.trust_domain)
@@ -153,9 +161,21 @@ def check_names_given(wanted: list[Target]) -> Result:
     return ok(CATEGORY, title, f"{len(wanted)} certificates")
 
 
+def check_trust_only_bundles(snap: Snapshot) -> Result:
+    title = f"every namespace with a {names.MODE_TRUST_ONLY} client has its trust bundle"
+    missing = sorted(ns for ns in snap.observed.trust_only if snap.config_map(ns, names.TRUST_BUNDLE_CONFIGMAP) is None)
+    if missing:
+        return error(CATEGORY, title, f"{len(missing)} of {len(snap.observed.trust_only)} namespaces have none",
+                     details=missing,
+                     hint=f"pods asking for trust alone ({names.MODE_ANNOTATION}: {names.MODE_TRUST_ONLY}) mount "
+                          f"{names.TRUST_BUNDLE_CONFIGMAP} and cannot start without it; the reconciler writes it "
+                          "within a pass: check that it runs (reconciler checks)")
+    return ok(CATEGORY, title, f"{len(snap.observed.trust_only)} namespaces")
+
+
 def check_bundles_writable(snap: Snapshot, wanted: list[Target]) -> Result:
     title = "every namespace that needs the trust bundle can get it"
-    squatted = sorted(bundle_namespaces(wanted, snap.observed.enabled) & snap.observed.squatted)
+    squatted = sorted(bundle_namespaces(wanted, snap.observed.bundle_wanted) & snap.observed.squatted)
     if squatted:
         return error(CATEGORY, title, f"{len(squatted)} namespaces hold a {names.TRUST_BUNDLE_CONFIGMAP} ConfigMap "
                      "that is not tls-injector's", details=squatted,
@@ -247,5 +267,5 @@ def checks(snap: Snapshot) -> list[Result]:
     wanted = targets(snap)
     return [check_secrets_exist(snap, wanted), check_trusted_by_bundle(snap, wanted),
             check_service_names(snap, wanted), check_names_accepted(wanted), check_names_given(wanted),
-            check_bundles_writable(snap, wanted),
+            check_trust_only_bundles(snap), check_bundles_writable(snap, wanted),
             check_pods_injected(snap), check_pod_mounts(snap)]

@@ -350,9 +350,15 @@ def wants_pod_certificates(obj: Obj) -> bool:
     record's mode (a webhook not told that the cluster serves pod certificates mounts the Secret even for a
     pod that asked for them, and that Secret must then be issued, or the pod never starts); otherwise
     what the annotations ask for."""
+    return pod_mode(obj) == names.MODE_POD_CERTIFICATE
+
+
+def pod_mode(obj: Obj) -> str:
+    """The mode of a pod (or pod template): the webhook's record's where it recorded one (what the pod
+    really got), else what its annotations ask for ("" when they ask for nothing)."""
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
     if not isinstance(annotations, dict):
-        return False
+        return ""
     record = annotations.get(names.INJECTED_ANNOTATION)
     if isinstance(record, str):
         try:
@@ -360,8 +366,28 @@ def wants_pod_certificates(obj: Obj) -> bool:
         except ValueError:
             recorded = None
         if isinstance(recorded, dict):
-            return recorded.get("mode") == names.MODE_POD_CERTIFICATE
-    return annotations.get(names.MODE_ANNOTATION) == names.MODE_POD_CERTIFICATE
+            return str(recorded.get("mode") or names.MODE_SECRET)
+    mode = annotations.get(names.MODE_ANNOTATION)
+    return mode.strip() if isinstance(mode, str) else ""
+
+
+def trust_only_split(workloads: list[tuple[str, Obj]], pods: list[Obj], *, enabled: set[str],
+                     ) -> tuple[list[tuple[str, Obj]], list[Obj], set[str]]:
+    """The workloads and pods that need a certificate, and the namespaces of the opted-in ones that asked
+    for trust alone (names.MODE_TRUST_ONLY): they get no Secret, but their namespace needs the bundle. A
+    workload keeps its Secret while a pod of its own still mounts one (moving to trust-only rolls its pods;
+    the validating rule refuses that move for a workload that serves, so this is the rollout of one that
+    was off)."""
+    def trust_only(obj: Obj) -> bool:
+        return pod_mode(obj) == names.MODE_TRUST_ONLY
+
+    asking = [(template_of(k, w) or {}, _namespace(w)) for k, w in workloads] + [(p, _namespace(p)) for p in pods]
+    namespaces = {ns for template, ns in asking if trust_only(template) and _opted_in(template, ns, enabled)}
+    pods = [p for p in pods if not trust_only(p)]
+    mounting = {(p["metadata"].get("namespace") or "", pod_workload(p["metadata"]).name) for p in pods}
+    workloads = [(k, w) for k, w in workloads if not trust_only(template_of(k, w) or {})
+                 or (w["metadata"].get("namespace") or "", w["metadata"]["name"]) in mounting]
+    return workloads, pods, namespaces
 
 
 def secret_users(workloads: list[tuple[str, Obj]], pods: list[Obj]) -> tuple[list[tuple[str, Obj]], list[Obj]]:

@@ -151,6 +151,14 @@ class Observed:
     squatted: set[str] = field(default_factory=set)
     services: list[Obj] = field(default_factory=list)  # every Service: their selectors name workloads' pods
     truststores: set[str] = field(default_factory=set)  # namespaces where a workload asks for truststore.p12
+    # Namespaces where an opted-in workload or pod asks for trust alone (names.MODE_TRUST_ONLY): no Secret,
+    # but the bundle, as in an enabled namespace.
+    trust_only: set[str] = field(default_factory=set)
+
+    @property
+    def bundle_wanted(self) -> set[str]:
+        """Namespaces that need the bundle whatever their workloads' Secrets (bundle_namespaces adds those)."""
+        return self.enabled | self.trust_only
 
     def lookup(self, item: Item) -> Obj | None:
         if item.resource is SECRETS:
@@ -166,7 +174,7 @@ def plan(targets: Iterable[Target], observed: Observed, signing: Signing) -> lis
         items += [_client_item(t, signing) for t in targets if len(t.client_ids) == 1]
     wanted = {(t.namespace, t.secret_name) for t in targets} | client_secrets(targets)
     items += [_orphan(SECRETS, ns, name, "leaf") for (ns, name) in sorted(observed.leaves) if (ns, name) not in wanted]
-    namespaces = bundle_namespaces(targets, observed.enabled)
+    namespaces = bundle_namespaces(targets, observed.bundle_wanted)
     items += [_bundle_item(ns, signing, truststore=ns in observed.truststores) for ns in sorted(namespaces)]
     items += [_orphan(CONFIG_MAPS, ns, TRUST_BUNDLE_CONFIGMAP, "bundle")
               for ns in sorted(observed.bundles) if ns not in namespaces]

@@ -61,6 +61,7 @@ from app.reconcile.discover import (
     enabled_namespaces,
     missing_injection,
     secret_users,
+    trust_only_split,
     truststore_namespaces,
 )
 from app.reconcile.federation import (
@@ -312,10 +313,12 @@ class Reconciler:
         workloads, pods = observed.workloads, observed.pods
         if native is not None:  # pod certificates served: who asked for them gets no Secret
             workloads, pods = secret_users(workloads, pods)
+        observed.truststores = truststore_namespaces(workloads, pods, enabled=observed.enabled)
+        # Who asked for trust alone gets no Secret; their namespaces get the bundle (names.MODE_TRUST_ONLY).
+        workloads, pods, observed.trust_only = trust_only_split(workloads, pods, enabled=observed.enabled)
         targets = discover(workloads, pods, enabled=observed.enabled, cluster_domain=self.settings.cluster_domain,
                            services=observed.services, own_namespace=self.settings.namespace,
                            trust_domain=self.settings.trust_domain)
-        observed.truststores = truststore_namespaces(workloads, pods, enabled=observed.enabled)
         self._report_refused_names(targets, report, now)
         # Before anything is stepped or written: a user CA that cannot be used stops the pass here.
         self._user = self._user_cas(now)
@@ -367,7 +370,7 @@ class Reconciler:
     def _ensure_ca(self, observed: Observed, targets: list[Target], now: datetime, report: PassReport, *,
                    native: signer.NativeView | None = None) -> CaStep:
         """The workloads' CA set, stepped on what this pass observed of bundles and leaves in use."""
-        namespaces = bundle_namespaces(targets, observed.enabled)
+        namespaces = bundle_namespaces(targets, observed.bundle_wanted)
         excluded = self._unwritable_bundles(namespaces, observed, targets, report, now)
         namespaces -= set(excluded)
         # Client Secrets too: their ca.crt is a bundle of the serving CAs in use (their tls.crt chains to no
@@ -409,7 +412,7 @@ class Reconciler:
                                                                  "object": target.client_secret, "reason": message})
                 self._announce(target.workloads, f"{target.namespace}/{target.client_secret}",
                                reason="ClientCertificateRefused", message=message, now=now)
-        namespaces = bundle_namespaces(targets, observed.enabled) - set(report.excluded)
+        namespaces = bundle_namespaces(targets, observed.bundle_wanted) - set(report.excluded)
         stored = {((observed.bundles.get(ns) or {}).get("data") or {}).get(CLIENT_BUNDLE_KEY, "") for ns in namespaces}
         bundles = [bundle_certificates({CLIENT_BUNDLE_KEY: pem}, prefix=CLIENT_PREFIX) for pem in stored]
         wanted = client_secrets(targets)
