@@ -189,6 +189,9 @@ def test_a_legal_name_no_service_names_still_gets_its_secret_and_the_workload_is
     verify_nameless(chain[0], chain[1:], trusted=bundle_certificates({"ca-bundle.crt": bundle.decode()}), now=clock.now)
     with pytest.raises(ssl.SSLCertVerificationError):  # no host name verifies: not even the CN's words
         handshake(Party(leaf["tls.crt"], leaf["tls.key"]), bundle_pem=bundle, hostname=f"{name[:63]}.{NS}.svc")
+    assert rec.status is not None  # the status page and API say it too
+    [status] = [w for w in rec.status.workloads if w.secret == secret]
+    assert status.names_problem == told
     [event] = [e for e in kubeapi.objects("events", NS) if e["reason"] == "NoServiceName"]
     assert event["involvedObject"]["name"] == name
     assert event["type"] == "Warning"
