@@ -36,6 +36,11 @@ MODE_ANNOTATION = f"{DOMAIN}/mode"
 MODE_SECRET = "secret"  # noqa: S105 - a mode's name, not a password
 MODE_POD_CERTIFICATE = "pod-certificate"
 MODES = (MODE_SECRET, MODE_POD_CERTIFICATE)
+# "trust-only": a pure client (a Job calling an internal API) that serves nothing: the trust bundle and the
+# TLS env vars (all of TLS_ENV_VARS unless ENV_ANNOTATION says otherwise), no certificate, no Secret. Chosen
+# per pod (template) only, never as --default-mode: a serving workload must not lose its certificate by default.
+MODE_TRUST_ONLY = "trust-only"
+POD_MODES = (*MODES, MODE_TRUST_ONLY)
 # The key the kubelet makes for a pod certificate: P-256 is fast to generate on the node and accepted by
 # every TLS stack; the signer also issues for P-384 and RSA-3072/4096, and refuses Ed25519 and P-521.
 POD_KEY_TYPE = "ECDSAP256"

@@ -50,7 +50,7 @@ SEI = GroupVersionKind(group="example.com", version="v1", kind="SeiNode")
 # What a label or annotation may hold in a hostile or broken body, beside the values that matter.
 ODD_VALUES: list[Any] = ["", "TRUE", 1, 1.0, True, None, ["true"], {"x": "true"}, "{" * 120, "null"]
 MEANINGFUL = {INJECT: ["true", "false", "enabled", "disabled"], SECRET: ["x-tls", "y-tls"],
-              MODE: ["pod-certificate", "secret"], CLIENT: ["true", " True ", "false"]}
+              MODE: ["pod-certificate", "secret", "trust-only", " trust-only "], CLIENT: ["true", " True ", "false"]}
 
 
 def summary(verdict: Verdict) -> Summary:
@@ -202,7 +202,31 @@ def tls_on_inside(obj: Any) -> Value:  # an enabled namespace: on unless "false"
     return negated(tls_is(obj, "false"))
 
 
+def trust_only(tls_on: Callable[[Any], Value]) -> Semantics:
+    """A template serving with a certificate (TLS on, mode not trust-only, trimmed) may not move to
+    trust-only; anything else may (no warning)."""
+    def asks(obj: Any) -> Value:
+        return all_of(lambda: has(obj, "annotations"), lambda: member(MODE, field(obj, "annotations")),
+                      lambda: _trimmed(field(obj, "annotations")[MODE]) == "trust-only")
+
+    def semantics(old: Any, new: Any) -> tuple[Value, Value]:
+        return any_of(lambda: negated(all_of(lambda: tls_on(old), lambda: negated(asks(old)))),
+                      lambda: negated(asks(new))), False
+    return semantics
+
+
+def _trimmed(value: Any) -> str:
+    """`.trim()`: of a string only."""
+    if not isinstance(value, str):
+        raise TypeError("trim() of a non-string")
+    return value.strip()
+
+
 BUILT_IN: dict[str, Semantics] = {
+    "workload-trust-only-transition": trust_only(tls_on_outside),
+    "cronjob-trust-only-transition": trust_only(tls_on_outside),
+    "enabled-namespace-workload-trust-only-transition": trust_only(tls_on_inside),
+    "enabled-namespace-cronjob-trust-only-transition": trust_only(tls_on_inside),
     "workload-client-certificate-transition": client_certificate(tls_on_outside),
     "cronjob-client-certificate-transition": client_certificate(tls_on_outside),
     "enabled-namespace-workload-client-certificate-transition": client_certificate(tls_on_inside),

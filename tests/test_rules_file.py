@@ -78,7 +78,9 @@ BUILT_IN = ["workload-tls-transition", "cronjob-tls-transition", "workload-clien
             "cronjob-client-certificate-transition", "namespace-tls-transition",
             "enabled-namespace-workload-tls-transition", "enabled-namespace-cronjob-tls-transition",
             "enabled-namespace-workload-client-certificate-transition",
-            "enabled-namespace-cronjob-client-certificate-transition", "workload-tls-mode-transition"]
+            "enabled-namespace-cronjob-client-certificate-transition", "workload-tls-mode-transition",
+            "workload-trust-only-transition", "cronjob-trust-only-transition",
+            "enabled-namespace-workload-trust-only-transition", "enabled-namespace-cronjob-trust-only-transition"]
 APPS_KINDS = {("apps", "v1", "Deployment"), ("apps", "v1", "StatefulSet"), ("apps", "v1", "DaemonSet")}
 
 
@@ -95,7 +97,10 @@ def test_the_built_in_rules_cover_the_workload_kinds_cronjobs_and_namespaces() -
                      "cronjob-client-certificate-transition": cronjobs,
                      "enabled-namespace-workload-client-certificate-transition": APPS_KINDS,
                      "enabled-namespace-cronjob-client-certificate-transition": cronjobs,
-                     "workload-tls-mode-transition": APPS_KINDS}
+                     "workload-tls-mode-transition": APPS_KINDS,
+                     "workload-trust-only-transition": APPS_KINDS, "cronjob-trust-only-transition": cronjobs,
+                     "enabled-namespace-workload-trust-only-transition": APPS_KINDS,
+                     "enabled-namespace-cronjob-trust-only-transition": cronjobs}
     assert {name: rule.scope for name, rule in rules.items()} == {
         "workload-tls-transition": "other-namespaces", "cronjob-tls-transition": "other-namespaces",
         "namespace-tls-transition": "all", "workload-tls-mode-transition": "all",
@@ -104,7 +109,10 @@ def test_the_built_in_rules_cover_the_workload_kinds_cronjobs_and_namespaces() -
         "workload-client-certificate-transition": "other-namespaces",
         "cronjob-client-certificate-transition": "other-namespaces",
         "enabled-namespace-workload-client-certificate-transition": "enabled-namespaces",
-        "enabled-namespace-cronjob-client-certificate-transition": "enabled-namespaces"}
+        "enabled-namespace-cronjob-client-certificate-transition": "enabled-namespaces",
+        "workload-trust-only-transition": "other-namespaces", "cronjob-trust-only-transition": "other-namespaces",
+        "enabled-namespace-workload-trust-only-transition": "enabled-namespaces",
+        "enabled-namespace-cronjob-trust-only-transition": "enabled-namespaces"}
 
 
 def test_each_path_runs_the_rules_of_its_kind_of_namespace_and_those_of_all() -> None:
@@ -112,10 +120,12 @@ def test_each_path_runs_the_rules_of_its_kind_of_namespace_and_those_of_all() ->
     assert [r.name for r in rules.scoped("enabled-namespaces")] == [
         "namespace-tls-transition", "enabled-namespace-workload-tls-transition",
         "enabled-namespace-cronjob-tls-transition", "enabled-namespace-workload-client-certificate-transition",
-        "enabled-namespace-cronjob-client-certificate-transition", "workload-tls-mode-transition"]
+        "enabled-namespace-cronjob-client-certificate-transition", "workload-tls-mode-transition",
+        "enabled-namespace-workload-trust-only-transition", "enabled-namespace-cronjob-trust-only-transition"]
     assert [r.name for r in rules.scoped("other-namespaces")] == [
         "workload-tls-transition", "cronjob-tls-transition", "workload-client-certificate-transition",
-        "cronjob-client-certificate-transition", "namespace-tls-transition", "workload-tls-mode-transition"]
+        "cronjob-client-certificate-transition", "namespace-tls-transition", "workload-tls-mode-transition",
+        "workload-trust-only-transition", "cronjob-trust-only-transition"]
     with pytest.raises(ValueError, match="not all"):
         rules.scoped("all")
 

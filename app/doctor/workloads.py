@@ -11,13 +11,29 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from app import names
-from app.doctor.model import Result, error, ok
+from app.doctor.model import Result, error, ok, warning
 from app.doctor.snapshot import Snapshot
 from app.injection import pod_workload, template_of
 from app.kube import Obj
-from app.pki import ServiceNames, UntrustedChain, bundle_certificates, dns_sans, load_certificates, verify_server
+from app.pki import (
+    ServiceNames,
+    UntrustedChain,
+    a_host_for,
+    bundle_certificates,
+    dns_sans,
+    load_certificates,
+    verify_nameless,
+    verify_server,
+)
 from app.reconcile import ownership as own
-from app.reconcile.discover import Target, discover, missing_injection, should_be_injected, wants_pod_certificates
+from app.reconcile.discover import (
+    Target,
+    discover,
+    missing_injection,
+    should_be_injected,
+    trust_only_split,
+    wants_pod_certificates,
+)
 from app.reconcile.plan import bundle_namespaces, secret_data
 
 CATEGORY = "workloads"
@@ -30,6 +46,7 @@ def targets(snap: Snapshot) -> list[Target]:
     if snap.pod_certificates:
         workloads = [(k, w) for k, w in workloads if not wants_pod_certificates(template_of(k, w) or {})]
         pods = [p for p in pods if not wants_pod_certificates(p)]
+    workloads, pods, snap.observed.trust_only = trust_only_split(workloads, pods, enabled=snap.observed.enabled)
     return discover(workloads, pods, enabled=snap.observed.enabled, cluster_domain=snap.settings.cluster_domain,
                     services=snap.observed.services,
                     own_namespace=snap.settings.namespace, trust_domain=snap.settings.trust_domain)
@@ -97,9 +114,13 @@ def _untrusted(snap: Snapshot, target: Target, chain: list[Any]) -> str:
     if bundle is None:
         return f"no {names.TRUST_BUNDLE_CONFIGMAP} ConfigMap in {target.namespace}"
     sans = dns_sans(chain[0])  # names are the next check's concern: verify trust under a name it has
+    trusted = bundle_certificates(bundle.get("data") or {})
     try:
-        verify_server(chain[0], chain[1:], trusted=bundle_certificates(bundle.get("data") or {}),
-                      dns_name=sans[0] if sans else target.secret_name, now=snap.now)
+        if sans or target.dns_names:
+            verify_server(chain[0], chain[1:], trusted=trusted, dns_name=a_host_for(sans) or target.secret_name,
+                          now=snap.now)
+        else:  # a certificate naming nothing, as wanted (check_names_given says so): its chain alone
+            verify_nameless(chain[0], chain[1:], trusted=trusted, now=snap.now)
     except UntrustedChain as e:
         return str(e)
     return ""
@@ -127,9 +148,34 @@ def check_names_accepted(wanted: list[Target]) -> Result:
     return ok(CATEGORY, title, f"{len(wanted)} certificates")
 
 
+def check_names_given(wanted: list[Target]) -> Result:
+    title = "every certificate names a Service its clients can dial"
+    nameless = [_who(t) for t in wanted if not t.dns_names]
+    if nameless:
+        return warning(CATEGORY, title, f"{len(nameless)} of {len(wanted)} name no Service", details=nameless,
+                       hint="their workload's own name is no Service name (a Deployment may be called web.v2, 1web "
+                            "or longer than 63 characters) and no Service of the namespace selects their pods: the "
+                            "certificate is issued, so the pods start, but no client can verify it. Add a Service "
+                            f"selecting the pods, or name one with {names.SERVICE_NAMES_ANNOTATION}; the next pass "
+                            "re-issues it. docs/injection.md")
+    return ok(CATEGORY, title, f"{len(wanted)} certificates")
+
+
+def check_trust_only_bundles(snap: Snapshot) -> Result:
+    title = f"every namespace with a {names.MODE_TRUST_ONLY} client has its trust bundle"
+    missing = sorted(ns for ns in snap.observed.trust_only if snap.config_map(ns, names.TRUST_BUNDLE_CONFIGMAP) is None)
+    if missing:
+        return error(CATEGORY, title, f"{len(missing)} of {len(snap.observed.trust_only)} namespaces have none",
+                     details=missing,
+                     hint=f"pods asking for trust alone ({names.MODE_ANNOTATION}: {names.MODE_TRUST_ONLY}) mount "
+                          f"{names.TRUST_BUNDLE_CONFIGMAP} and cannot start without it; the reconciler writes it "
+                          "within a pass: check that it runs (reconciler checks)")
+    return ok(CATEGORY, title, f"{len(snap.observed.trust_only)} namespaces")
+
+
 def check_bundles_writable(snap: Snapshot, wanted: list[Target]) -> Result:
     title = "every namespace that needs the trust bundle can get it"
-    squatted = sorted(bundle_namespaces(wanted, snap.observed.enabled) & snap.observed.squatted)
+    squatted = sorted(bundle_namespaces(wanted, snap.observed.bundle_wanted) & snap.observed.squatted)
     if squatted:
         return error(CATEGORY, title, f"{len(squatted)} namespaces hold a {names.TRUST_BUNDLE_CONFIGMAP} ConfigMap "
                      "that is not tls-injector's", details=squatted,
@@ -220,5 +266,6 @@ def checks(snap: Snapshot) -> list[Result]:
                            "and the Secrets and ConfigMaps tls-injector manages")]
     wanted = targets(snap)
     return [check_secrets_exist(snap, wanted), check_trusted_by_bundle(snap, wanted),
-            check_service_names(snap, wanted), check_names_accepted(wanted), check_bundles_writable(snap, wanted),
+            check_service_names(snap, wanted), check_names_accepted(wanted), check_names_given(wanted),
+            check_trust_only_bundles(snap), check_bundles_writable(snap, wanted),
             check_pods_injected(snap), check_pod_mounts(snap)]

@@ -102,7 +102,8 @@ def read_choices(secret_name: str, annotations: Mapping[str, Any], options: Inje
     raw = given.get(names.CONTAINERS_ANNOTATION)
     containers = _containers(raw) if raw else None
     raw = given.get(names.ENV_ANNOTATION)
-    env = _env(raw) if raw else ()
+    # A trust-only pod is a client: it gets the variables unless it says otherwise (what it asks for).
+    env = _env(raw) if raw else names.TLS_ENV_VARS if mode == names.MODE_TRUST_ONLY else ()
     # Positional, in the fields' order (a NamedTuple's keywords cost ~3.7k instructions more).
     return Choices(secret, cert_path, trust_path, containers, env, mode, fallback, client)
 
@@ -117,6 +118,9 @@ def _client_secret(raw: str, secret: str, mode: str) -> str:
         return ""
     if raw != "true":
         raise InjectionRefused(f"{names.CLIENT_CERT_ANNOTATION}: {shown(raw)} must be \"true\" or \"false\"")
+    if mode == names.MODE_TRUST_ONLY:
+        raise InjectionRefused(f"{names.CLIENT_CERT_ANNOTATION}: a {names.MODE_TRUST_ONLY} pod gets no certificate; "
+                               f"use {names.MODE_ANNOTATION}: \"{names.MODE_SECRET}\" for a client certificate")
     if mode == names.MODE_POD_CERTIFICATE:
         raise InjectionRefused(f"{names.CLIENT_CERT_ANNOTATION}: client certificates are not issued in the "
                                f"{names.MODE_POD_CERTIFICATE} mode yet; use {names.MODE_ANNOTATION}: "
@@ -127,8 +131,8 @@ def _client_secret(raw: str, secret: str, mode: str) -> str:
 def _mode(raw: str, options: InjectionOptions) -> tuple[str, str]:
     """The mode the pod gets, and the reason when it asked for pod certificates and gets the Secret."""
     asked = raw or options.default_mode
-    if asked not in names.MODES:
-        raise InjectionRefused(f"{names.MODE_ANNOTATION}: {shown(asked)} is not one of {', '.join(names.MODES)}")
+    if asked not in names.POD_MODES:
+        raise InjectionRefused(f"{names.MODE_ANNOTATION}: {shown(asked)} is not one of {', '.join(names.POD_MODES)}")
     if asked == names.MODE_POD_CERTIFICATE and not options.pod_certificates:
         # Mixed and older clusters work: the pod still starts, with the Secret, and the warning says why.
         return names.MODE_SECRET, ("pod certificates are not served here (or the webhook is not told so: "

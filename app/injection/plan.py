@@ -139,6 +139,8 @@ def plan_pod(pod: Mapping[str, Any], **settings: Any) -> Plan:
 
 def _our_volumes(choices: Choices, options: InjectionOptions) -> list[tuple[str, Source, dict[str, Any], str]]:
     """(name, source, the source's contents, mount path) of each volume the pod gets, made for this pod."""
+    if choices.mode == names.MODE_TRUST_ONLY:  # a client: the bundle alone (names.MODE_TRUST_ONLY)
+        return [(names.TRUST_VOLUME, "configMap", {"name": options.trust_bundle_configmap}, choices.trust_path)]
     if choices.mode == names.MODE_POD_CERTIFICATE:
         ours: list[tuple[str, Source, dict[str, Any], str]] = [
             (names.CERT_VOLUME, "projected", {"sources": _pod_cert_sources()}, choices.cert_path),
@@ -269,7 +271,7 @@ def _record(choices: Choices, options: InjectionOptions, containers: list[str], 
     native = choices.mode == names.MODE_POD_CERTIFICATE
     record: dict[str, Any] = {
         "v": RECORD_VERSION,
-        "secret": "" if native else choices.secret_name,
+        "secret": "" if native or choices.mode == names.MODE_TRUST_ONLY else choices.secret_name,
         "bundle": f"clusterTrustBundle:{names.CLUSTER_TRUST_BUNDLE}" if native else options.trust_bundle_configmap,
         "certPath": choices.cert_path,
         "trustPath": choices.trust_path,
@@ -279,6 +281,8 @@ def _record(choices: Choices, options: InjectionOptions, containers: list[str], 
     }
     if native:
         record["mode"], record["signer"] = choices.mode, names.SIGNER_NAME
+    elif choices.mode == names.MODE_TRUST_ONLY:
+        record["mode"] = choices.mode
     if choices.client_secret:
         record["client"], record["clientPath"] = choices.client_secret, choices.client_path
     return orjson.dumps(record, option=orjson.OPT_SORT_KEYS).decode()  # sorted: the order built in is not read

@@ -56,6 +56,10 @@ def what_pods_get(kind: str, name: str, template_meta: Mapping[str, Any], option
                                annotations if isinstance(annotations, dict) else {}, options)
     except InjectionRefused as refusal:
         return (f"{who} will be refused: {refusal}",)
+    if choices.mode == names.MODE_TRUST_ONLY:
+        env = f", and {', '.join(choices.env)} set to it" if choices.env else ""
+        return (f"{who} will get trust alone ({names.MODE_ANNOTATION}: {names.MODE_TRUST_ONLY}): ConfigMap "
+                f"{options.trust_bundle_configmap} at {choices.trust_path}{env}; no certificate, no Secret",)
     if choices.mode == names.MODE_POD_CERTIFICATE:
         gets = (f"a per-pod {names.POD_KEY_TYPE} key and certificate from signer {names.SIGNER_NAME} "
                 f"(projected podCertificate) at {choices.cert_path}, and trust from the ClusterTrustBundle "

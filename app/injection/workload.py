@@ -17,6 +17,7 @@ Pure: plain dicts in (as the apiserver sends them, so any value may have any JSO
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,9 @@ MAX_SECRET_NAME = 253
 SECRET_SUFFIX = "-tls"  # noqa: S105 - a name's suffix, not a password
 CLIENT_SECRET_SUFFIX = "-client-tls"  # noqa: S105 - a name's suffix, not a password
 _HASH_CHARS = 10  # hex digits of SHA-256: 40 bits, no clash among the names one namespace can hold
+# A Service's name: a DNS-1035 label of at most 63 characters (app/pki/names.py checks names for
+# certificates with the same rule; this package may not import that one).
+_SERVICE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +55,9 @@ class Workload:
     name: str  # "" when nothing names the workload (then only the annotation can name the Secret)
     secret_name: str  # "" when neither the annotation nor a workload name gives one
     service_names: tuple[str, ...]  # the certificate's services (its SANs): sorted, never empty if name is set
+    # The services were asked for (the annotation), rather than the workload's own name taken by default:
+    # a name asked for that no certificate may carry is the user's to fix, the default one is not.
+    asked: bool = False
 
 
 def pod_workload(metadata: Mapping[str, Any]) -> Workload:
@@ -97,8 +104,13 @@ def cronjob_pins(cronjob: str, template_annotations: Mapping[str, Any]) -> dict[
     """Annotations to add to the pod template of a Job the CronJob `cronjob` creates, so every run's pods
     name the CronJob's Secret and services: a run's Job is `<cronjob>-<minutes>` and its pods carry
     nothing else naming the CronJob (and a `-<digits>` suffix cannot be told from a Job's own name,
-    `backup-20261122`). Only what the template does not set already."""
-    pins = {SECRET_NAME_ANNOTATION: secret_name_for(cronjob), SERVICE_NAMES_ANNOTATION: cronjob}
+    `backup-20261122`). Only what the template does not set already, and the services only when the
+    CronJob's name is a Service name: `1nightly` or `nightly.v2` is a legal CronJob but no Service, and
+    pinned it would read as asked for and be refused; unpinned, a run's Job (`<name>-<minutes>`, no Service
+    name either) names none, as the CronJob does."""
+    pins = {SECRET_NAME_ANNOTATION: secret_name_for(cronjob)}
+    if _SERVICE_NAME.match(cronjob):
+        pins[SERVICE_NAMES_ANNOTATION] = cronjob
     return {key: value for key, value in pins.items() if not _text(template_annotations, key)}
 
 
@@ -166,7 +178,7 @@ def _workload(kind: str, name: str, annotations: Mapping[str, Any]) -> Workload:
     raw = _text(annotations, SERVICE_NAMES_ANNOTATION)
     listed = {part.strip() for part in raw.split(",") if part.strip()} if raw else ()
     services = tuple(sorted(listed)) if listed else (name,) if name else ()
-    return Workload(kind, name, secret, services)
+    return Workload(kind, name, secret, services, bool(listed))
 
 
 def _secret_name(name: str, annotations: Mapping[str, Any]) -> str:

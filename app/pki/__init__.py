@@ -10,6 +10,7 @@ from app.pki.certs import (
     BACKDATE,
     CA_VALIDITY,
     LEAF_VALIDITY,
+    NAMELESS_SUBJECT,
     CertKey,
     fingerprint,
     is_self_signed,
@@ -42,6 +43,8 @@ from app.pki.names import (
     ServiceNames,
     cluster_domain_from_resolv_conf,
     dns_names_for_services,
+    is_dns_label,
+    peer_dns_names,
     service_name_constraints,
     service_name_problem,
     vet_service_names,
@@ -85,7 +88,15 @@ from app.pki.trust import (
     rotation_due,
     swap_signer,
 )
-from app.pki.verify import UntrustedChain, dns_sans, extended_key_usages, verify_client, verify_server
+from app.pki.verify import (
+    UntrustedChain,
+    a_host_for,
+    dns_sans,
+    extended_key_usages,
+    verify_client,
+    verify_nameless,
+    verify_server,
+)
 
 __all__ = [
     "BACKDATE",
@@ -99,6 +110,7 @@ __all__ = [
     "LEAF_LOOKAHEAD",
     "LEAF_VALIDITY",
     "MAX_SERVICES",
+    "NAMELESS_SUBJECT",
     "POD_CERT_VALIDITY",
     "RENEWAL_REASONS",
     "SETTLE",
@@ -119,6 +131,7 @@ __all__ = [
     "ServiceNames",
     "TrustFacts",
     "UntrustedChain",
+    "a_host_for",
     "add_ca",
     "adopt_orphans",
     "advance",
@@ -133,6 +146,7 @@ __all__ = [
     "fingerprint",
     "generate_key",
     "intermediate_renewal",
+    "is_dns_label",
     "is_self_signed",
     "issue_client",
     "issue_for_key",
@@ -150,6 +164,7 @@ __all__ = [
     "observe",
     "open_seal",
     "path_length",
+    "peer_dns_names",
     "permitted_dns",
     "pod_cert_times",
     "requested_key",
@@ -170,6 +185,7 @@ __all__ = [
     "truststore_fingerprints",
     "uri_sans",
     "verify_client",
+    "verify_nameless",
     "verify_server",
     "vet_key_type",
     "vet_service_names",

@@ -25,6 +25,11 @@ from app.pki.keys import KeyType, PrivateKey, generate_key, key_from_pem, key_to
 BACKDATE = timedelta(minutes=5)
 CA_VALIDITY = timedelta(days=365)
 LEAF_VALIDITY = timedelta(days=90)
+# The subject of a leaf that names nothing (a workload no Service selects, whose own name is no Service name):
+# spaces and a colon, so it can never equal a host name a client dials. OpenSSL and Python's ssl still fall
+# back to the CN when a certificate has no DNS SAN, and a CN such as `tls-injector` (no dot, so outside the
+# CA's name constraints' reach in OpenSSL) would verify for a client dialling the Service `tls-injector`.
+NAMELESS_SUBJECT = f"{NAME}: no Service name"
 
 
 @dataclass(frozen=True)
@@ -117,16 +122,22 @@ def issue_leaf(
     key_type: KeyType = "ecdsa-p256",
     uris: Sequence[str] = (),
 ) -> CertKey:
-    """A leaf for the given names (and URI SANs), never valid past its issuer (a client would reject the chain)."""
+    """A leaf for the given names (and URI SANs), never valid past its issuer (a client would reject the chain).
+
+    With no name at all it has no SAN extension (RFC 5280 forbids an empty one) and the subject
+    NAMELESS_SUBJECT: a certificate no client can verify for any host, which a pod can still mount and
+    start with until its workload has a name (docs/injection.md, "Workloads whose name is no Service name").
+    """
     key = generate_key(key_type)
-    common_name = dns_names[0] if dns_names else (uris[0] if uris else NAME)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name[:64])])
-    builder = _base(name, key, now, validity, cap=issuer.cert.not_valid_after_utc)
-    builder = builder.issuer_name(issuer.cert.subject)
     sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
     sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
     sans += [x509.UniformResourceIdentifier(uri) for uri in uris]
-    builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    common_name = dns_names[0] if dns_names else (uris[0] if uris else NAME if sans else NAMELESS_SUBJECT)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name[:64])])
+    builder = _base(name, key, now, validity, cap=issuer.cert.not_valid_after_utc)
+    builder = builder.issuer_name(issuer.cert.subject)
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
     builder = builder.add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
     builder = builder.add_extension(_key_usage(ca=False, rsa_key=isinstance(key, rsa.RSAPrivateKey)), critical=True)
     usages = [ExtendedKeyUsageOID.SERVER_AUTH] * server + [ExtendedKeyUsageOID.CLIENT_AUTH] * client

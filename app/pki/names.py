@@ -53,6 +53,19 @@ def dns_names_for_services(
     return sorted(names)
 
 
+def is_dns_label(name: object) -> bool:
+    """A DNS-1123 label (what a pod's host name is): 1-63 lower-case letters, digits and inner hyphens."""
+    return isinstance(name, str) and bool(_LABEL.match(name))
+
+
+def peer_dns_names(service: str, namespace: str, *, cluster_domain: str = DEFAULT_CLUSTER_DOMAIN) -> list[str]:
+    """`*.s.n.svc` and `*.s.n.svc.<domain>`: the per-pod names a StatefulSet's pods are dialled by through
+    their governing Service `s` (`<pod>.s.n.svc`), as its members find each other. One label deep under
+    that one Service only (a wildcard covers exactly one label), inside the CA's name constraints (`svc`,
+    `svc.<domain>`); the caller checks that `s` is a Service of namespace `n` selecting the pods."""
+    return [f"*.{name}" for name in dns_names_for_services([service], namespace, cluster_domain=cluster_domain)]
+
+
 def service_name_constraints(cluster_domain: str = DEFAULT_CLUSTER_DOMAIN) -> tuple[str, ...]:
     """The DNS subtrees a workload CA may sign names in: every name `dns_names_for_services` makes."""
     domain = cluster_domain.strip().strip(".")

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from app.pki.certs import CertKey, is_self_signed, to_pem
+from app.pki.certs import NAMELESS_SUBJECT, CertKey, is_self_signed, to_pem
 from app.pki.keys import signature_hash
 
 # The key types the API names, and those this signer issues for. Ed25519 is refused because the strict
@@ -119,7 +119,10 @@ def issue_for_key(*, issuer: CertKey, public_key: PublicKey, dns_names: Sequence
     Same profile as the Secret leaves (verify.py accepts both): serverAuth, SANs, AKI/SKI, critical
     basic constraints and key usage; keyEncipherment only for RSA keys.
     """
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, (dns_names[0] if dns_names else "pod")[:64])])
+    # No name (a pod whose workload's own name is no Service name): no SAN extension, which may not be empty,
+    # and the subject no host name can equal, as for a Secret's leaf (certs.NAMELESS_SUBJECT).
+    common_name = dns_names[0] if dns_names else NAMELESS_SUBJECT
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name[:64])])
     builder = (
         x509.CertificateBuilder()
         .subject_name(name)
@@ -129,7 +132,12 @@ def issue_for_key(*, issuer: CertKey, public_key: PublicKey, dns_names: Sequence
         .not_valid_before(times.not_before)
         .not_valid_after(times.not_after)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in dns_names]), critical=False)
+    )
+    if dns_names:
+        builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in dns_names]),
+                                        critical=False)
+    builder = (
+        builder
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_leaf_usage(rsa_key=isinstance(public_key, rsa.RSAPublicKey)), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)

@@ -20,7 +20,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from app.pki.certs import CertKey, fingerprint, key_matches, load_certificates
 from app.pki.keys import PrivateKey, key_from_pem
 from app.pki.seal import Sealed
-from app.pki.verify import UntrustedChain, dns_sans, verify_client, verify_server
+from app.pki.verify import UntrustedChain, a_host_for, dns_sans, verify_client, verify_nameless, verify_server
 
 CA_LOOKAHEAD = timedelta(days=60)
 LEAF_LOOKAHEAD = timedelta(days=35)
@@ -76,10 +76,9 @@ def leaf_renewal(
     """Decide for a serving leaf (`tls.crt` = leaf + intermediates, `tls.key`); `client` for mTLS client certs.
 
     `trusted` are the CAs in the trust bundle; `issuer`, when given, is the CA that signs new leaves:
-    a leaf that verifies but was signed by another (phasing-out) CA is renewed with "ca-rotated".
+    a leaf that verifies but was signed by another (phasing-out) CA is renewed with "ca-rotated". No
+    `desired_dns` for a serving leaf: one that names nothing is wanted (a workload no Service selects).
     """
-    if not client and not desired_dns:
-        raise ValueError("a serving certificate needs at least one DNS name")
     parsed = _parse(cert_pem, key_pem)
     if isinstance(parsed, Decision):
         return parsed
@@ -183,9 +182,11 @@ def _verify(
 ) -> list[x509.Certificate]:
     if client:
         return verify_client(leaf, intermediates, trusted=trusted, now=now)
+    if not desired_dns:  # its SANs are none (checked before): nothing to verify a name for
+        return verify_nameless(leaf, intermediates, trusted=trusted, now=now)
     # The SANs equal the desired names (checked before), and the verifier applies name constraints to
     # every SAN whatever name is asked, so one verification stands for all of them.
-    return verify_server(leaf, intermediates, trusted=trusted, dns_name=desired_dns[0], now=now)
+    return verify_server(leaf, intermediates, trusted=trusted, dns_name=a_host_for(desired_dns), now=now)
 
 
 def _can_sign(cert: x509.Certificate) -> bool:

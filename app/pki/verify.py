@@ -46,6 +46,24 @@ def verify_server(
         raise UntrustedChain(str(e)) from e
 
 
+def verify_nameless(
+    leaf: x509.Certificate,
+    intermediates: Sequence[x509.Certificate],
+    *,
+    trusted: Sequence[x509.Certificate],
+    now: datetime,
+) -> list[x509.Certificate]:
+    """The verified chain of a serving leaf that names nothing (certs.NAMELESS_SUBJECT): the web-PKI
+    profile refuses any leaf without a SAN, so the chain is walked link by link (issuer signatures, validity,
+    CA flags, path lengths, EKU serverAuth), as for Ed25519. No name to check, so no name constraint either;
+    one with a DNS SAN is not nameless and is refused here."""
+    if not trusted:
+        raise UntrustedChain("no trusted CA")
+    if dns_sans(leaf):
+        raise UntrustedChain("the certificate names DNS names")
+    return _walk(leaf, intermediates, trusted=trusted, now=now, usage=ExtendedKeyUsageOID.SERVER_AUTH)
+
+
 def verify_client(
     leaf: x509.Certificate,
     intermediates: Sequence[x509.Certificate],
@@ -155,6 +173,13 @@ def _is_ca(cert: x509.Certificate) -> bool:
         return bool(cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
     except x509.ExtensionNotFound:
         return False
+
+
+def a_host_for(dns_names: Sequence[str]) -> str:
+    """A host name a client could dial that `dns_names` cover: the first that is no wildcard, else the
+    first wildcard's `*` as a label (verifiers take host names, never patterns). "" when there is none."""
+    plain = [name for name in dns_names if not name.startswith("*.")]
+    return plain[0] if plain else dns_names[0].replace("*", "peer", 1) if dns_names else ""
 
 
 def dns_sans(cert: x509.Certificate) -> list[str]:

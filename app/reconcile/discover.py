@@ -22,7 +22,15 @@ from typing import Any
 
 from app import names
 from app.injection import Workload, client_secret_name_for, controller_of, pod_workload, template_of, template_workload
-from app.pki import ServiceNames, dns_names_for_services, spiffe_id, vet_service_names
+from app.pki import (
+    MAX_SERVICES,
+    ServiceNames,
+    dns_names_for_services,
+    peer_dns_names,
+    service_name_problem,
+    spiffe_id,
+    vet_service_names,
+)
 
 Obj = dict[str, Any]
 # The kinds the reconciler lists (group, kind) with their apiVersion; pods owned by one of them are
@@ -69,6 +77,10 @@ class Target:
     # Why the client certificate is refused though one identity asks for it ("" when it is not): its
     # Secret's name is another workload's serving Secret, or its service account does not exist.
     client_problem: str = ""
+    # The workloads whose own name is no Service name (`web.v2`, `1web`, 64+ characters: legal for every
+    # kind but a Service), with why: not a refusal (they asked for nothing), but when nothing else names
+    # the certificate it is why it names nothing (`namelessness`).
+    own_names: tuple[tuple[str, str], ...] = ()
 
     @property
     def client_secret(self) -> str:
@@ -101,8 +113,34 @@ class Target:
         return (f"Secret {self.namespace}/{self.secret_name}: {names.SERVICE_NAMES_ANNOTATION} refused "
                 f"{ServiceNames((), self.refused).reason()}; a certificate names only Services of its own namespace")
 
+    def namelessness(self) -> str:
+        """Why the certificate names no DNS name, for a person ("" when it names some). It is issued all the
+        same, so the pods start; no client can verify it for any host until a Service selects them."""
+        if self.dns_names:
+            return ""
+        own = "; ".join(f"{w}: {why}" for w, why in self.own_names[:_LISTED]) or "nothing valid was asked for"
+        return (f"Secret {self.namespace}/{self.secret_name}: the certificate names no Service, so no client can "
+                f"verify it: no Service of namespace {self.namespace} selects the pods and the workload's own name "
+                f"is not a Service name ({own}); add a Service selecting the pods, or name one with "
+                f"{names.SERVICE_NAMES_ANNOTATION}, and the next pass re-issues it")
 
-Wanted = dict[tuple[str, str], dict[WorkloadRef, tuple[Workload, str]]]  # with the client SPIFFE ID or ""
+
+@dataclass(frozen=True)
+class Use:
+    """What one workload brings to the Secret it uses: its names, its client identity ("" for none), and
+    the Services of its namespace that select its pods."""
+
+    workload: Workload
+    client_id: str = ""
+    selected: tuple[str, ...] = ()
+    # A StatefulSet's governing Service (spec.serviceName) when it is one of `selected`: its pods' per-pod
+    # names `<pod>.<service>.<namespace>.svc[.<domain>]` are named by wildcard (pki.peer_dns_names).
+    peers: tuple[str, ...] = ()
+
+
+Wanted = dict[tuple[str, str], dict[WorkloadRef, Use]]
+# Workloads quoted one by one in a message; the rest are left out (the Event names each on its own object).
+_LISTED = 3
 
 
 def opted_in(pod_labels: Mapping[str, str], *, namespace_enabled: bool) -> bool:
@@ -148,16 +186,18 @@ def discover(
         workload = template_workload(kind, name, _map(template, "metadata"))
         if not _covered_by_owner(kind, obj, workload, listed):
             ref = WorkloadRef(kind, namespace, name, obj["metadata"].get("uid") or "", LISTED_KINDS[kind])
-            _want(wanted, namespace, ref, _with_services(workload, template, selectors.get(namespace, ())),
-                  _client_id(template, namespace, trust_domain or cluster_domain))
+            selected = _selected(workload, template, selectors.get(namespace, ()))
+            _want(wanted, namespace, ref, Use(workload, _client_id(template, namespace, trust_domain or cluster_domain),
+                                              selected, _peers(kind, obj, selected)))
     for pod in pods:
         namespace = _namespace(pod)
         owner = controller_of(pod["metadata"])
         if _listed_kind(owner) or not _opted_in(pod, namespace, enabled):
             continue
+        workload = pod_workload(pod["metadata"])
         _want(wanted, namespace, _pod_user(pod, namespace, owner),
-              _with_services(pod_workload(pod["metadata"]), pod, selectors.get(namespace, ())),
-              _client_id(pod, namespace, trust_domain or cluster_domain))
+              Use(workload, _client_id(pod, namespace, trust_domain or cluster_domain),
+                  _selected(workload, pod, selectors.get(namespace, ()))))
     return _clashes_refused([_target(ns, secret, users, cluster_domain)
                              for (ns, secret), users in sorted(wanted.items())])
 
@@ -183,14 +223,20 @@ def service_selectors(services: Iterable[Obj]) -> dict[str, list[tuple[str, dict
     return found
 
 
-def _with_services(workload: Workload, template: Obj, selectors: Iterable[tuple[str, dict[str, Any]]]) -> Workload:
-    """The workload's own service names plus every Service of its namespace whose selector picks its pods
-    (the names its clients actually call, as OpenShift's service CA finds them)."""
+def _selected(workload: Workload, template: Obj, selectors: Iterable[tuple[str, dict[str, Any]]]) -> tuple[str, ...]:
+    """Every Service of the workload's namespace whose selector picks its pods (the names its clients
+    actually call, as OpenShift's service CA finds them), sorted."""
+    if not workload.secret_name:
+        return ()
     labels = _map(_map(template, "metadata"), "labels")
-    selected = [name for name, selector in selectors if all(labels.get(k) == v for k, v in selector.items())]
-    if not selected or not workload.secret_name:
-        return workload
-    return dataclasses.replace(workload, service_names=tuple(sorted({*workload.service_names, *selected})))
+    return tuple(sorted(name for name, selector in selectors if all(labels.get(k) == v for k, v in selector.items())))
+
+
+def _peers(kind: str, obj: Obj, selected: tuple[str, ...]) -> tuple[str, ...]:
+    """A StatefulSet's governing Service, when it is a Service of its namespace selecting its pods: the one
+    through which its pods have per-pod DNS names (nothing when spec.serviceName names another or none)."""
+    service = _map(obj, "spec").get("serviceName")
+    return (service,) if kind == "StatefulSet" and isinstance(service, str) and service in selected else ()
 
 
 def pod_may_need_a_secret(pod: Obj) -> bool:
@@ -241,9 +287,9 @@ def _opted_in(template: Obj, namespace: str, enabled: set[str]) -> bool:
     return opted_in(labels, namespace_enabled=namespace in enabled)
 
 
-def _want(wanted: Wanted, namespace: str, ref: WorkloadRef, workload: Workload, client_id: str) -> None:
-    if workload.secret_name:
-        wanted[namespace, workload.secret_name][ref] = (workload, client_id)
+def _want(wanted: Wanted, namespace: str, ref: WorkloadRef, use: Use) -> None:
+    if use.workload.secret_name:
+        wanted[namespace, use.workload.secret_name][ref] = use
 
 
 def _client_id(template: Obj, namespace: str, trust_domain: str) -> str:
@@ -260,25 +306,35 @@ def _client_id(template: Obj, namespace: str, trust_domain: str) -> str:
     return spiffe_id(trust_domain, namespace, account)
 
 
-def _target(namespace: str, secret: str, users: Mapping[WorkloadRef, tuple[Workload, str]], domain: str) -> Target:
-    services, refused = service_names(workload for workload, _ in users.values())
-    dns = dns_names_for_services(services, namespace, cluster_domain=domain)
-    client_ids = tuple(sorted({client for _, client in users.values() if client}))
-    return Target(namespace, secret, tuple(dns), tuple(sorted(users)), refused, client_ids)
+def _target(namespace: str, secret: str, users: Mapping[WorkloadRef, Use], domain: str) -> Target:
+    services, refused = service_names(users.values())
+    peers = sorted({peer for use in users.values() for peer in use.peers})[:MAX_SERVICES]
+    dns = sorted({*dns_names_for_services(services, namespace, cluster_domain=domain),
+                  *(name for peer in peers for name in peer_dns_names(peer, namespace, cluster_domain=domain))})
+    client_ids = tuple(sorted({use.client_id for use in users.values() if use.client_id}))
+    own = tuple((str(ref), why) for ref, use in sorted(users.items())
+                if (why := service_name_problem(use.workload.name)))
+    return Target(namespace, secret, tuple(dns), tuple(sorted(users)), refused, client_ids, own_names=own)
 
 
-def service_names(workloads: Iterable[Workload]) -> tuple[list[str], tuple[tuple[str, str], ...]]:
+def service_names(uses: Iterable[Use]) -> tuple[list[str], tuple[tuple[str, str], ...]]:
     """The Services a Secret's certificate names, and those refused with why (sorted, unique).
 
-    Each workload's own list is checked; one with nothing valid left falls back to its own name, as if it
-    had asked for nothing (when that is a Service name too). Over `MAX_SERVICES` in all, the rest are refused.
+    Each workload's asked-for list is checked, and refusals reported; one with nothing valid left falls back
+    to its own name, as if it had asked for nothing. Its own name counts only when it is a Service name: a
+    Deployment may be called `web.v2`, `1web` or 253 characters long, none a Service name, and it asked for
+    no name, so nothing is refused. Services selecting its pods are named too. Over `MAX_SERVICES` in all,
+    the rest are refused. Nothing left: the certificate names nothing (Target.namelessness).
     """
     kept: set[str] = set()
     refused: dict[tuple[str, str], None] = {}
-    for workload in workloads:
-        checked = vet_service_names(workload.service_names)
-        refused.update(dict.fromkeys(checked.refused))
-        kept.update(checked.kept or vet_service_names([workload.name] if workload.name else []).kept)
+    for use in uses:
+        own: tuple[str, ...] = () if service_name_problem(use.workload.name) else (use.workload.name,)
+        if use.workload.asked:
+            checked = vet_service_names(use.workload.service_names)
+            refused.update(dict.fromkeys(checked.refused))
+            own = checked.kept or own
+        kept.update(own, use.selected)
     final = vet_service_names(sorted(kept))
     refused.update(dict.fromkeys(final.refused))
     return list(final.kept), tuple(sorted(refused))
@@ -322,9 +378,15 @@ def wants_pod_certificates(obj: Obj) -> bool:
     record's mode (a webhook not told that the cluster serves pod certificates mounts the Secret even for a
     pod that asked for them, and that Secret must then be issued, or the pod never starts); otherwise
     what the annotations ask for."""
+    return pod_mode(obj) == names.MODE_POD_CERTIFICATE
+
+
+def pod_mode(obj: Obj) -> str:
+    """The mode of a pod (or pod template): the webhook's record's where it recorded one (what the pod
+    really got), else what its annotations ask for ("" when they ask for nothing)."""
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
     if not isinstance(annotations, dict):
-        return False
+        return ""
     record = annotations.get(names.INJECTED_ANNOTATION)
     if isinstance(record, str):
         try:
@@ -332,8 +394,28 @@ def wants_pod_certificates(obj: Obj) -> bool:
         except ValueError:
             recorded = None
         if isinstance(recorded, dict):
-            return recorded.get("mode") == names.MODE_POD_CERTIFICATE
-    return annotations.get(names.MODE_ANNOTATION) == names.MODE_POD_CERTIFICATE
+            return str(recorded.get("mode") or names.MODE_SECRET)
+    mode = annotations.get(names.MODE_ANNOTATION)
+    return mode.strip() if isinstance(mode, str) else ""
+
+
+def trust_only_split(workloads: list[tuple[str, Obj]], pods: list[Obj], *, enabled: set[str],
+                     ) -> tuple[list[tuple[str, Obj]], list[Obj], set[str]]:
+    """The workloads and pods that need a certificate, and the namespaces of the opted-in ones that asked
+    for trust alone (names.MODE_TRUST_ONLY): they get no Secret, but their namespace needs the bundle. A
+    workload keeps its Secret while a pod of its own still mounts one (moving to trust-only rolls its pods;
+    the validating rule refuses that move for a workload that serves, so this is the rollout of one that
+    was off)."""
+    def trust_only(obj: Obj) -> bool:
+        return pod_mode(obj) == names.MODE_TRUST_ONLY
+
+    asking = [(template_of(k, w) or {}, _namespace(w)) for k, w in workloads] + [(p, _namespace(p)) for p in pods]
+    namespaces = {ns for template, ns in asking if trust_only(template) and _opted_in(template, ns, enabled)}
+    pods = [p for p in pods if not trust_only(p)]
+    mounting = {(p["metadata"].get("namespace") or "", pod_workload(p["metadata"]).name) for p in pods}
+    workloads = [(k, w) for k, w in workloads if not trust_only(template_of(k, w) or {})
+                 or (w["metadata"].get("namespace") or "", w["metadata"]["name"]) in mounting]
+    return workloads, pods, namespaces
 
 
 def secret_users(workloads: list[tuple[str, Obj]], pods: list[Obj]) -> tuple[list[tuple[str, Obj]], list[Obj]]:

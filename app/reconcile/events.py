@@ -21,8 +21,9 @@ def event_body(ref: WorkloadRef, *, reason: str, message: str, kind: Literal["No
     return {
         "apiVersion": "v1",
         "kind": "Event",
-        # Unique per occurrence, like client-go's recorder: `<object>.<random hex>`.
-        "metadata": {"name": f"{ref.name}.{secrets.token_hex(8)}", "namespace": ref.namespace},
+        # Unique per occurrence, like client-go's recorder: `<object>.<random hex>`, the object's name cut so
+        # the whole stays a name the API accepts (a workload may be called with 253 characters).
+        "metadata": {"name": event_name(ref.name), "namespace": ref.namespace},
         "involvedObject": {"kind": ref.kind, "namespace": ref.namespace, "name": ref.name, "uid": ref.uid,
                            "apiVersion": ref.api_version},
         "reason": reason,
@@ -34,6 +35,17 @@ def event_body(ref: WorkloadRef, *, reason: str, message: str, kind: Literal["No
         "source": {"component": COMPONENT},
         "reportingComponent": COMPONENT,
     }
+
+
+# An Event's name is a DNS subdomain of at most 253 characters; `.<16 hex>` takes 17 of them.
+_MAX_NAME, _SUFFIX_HEX = 253, 8
+
+
+def event_name(workload: str) -> str:
+    """`<workload>.<16 random hex>`, the workload's name cut (and stripped of a trailing `-` or `.`, which
+    would end a label) where the whole would pass 253 characters."""
+    cut = workload[: _MAX_NAME - 2 * _SUFFIX_HEX - 1].rstrip("-.")
+    return f"{cut}.{secrets.token_hex(_SUFFIX_HEX)}"
 
 
 def emit(api: KubeApi, refs: tuple[WorkloadRef, ...], *, reason: str, message: str,

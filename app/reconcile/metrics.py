@@ -48,6 +48,10 @@ class ReconcileMetrics:
             "tls_injector_service_names_refused",
             "Certificate Secrets whose workloads ask for names no certificate may carry (refused; last pass).",
             registry=r)
+        self.nameless = Gauge(
+            "tls_injector_certificates_without_names",
+            "Certificate Secrets issued naming no Service: the workload's own name is no Service name and no "
+            "Service selects its pods (last pass).", registry=r)
         self.bundles_excluded = Gauge(
             "tls_injector_bundles_excluded",
             "Namespaces whose trust bundle cannot be written, left out of CA rotation (last pass).", registry=r)

@@ -154,6 +154,14 @@ class Observed:
     truststores: set[str] = field(default_factory=set)  # namespaces where a workload asks for truststore.p12
     # Objects left out as larger than what their kind holds (read.py): (kind, which, the cap it is over).
     oversized: list[tuple[str, Oversized, int]] = field(default_factory=list)
+    # Namespaces where an opted-in workload or pod asks for trust alone (names.MODE_TRUST_ONLY): no Secret,
+    # but the bundle, as in an enabled namespace.
+    trust_only: set[str] = field(default_factory=set)
+
+    @property
+    def bundle_wanted(self) -> set[str]:
+        """Namespaces that need the bundle whatever their workloads' Secrets (bundle_namespaces adds those)."""
+        return self.enabled | self.trust_only
 
     def lookup(self, item: Item) -> Obj | None:
         if item.resource is SECRETS:
@@ -169,7 +177,7 @@ def plan(targets: Iterable[Target], observed: Observed, signing: Signing) -> lis
         items += [_client_item(t, signing) for t in targets if t.client_wanted]
     wanted = {(t.namespace, t.secret_name) for t in targets} | client_secrets(targets)
     items += [_orphan(SECRETS, ns, name, "leaf") for (ns, name) in sorted(observed.leaves) if (ns, name) not in wanted]
-    namespaces = bundle_namespaces(targets, observed.enabled)
+    namespaces = bundle_namespaces(targets, observed.bundle_wanted)
     items += [_bundle_item(ns, signing, truststore=ns in observed.truststores) for ns in sorted(namespaces)]
     items += [_orphan(CONFIG_MAPS, ns, TRUST_BUNDLE_CONFIGMAP, "bundle")
               for ns in sorted(observed.bundles) if ns not in namespaces]
@@ -233,20 +241,12 @@ def bundle_namespaces(targets: Iterable[Target], enabled: set[str]) -> set[str]:
 
 
 def _leaf_item(target: Target, signing: Signing) -> Item:
-    if not target.dns_names:
-        return Item(SECRETS, target.namespace, target.secret_name, decide_nameless, target.workloads)
+    """A target with no name left (its workload's own name is no Service name and no Service selects its
+    pods) is issued all the same, a certificate naming nothing (certs.NAMELESS_SUBJECT), so its pods start
+    rather than wait for a Secret; one issued before for other names is replaced, so no name that may not
+    be named outlives the change, as when it was deleted."""
     return Item(SECRETS, target.namespace, target.secret_name,
                 lambda existing: decide_leaf(target, existing, signing), target.workloads)
-
-
-def decide_nameless(existing: Obj | None) -> Outcome:
-    """No name the certificate may carry is left (every one refused): nothing is issued, and a certificate
-    of ours issued before for those names is deleted rather than left to be served (docs/security.md)."""
-    if existing is None or not own.is_owned(existing, "leaf"):
-        return None
-    rv = existing["metadata"].get("resourceVersion", "")
-    return Write("delete", SECRETS, existing["metadata"].get("namespace", ""), existing["metadata"]["name"],
-                 resource_version=rv, reason="names-refused")
 
 
 def _bundle_item(namespace: str, signing: Signing, *, truststore: bool = False) -> Item:

@@ -20,15 +20,17 @@ from datetime import datetime
 from typing import Any
 
 from app import names
-from app.injection.workload import pod_workload
+from app.injection.workload import controller_of, pod_workload
 from app.pki import (
     CaSet,
     CertKey,
     KeyRejected,
     dns_names_for_services,
+    is_dns_label,
     issue_for_key,
     pod_cert_times,
     requested_key,
+    service_name_problem,
     trust_bundle,
     vet_key_type,
     vet_service_names,
@@ -216,11 +218,33 @@ def _dns_names(pod: Mapping[str, Any], namespace: str, domain: str) -> tuple[str
     workload = pod_workload(meta if isinstance(meta, dict) else {})
     if not workload.name:
         return Deny("NoWorkload", "cannot tell which workload the pod belongs to (no owner, name or generateName)")
+    peers = _peer_names(pod, namespace, domain)
+    if not workload.asked:  # its own name, when that is a Service name; else none, and the pod starts all the
+        own = [] if service_name_problem(workload.name) else [workload.name]  # same (docs/injection.md)
+        return workload.name, sorted({*dns_names_for_services(own, namespace, cluster_domain=domain), *peers})
     checked = vet_service_names(workload.service_names)
     if checked.refused:
         return Deny("InvalidNames", f"{names.SERVICE_NAMES_ANNOTATION}: {checked.reason()}; a certificate names "
                                     f"only Services of its own namespace")
-    return workload.name, dns_names_for_services(checked.kept, namespace, cluster_domain=domain)
+    return workload.name, sorted({*dns_names_for_services(checked.kept, namespace, cluster_domain=domain), *peers})
+
+
+def _peer_names(pod: Mapping[str, Any], namespace: str, domain: str) -> list[str]:
+    """A StatefulSet's pod: its exact per-pod names, `<pod>.<service>.<namespace>.svc[.<domain>]`, where the
+    StatefulSet controller set spec.hostname to the pod's name and spec.subdomain to its governing Service.
+    Each pod is issued its own name, never a wildcard: its key is its own. The signer answers from the pod
+    alone and does not check that the Service selects it: any pod of the namespace may already name any
+    Service of its namespace (service-names), so this grants nothing beyond the namespace."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    owner = controller_of(meta)
+    if owner is None or owner.get("kind") != "StatefulSet" or not str(owner.get("apiVersion") or "").startswith(
+            "apps/"):
+        return []
+    hostname, subdomain = spec.get("hostname"), spec.get("subdomain")
+    if hostname != meta.get("name") or not is_dns_label(hostname) or not isinstance(subdomain, str) \
+            or service_name_problem(subdomain):
+        return []
+    return [f"{hostname}.{name}" for name in dns_names_for_services([subdomain], namespace, cluster_domain=domain)]
 
 
 def _der(value: object) -> bytes:

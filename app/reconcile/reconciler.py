@@ -63,6 +63,7 @@ from app.reconcile.discover import (
     enabled_namespaces,
     missing_injection,
     secret_users,
+    trust_only_split,
     truststore_namespaces,
 )
 from app.reconcile.federation import (
@@ -157,7 +158,14 @@ class ReconcileSettings:
 class PassReport:
     writes: Counter[str] = field(default_factory=Counter)  # by action: create, update, delete
     reasons: Counter[str] = field(default_factory=Counter)
-    refused: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # objects in our way that are not ours: never touched
+    # What workloads asked for and were refused, one line per Secret: Service names no certificate may carry
+    # (the rest issued), client certificates for users of one Secret with different service accounts.
+    names_refused: list[str] = field(default_factory=list)
+    clients_refused: list[str] = field(default_factory=list)
+    # Certificates issued naming no Service (discover.Target.namelessness): converged, as nothing the
+    # reconciler could do would name them, but said, as no client can verify them.
+    nameless: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     # "<namespace>/<secret>" -> why its certificate waits for a CA that may sign (see plan.Waiting)
     waiting: dict[str, str] = field(default_factory=dict)
@@ -176,7 +184,8 @@ class PassReport:
 
     @property
     def converged(self) -> bool:
-        return not (self.refused or self.failed or self.waiting or self.aborted or self.excluded or self.federation)
+        return not (self.refused or self.names_refused or self.clients_refused or self.failed or self.waiting
+                    or self.aborted or self.excluded or self.federation)
 
 
 @dataclass(frozen=True)
@@ -306,11 +315,13 @@ class Reconciler:
         workloads, pods = observed.workloads, observed.pods
         if native is not None:  # pod certificates served: who asked for them gets no Secret
             workloads, pods = secret_users(workloads, pods)
+        observed.truststores = truststore_namespaces(workloads, pods, enabled=observed.enabled)
+        # Who asked for trust alone gets no Secret; their namespaces get the bundle (names.MODE_TRUST_ONLY).
+        workloads, pods, observed.trust_only = trust_only_split(workloads, pods, enabled=observed.enabled)
         targets = discover(workloads, pods, enabled=observed.enabled, cluster_domain=self.settings.cluster_domain,
                            services=observed.services, own_namespace=self.settings.namespace,
                            trust_domain=self.settings.trust_domain)
         targets = self._accounts_checked(targets)
-        observed.truststores = truststore_namespaces(workloads, pods, enabled=observed.enabled)
         self._report_refused_names(targets, report, now)
         self._report_oversized(observed, report, now)
         # Before anything is stepped or written: a user CA that cannot be used stops the pass here.
@@ -345,10 +356,19 @@ class Reconciler:
         self.metrics.names_refused.set(len(refused))
         for target in refused:
             message = target.refusal()
-            report.refused.append(message)
+            report.names_refused.append(message)
             log.warning("service names refused", extra={"namespace": target.namespace, "object": target.secret_name,
                                                         "reason": message})
             self._announce(target.workloads, f"{target.namespace}/{target.secret_name}", reason="ServiceNamesRefused",
+                           message=message, now=now)
+        nameless = [t for t in targets if not t.dns_names]
+        self.metrics.nameless.set(len(nameless))
+        for target in nameless:
+            message = target.namelessness()
+            report.nameless.append(message)
+            log.warning("certificate names no Service", extra={"namespace": target.namespace,
+                                                               "object": target.secret_name, "reason": message})
+            self._announce(target.workloads, f"{target.namespace}/{target.secret_name}", reason="NoServiceName",
                            message=message, now=now)
 
     def _accounts_checked(self, targets: list[Target]) -> list[Target]:
@@ -396,7 +416,7 @@ class Reconciler:
     def _ensure_ca(self, observed: Observed, targets: list[Target], now: datetime, report: PassReport, *,
                    native: signer.NativeView | None = None) -> CaStep:
         """The workloads' CA set, stepped on what this pass observed of bundles and leaves in use."""
-        namespaces = bundle_namespaces(targets, observed.enabled)
+        namespaces = bundle_namespaces(targets, observed.bundle_wanted)
         excluded = self._unwritable_bundles(namespaces, observed, targets, report, now)
         namespaces -= set(excluded)
         # Client Secrets too: their ca.crt is a bundle of the serving CAs in use (their tls.crt chains to no
@@ -433,12 +453,12 @@ class Reconciler:
         Refused client Secrets (users of one Secret with different service accounts) are reported here."""
         for target in targets:
             if message := target.client_refusal():
-                report.refused.append(message)
+                report.clients_refused.append(message)
                 log.warning("client certificate refused", extra={"namespace": target.namespace,
                                                                  "object": target.client_secret, "reason": message})
                 self._announce(target.workloads, f"{target.namespace}/{target.client_secret}",
                                reason="ClientCertificateRefused", message=message, now=now)
-        namespaces = bundle_namespaces(targets, observed.enabled) - set(report.excluded)
+        namespaces = bundle_namespaces(targets, observed.bundle_wanted) - set(report.excluded)
         stored = {((observed.bundles.get(ns) or {}).get("data") or {}).get(CLIENT_BUNDLE_KEY, "") for ns in namespaces}
         bundles = [bundle_certificates({CLIENT_BUNDLE_KEY: pem}, prefix=CLIENT_PREFIX) for pem in stored]
         wanted = client_secrets(targets)

@@ -59,6 +59,9 @@ def summary(report: PassReport) -> str:
     state = "converged" if report.converged else "NOT converged"
     parts = [f"{state}: {report.write_count} writes {dict(report.writes)}"]
     parts += [f"{len(report.refused)} objects not ours"] if report.refused else []
+    parts += [f"{len(report.names_refused)} Secrets with refused service names"] if report.names_refused else []
+    parts += [f"{len(report.clients_refused)} client certificates refused"] if report.clients_refused else []
+    parts += [f"{len(report.nameless)} certificates name no Service"] if report.nameless else []
     parts += [f"{len(report.failed)} failed"] if report.failed else []
     if report.waiting:  # one reason stands for all: they wait for the same CA
         parts += [f"{len(report.waiting)} certificates wait: {next(iter(report.waiting.values()))}"]

@@ -53,6 +53,10 @@ class WorkloadStatus:
     not_after: datetime | None  # None: no certificate stored yet
     renew_at: datetime | None
     waiting: str  # why its certificate waits for a CA that may sign; empty when it does not
+    # What is wrong with the names its certificate carries, empty when nothing is: names asked for and
+    # refused (the rest issued), or that it names no Service at all (issued all the same; no client can
+    # verify it until a Service selects the pods).
+    names_problem: str = ""
 
 
 @dataclass(frozen=True)
@@ -106,7 +110,8 @@ def workload_statuses(targets: Iterable[Target], expiries: Mapping[tuple[str, st
         found.append(WorkloadStatus(
             namespace=t.namespace, workloads=tuple(sorted(str(w) for w in t.workloads)), secret=t.secret_name,
             not_after=not_after, renew_at=not_after - LEAF_LOOKAHEAD if not_after else None,
-            waiting=waiting.get(f"{t.namespace}/{t.secret_name}", "")))
+            waiting=waiting.get(f"{t.namespace}/{t.secret_name}", ""),
+            names_problem=t.namelessness() or t.refusal()))
     return found
 
 

@@ -68,6 +68,8 @@ def attention_items(status: Status, now: datetime) -> list[tuple[str, str]]:
             items.append(("warn", f"Certificate {name} waits: {w.waiting}"))
         elif w.not_after is None:
             items.append(("warn", f"Certificate {name} is not issued yet"))
+        if w.names_problem:
+            items.append(("warn", w.names_problem))
     for p in status.pods_missing_injection:
         items.append(("warn", f"Pod {p.namespace}/{p.name} (workload {p.workload}) runs without the injection: "
                               "restart its workload"))

@@ -46,6 +46,7 @@ class Workload(_Model):
     not_after: datetime | None
     renew_at: datetime | None
     waiting: str
+    names_problem: str = ""  # refused names, or none at all (the certificate names no Service)
 
 
 class Pod(_Model):

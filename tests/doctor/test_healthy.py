@@ -16,6 +16,6 @@ def test_a_healthy_cluster_passes_every_check(kubeapi: Emulator, tmp_path: Path,
         code, out = run(cluster.doctor(), capsys)
     assert code == 0, out
     # The client CA's two and the client certificates' one pass too (no workload asks: "not needed").
-    assert sum(text.startswith("✔ ") for text in out.splitlines()) == 19, out
+    assert sum(text.startswith("✔ ") for text in out.splitlines()) == 21, out
     assert "✖" not in out
     assert "⚠" not in out

@@ -1,7 +1,8 @@
 """The subset of the apiserver's validation that code under test could plausibly get wrong.
 
 Each check returns causes (reason, field, message); the store turns any into one 422 Invalid, as the
-real API reports every problem at once. Covered: object names (DNS subdomain / label rules per kind),
+real API reports every problem at once. Covered: object names (DNS subdomain / label rules per kind, and
+the shorter limits of StatefulSets, Jobs and CronJobs),
 label keys and values, annotation keys and their 256 KiB total, Secret and ConfigMap keys and their
 1 MiB, ``kubernetes.io/tls`` Secrets needing ``tls.crt`` and ``tls.key``, immutable Secrets/ConfigMaps
 and Secret ``type``, workload selectors matching their pod template, pods needing containers, webhook
@@ -44,7 +45,24 @@ def _invalid(field: str, value: Any, detail: str) -> Cause:
     return ("FieldValueInvalid", field, f"Invalid value: {value!r}: {detail}")
 
 
+# Kinds whose names the apiserver holds to less than a DNS subdomain's 253 characters (pkg/apis/*/validation):
+# a StatefulSet's name is a DNS-1123 label (ValidateStatefulSetName: NameIsDNSLabel; its pods are
+# `<name>-<ordinal>` and their host name is a label); a Job's name becomes the value of the labels the
+# apiserver generates on its pod template (`batch.kubernetes.io/job-name`, `job-name`), and a label value is
+# at most 63 characters; a CronJob's is at most 52, so the `-<minutes>` of its runs' Jobs fits in those 63.
+_STATEFULSET = ("apps", "statefulsets")
+_NAME_LIMITS = {("batch", "jobs"): (63, "spec.template.metadata.labels", "must be no more than 63 characters"),
+                ("batch", "cronjobs"): (52, "metadata.name", "must be no more than 52 characters")}
+
+
 def check_name(res: Resource, name: str) -> list[Cause]:
+    limit = _NAME_LIMITS.get((res.group, res.plural))
+    if limit is not None and len(name) > limit[0] and not _name_causes(res, name):
+        return [_invalid(limit[1], name, limit[2])]
+    return _name_causes(res, name)
+
+
+def _name_causes(res: Resource, name: str) -> list[Cause]:
     if res.plural == "clustertrustbundles":  # `<signer with / as :>:<suffix>`: a path segment, checked in
         return [] if name and "/" not in name and "%" not in name and name not in (".", "..") else [  # certificates.py
             _invalid("metadata.name", name, "may not contain '/' or '%', nor be '.' or '..'")]
@@ -52,6 +70,8 @@ def check_name(res: Resource, name: str) -> list[Cause]:
         pattern, limit, what = _LABEL, 63, "a lowercase RFC 1123 label"
     elif res.plural == "services":
         pattern, limit, what = _DNS1035, 63, "a DNS-1035 label"
+    elif (res.group, res.plural) == _STATEFULSET:
+        pattern, limit, what = _LABEL, 63, "a lowercase RFC 1123 label"
     else:
         pattern, limit, what = _SUBDOMAIN, 253, "a lowercase RFC 1123 subdomain"
     if len(name) <= limit and pattern.match(name):

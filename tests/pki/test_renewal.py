@@ -139,6 +139,13 @@ def test_a_client_certificate_is_checked_for_client_use(ca: CertKey) -> None:
     assert _decide(client, [ca], names=["job.batch"]).reason == "untrusted-issuer"  # no serverAuth EKU
 
 
-def test_a_serving_decision_without_names_is_a_caller_error(ca: CertKey) -> None:
-    with pytest.raises(ValueError, match="DNS name"):
-        _decide(issue_leaf(issuer=ca, dns_names=NAMES, now=NOW), [ca], names=[])
+def test_a_leaf_wanted_without_names_is_kept_when_it_names_nothing_and_renewed_when_it_names_something(
+        ca: CertKey) -> None:
+    """A workload no Service selects, whose own name is no Service name, gets a certificate naming nothing
+    (issue 39): kept while it chains to the signer, re-issued when it carries names or another CA signed it."""
+    nameless = issue_leaf(issuer=ca, dns_names=[], now=NOW)
+    assert _decide(nameless, [ca], names=[], issuer=ca).renew is False
+    assert _decide(issue_leaf(issuer=ca, dns_names=NAMES, now=NOW), [ca], names=[]).reason == "sans-changed"
+    other = make_ca(common_name="other root", now=NOW)
+    assert _decide(issue_leaf(issuer=other, dns_names=[], now=NOW), [ca], names=[]).reason == "untrusted-issuer"
+    assert _decide(nameless, [ca], names=NAMES).reason == "sans-changed"  # a Service selects it now

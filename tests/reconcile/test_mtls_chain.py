@@ -302,7 +302,7 @@ def test_users_of_one_secret_with_different_service_accounts_get_no_client_certi
     run(kubeapi, webhook, Shape("Deployment", "two", OPTED_IN, shared), service_account="b")
     report = reconciler(kubeapi, clock).run_pass()
     assert kubeapi.get("secrets", "shared-client-tls", NS) is None, "one certificate cannot name two identities"
-    assert any("different service accounts" in r for r in report.refused), report.refused
+    assert any("different service accounts" in r for r in report.clients_refused), report.clients_refused
     assert kubeapi.get("secrets", "shared-tls", NS) is not None, "the serving certificate is issued all the same"
 
 

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
 
 from app.kube import KubeApi
-from app.pki import bundle_certificates, fingerprint, issued_by, load_certificates, verify_server
+from app.pki import bundle_certificates, fingerprint, issued_by, load_certificates, verify_nameless, verify_server
 from app.reconcile.controller import Controller
 from app.reconcile.signer import DISCOVERY_TTL_SECONDS, NativeApis
 from tests.kubeapi import Emulator, running_emulator
@@ -333,3 +333,17 @@ def test_a_signer_pass_answers_requests_with_a_few_reads_and_writes_nothing_else
     assert reconciler(cluster, clock).run_signer_pass().converged  # nothing pending: reads only the requests
     assert [(e.verb, e.resource) for e in cluster.log] == [
         ("get", "clustertrustbundles.certificates.k8s.io"), ("list", "podcertificaterequests.certificates.k8s.io")]
+
+
+@pytest.mark.parametrize("workload", ["web.v2", "1web", "9" + "b" * 62])
+def test_a_pod_whose_workload_name_is_no_service_name_is_issued_a_certificate_naming_nothing(
+        cluster: Emulator, clock: Clock, workload: str) -> None:
+    """Issue 39: such a pod asked for no name, so its request is not denied (its pod would never start): the
+    certificate names no DNS name, and chains to the bundle."""
+    req = kubelet.request(cluster, kubelet.pod(cluster, workload, "demo"))
+    assert reconciler(cluster, clock).run_pass().converged
+    assert kubelet.condition(cluster, req)["type"] == "Issued"
+    chain = load_certificates(kubelet.status(cluster, req)["certificateChain"].encode())
+    with pytest.raises(x509.ExtensionNotFound):
+        chain[0].extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    verify_nameless(chain[0], chain[1:], trusted=kubelet.bundle_anchors(cluster), now=clock.now)

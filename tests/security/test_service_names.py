@@ -52,7 +52,7 @@ def test_names_outside_the_workloads_namespace_are_refused_and_the_rest_issued(k
 
     # Reported: the pass (so `reconcile --once` exits 1), the log, and one Event on the workload.
     assert not report.converged
-    [message] = [m for m in report.refused if "web-tls" in m]
+    [message] = [m for m in report.names_refused if "web-tls" in m]
     assert sum(repr(name) in message for name in ATTACK) == 5  # the first five, sorted
     assert "and 2 more" in message
     events = [e for e in kubeapi.objects("events") if e["reason"] == "ServiceNamesRefused"]
@@ -72,7 +72,7 @@ def test_names_outside_the_workloads_namespace_are_refused_and_the_rest_issued(k
 def test_each_kind_of_refusal_names_its_reason(kubeapi: Emulator, asked: str, why: str) -> None:
     _cluster(kubeapi, asked)
     report = reconciler(kubeapi, Clock(datetime.now(UTC))).run_pass()
-    assert any(why in m for m in report.refused), report.refused
+    assert any(why in m for m in report.names_refused), report.names_refused
     # Nothing valid was asked for: the workload's own name, as if it had asked for nothing.
     sans = dns_sans(load_certificates(data(kubeapi.get("secrets", "web-tls", "team-a"))["tls.crt"])[0])
     assert sorted(sans) == ["web.team-a.svc", "web.team-a.svc.cluster.local"]
@@ -84,11 +84,14 @@ def test_the_count_is_bounded(kubeapi: Emulator) -> None:
     report = reconciler(kubeapi, Clock(datetime.now(UTC))).run_pass()
     sans = dns_sans(load_certificates(data(kubeapi.get("secrets", "web-tls", "team-a"))["tls.crt"])[0])
     assert len(sans) == 2 * MAX_SERVICES
-    assert any(f"over the limit of {MAX_SERVICES}" in m and "'s18'" in m for m in report.refused)
+    assert any(f"over the limit of {MAX_SERVICES}" in m and "'s18'" in m for m in report.names_refused)
 
 
-def test_a_workload_named_like_a_domain_gets_no_certificate_and_an_old_one_is_deleted(kubeapi: Emulator) -> None:
-    """A Deployment may be called `example.com` (a DNS-1123 subdomain); nothing valid is left to name."""
+def test_a_workload_named_like_a_domain_gets_a_certificate_naming_nothing_and_an_old_one_is_replaced(
+        kubeapi: Emulator) -> None:
+    """A Deployment may be called `example.com` (a DNS-1123 subdomain), which is no Service name, and no
+    Service selects its pods: its pods get a Secret all the same (issue 39: they waited for ever), whose
+    certificate names nothing; an old one of ours for `example.com` does not outlive the pass."""
     namespace(kubeapi, OWN_NS)
     namespace(kubeapi, "team-a")
     deployment(kubeapi, "example.com", "team-a")
@@ -99,9 +102,21 @@ def test_a_workload_named_like_a_domain_gets_no_certificate_and_an_old_one_is_de
                      "app.kubernetes.io/managed-by": "tls-injector", "tls-injector.io/role": "leaf"}},
                  "data": {"tls.crt": _b64(old.cert_pem), "tls.key": _b64(old.key_pem)}})
     report = reconciler(kubeapi, clock).run_pass()
-    assert kubeapi.get("secrets", "example.com-tls", "team-a") is None
-    assert report.reasons["names-refused"] == 1
-    assert any("'example.com' (has dots" in m for m in report.refused)
+    leaf = data(kubeapi.get("secrets", "example.com-tls", "team-a"))
+    assert dns_sans(load_certificates(leaf["tls.crt"])[0]) == []
+    assert report.reasons["renewed:sans-changed"] == 1
+    assert report.converged
+    assert not report.names_refused
+    assert any("Deployment/example.com: has dots" in m for m in report.nameless), report.nameless
+    for hostname in ("example.com", "example.com.team-a.svc", "tls-injector"):
+        with pytest.raises(ssl.SSLCertVerificationError):
+            _team_a_connects(kubeapi, "example.com-tls", hostname)
+
+
+def _team_a_connects(emu: Emulator, secret: str, hostname: str) -> str:
+    leaf = data(emu.get("secrets", secret, "team-a"))
+    bundle = emu.get("configmaps", "tls-injector-trust-bundle", "team-a")["data"]["ca-bundle.crt"].encode()
+    return handshake(Party(leaf["tls.crt"], leaf["tls.key"]), bundle_pem=bundle, hostname=hostname)
 
 
 def test_a_refusal_is_one_event_while_it_lasts(kubeapi: Emulator) -> None:
