@@ -32,7 +32,7 @@ from app.names import CLIENT_CA_SECRET, MEMBER_LABEL
 from app.pki import CaRole
 from app.reconcile.ca import CaUnusable, load_ca_set
 from app.reconcile.federation import INTERMEDIATE_SECRETS, Roots, members_from, roots_from
-from app.reconcile.hub import MemberOutcome, inspect_member
+from app.reconcile.hub import MemberOutcome, each_member, inspect_member
 from app.reconcile.read import read_cluster
 from app.reconcile.served import Served, fetch_served
 from app.reconcile.signer import NativeApis
@@ -62,8 +62,8 @@ def read(api: KubeApi, settings: DoctorSettings, *, now: datetime, fetch: Fetch 
 
 
 def _federation(api: KubeApi, snap: Snapshot) -> None:
-    """A hub: each registered member, visited read-only with its kubeconfig (`inspect_member`, 10 s per
-    request); a member: the hub's intermediate Secrets in its namespace."""
+    """A hub: each registered member, visited read-only with its kubeconfig (`inspect_member`, side by side,
+    each visit within its deadline); a member: the hub's intermediate Secrets in its namespace."""
     settings = snap.settings
     if not settings.hub:
         for name in INTERMEDIATE_SECRETS.values():
@@ -73,8 +73,8 @@ def _federation(api: KubeApi, snap: Snapshot) -> None:
              _roots("client", _optional(api, SECRETS, CLIENT_CA_SECRET, settings.namespace), snap.now))
     registered = api.list_objects(SECRETS, namespace=settings.namespace, label_selector=MEMBER_LABEL).items
     members, problems = members_from(registered)
-    snap.members = [inspect_member(m, namespace=settings.namespace, roots=roots, clock=lambda: snap.now)
-                    for m in members]
+    snap.members = each_member(members, lambda m: inspect_member(m, namespace=settings.namespace, roots=roots,
+                                                                 clock=lambda: snap.now))
     snap.members += [MemberOutcome(name, problem) for name, problem in problems.items()]
 
 

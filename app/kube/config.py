@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 from kubernetes import client, config
 
+from app.kube.api import KubeApi
+from app.kube.bounded import deadline_for
 from app.kube.errors import KubeError
 from app.names import DEFAULT_NAMESPACE
 from app.settings import API_TIMEOUT_SECONDS
@@ -104,6 +108,19 @@ def member_client(kubeconfig: bytes) -> client.ApiClient:
         raise KubeError(f"the kubeconfig does not load: {' '.join(str(e).split())[:200]}") from e
     configuration.retries = False
     return client.ApiClient(configuration)
+
+
+@contextmanager
+def member_api(kubeconfig: bytes, *, deadline: float, answer_limit: int, timeout: float) -> Iterator[KubeApi]:
+    """A client for one visit of a member: every call ends within `deadline` seconds of the start, each
+    socket wait within `timeout`, and no answer is read past `answer_limit` bytes (app/kube/bounded.py).
+    KubeError as `member_client` when the kubeconfig is not one the hub will use."""
+    configured = member_client(kubeconfig)
+    try:
+        with deadline_for(configured, deadline) as ends:
+            yield KubeApi(configured, timeout=timeout, deadline=ends, answer_limit=answer_limit)
+    finally:
+        configured.close()  # type: ignore[no-untyped-call]
 
 
 def _vet_member_kubeconfig(loaded: dict[str, object]) -> None:

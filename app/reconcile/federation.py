@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from app import names
@@ -304,10 +304,23 @@ def load_intermediate(obj: Obj, *, now: datetime) -> Intermediate:
 @dataclass(frozen=True)
 class MemberAck:
     """What a member reports in its FEDERATION_STATUS_CONFIGMAP: since when every bundle in use carries
-    each root (by 16 hex digits of its SHA-256), and which roots some leaf in use chains to."""
+    each root (by 16 hex digits of its SHA-256; every time aware, in UTC), and which roots some leaf in use
+    chains to. Built by `parse_report` from what the member wrote, which is the member's to write."""
 
     since: dict[str, datetime]
     in_use: frozenset[str]
+
+
+class ReportUnreadable(ValueError):
+    """A member's report that does not parse into a MemberAck: that member's reason, never the hub's."""
+
+
+# A report names the roots of two roles, two of each during a rotation (old and new): 16 is room for a
+# rotation started before the last one ended, several times over, and bounds what one report may make the
+# hub hold. A time written as isoformat() is 32 characters (with microseconds and offset); 64 is twice that.
+MAX_REPORTED_ROOTS = 16
+MAX_TIME_LENGTH = 64
+_FP16 = re.compile(r"^[0-9a-f]{16}$")
 
 
 def acknowledgement(roots: Sequence[Any], *, bundles: Sequence[Sequence[Any]], leaves: Sequence[Sequence[Any]],
@@ -339,20 +352,50 @@ def status_body(existing: Obj | None, namespace: str, annotations: dict[str, str
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
 
 
-def read_ack(obj: Obj | None) -> MemberAck | None:
-    """The member's report; None when there is none (the member has not passed since it got roots)."""
-    if obj is None or not own.is_owned(obj, "federation-status"):
-        return None
+def read_ack(obj: Obj | None) -> MemberAck:
+    """The member's report, every field checked (ReportUnreadable with the first reason otherwise): an
+    object of the report's name that is not ours, a key or a root that is not 16 lowercase hex digits, a
+    time without its UTC offset (it cannot be compared with the hub's clock) or too long, more roots than
+    MAX_REPORTED_ROOTS. No report at all is an empty one (the member has not joined yet)."""
+    if obj is None:
+        return MemberAck({}, frozenset())
+    if not own.is_owned(obj, "federation-status"):
+        raise ReportUnreadable(f"ConfigMap {names.FEDERATION_STATUS_CONFIGMAP} is not labelled as written by "
+                               "tls-injector")
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
-    since = {}
-    for key, value in annotations.items():
-        if key.startswith(names.IN_EVERY_BUNDLE_SINCE_PREFIX):
-            try:
-                since[key.removeprefix(names.IN_EVERY_BUNDLE_SINCE_PREFIX)] = datetime.fromisoformat(value)
-            except ValueError:
-                continue  # edited by hand: as if not seen, the safe reading
-    in_use = frozenset(v for v in str(annotations.get(names.ROOTS_IN_USE_ANNOTATION) or "").split(",") if v)
+    if not isinstance(annotations, dict):
+        raise ReportUnreadable("its annotations are not a map")
+    since = {_fp16(key.removeprefix(names.IN_EVERY_BUNDLE_SINCE_PREFIX), key): _aware(value, key)
+             for key, value in annotations.items() if str(key).startswith(names.IN_EVERY_BUNDLE_SINCE_PREFIX)}
+    listed = str(annotations.get(names.ROOTS_IN_USE_ANNOTATION) or "")
+    if len(listed) > MAX_REPORTED_ROOTS * 17:
+        raise ReportUnreadable(f"{names.ROOTS_IN_USE_ANNOTATION} is {len(listed)} characters, more than "
+                               f"{MAX_REPORTED_ROOTS} roots take")
+    in_use = frozenset(_fp16(v, names.ROOTS_IN_USE_ANNOTATION) for v in listed.split(",") if v)
+    if len(since) > MAX_REPORTED_ROOTS:
+        raise ReportUnreadable(f"it names {len(since)} roots in every bundle, more than {MAX_REPORTED_ROOTS}")
     return MemberAck(since, in_use)
+
+
+def _fp16(value: str, where: str) -> str:
+    if not _FP16.match(value):
+        raise ReportUnreadable(f"{where[:120]}: {value[:40]!r} is not 16 lowercase hex digits (a root's "
+                               "fingerprint)")
+    return value
+
+
+def _aware(value: object, where: str) -> datetime:
+    text = str(value)
+    if len(text) > MAX_TIME_LENGTH:
+        raise ReportUnreadable(f"{where}: the time is {len(text)} characters long")
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError as e:
+        raise ReportUnreadable(f"{where}: {text!r} is not an ISO 8601 time") from e
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise ReportUnreadable(f"{where}: {text!r} has no UTC offset, so it cannot be compared with the "
+                               "hub's clock")
+    return when.astimezone(UTC)
 
 
 def gate_roots(cas: CaSet, facts: TrustFacts, acks: dict[str, MemberAck | None], *, now: datetime,

@@ -214,6 +214,7 @@ class Reconciler:
         # A hub: each member's report on the roots, read before the CA sets are stepped (None: unreadable),
         # and per role the new roots held for members; a member: per role, what its report is made of.
         self._acks: dict[str, MemberAck | None] = {}
+        self._ack_problems: dict[str, str] = {}  # a hub: member -> why its report cannot be used, this pass
         self._held: dict[str, dict[str, list[str]]] = {}
         self._ack_inputs: dict[CaRole, tuple[Sequence[Any], list[list[Any]], list[list[Any]]]] = {}
         self._seen: tuple[list[st.WorkloadStatus], list[st.PodStatus]] | None = None
@@ -312,7 +313,7 @@ class Reconciler:
         # Before anything is stepped or written: a user CA that cannot be used stops the pass here.
         self._user = self._user_cas(now)
         self._intermediates, self._ack_inputs, self._held = self._read_intermediates(report, now), {}, {}
-        self._acks = self._read_acks() if self.settings.hub else {}
+        self._acks, self._ack_problems = self._read_acks() if self.settings.hub else ({}, {})
         step = self._ensure_ca(observed, targets, now, report, native=native)
         self._ca_metrics(step.cas)
         if step.waiting:
@@ -420,11 +421,14 @@ class Reconciler:
 
         return gate
 
-    def _read_acks(self) -> dict[str, MemberAck | None]:
+    def _read_acks(self) -> tuple[dict[str, MemberAck | None], dict[str, str]]:
+        """Each member's report (None: unusable, which holds every rotation), and why one is unusable."""
         registered = self.api.list_objects(SECRETS, namespace=self.settings.namespace,
                                            label_selector=names.MEMBER_LABEL)
         members, _ = members_from(registered.items)
-        return {m.name: hub.member_ack(m, namespace=self.settings.namespace) for m in members}
+        read = hub.each_member(members, lambda m: hub.member_ack(m, namespace=self.settings.namespace))
+        acks = {m.name: ack for m, (ack, _) in zip(members, read, strict=True)}
+        return acks, {m.name: why for m, (_, why) in zip(members, read, strict=True) if why}
 
     def _report_roots(self, now: datetime) -> None:
         """A member: write its report on the hub's roots, from this pass's reading of bundles and leaves (a
@@ -497,8 +501,8 @@ class Reconciler:
                  roots_of("client", self._steps.get(names.CLIENT_CA_SECRET), now=now))
         registered = self.api.list_objects(SECRETS, namespace=settings.namespace, label_selector=names.MEMBER_LABEL)
         members, problems = members_from(registered.items)
-        outcomes = [converge_member(m, namespace=settings.namespace, roots=roots, clock=self.clock,
-                                    guard=self._guard) for m in members]
+        outcomes = hub.each_member(members, lambda m: converge_member(
+            m, namespace=settings.namespace, roots=roots, clock=self.clock, guard=self._guard))
         self.metrics.member_ready.clear()
         secrets = {m.name: m.secret for m in members}
         for key, problem in problems.items():
@@ -507,6 +511,10 @@ class Reconciler:
         for (role, root), waiting in held.items():
             log.warning("root rotation held for members", extra={"role": role, "root": root, "members": waiting})
         for outcome in outcomes:
+            # Why its report cannot be used: said when the visit did not say it already (unreachable).
+            unreadable = self._ack_problems.get(outcome.name, "")
+            if unreadable and (outcome.ready or "report unreadable" in unreadable):
+                outcome.problem = "; ".join(p for p in (outcome.problem, unreadable) if p)
             down = [f"the new {role} root {root} waits for it (its report cannot be read)"
                     for (role, root), waiting in held.items() if outcome.name in waiting and self._acks.get(
                         outcome.name) is None and not outcome.ready]
