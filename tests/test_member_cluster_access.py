@@ -6,11 +6,13 @@ header, comparing clocks never raises."""
 from __future__ import annotations
 
 import threading
+import urllib.parse
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import urllib3
 import yaml
 
 from app.kube import ClusterConfig, KubeApi, KubeError, api_client, member_client
@@ -41,8 +43,37 @@ def test_a_member_server_that_is_not_https_is_refused(server: str) -> None:
         member_client(kubeconfig(server))
 
 
+# Each read as one host by urllib.parse (the loopback check's parser before) and another by urllib3 (the
+# client that connects): the check passed them while the hub sent its token, in clear, to the other host.
+PARSER_SPLITS = [
+    "http://10.0.0.9\\@127.0.0.1/",  # urllib3: 10.0.0.9; urllib.parse: 127.0.0.1
+    "http://10.0.0.9\\@127.0.0.1:8001",
+    "https://10.0.0.9\\@127.0.0.1/",
+    "http://127.0.0.1:80\\@10.0.0.9/",  # the other way round
+    "http://user@127.0.0.1/",  # user info: no server URL has any
+    "http://127.0.0.1#@10.0.0.9/",
+    "http://127.0.0.1?@10.0.0.9/",
+    "http://127.0.0.1 @10.0.0.9/",
+    "http://127.0.0.1\t/",
+    "https://127.0.0.1%2f.example.org/",  # percent-encoding read two ways (case)
+]
+
+
+@pytest.mark.parametrize("server", PARSER_SPLITS)
+def test_a_server_the_two_url_parsers_read_differently_is_refused(server: str) -> None:
+    with pytest.raises(KubeError, match=r"may not|two different addresses"):
+        member_client(kubeconfig(server))
+
+
+def test_the_first_of_those_servers_really_is_read_as_two_hosts() -> None:
+    """What made the check pass: the test above guards a real difference, not a string."""
+    assert urllib3.util.parse_url(PARSER_SPLITS[0]).host == "10.0.0.9"
+    assert urllib.parse.urlsplit(PARSER_SPLITS[0]).hostname == "127.0.0.1"
+
+
 @pytest.mark.parametrize("server", ["https://member.example.org:6443", "HTTPS://10.0.0.9", "http://127.0.0.1:8001",
-                                    "http://localhost:8001", "http://[::1]:8001"])
+                                    "http://localhost:8001", "http://[::1]:8001",
+                                    "https://rancher.example.org/k8s/clusters/c-m-1", "https://[fd00::1]:6443"])
 def test_https_and_plain_http_to_loopback_are_accepted(server: str) -> None:
     configured = member_client(kubeconfig(server))
     try:
