@@ -96,6 +96,9 @@ CLIENT_CA_SECRET = f"{NAME}-client-ca"
 # `ca.crt` the role's roots), each annotated with the SHA-256 of the hub root that signed it.
 MEMBER_LABEL = f"{DOMAIN}/member"
 MEMBER_KUBECONFIG_KEY = "kubeconfig"
+# The SPIFFE trust domain a member's client intermediate may sign (its URI name constraint), on the member
+# Secret; default <member name>.mesh. One trust domain per member: the member runs with that --trust-domain.
+MEMBER_TRUST_DOMAIN_ANNOTATION = f"{DOMAIN}/trust-domain"
 INTERMEDIATE_CA_SECRET = f"{NAME}-intermediate-ca"
 CLIENT_INTERMEDIATE_CA_SECRET = f"{NAME}-client-intermediate-ca"
 ISSUING_ROOT_ANNOTATION = f"{DOMAIN}/issuing-root"

@@ -37,6 +37,7 @@ from app.pki import (
     load_user_ca,
     made_for,
     make_intermediate,
+    permitted_uri,
     root_problem,
     to_pem,
 )
@@ -57,20 +58,51 @@ INTERMEDIATE_VALIDITY = timedelta(days=180)
 MAX_CLOCK_SKEW = BACKDATE
 # A member's name is a DNS-1123 label: it goes into the intermediate's subject, metric labels and logs.
 _MEMBER_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+# A SPIFFE trust domain: lowercase letters, digits, dots, dashes and underscores, at most 255 (the SPIFFE ID
+# standard); the same form as --trust-domain takes.
+_TRUST_DOMAIN = re.compile(r"^[a-z0-9._-]{1,255}$")
 
 
 @dataclass(frozen=True)
 class Member:
-    """A member as registered in the hub: a Secret labelled MEMBER_LABEL=<name> with a kubeconfig."""
+    """A member as registered in the hub: a Secret labelled MEMBER_LABEL=<name> with a kubeconfig, and the
+    SPIFFE trust domain its client intermediate may sign (MEMBER_TRUST_DOMAIN_ANNOTATION, <name>.mesh)."""
 
     name: str
     secret: Obj
     kubeconfig: bytes
+    trust_domain: str = ""
+
+    @property
+    def domain(self) -> str:
+        return self.trust_domain or default_trust_domain(self.name)
+
+
+def default_trust_domain(member: str) -> str:
+    return f"{member}.mesh"
 
 
 def members_from(secrets: Sequence[Obj]) -> tuple[list[Member], dict[str, str]]:
     """The usable member registrations, and the others by name with why (a bad name, no kubeconfig, a
-    name registered twice: then neither is used, since which one is meant cannot be told)."""
+    name registered twice, a trust domain that is not one or that another member claims too: then neither
+    is used, since which one is meant cannot be told)."""
+    members, problems = _registered(secrets)
+    return _one_trust_domain_each(members, problems)
+
+
+def _one_trust_domain_each(members: list[Member], problems: dict[str, str]) -> tuple[list[Member], dict[str, str]]:
+    """Two members whose client intermediates could sign the same SPIFFE IDs could log in as each other."""
+    claims: dict[str, list[str]] = {}
+    for member in members:
+        claims.setdefault(member.domain, []).append(member.name)
+    for domain, claimed in claims.items():
+        for name in claimed if len(claimed) > 1 else ():
+            problems[name] = (f"member {name}: trust domain {domain} is claimed by more than one member "
+                              f"({', '.join(sorted(claimed))}); none of them is used")
+    return [m for m in members if m.name not in problems], problems
+
+
+def _registered(secrets: Sequence[Obj]) -> tuple[list[Member], dict[str, str]]:
     problems: dict[str, str] = {}
     found: dict[str, list[Obj]] = {}
     for secret in secrets:
@@ -92,7 +124,13 @@ def members_from(secrets: Sequence[Obj]) -> tuple[list[Member], dict[str, str]]:
             problems[name] = (f"member {name}: Secret {registered[0]['metadata'].get('name')} has no "
                               f"{names.MEMBER_KUBECONFIG_KEY!r} key")
             continue
-        members.append(Member(name, registered[0], kubeconfig))
+        domain = str(((registered[0].get("metadata") or {}).get("annotations") or {}).get(
+            names.MEMBER_TRUST_DOMAIN_ANNOTATION) or "")
+        if domain and not _TRUST_DOMAIN.match(domain):
+            problems[name] = (f"member {name}: annotation {names.MEMBER_TRUST_DOMAIN_ANNOTATION}={domain[:70]!r} is "
+                              "not a SPIFFE trust domain (lowercase letters, digits, '.', '-', '_')")
+            continue
+        members.append(Member(name, registered[0], kubeconfig, domain))
     return members, problems
 
 
@@ -143,19 +181,29 @@ class Verdict:
 
 
 def decide_intermediate(existing: Obj | None, *, roots: Roots, member: str, namespace: str,
-                        now: datetime) -> Verdict:
-    """Issue, renew, refresh the roots of, keep or refuse one member's intermediate of one role."""
+                        now: datetime, trust_domain: str = "") -> Verdict:
+    """Issue, renew, refresh the roots of, keep or refuse one member's intermediate of one role; a client
+    intermediate is pinned to the member's SPIFFE trust domain (`trust_domain`, else <member>.mesh)."""
     name = INTERMEDIATE_SECRETS[roots.role]
     where = f"Secret {namespace}/{name} in member {member}"
     if roots.signer is None:
         return Verdict("refuse", problem=f"{where}: not issued: {roots.problem}")
+    pinned = pinned_uris(roots.role, member, trust_domain)
     if existing is None:
-        return _issue(None, roots, member, namespace, now, action="create", reason="issued")
-    return _decide_existing(existing, roots=roots, member=member, namespace=namespace, now=now, where=where)
+        return _issue(None, roots, member, namespace, now, action="create", reason="issued", pinned=pinned)
+    return _decide_existing(existing, roots=roots, member=member, namespace=namespace, now=now, where=where,
+                            pinned=pinned)
+
+
+def pinned_uris(role: CaRole, member: str, trust_domain: str = "") -> tuple[str, ...]:
+    """The URI name constraint of a member's intermediate: a client intermediate may sign SPIFFE IDs of
+    the member's own trust domain only, so no member can mint another's identities (a serving one signs
+    no URI name, and carries the roots' DNS constraints)."""
+    return (trust_domain or default_trust_domain(member),) if role == "client" else ()
 
 
 def _decide_existing(existing: Obj, *, roots: Roots, member: str, namespace: str, now: datetime,
-                     where: str) -> Verdict:
+                     where: str, pinned: tuple[str, ...]) -> Verdict:
     assert roots.signer is not None
     data = secret_data(existing)
     chain = load_certificates(data.get("tls.crt", b""))
@@ -165,13 +213,9 @@ def _decide_existing(existing: Obj, *, roots: Roots, member: str, namespace: str
     if not ours and not forced:
         return Verdict("refuse", problem=_not_ours(where, chain))
     if not ours:
-        return _issue(existing, roots, member, namespace, now, action="replace", reason="forced")
-    if not made_for(chain[0], domain=_domain(member, roots.role)):  # another member's, copied here
-        return _issue(existing, roots, member, namespace, now, action="update", reason="renewed:another-member")
-    decision = intermediate_renewal(cert_pem=data.get("tls.crt"), key_pem=data.get("tls.key"),
-                                    signer=roots.signer.cert, now=now, lookahead=CA_LOOKAHEAD)
-    if decision.renew:
-        return _issue(existing, roots, member, namespace, now, action="update", reason=f"renewed:{decision.reason}")
+        return _issue(existing, roots, member, namespace, now, action="replace", reason="forced", pinned=pinned)
+    if reason := _reissue(chain[0], data, roots=roots, member=member, now=now, pinned=pinned):
+        return _issue(existing, roots, member, namespace, now, action="update", reason=reason, pinned=pinned)
     if data.get("ca.crt") != roots.pem:
         body = _body(existing, namespace, INTERMEDIATE_SECRETS[roots.role], {**data, "ca.crt": roots.pem},
                      issuing_root=_annotation(existing))
@@ -179,11 +223,24 @@ def _decide_existing(existing: Obj, *, roots: Roots, member: str, namespace: str
     return Verdict("keep")
 
 
+def _reissue(cert: Any, data: dict[str, bytes], *, roots: Roots, member: str, now: datetime,
+             pinned: tuple[str, ...]) -> str:
+    """Why an intermediate of ours is issued anew ("" when it is kept)."""
+    assert roots.signer is not None
+    if not made_for(cert, domain=_domain(member, roots.role)):  # another member's, copied here
+        return "renewed:another-member"
+    if permitted_uri(cert) != pinned:  # issued before the pin, or for the trust domain it had then
+        return "renewed:trust-domain"
+    decision = intermediate_renewal(cert_pem=data.get("tls.crt"), key_pem=data.get("tls.key"),
+                                    signer=roots.signer.cert, now=now, lookahead=CA_LOOKAHEAD)
+    return f"renewed:{decision.reason}" if decision.renew else ""
+
+
 def _issue(existing: Obj | None, roots: Roots, member: str, namespace: str, now: datetime, *,
-           action: Literal["create", "update", "replace"], reason: str) -> Verdict:
+           action: Literal["create", "update", "replace"], reason: str, pinned: tuple[str, ...]) -> Verdict:
     assert roots.signer is not None
     inter = make_intermediate(roots.signer, domain=_domain(member, roots.role), now=now,
-                              validity=INTERMEDIATE_VALIDITY)
+                              validity=INTERMEDIATE_VALIDITY, permitted_uri=pinned)
     data = {"tls.crt": inter.cert_pem, "tls.key": inter.key_pem, "ca.crt": roots.pem}
     body = _body(existing, namespace, INTERMEDIATE_SECRETS[roots.role], data,
                  issuing_root=fingerprint(roots.signer.cert))
@@ -205,7 +262,7 @@ def _body(existing: Obj | None, namespace: str, name: str, data: dict[str, bytes
 
 
 def check_intermediate(existing: Obj | None, *, roots: Roots, member: str, namespace: str,
-                       now: datetime) -> tuple[str, str]:
+                       now: datetime, trust_domain: str = "") -> tuple[str, str]:
     """(problem, note) for `doctor --hub`, from the roots' certificates alone (no signing key needed): the
     problem when the intermediate is missing, not the hub's or expired; else a note: "due ..." when the
     hub's next pass renews it, or a description of it."""
@@ -219,13 +276,17 @@ def check_intermediate(existing: Obj | None, *, roots: Roots, member: str, names
     ends = chain[0].not_valid_after_utc
     if now >= ends:
         return f"{where}: the intermediate expired at {ends:%Y-%m-%d %H:%M} UTC", ""
-    return "", _due(chain[0], roots=roots, member=member, now=now) or describe(existing, roots.role)
+    due = _due(chain[0], roots=roots, member=member, now=now, pinned=pinned_uris(roots.role, member, trust_domain))
+    return "", due or describe(existing, roots.role)
 
 
-def _due(intermediate: Any, *, roots: Roots, member: str, now: datetime) -> str:
+def _due(intermediate: Any, *, roots: Roots, member: str, now: datetime, pinned: tuple[str, ...]) -> str:
     """Why the hub's next pass re-issues or renews a usable intermediate, for a person ("" when it does not)."""
     if not made_for(intermediate, domain=_domain(member, roots.role)):
         return "due: it was made for another member; the hub re-issues it on its next pass"
+    if permitted_uri(intermediate) != pinned:
+        return (f"due: it is not pinned to trust domain {', '.join(pinned) or '(none)'}; the hub re-issues it on "
+                "its next pass")
     if roots.signer is not None and intermediate.issuer != roots.signer.cert.subject:
         return "due: the root that signs changed; the hub re-issues it on its next pass"
     if now + CA_LOOKAHEAD >= (ends := intermediate.not_valid_after_utc):
@@ -277,8 +338,10 @@ class Intermediate:
     roots: tuple[Any, ...]
 
 
-def load_intermediate(obj: Obj, *, now: datetime) -> Intermediate:
-    """The intermediate in a member's Secret, checked; ValueError with a reason a person can act on."""
+def load_intermediate(obj: Obj, *, now: datetime, trust_domain: str = "") -> Intermediate:
+    """The intermediate in a member's Secret, checked; ValueError with a reason a person can act on. One
+    pinned to SPIFFE trust domains (a client intermediate) is used only when this cluster's `trust_domain`
+    is one of them: every client certificate it signed otherwise would be refused by every peer."""
     meta = obj.get("metadata") or {}
     where = f"Secret {meta.get('namespace')}/{meta.get('name')}"
     if not own.is_owned(obj, "intermediate"):
@@ -291,6 +354,10 @@ def load_intermediate(obj: Obj, *, now: datetime) -> Intermediate:
     issuer = next((r for r in roots if issued_by(chain[0], r)), None)
     if issuer is None:
         raise ValueError(f"{where}: the intermediate was not issued by any root in its ca.crt")
+    if trust_domain and (pinned := permitted_uri(chain[0])) and trust_domain not in pinned:
+        raise ValueError(f"{where}: the intermediate signs SPIFFE IDs of trust domain {', '.join(pinned)} only, and "
+                         f"this cluster's is {trust_domain}: run it with --trust-domain {pinned[0]}, or have the hub "
+                         f"register it with annotation {names.MEMBER_TRUST_DOMAIN_ANNOTATION}={trust_domain}")
     try:
         ca = load_user_ca(to_pem([chain[0], issuer]), data.get("tls.key", b""), now=now)
     except ValueError as e:

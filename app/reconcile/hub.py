@@ -104,7 +104,7 @@ def inspect_member(member: Member, *, namespace: str, roots: tuple[Roots, ...],
             if existing is None and (missing := _namespace_missing(api, member.name, namespace)):
                 return missing
             problem, note = check_intermediate(existing, roots=role_roots, member=member.name, namespace=namespace,
-                                               now=clock())
+                                               now=clock(), trust_domain=member.domain)
             if problem:
                 problems.append(problem)
             elif note.startswith("due"):
@@ -219,7 +219,7 @@ class _MemberPass:
             except NotFound:
                 existing = None
             verdict = decide_intermediate(existing, roots=roots, member=member, namespace=self.namespace,
-                                          now=self.clock())
+                                          now=self.clock(), trust_domain=self.member.domain)
             if verdict.action == "refuse":
                 return verdict.problem
             if verdict.action == "keep":

@@ -477,7 +477,8 @@ class Reconciler:
                             extra={"role": role, "secret": name, "user_secret": self._user_secret(role)})
                 continue
             try:
-                found[role] = load_intermediate(obj, now=now)
+                found[role] = load_intermediate(obj, now=now, trust_domain=self.settings.trust_domain or
+                                                self.settings.cluster_domain)
             except ValueError as e:
                 report.federation[f"intermediate-{role}"] = str(e)
                 log.error("the hub's intermediate cannot be used", extra={"role": role, "reason": str(e)})

@@ -91,7 +91,7 @@ def test_a_naive_time_in_a_report_is_that_members_reason_and_holds_the_rotation_
     waits for it (the safe reading) until the report reads again."""
     the_hub, east, clock = hub_and_east
     hub_pass = Reconciler(KubeApi(the_hub.api_client()), ReconcileSettings(namespace=OWN_NS, hub=True), clock=clock)
-    member = reconciler(east, clock)
+    member = reconciler(east, clock, trust_domain="east.mesh")
     for _ in range(2):
         assert not hub_pass.run_pass().aborted
         assert not member.run_pass().aborted
