@@ -186,6 +186,25 @@ class WorkloadsPassed:
     expiries: dict[tuple[str, str], datetime]
 
 
+def _after(observed: Observed, stored: dict[tuple[str, str, str], Obj | None]) -> Observed:
+    """What the pass read with what it wrote over it (`stored`: each planned object as the pass left it,
+    None when deleted): the leaves and bundles the next pass will read."""
+    leaves, bundles = dict(observed.leaves), dict(observed.bundles)
+    for (kind, ns, name), obj in stored.items():
+        if kind == SECRETS.kind:
+            target: dict[Any, Obj] = leaves
+            key: Any = (ns, name)
+        elif kind == CONFIG_MAPS.kind and name == names.TRUST_BUNDLE_CONFIGMAP:
+            target, key = bundles, ns
+        else:
+            continue
+        if obj is None:
+            target.pop(key, None)
+        else:
+            target[key] = obj
+    return dataclasses.replace(observed, leaves=leaves, bundles=bundles)
+
+
 class Reconciler:
     def __init__(self, api: KubeApi, settings: ReconcileSettings, *, metrics: ReconcileMetrics | None = None,
                  may_write: Callable[[], bool] = lambda: True,
@@ -216,7 +235,9 @@ class Reconciler:
         self._acks: dict[str, MemberAck | None] = {}
         self._ack_problems: dict[str, str] = {}  # a hub: member -> why its report cannot be used, this pass
         self._held: dict[str, dict[str, list[str]]] = {}
-        self._ack_inputs: dict[CaRole, tuple[Sequence[Any], list[list[Any]], list[list[Any]]]] = {}
+        # A member: per role, the namespaces whose bundles its report speaks of (set when the role's CA set
+        # was stepped this pass); the report is made from what the pass leaves there.
+        self._ack_scope: dict[CaRole, set[str]] = {}
         self._seen: tuple[list[st.WorkloadStatus], list[st.PodStatus]] | None = None
 
     @property
@@ -312,7 +333,7 @@ class Reconciler:
         self._report_refused_names(targets, report, now)
         # Before anything is stepped or written: a user CA that cannot be used stops the pass here.
         self._user = self._user_cas(now)
-        self._intermediates, self._ack_inputs, self._held = self._read_intermediates(report, now), {}, {}
+        self._intermediates, self._ack_scope, self._held = self._read_intermediates(report, now), {}, {}
         self._acks, self._ack_problems = self._read_acks() if self.settings.hub else ({}, {})
         step = self._ensure_ca(observed, targets, now, report, native=native)
         self._ca_metrics(step.cas)
@@ -331,7 +352,7 @@ class Reconciler:
         for item in plan(targets, observed, signing):
             stored[item.key] = self._converge(item, observed.lookup(item), report, now)
         if self._intermediates:
-            self._report_roots(now)
+            self._report_roots(_after(observed, stored), targets, native, report, now)
         expiries = self._cert_metrics(targets, stored, signing)
         return WorkloadsPassed(step.cas, targets, expiries)
 
@@ -354,6 +375,16 @@ class Reconciler:
         namespaces = bundle_namespaces(targets, observed.enabled)
         excluded = self._unwritable_bundles(namespaces, observed, targets, report, now)
         namespaces -= set(excluded)
+        bundles, leaves = self._serving_facts(observed, targets, namespaces, native, now)
+        if "serving" in self._intermediates:
+            self._ack_scope["serving"] = namespaces
+        return self._step_ca(self.workload_ca_policy, bundles=bundles, leaves=leaves,
+                             user_ca=self._user.get("serving") or self._member_ca("serving"), now=now,
+                             report=report, external=self._gate("serving", now))
+
+    def _serving_facts(self, observed: Observed, targets: list[Target], namespaces: set[str],
+                       native: signer.NativeView | None, now: datetime) -> tuple[list[list[Any]], list[list[Any]]]:
+        """The serving bundles and leaves in use: what the workload CA is stepped on, and a member's report."""
         # Client Secrets too: their ca.crt is a bundle of the serving CAs in use (their tls.crt chains to no
         # serving CA, so it changes no fact about one).
         wanted = {(t.namespace, t.secret_name) for t in targets} | client_secrets(targets)
@@ -374,11 +405,7 @@ class Reconciler:
             bundles.append(load_certificates(str(((native.bundle or {}).get("spec") or {}).get("trustBundle") or "")
                                         .encode()))
             leaves += [load_certificates(chain) for chain in podcerts.issued_chains(native.requests, now=now)]
-        if "serving" in self._intermediates:
-            self._ack_inputs["serving"] = (self._intermediates["serving"].roots, bundles, leaves)
-        return self._step_ca(self.workload_ca_policy, bundles=bundles, leaves=leaves,
-                             user_ca=self._user.get("serving") or self._member_ca("serving"), now=now,
-                             report=report, external=self._gate("serving", now))
+        return bundles, leaves
 
     def _ensure_client_ca(self, observed: Observed, targets: list[Target], now: datetime,
                           report: PassReport) -> CaStep:
@@ -394,20 +421,27 @@ class Reconciler:
                 self._announce(target.workloads, f"{target.namespace}/{target.client_secret}",
                                reason="ClientCertificateRefused", message=message, now=now)
         namespaces = bundle_namespaces(targets, observed.enabled) - set(report.excluded)
-        stored = {((observed.bundles.get(ns) or {}).get("data") or {}).get(CLIENT_BUNDLE_KEY, "") for ns in namespaces}
-        bundles = [bundle_certificates({CLIENT_BUNDLE_KEY: pem}, prefix=CLIENT_PREFIX) for pem in stored]
-        wanted = client_secrets(targets)
-        leaves = [load_certificates(secret_data(obj, keys=("tls.crt",)).get("tls.crt", b""))
-                  for key, obj in observed.leaves.items() if key in wanted]
+        bundles, leaves = self._client_facts(observed, targets, namespaces)
         base = self.settings.ca
         policy = CaPolicy(secret_name=names.CLIENT_CA_SECRET, common_name="tls-injector client CA",
                           validity=base.validity, lookahead=base.lookahead, settle=base.settle,
                           path_length=1 if self.settings.hub else 0)
         if "client" in self._intermediates:
-            self._ack_inputs["client"] = (self._intermediates["client"].roots, bundles, leaves)
+            self._ack_scope["client"] = namespaces
         return self._step_ca(policy, bundles=bundles, leaves=leaves,
                              user_ca=self._user.get("client") or self._member_ca("client"), now=now, report=report,
                              external=self._gate("client", now))
+
+    @staticmethod
+    def _client_facts(observed: Observed, targets: list[Target],
+                      namespaces: set[str]) -> tuple[list[list[Any]], list[list[Any]]]:
+        """The client bundles and leaves in use: what the client CA is stepped on, and a member's report."""
+        pems = {((observed.bundles.get(ns) or {}).get("data") or {}).get(CLIENT_BUNDLE_KEY, "") for ns in namespaces}
+        bundles = [bundle_certificates({CLIENT_BUNDLE_KEY: pem}, prefix=CLIENT_PREFIX) for pem in pems]
+        wanted = client_secrets(targets)
+        leaves = [load_certificates(secret_data(obj, keys=("tls.crt",)).get("tls.crt", b""))
+                  for key, obj in observed.leaves.items() if key in wanted]
+        return bundles, leaves
 
     def _gate(self, role: CaRole, now: datetime) -> Callable[[CaSet, TrustFacts], TrustFacts] | None:
         """A hub: its CA set's facts with its members' reports (federation.gate_roots); None elsewhere."""
@@ -430,17 +464,23 @@ class Reconciler:
         acks = {m.name: ack for m, (ack, _) in zip(members, read, strict=True)}
         return acks, {m.name: why for m, (_, why) in zip(members, read, strict=True) if why}
 
-    def _report_roots(self, now: datetime) -> None:
-        """A member: write its report on the hub's roots, from this pass's reading of bundles and leaves (a
-        client role with no client bundle in use yet has none that lacks its roots). Best effort: a report
-        that cannot be written only holds the hub's next root rotation, which is the safe direction."""
+    def _report_roots(self, after: Observed, targets: list[Target], native: signer.NativeView | None,
+                      report: PassReport, now: datetime) -> None:
+        """A member: write its report on the hub's roots, from the bundles and leaves as this pass leaves
+        them (`after`: what it read, with what it wrote), so the next pass, which reads them, reports the
+        same and writes nothing; the write is counted with the pass's others. A client role with no client
+        bundle in use yet has none that lacks its roots. Best effort: a report that cannot be written only
+        holds the hub's next root rotation, which is the safe direction."""
         existing = self._read_optional(CONFIG_MAPS, names.FEDERATION_STATUS_CONFIGMAP)
         previous = ((existing or {}).get("metadata") or {}).get("annotations") or {}
         annotations: dict[str, str] = {}
         in_use: set[str] = set()
         for role, found in self._intermediates.items():
-            roots, bundles, leaves = self._ack_inputs.get(role, (found.roots, [], []))
-            part = acknowledgement(roots, bundles=bundles, leaves=leaves, previous=previous, now=now)
+            scope = self._ack_scope.get(role)
+            bundles, leaves = ([], []) if scope is None else (
+                self._serving_facts(after, targets, scope, native, now) if role == "serving"
+                else self._client_facts(after, targets, scope))
+            part = acknowledgement(found.roots, bundles=bundles, leaves=leaves, previous=previous, now=now)
             in_use.update(v for v in part.pop(names.ROOTS_IN_USE_ANNOTATION).split(",") if v)
             annotations.update(part)
         annotations[names.ROOTS_IN_USE_ANNOTATION] = ",".join(sorted(in_use))
@@ -452,7 +492,8 @@ class Reconciler:
                 self.api.create(CONFIG_MAPS, body, namespace=self.settings.namespace)
             else:
                 self.api.replace(CONFIG_MAPS, body)
-            # A report, like an Event: not counted among the pass's certificate and bundle writes.
+            report.writes["create" if existing is None else "update"] += 1
+            report.reasons["federation-status"] += 1
             log.info("report on the hub's roots written", extra={"annotations": annotations})
         except KubeError as e:
             log.warning("the report on the hub's roots was not written", extra={"error": str(e)})
