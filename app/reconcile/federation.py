@@ -376,6 +376,7 @@ class MemberAck:
 
     since: dict[str, datetime]
     in_use: frozenset[str]
+    cluster_id: str = ""  # the member's kube-system Namespace uid ("" when it did not say)
 
 
 class ReportUnreadable(ValueError):
@@ -388,6 +389,8 @@ class ReportUnreadable(ValueError):
 MAX_REPORTED_ROOTS = 16
 MAX_TIME_LENGTH = 64
 _FP16 = re.compile(r"^[0-9a-f]{16}$")
+# A Namespace's uid as the API server makes it: a UUID, 36 characters.
+_UID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
 def acknowledgement(roots: Sequence[Any], *, bundles: Sequence[Sequence[Any]], leaves: Sequence[Sequence[Any]],
@@ -441,7 +444,10 @@ def read_ack(obj: Obj | None) -> MemberAck:
     in_use = frozenset(_fp16(v, names.ROOTS_IN_USE_ANNOTATION) for v in listed.split(",") if v)
     if len(since) > MAX_REPORTED_ROOTS:
         raise ReportUnreadable(f"it names {len(since)} roots in every bundle, more than {MAX_REPORTED_ROOTS}")
-    return MemberAck(since, in_use)
+    cluster_id = str(annotations.get(names.CLUSTER_ID_ANNOTATION) or "")
+    if cluster_id and not _UID.match(cluster_id):
+        raise ReportUnreadable(f"{names.CLUSTER_ID_ANNOTATION}: {cluster_id[:40]!r} is not a Namespace uid")
+    return MemberAck(since, in_use, cluster_id)
 
 
 def _fp16(value: str, where: str) -> str:
@@ -463,6 +469,25 @@ def _aware(value: object, where: str) -> datetime:
         raise ReportUnreadable(f"{where}: {text!r} has no UTC offset, so it cannot be compared with the "
                                "hub's clock")
     return when.astimezone(UTC)
+
+
+def same_cluster(members: Sequence[Member], acks: dict[str, MemberAck | None]) -> dict[str, str]:
+    """Registrations of a cluster registered already, by name with why: the same kube-system uid reported
+    as another member's. The first registration (oldest Secret, then name) keeps it: a member that claims
+    another's uid can refuse only itself, never a member registered before it."""
+    first: dict[str, str] = {}
+    refused: dict[str, str] = {}
+    for member in sorted(members, key=lambda m: (str(m.secret.get("metadata", {}).get("creationTimestamp") or ""),
+                                                 m.name)):
+        uid = (acks.get(member.name) or MemberAck({}, frozenset())).cluster_id
+        if not uid:
+            continue
+        if uid in first:
+            refused[member.name] = (f"member {member.name} is the cluster registered already as member {first[uid]} "
+                                    f"(kube-system uid {uid}): nothing written; delete one of the two registrations")
+        else:
+            first[uid] = member.name
+    return refused
 
 
 def gate_roots(cas: CaSet, facts: TrustFacts, acks: dict[str, MemberAck | None], *, now: datetime,

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TypeVar
 
 from app import names
@@ -27,6 +27,7 @@ from app.kube import (
     Unavailable,
     member_api,
 )
+from app.pki import CaRole
 from app.reconcile.federation import (
     INTERMEDIATE_SECRETS,
     Member,
@@ -60,6 +61,10 @@ MEMBER_ANSWER_LIMIT = 1024 * 1024
 # Visits side by side: a thread each, up to 16 (more members wait for a free one, so a pass with n members
 # that all hang costs ceil(n / 16) deadlines per phase).
 MAX_PARALLEL_VISITS = 16
+# A member that deletes its intermediates would get new ones at every pass, and re-issue every leaf each
+# time: a deleted intermediate the hub wrote before is re-issued at most once an hour (24 a day at worst,
+# where a pass every few minutes made hundreds), and said meanwhile. The member signs on with its CA set.
+REISSUE_INTERVAL = timedelta(hours=1)
 # A 409 on an intermediate means someone wrote it in between: read it again and decide again, twice more.
 MAX_ATTEMPTS = 3
 
@@ -79,10 +84,15 @@ class MemberOutcome:
 
 
 def converge_member(member: Member, *, namespace: str, roots: tuple[Roots, ...], clock: Callable[[], datetime],
-                    guard: Callable[[], None]) -> MemberOutcome:
-    """Both intermediates of one member, each written whole (chain and key) or not at all."""
+                    guard: Callable[[], None], issued: dict[tuple[str, CaRole], datetime] | None = None
+                    ) -> MemberOutcome:
+    """Both intermediates of one member, each written whole (chain and key) or not at all. `issued`: when
+    this hub last wrote each (member, role) intermediate, kept across passes by the caller and updated here
+    (each member's visit touches its own keys only)."""
     outcome = MemberOutcome(member.name)
-    return _visit(member, outcome, lambda api: _MemberPass(api, member, namespace, clock, guard, outcome).run(roots))
+    written = {} if issued is None else issued
+    return _visit(member, outcome,
+                  lambda api: _MemberPass(api, member, namespace, clock, guard, outcome, written).run(roots))
 
 
 def inspect_member(member: Member, *, namespace: str, roots: tuple[Roots, ...],
@@ -199,6 +209,7 @@ class _MemberPass:
     clock: Callable[[], datetime]
     guard: Callable[[], None]
     outcome: MemberOutcome
+    issued: dict[tuple[str, CaRole], datetime]
 
     def run(self, roots: tuple[Roots, ...]) -> str:
         """Why the member is not ready (empty when it is): the clocks first, then each role."""
@@ -224,6 +235,8 @@ class _MemberPass:
                 return verdict.problem
             if verdict.action == "keep":
                 return ""
+            if existing is None and (wait := self._deleted(roots.role)):
+                return wait
             self.guard()
             try:
                 _write(self.api, verdict, existing, self.namespace)
@@ -234,12 +247,23 @@ class _MemberPass:
                     return (f"member {member}: namespace {self.namespace} does not exist there (install "
                             "tls-injector in the member first)")
                 continue  # deleted in between: decide again
+            self.issued[(member, roots.role)] = self.clock()
             self.outcome.writes["update" if verdict.action == "replace" else verdict.action] += 1
             self.outcome.reasons += (f"{roots.role}:{verdict.reason}",)
             log.info("member intermediate written", extra={"member": member, "role": roots.role,
                                                            "action": verdict.action, "reason": verdict.reason})
             return ""
         return f"member {member}: Secret {self.namespace}/{name} kept changing under the hub; next pass"
+
+
+    def _deleted(self, role: CaRole) -> str:
+        """Why an intermediate this hub wrote, now missing (deleted in the member), is not issued again yet."""
+        last = self.issued.get((self.member.name, role))
+        if last is None or (due := last + REISSUE_INTERVAL) <= self.clock():
+            return ""
+        return (f"member {self.member.name}: its {role} intermediate, which the hub wrote at {last:%Y-%m-%d %H:%M} "
+                f"UTC, was deleted there; a deleted intermediate is re-issued at most once every "
+                f"{REISSUE_INTERVAL.total_seconds() / 3600:g} h: next at {due:%H:%M} UTC")
 
 
 def _write(api: KubeApi, verdict: Verdict, existing: dict[str, object] | None, namespace: str) -> None:

@@ -72,6 +72,7 @@ from app.reconcile.federation import (
     load_intermediate,
     members_from,
     roots_of,
+    same_cluster,
     status_body,
 )
 from app.reconcile.hub import converge_member
@@ -234,6 +235,10 @@ class Reconciler:
         # and per role the new roots held for members; a member: per role, what its report is made of.
         self._acks: dict[str, MemberAck | None] = {}
         self._ack_problems: dict[str, str] = {}  # a hub: member -> why its report cannot be used, this pass
+        self._cluster_uid = ""  # a member: its kube-system Namespace uid, once read (CLUSTER_ID_ANNOTATION)
+        # A hub: when it last wrote each member's intermediate of each role (re-issue of a deleted one is
+        # rate-limited: hub.REISSUE_INTERVAL).
+        self._issued: dict[tuple[str, CaRole], datetime] = {}
         self._held: dict[str, dict[str, list[str]]] = {}
         # A member: per role, the namespaces whose bundles its report speaks of (set when the role's CA set
         # was stepped this pass); the report is made from what the pass leaves there.
@@ -484,6 +489,8 @@ class Reconciler:
             in_use.update(v for v in part.pop(names.ROOTS_IN_USE_ANNOTATION).split(",") if v)
             annotations.update(part)
         annotations[names.ROOTS_IN_USE_ANNOTATION] = ",".join(sorted(in_use))
+        if cluster_id := self._cluster_id():
+            annotations[names.CLUSTER_ID_ANNOTATION] = cluster_id
         body = status_body(existing, self.settings.namespace, annotations)
         if body is None:
             return
@@ -497,6 +504,18 @@ class Reconciler:
             log.info("report on the hub's roots written", extra={"annotations": annotations})
         except KubeError as e:
             log.warning("the report on the hub's roots was not written", extra={"error": str(e)})
+
+    def _cluster_id(self) -> str:
+        """This cluster's kube-system Namespace uid (read once: it never changes), "" when it cannot be read.
+        A list by name, which the reconciler's RBAC already grants (it lists Namespaces), not a get."""
+        if not self._cluster_uid:
+            try:
+                found = self.api.list_objects(NAMESPACES, field_selector="metadata.name=kube-system").items
+            except KubeError as e:
+                log.warning("kube-system Namespace not read: the report says no cluster id", extra={"error": str(e)})
+                return ""
+            self._cluster_uid = str(((found[0] if found else {}).get("metadata") or {}).get("uid") or "")
+        return self._cluster_uid
 
     # Multi-cluster (docs/multicluster.md): a member signs with the hub's intermediates; a hub issues them.
 
@@ -543,8 +562,10 @@ class Reconciler:
                  roots_of("client", self._steps.get(names.CLIENT_CA_SECRET), now=now))
         registered = self.api.list_objects(SECRETS, namespace=settings.namespace, label_selector=names.MEMBER_LABEL)
         members, problems = members_from(registered.items)
-        outcomes = hub.each_member(members, lambda m: converge_member(
-            m, namespace=settings.namespace, roots=roots, clock=self.clock, guard=self._guard))
+        problems |= same_cluster(members, self._acks)
+        visited = [m for m in members if m.name not in problems]
+        outcomes = hub.each_member(visited, lambda m: converge_member(
+            m, namespace=settings.namespace, roots=roots, clock=self.clock, guard=self._guard, issued=self._issued))
         self.metrics.member_ready.clear()
         secrets = {m.name: m.secret for m in members}
         for key, problem in problems.items():
