@@ -65,6 +65,7 @@ from app.reconcile.discover import (
 )
 from app.reconcile.federation import (
     INTERMEDIATE_SECRETS,
+    Hold,
     Intermediate,
     MemberAck,
     acknowledgement,
@@ -72,6 +73,7 @@ from app.reconcile.federation import (
     load_intermediate,
     members_from,
     roots_of,
+    rotation_excluded,
     same_cluster,
     status_body,
 )
@@ -239,7 +241,8 @@ class Reconciler:
         # A hub: when it last wrote each member's intermediate of each role (re-issue of a deleted one is
         # rate-limited: hub.REISSUE_INTERVAL).
         self._issued: dict[tuple[str, CaRole], datetime] = {}
-        self._held: dict[str, dict[str, list[str]]] = {}
+        self._held: dict[str, dict[str, Hold]] = {}
+        self._excluded: frozenset[str] = frozenset()  # a hub: members no root rotation waits for
         # A member: per role, the namespaces whose bundles its report speaks of (set when the role's CA set
         # was stepped this pass); the report is made from what the pass leaves there.
         self._ack_scope: dict[CaRole, set[str]] = {}
@@ -455,7 +458,8 @@ class Reconciler:
         settle = self.settings.ca.settle
 
         def gate(cas: CaSet, facts: TrustFacts) -> TrustFacts:
-            gated, self._held[role] = gate_roots(cas, facts, self._acks, now=now, settle=settle)
+            gated, self._held[role] = gate_roots(cas, facts, self._acks, now=now, settle=settle,
+                                                 excluded=self._excluded)
             return gated
 
         return gate
@@ -465,6 +469,10 @@ class Reconciler:
         registered = self.api.list_objects(SECRETS, namespace=self.settings.namespace,
                                            label_selector=names.MEMBER_LABEL)
         members, _ = members_from(registered.items)
+        self._excluded = rotation_excluded(members)
+        for name in sorted(self._excluded):
+            log.warning("member excluded from root rotations: its pods may meet peers they do not trust",
+                        extra={"member": name, "annotation": names.ROTATION_EXCLUDED_ANNOTATION})
         read = hub.each_member(members, lambda m: hub.member_ack(m, namespace=self.settings.namespace))
         acks = {m.name: ack for m, (ack, _) in zip(members, read, strict=True)}
         return acks, {m.name: why for m, (_, why) in zip(members, read, strict=True) if why}
@@ -570,9 +578,11 @@ class Reconciler:
         secrets = {m.name: m.secret for m in members}
         for key, problem in problems.items():
             outcomes.append(hub.MemberOutcome(key, problem))
-        held = {(role, root): members for role, roots in self._held.items() for root, members in roots.items()}
-        for (role, root), waiting in held.items():
-            log.warning("root rotation held for members", extra={"role": role, "root": root, "members": waiting})
+        holds = {(role, root): hold for role, roots in self._held.items() for root, hold in roots.items()}
+        for (role, root), hold in holds.items():
+            log.warning("root rotation held for members", extra={"role": role, "root": root,
+                                                                 "members": list(hold.members), "new": hold.new})
+        held = {key: hold.members for key, hold in holds.items() if hold.new}
         for outcome in outcomes:
             # Why its report cannot be used: said when the visit did not say it already (unreachable).
             unreadable = self._ack_problems.get(outcome.name, "")
@@ -581,8 +591,10 @@ class Reconciler:
             down = [f"the new {role} root {root} waits for it (its report cannot be read)"
                     for (role, root), waiting in held.items() if outcome.name in waiting and self._acks.get(
                         outcome.name) is None and not outcome.ready]
-            if down:
-                outcome.problem = "; ".join([outcome.problem, *down])
+            overdue = [hold.overdue_reason(role, root, now) for (role, root), hold in holds.items()
+                       if outcome.name in hold.members and hold.overdue(now)]
+            if said := [p for p in (outcome.problem, *down, *overdue) if p]:
+                outcome.problem = "; ".join(said)
             self._members[outcome.name] = outcome.problem
             self.metrics.member_ready.labels(outcome.name).set(int(outcome.ready))
             report.writes.update(outcome.writes)
