@@ -5,6 +5,7 @@ header, comparing clocks never raises."""
 
 from __future__ import annotations
 
+import base64
 import threading
 import urllib.parse
 from collections.abc import Iterator
@@ -18,11 +19,15 @@ import yaml
 from app.kube import ClusterConfig, KubeApi, KubeError, api_client, member_client
 from app.reconcile.federation import clock_skew_problem
 
+# A CA certificate in PEM, for kubeconfigs naming an https:// server (its content is not checked here).
+CA_DATA = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").decode()
 
-def kubeconfig(server: str) -> bytes:
+
+def kubeconfig(server: str, ca_data: str | None = CA_DATA) -> bytes:
+    cluster = {"server": server, **({"certificate-authority-data": ca_data} if ca_data is not None else {})}
     return yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "member",
-        "clusters": [{"name": "member", "cluster": {"server": server}}],
+        "clusters": [{"name": "member", "cluster": cluster}],
         "users": [{"name": "hub", "user": {"token": "t"}}],
         "contexts": [{"name": "member", "context": {"cluster": "member", "user": "hub"}}],
     }).encode()
@@ -80,6 +85,23 @@ def test_https_and_plain_http_to_loopback_are_accepted(server: str) -> None:
         assert configured.configuration.host == server
     finally:
         configured.close()  # type: ignore[no-untyped-call]
+
+
+@pytest.mark.parametrize(("ca_data", "reason"), [
+    (None, "has no certificate-authority-data"),
+    ("", "has no certificate-authority-data"),
+    ("not base64!", "is not base64"),
+    (base64.b64encode(b"just some bytes").decode(), "has no certificate-authority-data"),
+])
+def test_an_https_member_server_without_its_ca_is_refused(ca_data: str | None, reason: str) -> None:
+    """No fallback to the public CAs of the hub's image: a certificate for the member's address from any
+    of them would otherwise receive the intermediate keys."""
+    with pytest.raises(KubeError, match=reason):
+        member_client(kubeconfig("https://member.example.org:6443", ca_data))
+
+
+def test_plain_http_to_loopback_needs_no_ca() -> None:
+    member_client(kubeconfig("http://127.0.0.1:8001", None)).close()  # type: ignore[no-untyped-call]
 
 
 class _Dated(BaseHTTPRequestHandler):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 import re
 import urllib.parse
@@ -139,6 +141,23 @@ def _vet_member_kubeconfig(loaded: dict[str, object]) -> None:
                                     "may not (only inline data: a token or client certificate, and the CA)")
             if isinstance(body, dict) and inner == "cluster":
                 _vet_member_server(str(body.get("server") or ""))
+                _vet_member_ca(body)
+
+
+def _vet_member_ca(cluster: dict[str, object]) -> None:
+    """An https:// server must come with its CA (certificate-authority-data, base64 PEM): without one the
+    client trusts every public CA in the hub's image, so anyone with a certificate for the address from
+    any of them could take the intermediate keys the hub sends. (Plain HTTP is loopback only, no TLS.)"""
+    if not str(cluster.get("server") or "").lower().startswith("https://"):
+        return
+    data = cluster.get("certificate-authority-data")
+    try:
+        pem = base64.b64decode(str(data or ""), validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise KubeError("the kubeconfig's certificate-authority-data is not base64") from e
+    if b"-----BEGIN CERTIFICATE-----" not in pem:
+        raise KubeError("the kubeconfig's cluster has no certificate-authority-data (a PEM certificate, base64): a "
+                        "member kubeconfig must name the CA of the member's API server, not trust every public CA")
 
 
 # A server URL is scheme://host[:port][/path]: no user info ("@"), no query or fragment, no backslash,
