@@ -13,12 +13,16 @@ from typing import Any
 
 import httpx
 
+from app.doctor import DoctorSettings
+from app.doctor.federation import hub_checks
+from app.doctor.read import read
 from app.kube import SECRETS, KubeApi
 from app.names import FORCE_REPLACE_ANNOTATION, ROTATION_EXCLUDED_ANNOTATION
 from app.pki import UntrustedChain, dns_sans, fingerprint, load_certificates, make_root, verify_server
 from app.pki.trust import CaRecord, CaSet, CaState
 from app.reconcile.federation import ROTATION_HOLD_DEADLINE, MemberAck, overdue_holds
 from app.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
+from app.reconcile.webhook_plan import WebhookSettings
 from tests.reconcile.cluster import OWN_NS, Clock, data, reconciler
 from tests.reconcile.test_hub_members import CLIENT, NS, OPTED_IN, Federation, federation, run, webhook
 from tests.reconcile.test_hub_rotation import bundles_of, leaves_of, root_states, untrusted
@@ -98,6 +102,14 @@ def test_a_member_that_never_reports_the_new_root_is_flagged_after_the_deadline_
     assert rounds.hub.metrics.member_ready.labels("west")._value.get() == 0
     events = [e for e in federation.hub.objects("events", OWN_NS) if e.get("reason") == "MemberNotReady"]
     assert any("holds the serving root rotation" in e["message"] for e in events), events
+    # doctor --hub says it too, from the hub's CA set as stored and the member's report.
+    settings = DoctorSettings(namespace=OWN_NS, cluster_domain="cluster.local", webhook=WebhookSettings(),
+                              ca_secret="tls-injector-ca", hub=True)
+    snap = read(KubeApi(federation.hub.api_client()), settings, now=rounds.clock.now)
+    said = {r.title: r for r in hub_checks(snap)}
+    assert said["member west holds current intermediates"].status == "error"
+    assert "it holds the serving root rotation" in said["member west holds current intermediates"].message
+    assert said["member east holds current intermediates"].status == "ok"
 
     # The operator goes on without west: the rotation moves to the new root, east signing under it.
     rounds.annotate_registration("west", ROTATION_EXCLUDED_ANNOTATION, "down for repair, ticket 123")
