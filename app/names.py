@@ -101,6 +101,9 @@ CLIENT_CA_SECRET = f"{NAME}-client-ca"
 # `ca.crt` the role's roots), each annotated with the SHA-256 of the hub root that signed it.
 MEMBER_LABEL = f"{DOMAIN}/member"
 MEMBER_KUBECONFIG_KEY = "kubeconfig"
+# The SPIFFE trust domain a member's client intermediate may sign (its URI name constraint), on the member
+# Secret; default <member name>.mesh. One trust domain per member: the member runs with that --trust-domain.
+MEMBER_TRUST_DOMAIN_ANNOTATION = f"{DOMAIN}/trust-domain"
 INTERMEDIATE_CA_SECRET = f"{NAME}-intermediate-ca"
 CLIENT_INTERMEDIATE_CA_SECRET = f"{NAME}-client-intermediate-ca"
 ISSUING_ROOT_ANNOTATION = f"{DOMAIN}/issuing-root"
@@ -109,6 +112,12 @@ ISSUING_ROOT_ANNOTATION = f"{DOMAIN}/issuing-root"
 # and ROOTS_IN_USE_ANNOTATION = the roots (16 hex each, comma-separated) some leaf in use chains to.
 FEDERATION_STATUS_CONFIGMAP = f"{NAME}-federation-status"
 ROOTS_IN_USE_ANNOTATION = f"{DOMAIN}/roots-in-use"
+# ... and CLUSTER_ID_ANNOTATION = the uid of the member's kube-system Namespace: which cluster it is, so the
+# hub can refuse a second registration of one cluster under another name.
+CLUSTER_ID_ANNOTATION = f"{DOMAIN}/cluster-id"
+# Where a member's registration is annotated to be left out of the hub's root rotations (a member that
+# holds one, and will not come back or is being cut off: docs/multicluster.md, "Revoking a member").
+ROTATION_EXCLUDED_ANNOTATION = f"{DOMAIN}/excluded-from-rotation"
 WEBHOOK_SERVICE = NAME
 WEBHOOK_CONFIGURATION = NAME  # the Mutating- and ValidatingWebhookConfiguration
 WEBHOOK_SECRET = f"{NAME}-webhook-tls"

@@ -47,7 +47,8 @@ def member_checks(snap: Snapshot) -> list[Result]:
             continue
         title = f"the hub's {role} intermediate is usable"
         try:
-            intermediate = load_intermediate(found, now=snap.now)
+            intermediate = load_intermediate(found, now=snap.now, trust_domain=snap.settings.trust_domain or
+                                             snap.settings.cluster_domain)
         except ValueError as e:
             results.append(error(CATEGORY, title, str(e),
                                  hint="the reconciler goes on with the CAs it holds; the hub rewrites the Secret "

@@ -29,10 +29,18 @@ from app.kube import (
     Unavailable,
 )
 from app.names import CLIENT_CA_SECRET, MEMBER_LABEL
-from app.pki import CaRole
+from app.pki import SETTLE, CaRole
 from app.reconcile.ca import CaUnusable, load_ca_set
-from app.reconcile.federation import INTERMEDIATE_SECRETS, Roots, members_from, roots_from
-from app.reconcile.hub import MemberOutcome, inspect_member
+from app.reconcile.federation import (
+    INTERMEDIATE_SECRETS,
+    Member,
+    Roots,
+    members_from,
+    overdue_holds,
+    roots_from,
+    rotation_excluded,
+)
+from app.reconcile.hub import MemberOutcome, each_member, inspect_member, member_ack
 from app.reconcile.read import read_cluster
 from app.reconcile.served import Served, fetch_served
 from app.reconcile.signer import NativeApis
@@ -62,20 +70,39 @@ def read(api: KubeApi, settings: DoctorSettings, *, now: datetime, fetch: Fetch 
 
 
 def _federation(api: KubeApi, snap: Snapshot) -> None:
-    """A hub: each registered member, visited read-only with its kubeconfig (`inspect_member`, 10 s per
-    request); a member: the hub's intermediate Secrets in its namespace."""
+    """A hub: each registered member, visited read-only with its kubeconfig (`inspect_member`, side by side,
+    each visit within its deadline); a member: the hub's intermediate Secrets in its namespace."""
     settings = snap.settings
     if not settings.hub:
         for name in INTERMEDIATE_SECRETS.values():
             snap.intermediates[name] = _optional(api, SECRETS, name, settings.namespace)
         return
+    client_secret = _optional(api, SECRETS, CLIENT_CA_SECRET, settings.namespace)
     roots = (_roots("serving", snap.ca_secrets.get(settings.ca_secret), snap.now),
-             _roots("client", _optional(api, SECRETS, CLIENT_CA_SECRET, settings.namespace), snap.now))
+             _roots("client", client_secret, snap.now))
     registered = api.list_objects(SECRETS, namespace=settings.namespace, label_selector=MEMBER_LABEL).items
     members, problems = members_from(registered)
-    snap.members = [inspect_member(m, namespace=settings.namespace, roots=roots, clock=lambda: snap.now)
-                    for m in members]
+    snap.members = each_member(members, lambda m: inspect_member(m, namespace=settings.namespace, roots=roots,
+                                                                 clock=lambda: snap.now))
     snap.members += [MemberOutcome(name, problem) for name, problem in problems.items()]
+    _overdue(snap, members, {"serving": snap.ca_secrets.get(settings.ca_secret), "client": client_secret})
+
+
+def _overdue(snap: Snapshot, members: list[Member], secrets: dict[CaRole, Obj | None]) -> None:
+    """Add to each member's reason the root rotations it has held past the deadline, from its report as
+    the hub's pass reads it (federation.overdue_holds)."""
+    sets = {}
+    for role, secret in secrets.items():
+        try:
+            sets[role] = load_ca_set(secret)
+        except CaUnusable:
+            continue  # said by the CA checks
+    reports = each_member(members, lambda m: member_ack(m, namespace=snap.settings.namespace)[0])
+    acks = {m.name: ack for m, ack in zip(members, reports, strict=True)}
+    held = overdue_holds(sets, acks, now=snap.now, settle=SETTLE, excluded=rotation_excluded(members))
+    for outcome in snap.members:
+        if reasons := held.get(outcome.name):
+            outcome.problem = "; ".join([p for p in (outcome.problem,) if p] + reasons)
 
 
 def _roots(role: CaRole, secret: Obj | None, now: datetime) -> Roots:

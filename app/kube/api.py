@@ -22,6 +22,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from app.kube.bounded import Deadline, read_capped
 from app.kube.errors import KubeError, NotFound, Unavailable, error_for
 from app.settings import API_TIMEOUT_SECONDS
 
@@ -127,6 +128,10 @@ class KubeApi:
     calls: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
     on_call: Callable[[str, str], None] | None = None  # (verb, "ok" or error class name), for metrics
+    # A server we do not trust to answer well (a member cluster): every call ends by `deadline`, and every
+    # answer is read in pieces, refused when compressed or over `answer_limit` bytes (app/kube/bounded.py).
+    deadline: Deadline | None = None
+    answer_limit: int | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def get(self, resource: Resource, name: str, *, namespace: str | None = None) -> Obj:
@@ -204,7 +209,7 @@ class KubeApi:
         """The API server's clock: the Date header of its answer to GET /version (1 s resolution), None
         when the answer has none. For comparing clocks between clusters."""
         response = self._call("get", "GET", "/version")
-        response.read()
+        self._read(response, "GET /version")
         header = response.getheader("Date")
         try:
             date = parsedate_to_datetime(header) if header else None
@@ -230,7 +235,8 @@ class KubeApi:
         body: Obj = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if resource_version:
             body["preconditions"] = {"resourceVersion": resource_version}
-        self._call("delete", "DELETE", resource.path(namespace, name), body=body).read()
+        path = resource.path(namespace, name)
+        self._read(self._call("delete", "DELETE", path, body=body), f"DELETE {path}")
 
     def watch(
         self,
@@ -254,13 +260,20 @@ class KubeApi:
     def _json(self, verb: str, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
               body: Obj | None = None) -> Obj:
         response = self._call(verb, method, path, query=query, body=body)
-        data: Obj = orjson.loads(response.read())  # RESTResponse.read is untyped in the client
+        try:
+            answer = self._read(response, f"{method} {path}")
+        except KubeError as e:  # the call was counted; its answer failed
+            self._count("", type(e).__name__)
+            raise
+        data: Obj = orjson.loads(answer)
         return data
 
     def _bounded(self, path: str, query: list[tuple[str, str]]) -> tuple[bytes, bool]:
         """A list page's body and True; or, when it is over `page_bytes`, what was read up to there and
         False (the rest is never read, and the connection is closed rather than drained)."""
         response = self._call("list", "GET", path, query=query)
+        if self.answer_limit is not None:  # a member's answer: capped, never inflated, by its deadline
+            return self._read(response, f"GET {path}"), True
         raw, chunks, size = response.response, [], 0
         try:
             for chunk in raw.stream(_READ_CHUNK, decode_content=True):
@@ -275,19 +288,52 @@ class KubeApi:
         finally:
             raw.release_conn()
 
+    def _read(self, response: Any, what: str) -> bytes:
+        """The answer's body: whole (the client's own read) from our own cluster; in capped pieces from
+        a server with an answer limit."""
+        if self.answer_limit is None:
+            body: bytes = response.read()  # RESTResponse.read is untyped in the client
+            return body
+        try:
+            body = read_capped(response.response, limit=self.answer_limit, what=what)
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            body = b""
+            failure: Exception | None = e
+        else:
+            failure = None
+        # A connection cut by the deadline can look like an answer that ended (headers cut short parse as
+        # complete, a body without a length as read to its end): after the deadline, nothing read counts.
+        if self.deadline is not None and self.deadline.passed:
+            raise Unavailable(f"{what}: the visit's deadline of {self.deadline.seconds:g}s passed")
+        if failure is not None:
+            raise Unavailable(f"{what}: {failure}") from failure
+        return body
+
     def _call(self, verb: str, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
               body: Obj | None = None, timeout: float | tuple[float, float] | None = None) -> Any:
-        headers = {"Accept": "application/json", "Content-Type": "application/json"}
+        # identity: no compressed answers (an inflating one weighs far more than its bytes on the wire)
+        headers = {"Accept": "application/json", "Content-Type": "application/json", "Accept-Encoding": "identity"}
         request = self.api_client.param_serialize(method, path, query_params=query or [], header_params=headers,
                                                   body=body, auth_settings=["BearerToken"])
+        limit = timeout or self.timeout
+        if self.deadline is not None:  # each socket wait at most what is left (the timer cuts the rest)
+            try:
+                left = self.deadline.remaining(f"{method} {path}")
+            except Unavailable as e:
+                raise self._failed(verb, e) from e
+            limit = (min(self.timeout, left), min(self.timeout, left))
         try:
-            response = self.api_client.call_api(*request, _request_timeout=timeout or self.timeout)
+            response = self.api_client.call_api(*request, _request_timeout=limit)
         except ApiException as e:
             raise self._failed(verb, error_for(e.status or 0, e.body, fallback=str(e.reason))) from e
         except urllib3.exceptions.HTTPError as e:
             raise self._failed(verb, Unavailable(f"{method} {path}: {e}")) from e
         if not 200 <= response.status <= 299:
-            raise self._failed(verb, error_for(response.status, response.read(), fallback=f"{method} {path}"))  # type: ignore[no-untyped-call]
+            try:
+                answer = self._read(response, f"{method} {path}")
+            except KubeError as e:
+                raise self._failed(verb, e) from e
+            raise self._failed(verb, error_for(response.status, answer, fallback=f"{method} {path}"))
         self._count(verb, "ok")
         return response
 
@@ -297,10 +343,11 @@ class KubeApi:
 
     def _count(self, verb: str, outcome: str) -> None:
         with self._lock:
-            self.calls[verb] += 1
+            if verb:
+                self.calls[verb] += 1
             if outcome != "ok":
                 self.errors[outcome] += 1
-        if self.on_call:
+        if self.on_call and verb:
             self.on_call(verb, outcome)
 
 

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
+import re
 import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import urllib3
 import yaml
 from kubernetes import client, config
 
+from app.kube.api import KubeApi
+from app.kube.bounded import deadline_for
 from app.kube.errors import KubeError
 from app.names import DEFAULT_NAMESPACE
 from app.settings import API_TIMEOUT_SECONDS
@@ -102,8 +110,23 @@ def member_client(kubeconfig: bytes) -> client.ApiClient:
         config.load_kube_config_from_dict(loaded, client_configuration=configuration)  # type: ignore[no-untyped-call]
     except (config.ConfigException, OSError, ValueError, TypeError, KeyError, AttributeError) as e:
         raise KubeError(f"the kubeconfig does not load: {' '.join(str(e).split())[:200]}") from e
+    # The URL the client will use, as the client holds it (what the loader made of the kubeconfig's).
+    _vet_member_server(str(configuration.host or ""))
     configuration.retries = False
     return client.ApiClient(configuration)
+
+
+@contextmanager
+def member_api(kubeconfig: bytes, *, deadline: float, answer_limit: int, timeout: float) -> Iterator[KubeApi]:
+    """A client for one visit of a member: every call ends within `deadline` seconds of the start, each
+    socket wait within `timeout`, and no answer is read past `answer_limit` bytes (app/kube/bounded.py).
+    KubeError as `member_client` when the kubeconfig is not one the hub will use."""
+    configured = member_client(kubeconfig)
+    try:
+        with deadline_for(configured, deadline) as ends:
+            yield KubeApi(configured, timeout=timeout, deadline=ends, answer_limit=answer_limit)
+    finally:
+        configured.close()  # type: ignore[no-untyped-call]
 
 
 def _vet_member_kubeconfig(loaded: dict[str, object]) -> None:
@@ -118,23 +141,58 @@ def _vet_member_kubeconfig(loaded: dict[str, object]) -> None:
                                     "may not (only inline data: a token or client certificate, and the CA)")
             if isinstance(body, dict) and inner == "cluster":
                 _vet_member_server(str(body.get("server") or ""))
+                _vet_member_ca(body)
+
+
+def _vet_member_ca(cluster: dict[str, object]) -> None:
+    """An https:// server must come with its CA (certificate-authority-data, base64 PEM): without one the
+    client trusts every public CA in the hub's image, so anyone with a certificate for the address from
+    any of them could take the intermediate keys the hub sends. (Plain HTTP is loopback only, no TLS.)"""
+    if not str(cluster.get("server") or "").lower().startswith("https://"):
+        return
+    data = cluster.get("certificate-authority-data")
+    try:
+        pem = base64.b64decode(str(data or ""), validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise KubeError("the kubeconfig's certificate-authority-data is not base64") from e
+    if b"-----BEGIN CERTIFICATE-----" not in pem:
+        raise KubeError("the kubeconfig's cluster has no certificate-authority-data (a PEM certificate, base64): a "
+                        "member kubeconfig must name the CA of the member's API server, not trust every public CA")
+
+
+# A server URL is scheme://host[:port][/path]: no user info ("@"), no query or fragment, no backslash,
+# space or control character. Each of those is read differently by urllib.parse and by urllib3 (which
+# the client connects with): "http://10.0.0.9\\@127.0.0.1/" is 127.0.0.1 to the first and 10.0.0.9 to the
+# second, so a loopback check on one sent the token and a CA key in clear to the other.
+_SERVER_REFUSED = re.compile(r"[@?#\\\s\x00-\x1f\x7f]")
 
 
 def _vet_member_server(server: str) -> None:
     """https://, or http:// to this machine's loopback by its exact name (a local proxy). Parsed, not
     compared as text: "HTTP://host", "http://localhost.example.org" and "host:port" (no scheme, which the
-    HTTP client reads as http) each sent the key in the clear to another machine."""
+    HTTP client reads as http) each sent the key in the clear to another machine. Parsed by both parsers,
+    urllib.parse's and the client's own (urllib3), which must read the same scheme, host and port."""
+    refusal = KubeError(f"the kubeconfig's server {server[:100]!r} is not an https:// URL (plain HTTP is allowed "
+                        "to 127.0.0.1, localhost and [::1] only)")
+    if _SERVER_REFUSED.search(server):
+        raise KubeError(f"the kubeconfig's server {server[:100]!r} holds a character a server URL may not "
+                        "(user info '@', '?', '#', a backslash, a space or a control character)")
     url = urllib.parse.urlsplit(server)
+    if url.scheme.lower() not in ("http", "https"):
+        raise refusal
     try:
-        host = url.hostname
-    except ValueError:
-        host = None
+        host, port = url.hostname, url.port
+        used = urllib3.util.parse_url(server)
+    except ValueError as e:  # urllib3's LocationParseError is a ValueError
+        raise refusal from e
+    if (used.scheme, used.host and used.host.strip("[]"), used.port) != (url.scheme.lower() or None, host, port):
+        raise KubeError(f"the kubeconfig's server {server[:100]!r} is read as two different addresses by two "
+                        "URL parsers; refused")
     if url.scheme.lower() == "https" and host:
         return
     if url.scheme.lower() == "http" and host in _LOOPBACK:
         return
-    raise KubeError(f"the kubeconfig's server {server[:100]!r} is not an https:// URL (plain HTTP is allowed "
-                    "to 127.0.0.1, localhost and [::1] only)")
+    raise refusal
 
 
 def own_namespace(explicit: str | None) -> str:

@@ -42,6 +42,10 @@ class Gone(KubeError):
     """410: the resourceVersion a watch started from is too old; list again."""
 
 
+class AnswerRefused(KubeError):
+    """An answer the client will not read: compressed though not asked to be, or over the size cap."""
+
+
 class Unavailable(KubeError):
     """The API server could not be reached or answered 5xx/429: nothing is known; try later."""
 

@@ -77,6 +77,7 @@ def make_ca(
     issuer: CertKey | None = None,
     path_length: int | None = None,
     permitted_dns: Sequence[str] = (),
+    permitted_uri: Sequence[str] = (),
 ) -> CertKey:
     """A self-signed root, or an intermediate when `issuer` is given.
 
@@ -91,8 +92,8 @@ def make_ca(
     builder = _base(name, key, now, validity, cap=cap).issuer_name(issuer.cert.subject if issuer else name)
     builder = builder.add_extension(x509.BasicConstraints(ca=True, path_length=path_length), critical=True)
     builder = builder.add_extension(_key_usage(ca=True, rsa_key=False), critical=True)
-    if permitted_dns:
-        builder = builder.add_extension(name_constraints(permitted_dns), critical=True)
+    if permitted_dns or permitted_uri:
+        builder = builder.add_extension(name_constraints(permitted_dns, permitted_uri), critical=True)
     signer_public = issuer.cert.public_key() if issuer else key.public_key()
     builder = builder.add_extension(
         x509.AuthorityKeyIdentifier.from_issuer_public_key(signer_public),  # type: ignore[arg-type]
@@ -102,9 +103,12 @@ def make_ca(
     return CertKey(builder.sign(signer, signature_hash(signer)), key, chain)
 
 
-def name_constraints(permitted_dns: Sequence[str]) -> x509.NameConstraints:
+def name_constraints(permitted_dns: Sequence[str], permitted_uri: Sequence[str] = ()) -> x509.NameConstraints:
+    """Permitted DNS subtrees and URI hosts (RFC 5280 4.2.1.10: "east.mesh" permits URIs whose host is
+    exactly east.mesh, such as spiffe://east.mesh/ns/a/sa/b), and no IP address at all."""
     return x509.NameConstraints(
-        permitted_subtrees=[x509.DNSName(name) for name in permitted_dns],
+        permitted_subtrees=[*(x509.DNSName(name) for name in permitted_dns),
+                            *(x509.UniformResourceIdentifier(host) for host in permitted_uri)],
         excluded_subtrees=[x509.IPAddress(ipaddress.ip_network("0.0.0.0/0")),
                            x509.IPAddress(ipaddress.ip_network("::/0"))],
     )

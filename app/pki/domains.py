@@ -37,16 +37,17 @@ def make_root(role: CaRole, *, now: datetime, validity: timedelta = CA_VALIDITY,
 
 
 def make_intermediate(root: CertKey, *, domain: str, now: datetime, validity: timedelta = CA_VALIDITY,
-                      key_type: KeyType = "ecdsa-p256") -> CertKey:
+                      key_type: KeyType = "ecdsa-p256", permitted_uri: Sequence[str] = ()) -> CertKey:
     """An intermediate for one trust domain. Path length 0: it signs leaves, never another CA. It carries
     the root's permitted DNS subtrees as its own NameConstraints (none when the root has none), so a
     verifier that ignores the root's (some do not check a trust anchor's constraints) still applies them.
-    It does not check that `root` may sign a CA (`root_problem` says): tests make too-deep chains with it."""
+    With `permitted_uri` (URI hosts: a SPIFFE trust domain), every URI name under it must have one of those
+    hosts. It does not check that `root` may sign a CA (`root_problem` says): tests make too-deep chains."""
     if not domain.strip():
         raise ValueError("a trust domain needs a name")
     return make_ca(common_name=f"tls-injector {domain.strip()} intermediate {now:%Y-%m-%d %H:%M}"[:64], now=now,
                    validity=validity, key_type=key_type, issuer=root, path_length=0,
-                   permitted_dns=permitted_dns(root.cert))
+                   permitted_dns=permitted_dns(root.cert), permitted_uri=permitted_uri)
 
 
 def root_problem(cert: x509.Certificate, *, now: datetime) -> str:
@@ -87,6 +88,16 @@ def permitted_dns(cert: x509.Certificate) -> tuple[str, ...]:
     except x509.ExtensionNotFound:
         return ()
     return tuple(str(n.value) for n in constraints.permitted_subtrees or () if isinstance(n, x509.DNSName))
+
+
+def permitted_uri(cert: x509.Certificate) -> tuple[str, ...]:
+    """The URI hosts of the certificate's NameConstraints (empty: none)."""
+    try:
+        constraints = cert.extensions.get_extension_for_class(x509.NameConstraints).value
+    except x509.ExtensionNotFound:
+        return ()
+    return tuple(str(n.value) for n in constraints.permitted_subtrees or ()
+                 if isinstance(n, x509.UniformResourceIdentifier))
 
 
 def made_for(intermediate: x509.Certificate, *, domain: str) -> bool:

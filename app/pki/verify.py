@@ -3,13 +3,19 @@
 cryptography.x509.verification implements the strict web-PKI profile (RFC 5280 + CA/B Forum): it is
 what decides here whether a leaf is trusted. That profile forbids Ed25519 keys and signatures, so a
 chain holding one is checked by a plain walk instead (issuer signature, validity window, CA flag, name,
-EKU) — the rules OpenSSL and Go apply to Ed25519 chains, which they accept in TLS 1.3.
+EKU, name constraints) — the rules OpenSSL and Go apply to Ed25519 chains, which they accept in TLS 1.3.
+The same walk checks a client chain under a URI name constraint (a federation member's client
+intermediate is pinned to its SPIFFE trust domain): the profile refuses every such chain ("unsupported
+name constraint"), where OpenSSL, Go and BoringSSL apply the constraint.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import ipaddress
+import urllib.parse
+from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import Any
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
@@ -74,7 +80,7 @@ def verify_client(
     """The verified chain of a client certificate, as an mTLS server checks it."""
     if not trusted:
         raise UntrustedChain("no trusted CA")
-    if _uses_ed25519([leaf, *intermediates]):
+    if _uses_ed25519([leaf, *intermediates]) or _uri_constrained([*intermediates, *trusted]):
         return _walk(leaf, intermediates, trusted=trusted, now=now, usage=ExtendedKeyUsageOID.CLIENT_AUTH)
     try:
         return _policy(trusted, now).build_client_verifier().verify(leaf, list(intermediates)).chain
@@ -110,7 +116,7 @@ def _walk(
         current = chain[-1]
         anchor = _issuer_among(current, trusted, now)
         if anchor is not None:
-            return _check_path_lengths([*chain, anchor])
+            return _check_name_constraints(_check_path_lengths([*chain, anchor]))
         parent = _issuer_among(current, intermediates, now)
         if parent is None or parent in chain:
             break
@@ -124,6 +130,65 @@ def _check_path_lengths(chain: list[x509.Certificate]) -> list[x509.Certificate]
         limit = ca.extensions.get_extension_for_class(x509.BasicConstraints).value.path_length
         if limit is not None and position - 1 > limit:
             raise UntrustedChain(f"path length of {ca.subject.rfc4514_string()} exceeded")
+    return chain
+
+
+def _uri_constrained(certs: Sequence[x509.Certificate]) -> bool:
+    return any(isinstance(name, x509.UniformResourceIdentifier)
+               for cert in certs for name in _constraints(cert)[0] + _constraints(cert)[1])
+
+
+def _constraints(cert: x509.Certificate) -> tuple[list[x509.GeneralName], list[x509.GeneralName]]:
+    """The permitted and excluded subtrees of the certificate's NameConstraints."""
+    try:
+        value = cert.extensions.get_extension_for_class(x509.NameConstraints).value
+    except x509.ExtensionNotFound:
+        return [], []
+    return list(value.permitted_subtrees or ()), list(value.excluded_subtrees or ())
+
+
+def _dns_within(name: str, subtree: str) -> bool:
+    """RFC 5280 4.2.1.10: a DNS subtree is the name and every name below it."""
+    name, subtree = name.lower().rstrip("."), subtree.lower().rstrip(".")
+    return (name == subtree.lstrip(".") and not subtree.startswith(".")) or name.endswith("." + subtree.lstrip("."))
+
+
+def _uri_within(uri: str, subtree: str) -> bool:
+    """RFC 5280 4.2.1.10: a URI subtree is a host ("east.mesh": that host only) or a domain (".mesh": the
+    hosts below it), matched against the URI's host."""
+    try:
+        host = (urllib.parse.urlsplit(uri).hostname or "").rstrip(".")
+    except ValueError:
+        return False
+    subtree = subtree.lower()
+    return host.endswith(subtree) if subtree.startswith(".") else host == subtree
+
+
+def _ip_within(address: Any, subtree: Any) -> bool:
+    return isinstance(subtree, ipaddress.IPv4Network | ipaddress.IPv6Network) and address in subtree
+
+
+_WITHIN: dict[type[x509.GeneralName], Callable[[Any, Any], bool]] = {
+    x509.DNSName: _dns_within, x509.UniformResourceIdentifier: _uri_within, x509.IPAddress: _ip_within}
+
+
+def _check_name_constraints(chain: list[x509.Certificate]) -> list[x509.Certificate]:
+    """Every name of the leaf within each CA's permitted subtrees of its type (when it has any) and
+    outside its excluded ones."""
+    try:
+        sans = list(chain[0].extensions.get_extension_for_class(x509.SubjectAlternativeName).value)
+    except x509.ExtensionNotFound:
+        sans = []
+    for ca in chain[1:]:
+        permitted, excluded = _constraints(ca)
+        for san in sans:
+            within = _WITHIN.get(type(san))
+            if within is None:
+                continue
+            allowed = [c.value for c in permitted if type(c) is type(san)]
+            if (allowed and not any(within(san.value, c) for c in allowed)) or any(
+                    within(san.value, c.value) for c in excluded if type(c) is type(san)):
+                raise UntrustedChain(f"{san.value} is outside the name constraints of {ca.subject.rfc4514_string()}")
     return chain
 
 

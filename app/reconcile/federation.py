@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from app import names
@@ -37,6 +37,7 @@ from app.pki import (
     load_user_ca,
     made_for,
     make_intermediate,
+    permitted_uri,
     root_problem,
     to_pem,
 )
@@ -57,20 +58,51 @@ INTERMEDIATE_VALIDITY = timedelta(days=180)
 MAX_CLOCK_SKEW = BACKDATE
 # A member's name is a DNS-1123 label: it goes into the intermediate's subject, metric labels and logs.
 _MEMBER_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+# A SPIFFE trust domain: lowercase letters, digits, dots, dashes and underscores, at most 255 (the SPIFFE ID
+# standard); the same form as --trust-domain takes.
+_TRUST_DOMAIN = re.compile(r"^[a-z0-9._-]{1,255}$")
 
 
 @dataclass(frozen=True)
 class Member:
-    """A member as registered in the hub: a Secret labelled MEMBER_LABEL=<name> with a kubeconfig."""
+    """A member as registered in the hub: a Secret labelled MEMBER_LABEL=<name> with a kubeconfig, and the
+    SPIFFE trust domain its client intermediate may sign (MEMBER_TRUST_DOMAIN_ANNOTATION, <name>.mesh)."""
 
     name: str
     secret: Obj
     kubeconfig: bytes
+    trust_domain: str = ""
+
+    @property
+    def domain(self) -> str:
+        return self.trust_domain or default_trust_domain(self.name)
+
+
+def default_trust_domain(member: str) -> str:
+    return f"{member}.mesh"
 
 
 def members_from(secrets: Sequence[Obj]) -> tuple[list[Member], dict[str, str]]:
     """The usable member registrations, and the others by name with why (a bad name, no kubeconfig, a
-    name registered twice: then neither is used, since which one is meant cannot be told)."""
+    name registered twice, a trust domain that is not one or that another member claims too: then neither
+    is used, since which one is meant cannot be told)."""
+    members, problems = _registered(secrets)
+    return _one_trust_domain_each(members, problems)
+
+
+def _one_trust_domain_each(members: list[Member], problems: dict[str, str]) -> tuple[list[Member], dict[str, str]]:
+    """Two members whose client intermediates could sign the same SPIFFE IDs could log in as each other."""
+    claims: dict[str, list[str]] = {}
+    for member in members:
+        claims.setdefault(member.domain, []).append(member.name)
+    for domain, claimed in claims.items():
+        for name in claimed if len(claimed) > 1 else ():
+            problems[name] = (f"member {name}: trust domain {domain} is claimed by more than one member "
+                              f"({', '.join(sorted(claimed))}); none of them is used")
+    return [m for m in members if m.name not in problems], problems
+
+
+def _registered(secrets: Sequence[Obj]) -> tuple[list[Member], dict[str, str]]:
     problems: dict[str, str] = {}
     found: dict[str, list[Obj]] = {}
     for secret in secrets:
@@ -92,7 +124,13 @@ def members_from(secrets: Sequence[Obj]) -> tuple[list[Member], dict[str, str]]:
             problems[name] = (f"member {name}: Secret {registered[0]['metadata'].get('name')} has no "
                               f"{names.MEMBER_KUBECONFIG_KEY!r} key")
             continue
-        members.append(Member(name, registered[0], kubeconfig))
+        domain = str(((registered[0].get("metadata") or {}).get("annotations") or {}).get(
+            names.MEMBER_TRUST_DOMAIN_ANNOTATION) or "")
+        if domain and not _TRUST_DOMAIN.match(domain):
+            problems[name] = (f"member {name}: annotation {names.MEMBER_TRUST_DOMAIN_ANNOTATION}={domain[:70]!r} is "
+                              "not a SPIFFE trust domain (lowercase letters, digits, '.', '-', '_')")
+            continue
+        members.append(Member(name, registered[0], kubeconfig, domain))
     return members, problems
 
 
@@ -143,19 +181,29 @@ class Verdict:
 
 
 def decide_intermediate(existing: Obj | None, *, roots: Roots, member: str, namespace: str,
-                        now: datetime) -> Verdict:
-    """Issue, renew, refresh the roots of, keep or refuse one member's intermediate of one role."""
+                        now: datetime, trust_domain: str = "") -> Verdict:
+    """Issue, renew, refresh the roots of, keep or refuse one member's intermediate of one role; a client
+    intermediate is pinned to the member's SPIFFE trust domain (`trust_domain`, else <member>.mesh)."""
     name = INTERMEDIATE_SECRETS[roots.role]
     where = f"Secret {namespace}/{name} in member {member}"
     if roots.signer is None:
         return Verdict("refuse", problem=f"{where}: not issued: {roots.problem}")
+    pinned = pinned_uris(roots.role, member, trust_domain)
     if existing is None:
-        return _issue(None, roots, member, namespace, now, action="create", reason="issued")
-    return _decide_existing(existing, roots=roots, member=member, namespace=namespace, now=now, where=where)
+        return _issue(None, roots, member, namespace, now, action="create", reason="issued", pinned=pinned)
+    return _decide_existing(existing, roots=roots, member=member, namespace=namespace, now=now, where=where,
+                            pinned=pinned)
+
+
+def pinned_uris(role: CaRole, member: str, trust_domain: str = "") -> tuple[str, ...]:
+    """The URI name constraint of a member's intermediate: a client intermediate may sign SPIFFE IDs of
+    the member's own trust domain only, so no member can mint another's identities (a serving one signs
+    no URI name, and carries the roots' DNS constraints)."""
+    return (trust_domain or default_trust_domain(member),) if role == "client" else ()
 
 
 def _decide_existing(existing: Obj, *, roots: Roots, member: str, namespace: str, now: datetime,
-                     where: str) -> Verdict:
+                     where: str, pinned: tuple[str, ...]) -> Verdict:
     assert roots.signer is not None
     data = secret_data(existing)
     chain = load_certificates(data.get("tls.crt", b""))
@@ -165,13 +213,9 @@ def _decide_existing(existing: Obj, *, roots: Roots, member: str, namespace: str
     if not ours and not forced:
         return Verdict("refuse", problem=_not_ours(where, chain))
     if not ours:
-        return _issue(existing, roots, member, namespace, now, action="replace", reason="forced")
-    if not made_for(chain[0], domain=_domain(member, roots.role)):  # another member's, copied here
-        return _issue(existing, roots, member, namespace, now, action="update", reason="renewed:another-member")
-    decision = intermediate_renewal(cert_pem=data.get("tls.crt"), key_pem=data.get("tls.key"),
-                                    signer=roots.signer.cert, now=now, lookahead=CA_LOOKAHEAD)
-    if decision.renew:
-        return _issue(existing, roots, member, namespace, now, action="update", reason=f"renewed:{decision.reason}")
+        return _issue(existing, roots, member, namespace, now, action="replace", reason="forced", pinned=pinned)
+    if reason := _reissue(chain[0], data, roots=roots, member=member, now=now, pinned=pinned):
+        return _issue(existing, roots, member, namespace, now, action="update", reason=reason, pinned=pinned)
     if data.get("ca.crt") != roots.pem:
         body = _body(existing, namespace, INTERMEDIATE_SECRETS[roots.role], {**data, "ca.crt": roots.pem},
                      issuing_root=_annotation(existing))
@@ -179,11 +223,24 @@ def _decide_existing(existing: Obj, *, roots: Roots, member: str, namespace: str
     return Verdict("keep")
 
 
+def _reissue(cert: Any, data: dict[str, bytes], *, roots: Roots, member: str, now: datetime,
+             pinned: tuple[str, ...]) -> str:
+    """Why an intermediate of ours is issued anew ("" when it is kept)."""
+    assert roots.signer is not None
+    if not made_for(cert, domain=_domain(member, roots.role)):  # another member's, copied here
+        return "renewed:another-member"
+    if permitted_uri(cert) != pinned:  # issued before the pin, or for the trust domain it had then
+        return "renewed:trust-domain"
+    decision = intermediate_renewal(cert_pem=data.get("tls.crt"), key_pem=data.get("tls.key"),
+                                    signer=roots.signer.cert, now=now, lookahead=CA_LOOKAHEAD)
+    return f"renewed:{decision.reason}" if decision.renew else ""
+
+
 def _issue(existing: Obj | None, roots: Roots, member: str, namespace: str, now: datetime, *,
-           action: Literal["create", "update", "replace"], reason: str) -> Verdict:
+           action: Literal["create", "update", "replace"], reason: str, pinned: tuple[str, ...]) -> Verdict:
     assert roots.signer is not None
     inter = make_intermediate(roots.signer, domain=_domain(member, roots.role), now=now,
-                              validity=INTERMEDIATE_VALIDITY)
+                              validity=INTERMEDIATE_VALIDITY, permitted_uri=pinned)
     data = {"tls.crt": inter.cert_pem, "tls.key": inter.key_pem, "ca.crt": roots.pem}
     body = _body(existing, namespace, INTERMEDIATE_SECRETS[roots.role], data,
                  issuing_root=fingerprint(roots.signer.cert))
@@ -205,7 +262,7 @@ def _body(existing: Obj | None, namespace: str, name: str, data: dict[str, bytes
 
 
 def check_intermediate(existing: Obj | None, *, roots: Roots, member: str, namespace: str,
-                       now: datetime) -> tuple[str, str]:
+                       now: datetime, trust_domain: str = "") -> tuple[str, str]:
     """(problem, note) for `doctor --hub`, from the roots' certificates alone (no signing key needed): the
     problem when the intermediate is missing, not the hub's or expired; else a note: "due ..." when the
     hub's next pass renews it, or a description of it."""
@@ -219,13 +276,17 @@ def check_intermediate(existing: Obj | None, *, roots: Roots, member: str, names
     ends = chain[0].not_valid_after_utc
     if now >= ends:
         return f"{where}: the intermediate expired at {ends:%Y-%m-%d %H:%M} UTC", ""
-    return "", _due(chain[0], roots=roots, member=member, now=now) or describe(existing, roots.role)
+    due = _due(chain[0], roots=roots, member=member, now=now, pinned=pinned_uris(roots.role, member, trust_domain))
+    return "", due or describe(existing, roots.role)
 
 
-def _due(intermediate: Any, *, roots: Roots, member: str, now: datetime) -> str:
+def _due(intermediate: Any, *, roots: Roots, member: str, now: datetime, pinned: tuple[str, ...]) -> str:
     """Why the hub's next pass re-issues or renews a usable intermediate, for a person ("" when it does not)."""
     if not made_for(intermediate, domain=_domain(member, roots.role)):
         return "due: it was made for another member; the hub re-issues it on its next pass"
+    if permitted_uri(intermediate) != pinned:
+        return (f"due: it is not pinned to trust domain {', '.join(pinned) or '(none)'}; the hub re-issues it on "
+                "its next pass")
     if roots.signer is not None and intermediate.issuer != roots.signer.cert.subject:
         return "due: the root that signs changed; the hub re-issues it on its next pass"
     if now + CA_LOOKAHEAD >= (ends := intermediate.not_valid_after_utc):
@@ -277,8 +338,10 @@ class Intermediate:
     roots: tuple[Any, ...]
 
 
-def load_intermediate(obj: Obj, *, now: datetime) -> Intermediate:
-    """The intermediate in a member's Secret, checked; ValueError with a reason a person can act on."""
+def load_intermediate(obj: Obj, *, now: datetime, trust_domain: str = "") -> Intermediate:
+    """The intermediate in a member's Secret, checked; ValueError with a reason a person can act on. One
+    pinned to SPIFFE trust domains (a client intermediate) is used only when this cluster's `trust_domain`
+    is one of them: every client certificate it signed otherwise would be refused by every peer."""
     meta = obj.get("metadata") or {}
     where = f"Secret {meta.get('namespace')}/{meta.get('name')}"
     if not own.is_owned(obj, "intermediate"):
@@ -291,6 +354,10 @@ def load_intermediate(obj: Obj, *, now: datetime) -> Intermediate:
     issuer = next((r for r in roots if issued_by(chain[0], r)), None)
     if issuer is None:
         raise ValueError(f"{where}: the intermediate was not issued by any root in its ca.crt")
+    if trust_domain and (pinned := permitted_uri(chain[0])) and trust_domain not in pinned:
+        raise ValueError(f"{where}: the intermediate signs SPIFFE IDs of trust domain {', '.join(pinned)} only, and "
+                         f"this cluster's is {trust_domain}: run it with --trust-domain {pinned[0]}, or have the hub "
+                         f"register it with annotation {names.MEMBER_TRUST_DOMAIN_ANNOTATION}={trust_domain}")
     try:
         ca = load_user_ca(to_pem([chain[0], issuer]), data.get("tls.key", b""), now=now)
     except ValueError as e:
@@ -304,10 +371,26 @@ def load_intermediate(obj: Obj, *, now: datetime) -> Intermediate:
 @dataclass(frozen=True)
 class MemberAck:
     """What a member reports in its FEDERATION_STATUS_CONFIGMAP: since when every bundle in use carries
-    each root (by 16 hex digits of its SHA-256), and which roots some leaf in use chains to."""
+    each root (by 16 hex digits of its SHA-256; every time aware, in UTC), and which roots some leaf in use
+    chains to. Built by `parse_report` from what the member wrote, which is the member's to write."""
 
     since: dict[str, datetime]
     in_use: frozenset[str]
+    cluster_id: str = ""  # the member's kube-system Namespace uid ("" when it did not say)
+
+
+class ReportUnreadable(ValueError):
+    """A member's report that does not parse into a MemberAck: that member's reason, never the hub's."""
+
+
+# A report names the roots of two roles, two of each during a rotation (old and new): 16 is room for a
+# rotation started before the last one ended, several times over, and bounds what one report may make the
+# hub hold. A time written as isoformat() is 32 characters (with microseconds and offset); 64 is twice that.
+MAX_REPORTED_ROOTS = 16
+MAX_TIME_LENGTH = 64
+_FP16 = re.compile(r"^[0-9a-f]{16}$")
+# A Namespace's uid as the API server makes it: a UUID, 36 characters.
+_UID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
 def acknowledgement(roots: Sequence[Any], *, bundles: Sequence[Sequence[Any]], leaves: Sequence[Sequence[Any]],
@@ -339,34 +422,137 @@ def status_body(existing: Obj | None, namespace: str, annotations: dict[str, str
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
 
 
-def read_ack(obj: Obj | None) -> MemberAck | None:
-    """The member's report; None when there is none (the member has not passed since it got roots)."""
-    if obj is None or not own.is_owned(obj, "federation-status"):
-        return None
+def read_ack(obj: Obj | None) -> MemberAck:
+    """The member's report, every field checked (ReportUnreadable with the first reason otherwise): an
+    object of the report's name that is not ours, a key or a root that is not 16 lowercase hex digits, a
+    time without its UTC offset (it cannot be compared with the hub's clock) or too long, more roots than
+    MAX_REPORTED_ROOTS. No report at all is an empty one (the member has not joined yet)."""
+    if obj is None:
+        return MemberAck({}, frozenset())
+    if not own.is_owned(obj, "federation-status"):
+        raise ReportUnreadable(f"ConfigMap {names.FEDERATION_STATUS_CONFIGMAP} is not labelled as written by "
+                               "tls-injector")
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
-    since = {}
-    for key, value in annotations.items():
-        if key.startswith(names.IN_EVERY_BUNDLE_SINCE_PREFIX):
-            try:
-                since[key.removeprefix(names.IN_EVERY_BUNDLE_SINCE_PREFIX)] = datetime.fromisoformat(value)
-            except ValueError:
-                continue  # edited by hand: as if not seen, the safe reading
-    in_use = frozenset(v for v in str(annotations.get(names.ROOTS_IN_USE_ANNOTATION) or "").split(",") if v)
-    return MemberAck(since, in_use)
+    if not isinstance(annotations, dict):
+        raise ReportUnreadable("its annotations are not a map")
+    since = {_fp16(key.removeprefix(names.IN_EVERY_BUNDLE_SINCE_PREFIX), key): _aware(value, key)
+             for key, value in annotations.items() if str(key).startswith(names.IN_EVERY_BUNDLE_SINCE_PREFIX)}
+    listed = str(annotations.get(names.ROOTS_IN_USE_ANNOTATION) or "")
+    if len(listed) > MAX_REPORTED_ROOTS * 17:
+        raise ReportUnreadable(f"{names.ROOTS_IN_USE_ANNOTATION} is {len(listed)} characters, more than "
+                               f"{MAX_REPORTED_ROOTS} roots take")
+    in_use = frozenset(_fp16(v, names.ROOTS_IN_USE_ANNOTATION) for v in listed.split(",") if v)
+    if len(since) > MAX_REPORTED_ROOTS:
+        raise ReportUnreadable(f"it names {len(since)} roots in every bundle, more than {MAX_REPORTED_ROOTS}")
+    cluster_id = str(annotations.get(names.CLUSTER_ID_ANNOTATION) or "")
+    if cluster_id and not _UID.match(cluster_id):
+        raise ReportUnreadable(f"{names.CLUSTER_ID_ANNOTATION}: {cluster_id[:40]!r} is not a Namespace uid")
+    return MemberAck(since, in_use, cluster_id)
+
+
+def _fp16(value: str, where: str) -> str:
+    if not _FP16.match(value):
+        raise ReportUnreadable(f"{where[:120]}: {value[:40]!r} is not 16 lowercase hex digits (a root's "
+                               "fingerprint)")
+    return value
+
+
+def _aware(value: object, where: str) -> datetime:
+    text = str(value)
+    if len(text) > MAX_TIME_LENGTH:
+        raise ReportUnreadable(f"{where}: the time is {len(text)} characters long")
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError as e:
+        raise ReportUnreadable(f"{where}: {text!r} is not an ISO 8601 time") from e
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise ReportUnreadable(f"{where}: {text!r} has no UTC offset, so it cannot be compared with the "
+                               "hub's clock")
+    return when.astimezone(UTC)
+
+
+def same_cluster(members: Sequence[Member], acks: dict[str, MemberAck | None]) -> dict[str, str]:
+    """Registrations of a cluster registered already, by name with why: the same kube-system uid reported
+    as another member's. The first registration (oldest Secret, then name) keeps it: a member that claims
+    another's uid can refuse only itself, never a member registered before it."""
+    first: dict[str, str] = {}
+    refused: dict[str, str] = {}
+    for member in sorted(members, key=lambda m: (str(m.secret.get("metadata", {}).get("creationTimestamp") or ""),
+                                                 m.name)):
+        uid = (acks.get(member.name) or MemberAck({}, frozenset())).cluster_id
+        if not uid:
+            continue
+        if uid in first:
+            refused[member.name] = (f"member {member.name} is the cluster registered already as member {first[uid]} "
+                                    f"(kube-system uid {uid}): nothing written; delete one of the two registrations")
+        else:
+            first[uid] = member.name
+    return refused
+
+
+# How long a member may hold a root rotation before the hub says so (the member not ready: log, Event,
+# metric and its alert, status page): a healthy member reports a new root within a pass or two of the
+# settle time (minutes), and a generated root's rotation starts 60 days before the old root ends. Three
+# days lets a member ride out a weekend's outage unflagged and leaves the operator 57 days to fix it, or
+# to exclude it (ROTATION_EXCLUDED_ANNOTATION on its registration) and let the rotation go on.
+ROTATION_HOLD_DEADLINE = timedelta(days=3)
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A root whose step waits for members: a new one not yet in every bundle of theirs (`new`), or an
+    old one some leaf of theirs still chains to; `since` when the root entered its present state."""
+
+    members: tuple[str, ...]
+    since: datetime
+    new: bool
+
+    def overdue(self, now: datetime) -> bool:
+        return now - self.since > ROTATION_HOLD_DEADLINE
+
+    def overdue_reason(self, role: str, root: str, now: datetime) -> str:
+        """What a member holding this rotation past the deadline is told (its not-ready reason)."""
+        what = (f"the new {role} root {root} is not yet in every bundle it reports" if self.new
+                else f"some leaf it reports still chains to the old {role} root {root}")
+        days = (now - self.since).total_seconds() / 86400
+        return (f"it holds the {role} root rotation: {what}, for {days:.1f} days (more than "
+                f"{ROTATION_HOLD_DEADLINE.days}); fix the member, or annotate its registration "
+                f"{names.ROTATION_EXCLUDED_ANNOTATION}=<why> to go on without it")
+
+
+def overdue_holds(sets: dict[CaRole, CaSet], acks: dict[str, MemberAck | None], *, now: datetime,
+                  settle: timedelta, excluded: frozenset[str]) -> dict[str, list[str]]:
+    """Per member, each root rotation it has held past ROTATION_HOLD_DEADLINE (for `doctor --hub`, from
+    the hub's CA sets as stored and the members' reports)."""
+    found: dict[str, list[str]] = {}
+    for role, cas in sets.items():
+        _, holds = gate_roots(cas, TrustFacts(frozenset(), frozenset()), acks, now=now, settle=settle,
+                              excluded=excluded)
+        for root, hold in holds.items():
+            for member in hold.members if hold.overdue(now) else ():
+                found.setdefault(member, []).append(hold.overdue_reason(role, root, now))
+    return found
+
+
+def rotation_excluded(members: Sequence[Member]) -> frozenset[str]:
+    """Members whose registration is annotated ROTATION_EXCLUDED_ANNOTATION: no rotation waits for them."""
+    return frozenset(m.name for m in members if names.ROTATION_EXCLUDED_ANNOTATION in
+                     ((m.secret.get("metadata") or {}).get("annotations") or {}))
 
 
 def gate_roots(cas: CaSet, facts: TrustFacts, acks: dict[str, MemberAck | None], *, now: datetime,
-               settle: timedelta) -> tuple[TrustFacts, dict[str, list[str]]]:
+               settle: timedelta, excluded: frozenset[str] = frozenset()) -> tuple[TrustFacts, dict[str, Hold]]:
     """The hub's facts with its members' reports: a new root counts as in every bundle only once every
     member has reported it in every bundle in use for `settle`; an old root counts as used while any member
     reports a leaf chaining to it. A member whose report cannot be read holds both (the safe reading).
     A member that reports nothing at all (no root in its bundles, no leaf on one) has not joined yet: its
     pods trust none of the hub's roots, so it holds nothing (else a standalone cluster turned hub, whose
-    first root cannot sign intermediates, would wait forever for members that can get none).
-    Returns the facts and, per new root (16 hex) still held, the members it waits for."""
+    first root cannot sign intermediates, would wait forever for members that can get none). A member in
+    `excluded` (annotated so by a person) holds nothing: its pods may then meet peers they do not trust.
+    Returns the facts and, per root (16 hex) still held, the members it waits for and since when."""
     everywhere, used = set(facts.in_every_bundle), set(facts.leaf_issuers)
-    held: dict[str, list[str]] = {}
-    acks = {m: a for m, a in acks.items() if a is None or a.since or a.in_use}
+    held: dict[str, Hold] = {}
+    acks = {m: a for m, a in acks.items() if (a is None or a.since or a.in_use) and m not in excluded}
     for record in cas.records:
         fp16 = record.fingerprint[:16]
         if record.state is CaState.UNTRUSTED:
@@ -374,7 +560,9 @@ def gate_roots(cas: CaSet, facts: TrustFacts, acks: dict[str, MemberAck | None],
                        if ack is None or (since := ack.since.get(fp16)) is None or now - since < settle]
             if waiting:
                 everywhere.discard(record.fingerprint)
-                held[fp16] = waiting
-        if record.state is CaState.PHASE_OUT and any(a is None or fp16 in a.in_use for a in acks.values()):
+                held[fp16] = Hold(tuple(waiting), record.since, new=True)
+        using = [m for m, a in sorted(acks.items()) if a is None or fp16 in a.in_use]
+        if record.state is CaState.PHASE_OUT and using:
             used.add(record.fingerprint)
+            held[fp16] = Hold(tuple(using), record.since, new=False)
     return TrustFacts(frozenset(everywhere), frozenset(used)), held

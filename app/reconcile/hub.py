@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import TypeVar
 
 from app import names
 from app.kube import (
@@ -23,12 +25,14 @@ from app.kube import (
     NotFound,
     Unauthorized,
     Unavailable,
-    member_client,
+    member_api,
 )
+from app.pki import CaRole
 from app.reconcile.federation import (
     INTERMEDIATE_SECRETS,
     Member,
     MemberAck,
+    ReportUnreadable,
     Roots,
     Verdict,
     check_intermediate,
@@ -38,11 +42,29 @@ from app.reconcile.federation import (
 )
 
 log = logging.getLogger("tls_injector.hub")
-# One request to a member may take 10 s (connect and read): a member is another cluster, often across a
-# WAN, but one that does not answer must not hold the others for the hub's 30 s --timeout per call. An
-# unreachable member costs two such timeouts per pass: reading its report before the roots are stepped,
-# and the visit after (whose first call, GET /version, fails). Members are visited one after another.
+# A member is another cluster, often across a WAN, and its API server is not ours to trust: one that
+# answers slowly, or one byte at a time, must not hold the hub's pass. So each visit of a member (every
+# call in it: connect, TLS, headers, body) ends within VISIT_DEADLINE_SECONDS, whatever the member does
+# (app/kube/bounded.py), and members are visited side by side, so a slow one delays no other.
+# 20 s: a visit makes 3 calls when nothing changes (GET /version, two Secrets) and at most 13 (two writes,
+# each retried on a conflict three times); at a WAN round trip of 100-200 ms, with a TLS handshake, a
+# healthy visit takes 1-3 s. A member that answers nothing costs the pass two deadlines at most (its report
+# read before the roots are stepped, and the visit after), whatever the number of members.
+VISIT_DEADLINE_SECONDS = 20.0
+# And no single wait on a socket longer than 10 s within it (the connect to an address that drops packets).
 MEMBER_TIMEOUT_SECONDS = 10.0
+# The largest answer the hub reads from a member: the report ConfigMap, whose annotations the API server
+# caps at 256 KiB in all, and the intermediate Secrets (~3 KiB each). 1 MiB is four times the largest
+# legitimate answer; MAX_PARALLEL_VISITS visits at once hold at most 16 MiB of answers, against the hub's
+# 256 MiB memory limit (a gzip answer of a few hundred KiB inflated to 1-2 GB before this cap).
+MEMBER_ANSWER_LIMIT = 1024 * 1024
+# Visits side by side: a thread each, up to 16 (more members wait for a free one, so a pass with n members
+# that all hang costs ceil(n / 16) deadlines per phase).
+MAX_PARALLEL_VISITS = 16
+# A member that deletes its intermediates would get new ones at every pass, and re-issue every leaf each
+# time: a deleted intermediate the hub wrote before is re-issued at most once an hour (24 a day at worst,
+# where a pass every few minutes made hundreds), and said meanwhile. The member signs on with its CA set.
+REISSUE_INTERVAL = timedelta(hours=1)
 # A 409 on an intermediate means someone wrote it in between: read it again and decide again, twice more.
 MAX_ATTEMPTS = 3
 
@@ -62,10 +84,15 @@ class MemberOutcome:
 
 
 def converge_member(member: Member, *, namespace: str, roots: tuple[Roots, ...], clock: Callable[[], datetime],
-                    guard: Callable[[], None]) -> MemberOutcome:
-    """Both intermediates of one member, each written whole (chain and key) or not at all."""
+                    guard: Callable[[], None], issued: dict[tuple[str, CaRole], datetime] | None = None
+                    ) -> MemberOutcome:
+    """Both intermediates of one member, each written whole (chain and key) or not at all. `issued`: when
+    this hub last wrote each (member, role) intermediate, kept across passes by the caller and updated here
+    (each member's visit touches its own keys only)."""
     outcome = MemberOutcome(member.name)
-    return _visit(member, outcome, lambda api: _MemberPass(api, member, namespace, clock, guard, outcome).run(roots))
+    written = {} if issued is None else issued
+    return _visit(member, outcome,
+                  lambda api: _MemberPass(api, member, namespace, clock, guard, outcome, written).run(roots))
 
 
 def inspect_member(member: Member, *, namespace: str, roots: tuple[Roots, ...],
@@ -87,7 +114,7 @@ def inspect_member(member: Member, *, namespace: str, roots: tuple[Roots, ...],
             if existing is None and (missing := _namespace_missing(api, member.name, namespace)):
                 return missing
             problem, note = check_intermediate(existing, roots=role_roots, member=member.name, namespace=namespace,
-                                               now=clock())
+                                               now=clock(), trust_domain=member.domain)
             if problem:
                 problems.append(problem)
             elif note.startswith("due"):
@@ -99,22 +126,27 @@ def inspect_member(member: Member, *, namespace: str, roots: tuple[Roots, ...],
     return _visit(member, outcome, look)
 
 
-def member_ack(member: Member, *, namespace: str) -> MemberAck | None:
-    """The member's report on the hub's roots (its FEDERATION_STATUS_CONFIGMAP). None when it cannot be
-    read (kubeconfig, network, credentials, an object there that is not ours): the hub then holds every root
-    rotation for it. No report at all is an empty one: the member has not joined yet (it writes one from
-    its first pass with the hub's intermediates), so it trusts no root of the hub and holds nothing."""
+def member_ack(member: Member, *, namespace: str) -> tuple[MemberAck | None, str]:
+    """The member's report on the hub's roots (its FEDERATION_STATUS_CONFIGMAP), and why it cannot be used.
+    None when it cannot be read (kubeconfig, network, credentials) or does not parse (`read_ack`: the report
+    is the member's to write, so anything may be in it): the hub then holds every root rotation for it, and
+    the reason is the member's. No report at all is an empty one: the member has not joined yet (it writes
+    one from its first pass with the hub's intermediates), so it trusts no root of the hub and holds nothing."""
     found: list[MemberAck | None] = [None]
 
     def look(api: KubeApi) -> str:
         try:
-            found[0] = read_ack(api.get(CONFIG_MAPS, names.FEDERATION_STATUS_CONFIGMAP, namespace=namespace))
+            report = api.get(CONFIG_MAPS, names.FEDERATION_STATUS_CONFIGMAP, namespace=namespace)
         except NotFound:
-            found[0] = MemberAck({}, frozenset())
+            report = None
+        try:
+            found[0] = read_ack(report)
+        except ReportUnreadable as e:
+            return f"member {member.name}: report unreadable: {e}"
         return ""
 
-    _visit(member, MemberOutcome(member.name), look)
-    return found[0]
+    outcome = _visit(member, MemberOutcome(member.name), look)
+    return found[0], outcome.problem
 
 
 def _namespace_missing(api: KubeApi, member: str, namespace: str) -> str:
@@ -129,29 +161,44 @@ def _namespace_missing(api: KubeApi, member: str, namespace: str) -> str:
     return ""
 
 
+_T = TypeVar("_T")
+
+
+def each_member(members: Sequence[Member], visit: Callable[[Member], _T]) -> list[_T]:
+    """`visit` of every member, side by side (each visit bounds itself: `_visit`), in the members' order."""
+    if len(members) <= 1:
+        return [visit(m) for m in members]
+    with ThreadPoolExecutor(max_workers=min(len(members), MAX_PARALLEL_VISITS),
+                            thread_name_prefix="member-visit") as pool:
+        return list(pool.map(visit, members))
+
+
 def _visit(member: Member, outcome: MemberOutcome, work: Callable[[KubeApi], str]) -> MemberOutcome:
-    """Connect with the member's kubeconfig, do `work`, and turn every failure into a reason."""
+    """Connect with the member's kubeconfig, do `work` within the visit's deadline, and turn every failure
+    into a reason."""
     try:
-        api = KubeApi(member_client(member.kubeconfig), timeout=MEMBER_TIMEOUT_SECONDS)
+        with member_api(member.kubeconfig, deadline=VISIT_DEADLINE_SECONDS, answer_limit=MEMBER_ANSWER_LIMIT,
+                        timeout=MEMBER_TIMEOUT_SECONDS) as api:
+            outcome.problem = _work(member, api, work)
     except KubeError as e:
         outcome.problem = f"member {member.name}: its kubeconfig is not usable: {e}"
-        return outcome
+    return outcome
+
+
+def _work(member: Member, api: KubeApi, work: Callable[[KubeApi], str]) -> str:
     try:
-        outcome.problem = work(api)
+        return work(api)
     except (Unauthorized, Forbidden) as e:
-        outcome.problem = f"member {member.name}: its API server refused the hub's credentials: {_short(e)}"
+        return f"member {member.name}: its API server refused the hub's credentials: {_short(e)}"
     except Unavailable as e:
-        outcome.problem = f"member {member.name}: unreachable: {_short(e)}"
+        return f"member {member.name}: unreachable: {_short(e)}"
     except KubeError as e:
-        outcome.problem = f"member {member.name}: {type(e).__name__}: {_short(e)}"
+        return f"member {member.name}: {type(e).__name__}: {_short(e)}"
     except Exception as e:  # one member's surprise must not stop the pass for the others
         # A defect met on one member's data (as an unexpected Date header once was) is that member's
         # problem, reported like the others, with the type in the log to find it by.
         log.error("member visit failed", extra={"member": member.name, "error": type(e).__name__})
-        outcome.problem = f"member {member.name}: internal error ({type(e).__name__}): {_short(e)}"
-    finally:
-        api.api_client.close()  # type: ignore[no-untyped-call]
-    return outcome
+        return f"member {member.name}: internal error ({type(e).__name__}): {_short(e)}"
 
 
 @dataclass
@@ -162,6 +209,7 @@ class _MemberPass:
     clock: Callable[[], datetime]
     guard: Callable[[], None]
     outcome: MemberOutcome
+    issued: dict[tuple[str, CaRole], datetime]
 
     def run(self, roots: tuple[Roots, ...]) -> str:
         """Why the member is not ready (empty when it is): the clocks first, then each role."""
@@ -182,11 +230,13 @@ class _MemberPass:
             except NotFound:
                 existing = None
             verdict = decide_intermediate(existing, roots=roots, member=member, namespace=self.namespace,
-                                          now=self.clock())
+                                          now=self.clock(), trust_domain=self.member.domain)
             if verdict.action == "refuse":
                 return verdict.problem
             if verdict.action == "keep":
                 return ""
+            if existing is None and (wait := self._deleted(roots.role)):
+                return wait
             self.guard()
             try:
                 _write(self.api, verdict, existing, self.namespace)
@@ -197,12 +247,23 @@ class _MemberPass:
                     return (f"member {member}: namespace {self.namespace} does not exist there (install "
                             "tls-injector in the member first)")
                 continue  # deleted in between: decide again
+            self.issued[(member, roots.role)] = self.clock()
             self.outcome.writes["update" if verdict.action == "replace" else verdict.action] += 1
             self.outcome.reasons += (f"{roots.role}:{verdict.reason}",)
             log.info("member intermediate written", extra={"member": member, "role": roots.role,
                                                            "action": verdict.action, "reason": verdict.reason})
             return ""
         return f"member {member}: Secret {self.namespace}/{name} kept changing under the hub; next pass"
+
+
+    def _deleted(self, role: CaRole) -> str:
+        """Why an intermediate this hub wrote, now missing (deleted in the member), is not issued again yet."""
+        last = self.issued.get((self.member.name, role))
+        if last is None or (due := last + REISSUE_INTERVAL) <= self.clock():
+            return ""
+        return (f"member {self.member.name}: its {role} intermediate, which the hub wrote at {last:%Y-%m-%d %H:%M} "
+                f"UTC, was deleted there; a deleted intermediate is re-issued at most once every "
+                f"{REISSUE_INTERVAL.total_seconds() / 3600:g} h: next at {due:%H:%M} UTC")
 
 
 def _write(api: KubeApi, verdict: Verdict, existing: dict[str, object] | None, namespace: str) -> None:

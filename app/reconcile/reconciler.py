@@ -68,6 +68,7 @@ from app.reconcile.discover import (
 )
 from app.reconcile.federation import (
     INTERMEDIATE_SECRETS,
+    Hold,
     Intermediate,
     MemberAck,
     acknowledgement,
@@ -75,6 +76,8 @@ from app.reconcile.federation import (
     load_intermediate,
     members_from,
     roots_of,
+    rotation_excluded,
+    same_cluster,
     status_body,
 )
 from app.reconcile.hub import converge_member
@@ -197,6 +200,25 @@ class WorkloadsPassed:
     expiries: dict[tuple[str, str], datetime]
 
 
+def _after(observed: Observed, stored: dict[tuple[str, str, str], Obj | None]) -> Observed:
+    """What the pass read with what it wrote over it (`stored`: each planned object as the pass left it,
+    None when deleted): the leaves and bundles the next pass will read."""
+    leaves, bundles = dict(observed.leaves), dict(observed.bundles)
+    for (kind, ns, name), obj in stored.items():
+        if kind == SECRETS.kind:
+            target: dict[Any, Obj] = leaves
+            key: Any = (ns, name)
+        elif kind == CONFIG_MAPS.kind and name == names.TRUST_BUNDLE_CONFIGMAP:
+            target, key = bundles, ns
+        else:
+            continue
+        if obj is None:
+            target.pop(key, None)
+        else:
+            target[key] = obj
+    return dataclasses.replace(observed, leaves=leaves, bundles=bundles)
+
+
 class Reconciler:
     def __init__(self, api: KubeApi, settings: ReconcileSettings, *, metrics: ReconcileMetrics | None = None,
                  may_write: Callable[[], bool] = lambda: True,
@@ -225,8 +247,16 @@ class Reconciler:
         # A hub: each member's report on the roots, read before the CA sets are stepped (None: unreadable),
         # and per role the new roots held for members; a member: per role, what its report is made of.
         self._acks: dict[str, MemberAck | None] = {}
-        self._held: dict[str, dict[str, list[str]]] = {}
-        self._ack_inputs: dict[CaRole, tuple[Sequence[Any], list[list[Any]], list[list[Any]]]] = {}
+        self._ack_problems: dict[str, str] = {}  # a hub: member -> why its report cannot be used, this pass
+        self._cluster_uid = ""  # a member: its kube-system Namespace uid, once read (CLUSTER_ID_ANNOTATION)
+        # A hub: when it last wrote each member's intermediate of each role (re-issue of a deleted one is
+        # rate-limited: hub.REISSUE_INTERVAL).
+        self._issued: dict[tuple[str, CaRole], datetime] = {}
+        self._held: dict[str, dict[str, Hold]] = {}
+        self._excluded: frozenset[str] = frozenset()  # a hub: members no root rotation waits for
+        # A member: per role, the namespaces whose bundles its report speaks of (set when the role's CA set
+        # was stepped this pass); the report is made from what the pass leaves there.
+        self._ack_scope: dict[CaRole, set[str]] = {}
         self._seen: tuple[list[st.WorkloadStatus], list[st.PodStatus]] | None = None
 
     @property
@@ -326,8 +356,8 @@ class Reconciler:
         self._report_oversized(observed, report, now)
         # Before anything is stepped or written: a user CA that cannot be used stops the pass here.
         self._user = self._user_cas(now)
-        self._intermediates, self._ack_inputs, self._held = self._read_intermediates(report, now), {}, {}
-        self._acks = self._read_acks() if self.settings.hub else {}
+        self._intermediates, self._ack_scope, self._held = self._read_intermediates(report, now), {}, {}
+        self._acks, self._ack_problems = self._read_acks() if self.settings.hub else ({}, {})
         step = self._ensure_ca(observed, targets, now, report, native=native)
         self._ca_metrics(step.cas)
         if step.waiting:
@@ -345,7 +375,7 @@ class Reconciler:
         for item in plan(targets, observed, signing):
             stored[item.key] = self._converge(item, observed.lookup(item), report, now)
         if self._intermediates:
-            self._report_roots(now)
+            self._report_roots(_after(observed, stored), targets, native, report, now)
         expiries = self._cert_metrics(targets, stored, signing)
         return WorkloadsPassed(step.cas, targets, expiries)
 
@@ -419,6 +449,16 @@ class Reconciler:
         namespaces = bundle_namespaces(targets, observed.bundle_wanted)
         excluded = self._unwritable_bundles(namespaces, observed, targets, report, now)
         namespaces -= set(excluded)
+        bundles, leaves = self._serving_facts(observed, targets, namespaces, native, now)
+        if "serving" in self._intermediates:
+            self._ack_scope["serving"] = namespaces
+        return self._step_ca(self.workload_ca_policy, bundles=bundles, leaves=leaves,
+                             user_ca=self._user.get("serving") or self._member_ca("serving"), now=now,
+                             report=report, external=self._gate("serving", now))
+
+    def _serving_facts(self, observed: Observed, targets: list[Target], namespaces: set[str],
+                       native: signer.NativeView | None, now: datetime) -> tuple[list[list[Any]], list[list[Any]]]:
+        """The serving bundles and leaves in use: what the workload CA is stepped on, and a member's report."""
         # Client Secrets too: their ca.crt is a bundle of the serving CAs in use (their tls.crt chains to no
         # serving CA, so it changes no fact about one).
         wanted = {(t.namespace, t.secret_name) for t in targets} | client_secrets(targets)
@@ -439,11 +479,7 @@ class Reconciler:
             bundles.append(load_certificates(str(((native.bundle or {}).get("spec") or {}).get("trustBundle") or "")
                                         .encode()))
             leaves += [load_certificates(chain) for chain in podcerts.issued_chains(native.requests, now=now)]
-        if "serving" in self._intermediates:
-            self._ack_inputs["serving"] = (self._intermediates["serving"].roots, bundles, leaves)
-        return self._step_ca(self.workload_ca_policy, bundles=bundles, leaves=leaves,
-                             user_ca=self._user.get("serving") or self._member_ca("serving"), now=now,
-                             report=report, external=self._gate("serving", now))
+        return bundles, leaves
 
     def _ensure_client_ca(self, observed: Observed, targets: list[Target], now: datetime,
                           report: PassReport) -> CaStep:
@@ -459,20 +495,27 @@ class Reconciler:
                 self._announce(target.workloads, f"{target.namespace}/{target.client_secret}",
                                reason="ClientCertificateRefused", message=message, now=now)
         namespaces = bundle_namespaces(targets, observed.bundle_wanted) - set(report.excluded)
-        stored = {((observed.bundles.get(ns) or {}).get("data") or {}).get(CLIENT_BUNDLE_KEY, "") for ns in namespaces}
-        bundles = [bundle_certificates({CLIENT_BUNDLE_KEY: pem}, prefix=CLIENT_PREFIX) for pem in stored]
-        wanted = client_secrets(targets)
-        leaves = [load_certificates(secret_data(obj, keys=("tls.crt",)).get("tls.crt", b""))
-                  for key, obj in observed.leaves.items() if key in wanted]
+        bundles, leaves = self._client_facts(observed, targets, namespaces)
         base = self.settings.ca
         policy = CaPolicy(secret_name=names.CLIENT_CA_SECRET, common_name="tls-injector client CA",
                           validity=base.validity, lookahead=base.lookahead, settle=base.settle,
                           path_length=1 if self.settings.hub else 0)
         if "client" in self._intermediates:
-            self._ack_inputs["client"] = (self._intermediates["client"].roots, bundles, leaves)
+            self._ack_scope["client"] = namespaces
         return self._step_ca(policy, bundles=bundles, leaves=leaves,
                              user_ca=self._user.get("client") or self._member_ca("client"), now=now, report=report,
                              external=self._gate("client", now))
+
+    @staticmethod
+    def _client_facts(observed: Observed, targets: list[Target],
+                      namespaces: set[str]) -> tuple[list[list[Any]], list[list[Any]]]:
+        """The client bundles and leaves in use: what the client CA is stepped on, and a member's report."""
+        pems = {((observed.bundles.get(ns) or {}).get("data") or {}).get(CLIENT_BUNDLE_KEY, "") for ns in namespaces}
+        bundles = [bundle_certificates({CLIENT_BUNDLE_KEY: pem}, prefix=CLIENT_PREFIX) for pem in pems]
+        wanted = client_secrets(targets)
+        leaves = [load_certificates(secret_data(obj, keys=("tls.crt",)).get("tls.crt", b""))
+                  for key, obj in observed.leaves.items() if key in wanted]
+        return bundles, leaves
 
     def _gate(self, role: CaRole, now: datetime) -> Callable[[CaSet, TrustFacts], TrustFacts] | None:
         """A hub: its CA set's facts with its members' reports (federation.gate_roots); None elsewhere."""
@@ -481,31 +524,47 @@ class Reconciler:
         settle = self.settings.ca.settle
 
         def gate(cas: CaSet, facts: TrustFacts) -> TrustFacts:
-            gated, self._held[role] = gate_roots(cas, facts, self._acks, now=now, settle=settle)
+            gated, self._held[role] = gate_roots(cas, facts, self._acks, now=now, settle=settle,
+                                                 excluded=self._excluded)
             return gated
 
         return gate
 
-    def _read_acks(self) -> dict[str, MemberAck | None]:
+    def _read_acks(self) -> tuple[dict[str, MemberAck | None], dict[str, str]]:
+        """Each member's report (None: unusable, which holds every rotation), and why one is unusable."""
         registered = self.api.list_objects(SECRETS, namespace=self.settings.namespace,
                                            label_selector=names.MEMBER_LABEL)
         members, _ = members_from(registered.items)
-        return {m.name: hub.member_ack(m, namespace=self.settings.namespace) for m in members}
+        self._excluded = rotation_excluded(members)
+        for name in sorted(self._excluded):
+            log.warning("member excluded from root rotations: its pods may meet peers they do not trust",
+                        extra={"member": name, "annotation": names.ROTATION_EXCLUDED_ANNOTATION})
+        read = hub.each_member(members, lambda m: hub.member_ack(m, namespace=self.settings.namespace))
+        acks = {m.name: ack for m, (ack, _) in zip(members, read, strict=True)}
+        return acks, {m.name: why for m, (_, why) in zip(members, read, strict=True) if why}
 
-    def _report_roots(self, now: datetime) -> None:
-        """A member: write its report on the hub's roots, from this pass's reading of bundles and leaves (a
-        client role with no client bundle in use yet has none that lacks its roots). Best effort: a report
-        that cannot be written only holds the hub's next root rotation, which is the safe direction."""
+    def _report_roots(self, after: Observed, targets: list[Target], native: signer.NativeView | None,
+                      report: PassReport, now: datetime) -> None:
+        """A member: write its report on the hub's roots, from the bundles and leaves as this pass leaves
+        them (`after`: what it read, with what it wrote), so the next pass, which reads them, reports the
+        same and writes nothing; the write is counted with the pass's others. A client role with no client
+        bundle in use yet has none that lacks its roots. Best effort: a report that cannot be written only
+        holds the hub's next root rotation, which is the safe direction."""
         existing = self._read_optional(CONFIG_MAPS, names.FEDERATION_STATUS_CONFIGMAP)
         previous = ((existing or {}).get("metadata") or {}).get("annotations") or {}
         annotations: dict[str, str] = {}
         in_use: set[str] = set()
         for role, found in self._intermediates.items():
-            roots, bundles, leaves = self._ack_inputs.get(role, (found.roots, [], []))
-            part = acknowledgement(roots, bundles=bundles, leaves=leaves, previous=previous, now=now)
+            scope = self._ack_scope.get(role)
+            bundles, leaves = ([], []) if scope is None else (
+                self._serving_facts(after, targets, scope, native, now) if role == "serving"
+                else self._client_facts(after, targets, scope))
+            part = acknowledgement(found.roots, bundles=bundles, leaves=leaves, previous=previous, now=now)
             in_use.update(v for v in part.pop(names.ROOTS_IN_USE_ANNOTATION).split(",") if v)
             annotations.update(part)
         annotations[names.ROOTS_IN_USE_ANNOTATION] = ",".join(sorted(in_use))
+        if cluster_id := self._cluster_id():
+            annotations[names.CLUSTER_ID_ANNOTATION] = cluster_id
         body = status_body(existing, self.settings.namespace, annotations)
         if body is None:
             return
@@ -514,10 +573,23 @@ class Reconciler:
                 self.api.create(CONFIG_MAPS, body, namespace=self.settings.namespace)
             else:
                 self.api.replace(CONFIG_MAPS, body)
-            # A report, like an Event: not counted among the pass's certificate and bundle writes.
+            report.writes["create" if existing is None else "update"] += 1
+            report.reasons["federation-status"] += 1
             log.info("report on the hub's roots written", extra={"annotations": annotations})
         except KubeError as e:
             log.warning("the report on the hub's roots was not written", extra={"error": str(e)})
+
+    def _cluster_id(self) -> str:
+        """This cluster's kube-system Namespace uid (read once: it never changes), "" when it cannot be read.
+        A list by name, which the reconciler's RBAC already grants (it lists Namespaces), not a get."""
+        if not self._cluster_uid:
+            try:
+                found = self.api.list_objects(NAMESPACES, field_selector="metadata.name=kube-system").items
+            except KubeError as e:
+                log.warning("kube-system Namespace not read: the report says no cluster id", extra={"error": str(e)})
+                return ""
+            self._cluster_uid = str(((found[0] if found else {}).get("metadata") or {}).get("uid") or "")
+        return self._cluster_uid
 
     # Multi-cluster (docs/multicluster.md): a member signs with the hub's intermediates; a hub issues them.
 
@@ -539,7 +611,8 @@ class Reconciler:
                             extra={"role": role, "secret": name, "user_secret": self._user_secret(role)})
                 continue
             try:
-                found[role] = load_intermediate(obj, now=now)
+                found[role] = load_intermediate(obj, now=now, trust_domain=self.settings.trust_domain or
+                                                self.settings.cluster_domain)
             except ValueError as e:
                 report.federation[f"intermediate-{role}"] = str(e)
                 log.error("the hub's intermediate cannot be used", extra={"role": role, "reason": str(e)})
@@ -563,21 +636,31 @@ class Reconciler:
                  roots_of("client", self._steps.get(names.CLIENT_CA_SECRET), now=now))
         registered = self.api.list_objects(SECRETS, namespace=settings.namespace, label_selector=names.MEMBER_LABEL)
         members, problems = members_from(registered.items)
-        outcomes = [converge_member(m, namespace=settings.namespace, roots=roots, clock=self.clock,
-                                    guard=self._guard) for m in members]
+        problems |= same_cluster(members, self._acks)
+        visited = [m for m in members if m.name not in problems]
+        outcomes = hub.each_member(visited, lambda m: converge_member(
+            m, namespace=settings.namespace, roots=roots, clock=self.clock, guard=self._guard, issued=self._issued))
         self.metrics.member_ready.clear()
         secrets = {m.name: m.secret for m in members}
         for key, problem in problems.items():
             outcomes.append(hub.MemberOutcome(key, problem))
-        held = {(role, root): members for role, roots in self._held.items() for root, members in roots.items()}
-        for (role, root), waiting in held.items():
-            log.warning("root rotation held for members", extra={"role": role, "root": root, "members": waiting})
+        holds = {(role, root): hold for role, roots in self._held.items() for root, hold in roots.items()}
+        for (role, root), hold in holds.items():
+            log.warning("root rotation held for members", extra={"role": role, "root": root,
+                                                                 "members": list(hold.members), "new": hold.new})
+        held = {key: hold.members for key, hold in holds.items() if hold.new}
         for outcome in outcomes:
+            # Why its report cannot be used: said when the visit did not say it already (unreachable).
+            unreadable = self._ack_problems.get(outcome.name, "")
+            if unreadable and (outcome.ready or "report unreadable" in unreadable):
+                outcome.problem = "; ".join(p for p in (outcome.problem, unreadable) if p)
             down = [f"the new {role} root {root} waits for it (its report cannot be read)"
                     for (role, root), waiting in held.items() if outcome.name in waiting and self._acks.get(
                         outcome.name) is None and not outcome.ready]
-            if down:
-                outcome.problem = "; ".join([outcome.problem, *down])
+            overdue = [hold.overdue_reason(role, root, now) for (role, root), hold in holds.items()
+                       if outcome.name in hold.members and hold.overdue(now)]
+            if said := [p for p in (outcome.problem, *down, *overdue) if p]:
+                outcome.problem = "; ".join(said)
             self._members[outcome.name] = outcome.problem
             self.metrics.member_ready.labels(outcome.name).set(int(outcome.ready))
             report.writes.update(outcome.writes)

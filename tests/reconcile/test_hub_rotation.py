@@ -88,7 +88,8 @@ def test_a_new_root_reaches_every_member_bundle_before_it_signs_and_a_member_dow
         federation.shift[0] += timedelta(minutes=minutes)
 
     the_hub = Reconciler(KubeApi(hub.api_client()), ReconcileSettings(namespace=OWN_NS, hub=True), clock=clock)
-    members = {"east": reconciler(east, clock), "west": reconciler(west, clock)}
+    members = {name: reconciler(emu, clock, trust_domain=f"{name}.mesh")
+               for name, emu in (("east", east), ("west", west))}
 
     def round_of(*names: str) -> PassReport:
         report = the_hub.run_pass()
@@ -199,7 +200,7 @@ def test_a_running_standalone_cluster_turns_member_without_a_moment_of_untrust(
     west = federation.members["west"]
     for name in ("api", "caller"):
         run(west, webhook, Shape("Deployment", name, OPTED_IN, {CLIENT: "true"}), service_account=f"{name}-sa")
-    [(code, out, err)] = finished(cli(west.url))
+    [(code, out, err)] = finished(cli(west.url, "--trust-domain", "west.mesh"))
     assert code == 0, (out, err)
     local = load_certificates(data(west.get("secrets", "api-tls", NS))["tls.crt"])[1:]
     assert local == [], "standalone: the leaf is signed by the local CA directly"
@@ -207,7 +208,7 @@ def test_a_running_standalone_cluster_turns_member_without_a_moment_of_untrust(
     before = {name: chain[0] for name, chain in serving_and_client_chains(west)[0].items()}
 
     assert federation.pass_hub()[0] == 0
-    [(code, out, err)] = finished(cli(west.url))
+    [(code, out, err)] = finished(cli(west.url, "--trust-domain", "west.mesh"))
     assert code == 0, (out, err)
     serving_root, client_root = federation.roots("tls-injector-ca")[0], federation.roots("tls-injector-client-ca")[0]
     leaves, bundles = serving_and_client_chains(west)
@@ -216,7 +217,7 @@ def test_a_running_standalone_cluster_turns_member_without_a_moment_of_untrust(
     assert untrusted_pairs(west, datetime.now(UTC)) == []
 
     clock = Clock(datetime.now(UTC))
-    member = reconciler(west, clock)
+    member = reconciler(west, clock, trust_domain="west.mesh")
     inter = {role: load_certificates(data(west.get("secrets", s, OWN_NS))["tls.crt"])[0]
              for role, s in zip(("serving", "client"), INTERMEDIATES, strict=True)}
     for _ in range(8):
@@ -245,7 +246,7 @@ def test_a_renewed_intermediate_changes_no_bundle_and_signs_at_once(federation: 
     for name in ("api", "caller"):
         run(east, webhook, Shape("Deployment", name, OPTED_IN, {CLIENT: "true"}), service_account=f"{name}-sa")
     assert federation.pass_hub()[0] == 0
-    [(code, out, err)] = finished(cli(east.url))
+    [(code, out, err)] = finished(cli(east.url, "--trust-domain", "east.mesh"))
     assert code == 0, (out, err)
     bundle = east.get("configmaps", "tls-injector-trust-bundle", NS)["data"]
     old = {s: load_certificates(data(east.get("secrets", s, OWN_NS))["tls.crt"])[0] for s in INTERMEDIATES}
@@ -258,7 +259,7 @@ def test_a_renewed_intermediate_changes_no_bundle_and_signs_at_once(federation: 
     new = {s: load_certificates(data(east.get("secrets", s, OWN_NS))["tls.crt"])[0] for s in INTERMEDIATES}
     assert all(new[s] != old[s] and new[s].issuer == old[s].issuer for s in INTERMEDIATES)
 
-    report = reconciler(east, clock).run_pass()
+    report = reconciler(east, clock, trust_domain="east.mesh").run_pass()
     assert report.converged, report
     assert not report.waiting, report
     assert east.get("configmaps", "tls-injector-trust-bundle", NS)["data"] == bundle, "no bundle changed"
