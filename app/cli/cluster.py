@@ -32,7 +32,7 @@ def connection_flags(command: argparse.ArgumentParser) -> None:
                               f"/etc/resolv.conf, else {names.DEFAULT_CLUSTER_DOMAIN})")
     command.add_argument("--timeout", type=flags.duration, default=API_TIMEOUT_SECONDS, metavar="DURATION",
                          help="how long one request to the API server may take before the command gives up on it "
-                              "(seconds, or with a unit: 10s, 2m; kubectl's --request-timeout)")
+                              "(a Go duration such as 500ms, 10s or 1m30s, or plain seconds; kubectl's --request-timeout)")
 
 
 def webhook_flags(command: argparse.ArgumentParser) -> None:
