@@ -4,19 +4,38 @@ from __future__ import annotations
 
 import argparse
 import re
+import textwrap
 
 import durationpy
 
 from app.names import MODE_ANNOTATION, MODE_SECRET, MODES
 
+# Where a command adds its flags: the parser itself or one of its groups (`serve --help` groups its own).
+Flags = argparse._ActionsContainer
+
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Every flag's default in --help, except where there is none to show (None, a switch's False)."""
+    """Every flag's default in --help, except where there is none to show (None, a switch's False).
+
+    A description or epilog is paragraphs: each blank-line-separated one is wrapped to the terminal,
+    except one whose lines are indented (examples), which is printed as written so it can be pasted."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         if action.default is None or action.default is False or action.default == argparse.SUPPRESS:
             return action.help
         return super()._get_help_string(action)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        paragraphs = [p for p in text.strip("\n").split("\n\n") if p.strip()]
+        return "\n\n".join(_paragraph(p, width, indent) for p in paragraphs)
+
+
+def _paragraph(text: str, width: int, indent: str) -> str:
+    lines = text.splitlines()
+    if any(line.startswith("  ") for line in lines[1:]) or lines[0].startswith("  "):
+        return "\n".join(indent + line for line in lines)  # a heading and its examples, as written
+    return textwrap.fill(" ".join(text.split()), width, initial_indent=indent, subsequent_indent=indent,
+                         break_on_hyphens=False)  # a label such as tls-injector.io/inject stays whole
 
 
 def port(value: str) -> int:
@@ -107,7 +126,7 @@ def trust_domain(value: str) -> str:
     return value
 
 
-def mode_flag(command: argparse.ArgumentParser) -> None:
+def mode_flag(command: Flags) -> None:
     """--default-mode: shared by `serve` (what /mutate does) and `inject` (the same, offline)."""
     command.add_argument("--default-mode", choices=list(MODES), default=MODE_SECRET,
                          help=f"what injected pods get when their {MODE_ANNOTATION} annotation does not say: the "
