@@ -8,46 +8,35 @@ offline steps, and the copy-the-example step is checked to build.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.shipping.helm import helm
+from tests.shipping import install_doc
+from tests.shipping.install_doc import DIGEST, PLACES, Block, run_block
 from tests.shipping.support import ROOT, kubectl
 
 DOC = ROOT / "docs" / "install.md"
-PLACES = ("offline", "cluster", "docker", "network")
-# What the docker block defines: the digest of the pushed image (any well-formed one serves offline).
-DIGEST = "sha256:" + "5e" * 32
 # Enough of the repository for every offline block: what the overlays, the chart and the examples name.
 COPIED = ("manifests", "certs-bootstrap", "charts", "examples")
-_MARKER = re.compile(r"<!-- run: (\w+)(?:, exit (\d+))? -->\s*\n```sh\n(.*?)```", re.DOTALL)
 
 pytestmark = pytest.mark.timeout(300)
 
 
-@dataclass(frozen=True)
-class Block:
-    where: str
-    exit: int
-    text: str
-    line: int
-
-
 def blocks() -> list[Block]:
-    text = DOC.read_text()
-    return [Block(m[1], int(m[2] or 0), m[3], text[: m.start()].count("\n") + 1) for m in _MARKER.finditer(text)]
+    return install_doc.blocks(DOC)
 
 
 def cluster_blocks() -> list[Block]:
     """The blocks that need a real cluster, in the doc's order (for tests/cluster/)."""
     return [b for b in blocks() if b.where == "cluster"]
+
+
+def _run(script: str, *, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return install_doc.run(script, cwd=cwd)
 
 
 def test_every_command_block_says_where_it_runs() -> None:
@@ -65,20 +54,8 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
         shutil.copytree(ROOT / name, root / name)
     for block in blocks():
         if block.where == "offline":
-            result = _run(block.text, cwd=root)
-            assert result.returncode == block.exit, (
-                f"docs/install.md:{block.line}: exit {result.returncode}, not {block.exit}\n"
-                f"{block.text}\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
+            run_block(block, cwd=root, doc="docs/install.md")
     return root
-
-
-def _run(script: str, *, cwd: Path) -> subprocess.CompletedProcess[str]:
-    tools = os.pathsep.join([str(Path(sys.executable).parent), str(Path(kubectl()).parent),
-                             str(Path(helm()).parent), os.environ.get("PATH", "")])
-    env = {**os.environ, "PATH": tools, "DIGEST": DIGEST}
-    env.pop("KUBECONFIG", None)
-    return subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=env, capture_output=True,
-                          text=True, check=False, timeout=240)
 
 
 def test_the_offline_blocks_run_as_written(clone: Path) -> None:
