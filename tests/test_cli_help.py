@@ -68,3 +68,20 @@ def test_serve_parses_the_same_flags_as_before_grouping() -> None:
                                       "--max-body-bytes", "1024", "--default-mode", "secret", "--timeout", "1m30s"])
     assert (args.port, str(args.rules), args.no_reconciler, args.max_body_bytes, args.timeout) == (
         9443, "r.yaml", True, 1024, 90.0)
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["serve", "--workers", "many"], 'got "many"'),
+    (["serve", "--port", "99999"], 'got "99999"'),
+    (["doctor", "--timeout", "1d"], 'got "1d"'),
+    (["reconcile", "--namespace", "Bad_NS"], '"Bad_NS"'),
+    (["doctor", "--webhook-address", "nohost"], 'got "nohost"'),
+])
+def test_a_refused_flag_value_is_quoted_as_typed_not_as_a_python_repr(
+    capsys: pytest.CaptureFixture[str], argv: list[str], says: str
+) -> None:
+    with pytest.raises(SystemExit):
+        main(argv)
+    err = capsys.readouterr().err
+    assert says in err
+    assert "'" not in err.splitlines()[-1], err

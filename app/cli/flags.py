@@ -41,14 +41,14 @@ def _paragraph(text: str, width: int, indent: str) -> str:
 def port(value: str) -> int:
     """A TCP port, 0 meaning any free one: out of range, the socket layer would wrap it (99999 binds 34463)."""
     if not value.isdigit() or int(value) > 65535:  # the largest TCP port
-        raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {_shown(value, 20)}")
+        raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {quoted(value, 20)}")
     return int(value)
 
 
 def host_port(value: str) -> tuple[str, int]:
     host, _, number = value.rpartition(":")
     if not host or not number.isdigit() or not 0 < int(number) < 65536:
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {_shown(value)}")
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {quoted(value)}")
     return host.strip("[]"), int(number)
 
 
@@ -56,7 +56,7 @@ def server_url(value: str) -> str:
     """http(s)://HOST[:PORT][/path]: without a scheme urllib3 guesses plain HTTP (and warns on stderr)."""
     scheme, _, rest = value.partition("://")
     if scheme not in ("http", "https") or not rest.split("/", 1)[0]:
-        raise argparse.ArgumentTypeError(f"expected http(s)://HOST[:PORT], got {_shown(value)}")
+        raise argparse.ArgumentTypeError(f"expected http(s)://HOST[:PORT], got {quoted(value)}")
     return value
 
 
@@ -76,7 +76,7 @@ MAX_TIMEOUT_SECONDS = 24 * 3600.0
 def namespace(value: str) -> str:
     if not _LABEL.fullmatch(value):
         raise argparse.ArgumentTypeError(f"not a valid namespace name (a DNS-1123 label: at most 63 lower-case "
-                                         f"letters, digits and inner hyphens): {_shown(value)}")
+                                         f"letters, digits and inner hyphens): {quoted(value)}")
     return value
 
 
@@ -96,11 +96,11 @@ def duration(value: str) -> float:
             seconds = 0.0
     if not 0 < seconds <= MAX_TIMEOUT_SECONDS:
         raise argparse.ArgumentTypeError(f"expected a duration above zero and at most 24h, such as 30s, 500ms, "
-                                         f"1m30s or 1h, got {_shown(value)}")
+                                         f"1m30s or 1h, got {quoted(value)}")
     return seconds
 
 
-def _shown(value: str, limit: int = 100) -> str:
+def quoted(value: str, limit: int = 100) -> str:
     """A flag's value quoted for a message as a shell would take it back, cut at `limit` characters:
     not Python's repr (no u'', no \\x escapes a person did not type)."""
     cut = value[:limit] + ("..." if len(value) > limit else "")
@@ -122,7 +122,7 @@ _TRUST_DOMAIN = re.compile(r"[a-z0-9._-]{1,255}")
 
 def trust_domain(value: str) -> str:
     if not _TRUST_DOMAIN.fullmatch(value):
-        raise argparse.ArgumentTypeError(f"a SPIFFE trust domain is 1-255 of a-z 0-9 . - _, got {_shown(value)}")
+        raise argparse.ArgumentTypeError(f"a SPIFFE trust domain is 1-255 of a-z 0-9 . - _, got {quoted(value)}")
     return value
 
 
