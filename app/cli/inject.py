@@ -61,12 +61,12 @@ def nothing_opted_in(templates: int) -> str:
 COMMAND = Command(
     name="inject", add=add, run=run, help="print manifests with their pod templates injected as the webhook would",
     description="Offline, no cluster needed: print the manifests with the volumes and mounts /mutate would add to "
-                "each pod template labelled tls-injector.io/inject: \"true\" (every workload kind, kind: List "
+                f"each pod template labelled {INJECT_LABEL}: \"{POD_OPT_IN}\" (every workload kind, kind: List "
                 "included); everything else is printed as it came, comments kept. When no template opted in, "
                 "it says so on stderr. A file that cannot be read or injected is reported on stderr and left "
                 "out; the others are still printed, and the exit status is then 2.",
     examples=(
-        "tls-injector inject -f deploy.yaml             # only templates labelled tls-injector.io/inject: \"true\"",
+        f"tls-injector inject -f deploy.yaml             # only templates labelled {INJECT_LABEL}: \"{POD_OPT_IN}\"",
         "tls-injector inject -f manifests/ --all        # every template, as in an opted-in namespace",
         "helm template my-app ./chart | tls-injector inject -f - | kubectl diff -f -",
     ))

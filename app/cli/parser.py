@@ -10,13 +10,13 @@ from importlib import metadata
 from app.cli import bootstrap, check, doctor, export_policy, inject, reconcile, serve
 from app.cli.command import EXIT_USAGE, Command
 from app.cli.flags import HelpFormatter
-from app.names import NAME
+from app.names import INJECT_LABEL, NAME, NAMESPACE_OPT_IN, POD_OPT_IN
 
-DESCRIPTION = """Give every workload that opts in working TLS, and keep it working through certificate and CA
+DESCRIPTION = f"""Give every workload that opts in working TLS, and keep it working through certificate and CA
 rotation: a mutating webhook mounts each pod's certificate Secret and the trust bundle, a validating
 webhook refuses updates that would turn TLS off or swap it under running clients, and a reconciler
 issues, renews and rotates the certificates. A workload opts in with the label
-tls-injector.io/inject: "true" on its pod template (or its namespace's tls-injector.io/inject: enabled).
+{INJECT_LABEL}: "{POD_OPT_IN}" on its pod template (or its namespace's {INJECT_LABEL}: {NAMESPACE_OPT_IN}).
 
 Exit status, the same for every command: 0 ok; 1 findings or rejections (a rejected update, a pass that
 did not converge, a webhook the API server would not trust); 2 usage or input error (bad flags, an
