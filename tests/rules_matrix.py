@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_RULES = ROOT / "examples" / "sidecar-tls" / "webhook" / "rules.yaml"
 EXAMPLE_CRD = ROOT / "examples" / "sidecar-tls" / "crd" / "crd.yaml"
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet")
-FIX = "delete and recreate the object; its PVCs are kept"
+FIX = "delete and recreate the object"
 ROLL = "pods will roll"
 
 # A TLS state of a pod template: (inject label value or None, secret-name annotation or None).

@@ -82,10 +82,10 @@ def test_a_whole_diff_of_manifests_is_paired_by_kind_namespace_and_name(
     status, out, _ = run(capsys, "--old", str(tmp_path / "before"), "--new", str(tmp_path / "after"),
                          "--rules", str(EXAMPLE_RULES))
     assert status == 1
-    assert "allowed: apps/v1 StatefulSet shop/a" in out
-    assert "REJECTED: apps/v1 Deployment shop/a" in out
-    assert "REJECTED: example.com/v1 SeiNode chain/node-0" in out
-    assert "3 updated, 2 rejected; 1 created and 1 deleted (always allowed)" in out
+    assert "allowed: apps/v1 StatefulSet shop/a (unchanged)" in out
+    assert "REJECTED: apps/v1 Deployment shop/a\n" in out
+    assert "REJECTED: example.com/v1 SeiNode chain/node-0\n" in out
+    assert "2 updated, 1 unchanged, 2 rejected; 1 created and 1 deleted (always allowed)" in out
 
 
 def test_old_can_come_from_stdin_as_from_git_show(
@@ -148,7 +148,7 @@ def test_unquoted_dates_stay_strings_as_kubernetes_reads_yaml(
     before.write_text(text)
     after.write_text(text)
     status, out, _ = run(capsys, "--old", str(before), "--new", str(after), "--rules", str(EXAMPLE_RULES))
-    assert (status, out.splitlines()[0]) == (0, "allowed: example.com/v1 SeiNode n")
+    assert (status, out.splitlines()[0]) == (0, "allowed: example.com/v1 SeiNode n (unchanged)")
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,7 @@ def test_version_prints_the_installed_version_and_exits_0(capsys: pytest.Capture
 def _flags_with_defaults(command: str) -> dict[str, object]:
     sub = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
     parser = sub.choices[command]
-    return {a.option_strings[-1]: a.default for a in parser._actions
+    return {a.option_strings[0]: a.default for a in parser._actions  # help lists a flag by its first spelling
             if a.option_strings and a.default not in (None, False) and a.default != "==SUPPRESS=="}
 
 

@@ -124,15 +124,20 @@ def test_every_command_that_calls_the_api_takes_a_timeout_of_30_seconds_by_defau
     args = build_parser().parse_args([command])
     assert args.timeout == API_TIMEOUT_SECONDS == 30.0
     assert build_parser().parse_args([command, "--timeout", "5s"]).timeout == 5.0
+    assert build_parser().parse_args([command, "--timeout", "1m30s"]).timeout == 90.0
+    assert build_parser().parse_args([command, "--timeout", "500ms"]).timeout == 0.5
 
 
 @pytest.mark.parametrize(("value", "seconds"), [("30", 30.0), ("30s", 30.0), ("1.5s", 1.5), ("2m", 120.0),
-                                                ("1h", 3600.0), ("24h", 86400.0)])
+                                                ("1h", 3600.0), ("24h", 86400.0), ("1m30s", 90.0),
+                                                ("500ms", 0.5), ("1h0m30s", 3630.0), ("1.5h", 5400.0),
+                                                ("250000us", 0.25), ("1000000000ns", 1.0), ("90µs", 0.00009)])
 def test_a_timeout_is_written_as_kubectl_writes_it(value: str, seconds: float) -> None:
     assert duration(value) == seconds
 
 
-@pytest.mark.parametrize("value", ["0", "0s", "-1", "1d", "", "s", "25h", "1e9", "9" * 400, "nan"])
+@pytest.mark.parametrize("value", ["0", "0s", "-1", "1d", "", "s", "25h", "1e9", "9" * 400, "nan", "24h1s", "-1s",
+                                   "1m-1s", "1w", "1y", "1h 30m", "ms", "9" * 60 + "h", "1" + "0s" * 40, "0.0001ms"])
 def test_a_timeout_that_is_zero_negative_or_unreadable_is_refused(value: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="expected a duration above zero"):
         duration(value)

@@ -182,7 +182,7 @@ def test_a_namespace_the_input_opts_in_injects_its_unlabelled_templates(run: Cli
     [
         ("kind: [unclosed", "bad.yaml:1:16: expected ',' or ']', but got '<stream end>'"),
         (POD.replace("name: app", "name: app, volumeMounts: [{name: x, mountPath: /etc/tls-injector/certs}]"),
-         "Pod 'debug': container 'app' already mounts volume 'x'"),
+         "Pod debug: container 'app' already mounts volume 'x'"),
     ],
 )
 def test_bad_input_is_an_error_message_and_no_output(
@@ -208,7 +208,7 @@ def test_warnings_go_to_stderr_and_the_output_stays_clean(run: Cli) -> None:
     pod = pod.replace("  name: debug\n", "  name: debug\n  annotations: {tls-injector.io/env: 'true'}\n")
     code, out, err = run("-f", "-", stdin=pod)
     assert code == 0
-    assert "warning: <stdin>: Pod 'debug': container 'app' uses envFrom" in err
+    assert "warning: <stdin>: Pod debug: container 'app' uses envFrom" in err
     assert yaml.safe_load(out)["spec"]["containers"][0].get("env") is None
 
 

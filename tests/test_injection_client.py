@@ -93,4 +93,4 @@ def test_a_trust_domain_that_spiffe_refuses_stops_the_command_with_one_line(
     assert stop.value.code == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
     assert errors == [f"tls-injector reconcile: error: argument --trust-domain: a SPIFFE trust domain is 1-255 of "
-                      f"a-z 0-9 . - _, got {value!r}"]
+                      f"a-z 0-9 . - _, got \"{value}\""]

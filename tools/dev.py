@@ -2,13 +2,18 @@
 
 Kept to the standard library so it runs on a fresh clone with nothing but Python 3.11:
 
-    python3.11 tools/dev.py serve [serve flags...]   # the webhook server
+    python3.11 tools/dev.py serve [serve flags...]   # the webhook server, for a first look
     python3.11 tools/dev.py test [pytest args...]    # lint + types + import contracts + tests
     python3.11 tools/dev.py bench [bench args...]    # benchmarks (see README.md, "Benchmarks")
 
 The environment lives in .venv and is reinstalled only when pyproject.toml or requirements.lock changes.
 The runtime dependencies are installed at the versions requirements.lock pins, the ones the image
-gets, so the suite tests what ships.
+gets, so the suite tests what ships. `serve` installs only those (a first look needs no test tools);
+`test` and `bench` add the dev extras.
+
+`serve` with no certificate flags keeps its self-signed CA at one path, .dev-ca/ca.crt (the same every
+run, so the printed curl command can be pasted again), prints that command once the port answers, and
+removes the directory, private key included, when it stops (Ctrl-C or SIGTERM).
 """
 
 from __future__ import annotations
@@ -16,8 +21,11 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
 import venv
 from pathlib import Path
 
@@ -25,6 +33,13 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 STAMP = VENV / ".installed-from"
+# Where `serve` keeps its self-signed CA; TLS_INJECTOR_DEV_CA moves it (the test of this script does).
+DEV_CA = Path(os.environ.get("TLS_INJECTOR_DEV_CA") or ROOT / ".dev-ca")
+# A first start imports the web stack and makes a CA: a few seconds on a slow machine; past this the
+# server is not coming up, and its own error line (already printed) says why.
+READY_WITHIN_SECONDS = 60.0
+# After Ctrl-C the server drains (--drain-seconds, 20 by default) and exits; this is the wait beyond that.
+STOP_WITHIN_SECONDS = 40.0
 
 
 LOCK = ROOT / "requirements.lock"
@@ -43,16 +58,22 @@ def _constraints() -> Path:
     return path
 
 
-def ensure_venv() -> None:
+def ensure_venv(*, dev: bool = True) -> None:
+    """.venv with tls-injector installed, and its dev extras when `dev`. The stamp records what was
+    installed from which pyproject.toml and lock: the fingerprint alone for the dev set, with " runtime"
+    after it for the runtime alone (which a later `test` completes, and a dev set already covers)."""
     if not (BIN / "python").exists():
         print("creating .venv", file=sys.stderr)
         venv.create(VENV, with_pip=True)
-    if STAMP.exists() and STAMP.read_text() == _fingerprint():
+    installed = STAMP.read_text() if STAMP.exists() else ""
+    if installed == _fingerprint() or (not dev and installed == f"{_fingerprint()} runtime"):
         return
-    print("installing tls-injector and its dev dependencies into .venv", file=sys.stderr)
+    what = "its dev dependencies" if dev else "its runtime dependencies"
+    print(f"installing tls-injector and {what} into .venv", file=sys.stderr)
     pip = [str(BIN / "python"), "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "install", "-e", f"{ROOT}[dev]", "-c", str(_constraints())], check=True)
-    STAMP.write_text(_fingerprint())
+    subprocess.run([*pip, "install", "-e", f"{ROOT}[dev]" if dev else str(ROOT), "-c", str(_constraints())],
+                   check=True)
+    STAMP.write_text(_fingerprint() if dev else f"{_fingerprint()} runtime")
 
 
 # What the tests run besides Python: Debian's chromium (the status page's browser test), prometheus
@@ -111,20 +132,77 @@ def test(extra: list[str]) -> int:
     return code
 
 
+def serve(rest: list[str]) -> int:
+    """`tls-injector serve` in a child process: the CA at DEV_CA unless a certificate or directory is
+    given, the curl command once the port answers, the directory removed when the server stops."""
+    own_ca = not any(a.split("=", 1)[0] in ("--tls-cert-file", "--self-signed-dir") for a in rest)
+    argv = [str(BIN / "tls-injector"), "serve", *rest, *(["--self-signed-dir", str(DEV_CA)] if own_ca else [])]
+    if own_ca:  # a CA left by a run that was killed (-9) must not pass for this run's
+        shutil.rmtree(DEV_CA, ignore_errors=True)
+    child = subprocess.Popen(argv)
+    signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))  # stop the server with us
+    port = _flag(rest, "--port", "8443")
+    try:
+        if own_ca and _answers(child, port):
+            print(f"\nready; try:\n  curl --cacert {DEV_CA / 'ca.crt'} https://localhost:{port}/readyz\n", flush=True)
+        return _waited(child)
+    finally:
+        if own_ca:
+            shutil.rmtree(DEV_CA, ignore_errors=True)  # the serving key is in it
+
+
+def _flag(argv: list[str], name: str, default: str) -> str:
+    """The last value given for `name` (as `--port 9443` or `--port=9443`), else `default`."""
+    value = default
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(f"{name}="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def _answers(child: subprocess.Popen[bytes], port: str) -> bool:
+    """True once this run's CA is written and the port accepts a connection; False if the server exits
+    or does not come up in time (its own error line says why)."""
+    deadline = time.monotonic() + READY_WITHIN_SECONDS
+    while child.poll() is None and time.monotonic() < deadline:
+        if not (DEV_CA / "ca.crt").exists():
+            time.sleep(0.2)
+            continue
+        try:
+            with socket.create_connection(("localhost", int(port)), timeout=1):
+                return True
+        except (OSError, ValueError):
+            time.sleep(0.2)
+    return False
+
+
+def _waited(child: subprocess.Popen[bytes]) -> int:
+    """The server's exit status; Ctrl-C reaches it too (same process group), so wait for its drain."""
+    while True:
+        try:
+            return child.wait()
+        except KeyboardInterrupt:
+            try:
+                return child.wait(timeout=STOP_WITHIN_SECONDS)
+            except subprocess.TimeoutExpired:
+                child.kill()
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in {"serve", "test", "bench"}:
         print(__doc__, file=sys.stderr)
         return 2
-    ensure_venv()
     command, rest = argv[0], argv[1:]
+    ensure_venv(dev=command != "serve")
     if command == "test":
         ensure_system_tools()
         ensure_control_plane()
         return test(rest)
     if command == "bench":
         return run(str(BIN / "python"), "-m", "bench", *rest)
-    os.execv(str(BIN / "tls-injector"), [str(BIN / "tls-injector"), "serve", *rest])  # noqa: S606
-    return 0  # pragma: no cover - execv does not return
+    return serve(rest)
 
 
 if __name__ == "__main__":

@@ -23,11 +23,13 @@ def add(check: argparse.ArgumentParser) -> None:
     check.add_argument("--allow-empty", action="store_true",
                        help="accept an OLD or NEW that holds no Kubernetes object (by default an error: a failed "
                             "`helm template` must not pass as everything deleted)")
+    check.add_argument("-o", "--output", choices=["text", "json"], default="text",
+                       help="report format: json is one object with allowed, counts and each update's verdict")
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from app.offline import InputError  # noqa: PLC0415 - YAML only here
-    from app.offline.check import check, enabled_namespaces, load_manifests, render  # noqa: PLC0415
+    from app.offline.check import check, enabled_namespaces, load_manifests, render, render_json  # noqa: PLC0415
 
     if args.old == "-" and args.new == "-":
         parser.error("only one of --old and --new can be read from stdin")
@@ -40,7 +42,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                        enabled=enabled)
     except InputError as error:  # a rules file's error too
         return fail("check", str(error))
-    print(render(report))
+    print(render_json(report) if args.output == "json" else render(report))
     return EXIT_FINDINGS if report.rejected else EXIT_OK
 
 
@@ -49,4 +51,10 @@ COMMAND = Command(
     help="offline: the /validate verdict for an update (exit 0 allowed, 1 rejected, 2 bad input)",
     description="Pair the objects of OLD and NEW by apiVersion, kind, namespace and name and judge each "
                 "pair as an UPDATE with the same handler as /validate. OLD and NEW are YAML/JSON files "
-                "(multi-document), directories of them, or - for stdin.")
+                "(multi-document), directories of them, or - for stdin. An object only in NEW is created and one "
+                "only in OLD deleted: both always allowed, so they are only counted.",
+    examples=(
+        "tls-injector check --old before.yaml --new after.yaml",
+        "git show HEAD~1:deploy.yaml | tls-injector check --old - --new deploy.yaml",
+        "tls-injector check --old old/ --new new/ -o json       # one JSON object, for a CI step to read",
+    ))

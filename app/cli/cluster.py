@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 NO_CLUSTER = "no cluster configured (no in-cluster account, no kubeconfig)"
 
 
-def connection_flags(command: argparse.ArgumentParser) -> None:
+def connection_flags(command: flags.Flags) -> None:
     command.add_argument("--kubeconfig", type=Path,
                          help="kubeconfig file (default: in-cluster service account, then $KUBECONFIG/~/.kube/config)")
     command.add_argument("--server", type=flags.server_url,
@@ -32,10 +32,11 @@ def connection_flags(command: argparse.ArgumentParser) -> None:
                               f"/etc/resolv.conf, else {names.DEFAULT_CLUSTER_DOMAIN})")
     command.add_argument("--timeout", type=flags.duration, default=API_TIMEOUT_SECONDS, metavar="DURATION",
                          help="how long one request to the API server may take before the command gives up on it "
-                              "(seconds, or with a unit: 10s, 2m; kubectl's --request-timeout)")
+                              "(a Go duration such as 500ms, 10s or 1m30s, or plain seconds; kubectl's "
+                              "--request-timeout)")
 
 
-def webhook_flags(command: argparse.ArgumentParser) -> None:
+def webhook_flags(command: flags.Flags) -> None:
     """The webhook's own TLS: shared by `serve`/`reconcile` (which keep it current) and `bootstrap`."""
     command.add_argument("--webhook-configurations", default=names.WEBHOOK_CONFIGURATION,
                          help="comma list of webhook configuration names whose caBundle is kept current "
@@ -46,7 +47,7 @@ def webhook_flags(command: argparse.ArgumentParser) -> None:
                          help="the webhook's serving certificate Secret in --namespace")
 
 
-def cluster_flags(command: argparse.ArgumentParser) -> None:
+def cluster_flags(command: flags.Flags) -> None:
     """Where the cluster is and what the reconciler owns; shared by `serve` and `reconcile`."""
     connection_flags(command)
     command.add_argument("--webhook-address", type=flags.host_port,
@@ -79,7 +80,7 @@ def same_ca_secrets(args: argparse.Namespace) -> str | None:
     return None
 
 
-def user_ca_flags(command: argparse.ArgumentParser) -> None:
+def user_ca_flags(command: flags.Flags) -> None:
     """Your own CAs: `serve` and `reconcile` sign with them; `doctor` checks them."""
     command.add_argument("--ca-secret", help="a kubernetes.io/tls Secret in --namespace holding a CA you provide "
                                              "(default: tls-injector creates and rotates its own)")

@@ -21,6 +21,12 @@ class Command:
     add: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace, argparse.ArgumentParser], int]
     description: str | None = None
+    # `tls-injector <name> --help` ends with these, each `command  # what it does`, ready to paste.
+    examples: tuple[str, ...] = ()
+
+    @property
+    def epilog(self) -> str | None:
+        return "examples:\n" + "\n".join(f"  {example}" for example in self.examples) if self.examples else None
 
 
 def fail(command: str, message: str) -> int:

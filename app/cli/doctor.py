@@ -56,13 +56,15 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     configure_logging("warning")  # the report is the output; info lines would only interleave with it
     cluster = find_cluster(args)
-    if cluster is None:
-        return fail("doctor", NO_CLUSTER)
     # An API that does not answer (or a configuration that does not load) leaves nothing to check: one
     # line and exit 2 after one --timeout, as `reconcile --once` and `bootstrap` do, not a report of one
-    # failed check (exit 1 means the cluster was read and something in it is wrong).
-    if problem := unreachable(cluster):
-        return fail("doctor", problem)
+    # failed check (exit 1 means the cluster was read and something in it is wrong). With -o json the
+    # same one failed check is also the report on stdout, so a script reading it always gets JSON.
+    problem = NO_CLUSTER if cluster is None else unreachable(cluster)
+    if cluster is None or problem:
+        if args.output == "json":
+            sys.stdout.write(render_json(api_unreachable(problem or NO_CLUSTER)))
+        return fail("doctor", problem or NO_CLUSTER)
     reconcile = settings_for(args)
     webhook = reconcile.webhook or WebhookSettings(service=args.webhook_service, secret_name=args.webhook_secret,
                                                    configurations=(), cluster_domain=reconcile.cluster_domain)
@@ -88,4 +90,10 @@ COMMAND = Command(
                 "caBundle trusts the certificate the webhook serves, the CA sets, every opted-in workload's "
                 "certificate, pods that missed the injection or mount a missing Secret, the reconciler's RBAC "
                 "and its leader Lease. Exit status 0 when no check failed (warnings allowed), 1 when one did, "
-                "2 for a usage or configuration error or an API server that does not answer within --timeout.")
+                "2 for a usage or configuration error or an API server that does not answer within --timeout.",
+    examples=(
+        "tls-injector doctor                                    # the cluster of the current kubeconfig context",
+        "kubectl -n tls-injector port-forward svc/tls-injector 8443:443 &",
+        "tls-injector doctor --webhook-address 127.0.0.1:8443   # also the certificate the webhook serves",
+        "tls-injector doctor -o json --timeout 10s              # for a script; JSON even when nothing answers",
+    ))

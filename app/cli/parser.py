@@ -10,13 +10,24 @@ from importlib import metadata
 from app.cli import bootstrap, check, doctor, export_policy, inject, reconcile, serve
 from app.cli.command import EXIT_USAGE, Command
 from app.cli.flags import HelpFormatter
-from app.names import NAME
+from app.names import INJECT_LABEL, NAME, NAMESPACE_OPT_IN, POD_OPT_IN
 
-DESCRIPTION = """The `tls-injector` command: parse flags, build settings once, wire the parts together.
+DESCRIPTION = f"""Give every workload that opts in working TLS, and keep it working through certificate and CA
+rotation: a mutating webhook mounts each pod's certificate Secret and the trust bundle, a validating
+webhook refuses updates that would turn TLS off or swap it under running clients, and a reconciler
+issues, renews and rotates the certificates. A workload opts in with the label
+{INJECT_LABEL}: "{POD_OPT_IN}" on its pod template (or its namespace's {INJECT_LABEL}: {NAMESPACE_OPT_IN}).
 
 Exit status, the same for every command: 0 ok; 1 findings or rejections (a rejected update, a pass that
 did not converge, a webhook the API server would not trust); 2 usage or input error (bad flags, an
 unreadable or invalid file, no cluster configured or none answering, a start-up failure).
+"""
+EPILOG = """a first look, without a cluster:
+  tls-injector serve                              # the webhook on port 8443, self-signed, no cluster needed
+  tls-injector inject -f deploy.yaml              # what the webhook would add to these pod templates
+  tls-injector check --old before.yaml --new after.yaml   # would the validating webhook allow the update?
+
+`tls-injector COMMAND --help` describes each command; docs/install.md installs it in a cluster.
 """
 # In the order `tls-injector --help` lists them.
 COMMANDS: tuple[Command, ...] = (serve.COMMAND, check.COMMAND, export_policy.COMMAND, reconcile.COMMAND,
@@ -41,12 +52,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=NAME, description=DESCRIPTION, formatter_class=HelpFormatter)
+    parser = argparse.ArgumentParser(prog=NAME, description=DESCRIPTION, epilog=EPILOG, formatter_class=HelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(title="commands")
     for command in COMMANDS:
-        child = sub.add_parser(command.name, help=command.help, description=command.description,
-                               formatter_class=HelpFormatter)
+        child = sub.add_parser(command.name, help=command.help, description=command.description or command.help,
+                               epilog=command.epilog, formatter_class=HelpFormatter)
         command.add(child)
         child.set_defaults(run=command.run, command_parser=child)
     return parser

@@ -60,5 +60,13 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return EXIT_OK
 
 
-COMMAND = Command(name="reconcile", add=add, run=run,
-                  help="issue, renew and rotate certificates; mirror trust bundles")
+COMMAND = Command(
+    name="reconcile", add=add, run=run, help="issue, renew and rotate certificates; mirror trust bundles",
+    description="The reconciler alone (serve runs it too, unless --no-reconciler): it owns the CAs in --namespace, "
+                "issues and renews every opted-in workload's certificate Secret, mirrors the trust bundle into "
+                "their namespaces and keeps the webhook's serving certificate and caBundle fresh. Several "
+                "replicas elect one leader with a Lease. --once makes one full pass and exits.",
+    examples=(
+        "tls-injector reconcile --once                          # one pass against the current kubeconfig context",
+        "tls-injector reconcile --namespace tls-injector --status   # the loop, with the status page on :8080",
+    ))

@@ -48,41 +48,49 @@ LIMIT_FLAGS: tuple[tuple[str, str, type, str], ...] = (
 
 def add(serve: argparse.ArgumentParser) -> None:
     defaults = ServeSettings()
-    serve.add_argument("--host", default=defaults.host, help="address to listen on")
-    serve.add_argument("--port", type=flags.port, default=defaults.port, help="HTTPS port for the webhook")
-    serve.add_argument("--tls-cert-file", type=Path, help="PEM certificate chain; reloaded when it changes")
-    serve.add_argument("--tls-private-key-file", type=Path, help="PEM private key; reloaded when it changes")
-    serve.add_argument("--self-signed-dir", type=Path,
-                       help="where to write the self-signed CA when no certificate is given (default: a temp dir)")
-    serve.add_argument("--rules", type=Path, help="YAML rules file for /validate")
-    serve.add_argument("--trust-bundle-file", type=Path,
-                       help=f"the mirrored trust bundle ({BUNDLE_KEY}), mounted; its CA fingerprints are recorded "
-                            "on injected pods; re-read when it changes")
-    serve.add_argument("--reload-interval", type=float, default=defaults.reload_interval_seconds,
-                       help="seconds between checks of the certificate files")
-    serve.add_argument("--drain-seconds", type=int, default=defaults.drain_seconds,
-                       help="how long in-flight requests may finish after SIGTERM")
-    serve.add_argument("--log-level", default=defaults.log_level, choices=LOG_LEVELS, help="least severe level logged")
-    serve.add_argument("--no-reconciler", action="store_true",
-                       help="never run the reconciler here, even with a cluster configured: the webhook then makes "
-                            "no API call (the split install runs `tls-injector reconcile` as its own Deployment)")
-    serve.add_argument("--probe-port", type=int,
-                       help="also serve /healthz, /readyz and /metrics over plain HTTP on this port, from a thread "
-                            "of its own (probes keep an answer when the HTTPS port is saturated or its event loop "
-                            "is stalled; /healthz there fails when the loop is); not opened when not given")
-    serve.add_argument("--workers", type=workers, default=1, metavar="N",
-                       help="worker processes answering on the HTTPS port, one per core the pod is given ('auto': "
-                            "the cores this process may run on); above 1 a supervisor process starts, restarts and "
-                            "drains them, serves the probe port and sums their metrics; needs --no-reconciler")
+    serve.usage = "%(prog)s [flags]"  # the flags, grouped, are listed below; spelled out here they took 32 lines
+    listen = serve.add_argument_group("listening and TLS")
+    listen.add_argument("--host", default=defaults.host, help="address to listen on")
+    listen.add_argument("--port", type=flags.port, default=defaults.port, help="HTTPS port for the webhook")
+    listen.add_argument("--tls-cert-file", type=Path, help="PEM certificate chain; reloaded when it changes")
+    listen.add_argument("--tls-private-key-file", type=Path, help="PEM private key; reloaded when it changes")
+    listen.add_argument("--self-signed-dir", type=Path,
+                        help="where to write the self-signed CA when no certificate is given (default: a temp dir)")
+    listen.add_argument("--reload-interval", type=float, default=defaults.reload_interval_seconds,
+                        help="seconds between checks of the certificate files")
+    listen.add_argument("--drain-seconds", type=int, default=defaults.drain_seconds,
+                        help="how long in-flight requests may finish after SIGTERM")
+    listen.add_argument("--log-level", default=defaults.log_level, choices=LOG_LEVELS, help="least severe level logged")
+    listen.add_argument("--probe-port", type=int,
+                        help="also serve /healthz, /readyz and /metrics over plain HTTP on this port, from a thread "
+                             "of its own (probes keep an answer when the HTTPS port is saturated or its event loop "
+                             "is stalled; /healthz there fails when the loop is); not opened when not given")
+    listen.add_argument("--workers", type=workers, default=1, metavar="N",
+                        help="worker processes answering on the HTTPS port, one per core the pod is given ('auto': "
+                             "the cores this process may run on); above 1 a supervisor process starts, restarts and "
+                             "drains them, serves the probe port and sums their metrics; needs --no-reconciler")
     # How a supervisor starts a worker (app.web.workers); not for people.
     serve.add_argument("--worker-fd", type=int, help=argparse.SUPPRESS)
     serve.add_argument("--worker-state", type=Path, help=argparse.SUPPRESS)
     serve.add_argument("--worker-supervisor", type=int, help=argparse.SUPPRESS)
+    admission = serve.add_argument_group("what /mutate and /validate do")
+    admission.add_argument("--rules", type=Path, help="YAML rules file for /validate")
+    admission.add_argument("--trust-bundle-file", type=Path,
+                           help=f"the mirrored trust bundle ({BUNDLE_KEY}), mounted; its CA fingerprints are "
+                                "recorded on injected pods; re-read when it changes")
+    flags.mode_flag(admission)
+    cluster = serve.add_argument_group(
+        "the cluster and the reconciler", "With a cluster reachable (in-cluster or a kubeconfig), serve also runs "
+        "the reconciler in the background, unless --no-reconciler.")
+    cluster.add_argument("--no-reconciler", action="store_true",
+                         help="never run the reconciler here, even with a cluster configured: the webhook then makes "
+                              "no API call (the split install runs `tls-injector reconcile` as its own Deployment)")
+    cluster_flags(cluster)
     limits = Limits()
+    bounds = serve.add_argument_group("limits of the HTTPS port",
+                                      "Each value's reason is in docs/serving.md; the defaults suit a webhook.")
     for flag, field, kind, text in LIMIT_FLAGS:
-        serve.add_argument(flag, type=kind, default=getattr(limits, field), help=text)
-    flags.mode_flag(serve)
-    cluster_flags(serve)
+        bounds.add_argument(flag, type=kind, default=getattr(limits, field), help=text)
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -170,4 +178,14 @@ def worker_slot(args: argparse.Namespace) -> WorkerSlot | None:
     return WorkerSlot(args.worker_fd, args.worker_state, args.worker_supervisor or os.getppid())
 
 
-COMMAND = Command(name="serve", add=add, run=run, help="run the HTTPS admission webhook server")
+COMMAND = Command(
+    name="serve", add=add, run=run, help="run the HTTPS admission webhook server",
+    description="Serve /mutate (inject certificates into opted-in pods), /validate (the TLS transition rules), "
+                "/healthz, /readyz and /metrics over HTTPS. With no certificate given it makes a self-signed one, "
+                "so it starts anywhere, with or without a cluster. Stops, draining, on SIGTERM.",
+    examples=(
+        "tls-injector serve                                   # port 8443, self-signed CA in a temp dir",
+        "tls-injector serve --self-signed-dir ./dev-ca        # the CA kept where curl --cacert can find it",
+        "tls-injector serve --tls-cert-file tls.crt --tls-private-key-file tls.key --rules rules.yaml",
+        "tls-injector serve --no-reconciler --workers auto    # the webhook alone, one worker per core",
+    ))

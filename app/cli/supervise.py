@@ -10,6 +10,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from app.cli.flags import quoted
 from app.cli.handlers import admission_handlers
 from app.cli.startup import HeldLogs
 from app.offline.rulesfile import RulesFileError
@@ -26,7 +27,8 @@ def workers(value: str) -> int:
     try:
         return worker_count(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of at least 1 or 'auto', got {value!r}") from None
+        raise argparse.ArgumentTypeError(
+            f'expected a number of at least 1 or "auto", got {quoted(value, 20)}') from None
 
 
 def run_supervisor(args: argparse.Namespace, settings: ServeSettings) -> int:

@@ -52,10 +52,15 @@ def exit_code(results: Iterable[Result]) -> int:
 
 
 def render_text(results: Sequence[Result]) -> str:
-    """`linkerd check` style: a heading per category, one line per check, details and hint indented."""
+    """`linkerd check` style: a heading per category, one line per check, details and hint indented.
+
+    Each category once, where it first appears: a check of one category may run among another's (the
+    client CA's, with the client certificates it depends on), and a heading printed twice reads as two
+    different things."""
     lines: list[str] = []
     category = None
-    for r in results:
+    first = {c: i for i, c in enumerate(dict.fromkeys(r.category for r in results))}
+    for r in sorted(results, key=lambda r: first[r.category]):  # stable: the checks' order within each
         if r.category != category:
             category = r.category
             lines += ["", category, "-" * len(category)] if lines else [category, "-" * len(category)]

@@ -15,7 +15,7 @@ from typing import TextIO
 from app.injection import InjectionOptions
 from app.offline.errors import InputError
 from app.offline.inject import Injected, inject
-from app.offline.manifests import read_locations
+from app.offline.manifests import read_each
 from app.offline.progress import progress
 
 __all__ = ["Injected", "InputError", "inject_locations"]
@@ -24,8 +24,12 @@ __all__ = ["Injected", "InputError", "inject_locations"]
 def inject_locations(locations: Sequence[str], stdin: TextIO, *, options: InjectionOptions,
                      include_unlabelled: bool = False, allow_empty: bool = False,
                      progress_to: TextIO | None = None) -> Injected:
-    """`tls-injector inject -f ...`: every location read, then injected; an InputError before any output."""
+    """`tls-injector inject -f ...`: every location read, then injected. A file that cannot be read or
+    injected is left out and named in `errors`, one line each, and the others go on (as `kubectl apply
+    -f DIR` goes on past a bad file): a directory with three broken files reports all three at once."""
     with progress(progress_to, what="tls-injector inject: reading", unit="document") as shown:
-        sources = read_locations(locations, stdin, allow_empty=allow_empty, done=shown.advance)
+        sources, errors = read_each(locations, stdin, allow_empty=allow_empty, done=shown.advance)
         shown.phase("tls-injector inject", total=sum(len(source.documents) for source in sources))
-        return inject(sources, options=options, include_unlabelled=include_unlabelled, done=shown.advance)
+        result = inject(sources, options=options, include_unlabelled=include_unlabelled, done=shown.advance)
+    result.errors[:0] = errors
+    return result

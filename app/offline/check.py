@@ -37,6 +37,8 @@ MAX_OBJECT_NODES = 1_000_000
 class Outcome:
     key: Key
     response: AdmissionResponse
+    changed: bool = True  # False: OLD and NEW hold the same object (still judged: a user's rule may
+    # hold on any state, not only a transition), counted apart from the updates
 
     @property
     def title(self) -> str:
@@ -46,9 +48,17 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Report:
-    outcomes: tuple[Outcome, ...]
+    outcomes: tuple[Outcome, ...]  # every pair, judged
     created: int
     deleted: int
+
+    @property
+    def updated(self) -> int:
+        return sum(o.changed for o in self.outcomes)
+
+    @property
+    def unchanged(self) -> int:
+        return len(self.outcomes) - self.updated
 
     @property
     def rejected(self) -> tuple[Outcome, ...]:
@@ -63,7 +73,7 @@ def check(old: dict[Key, dict[str, Any]], new: dict[Key, dict[str, Any]], handle
         if key not in old:
             continue
         judge = enabled_handler if enabled_handler is not None and key[2] in enabled else handler
-        outcomes.append(Outcome(key, _judged(judge, key, _update_review(key, old[key], obj))))
+        outcomes.append(Outcome(key, _judged(judge, key, _update_review(key, old[key], obj)), old[key] != obj))
     return Report(tuple(outcomes), created=len(new.keys() - old.keys()), deleted=len(old.keys() - new.keys()))
 
 
@@ -102,13 +112,29 @@ def render(report: Report) -> str:
     for outcome in report.outcomes:
         response = outcome.response
         verdict = "allowed" if response["allowed"] else "REJECTED"
-        lines.append(f"{verdict}: {outcome.title}")
+        lines.append(f"{verdict}: {outcome.title}{'' if outcome.changed else ' (unchanged)'}")
         if "status" in response:
             lines += [f"  {line}" for line in response["status"]["message"].splitlines()]
         lines += [f"  warning: {w}" for w in response.get("warnings", [])]
-    lines.append(f"{len(report.outcomes)} updated, {len(report.rejected)} rejected; "
+    lines.append(f"{report.updated} updated, {report.unchanged} unchanged, {len(report.rejected)} rejected; "
                  f"{report.created} created and {report.deleted} deleted (always allowed)")
     return "\n".join(lines)
+
+
+def render_json(report: Report) -> str:
+    """The report as one JSON object (`check -o json`), for a CI step to read without parsing text."""
+    updates = []
+    for outcome in report.outcomes:
+        api_version, kind, namespace, name = outcome.key
+        response = outcome.response
+        updates.append({"apiVersion": api_version, "kind": kind, "namespace": namespace, "name": name,
+                        "changed": outcome.changed, "allowed": response["allowed"],
+                        "message": response["status"]["message"] if "status" in response else "",
+                        "warnings": list(response.get("warnings", []))})
+    counts = {"updated": report.updated, "unchanged": report.unchanged, "rejected": len(report.rejected),
+              "created": report.created, "deleted": report.deleted}
+    return orjson.dumps({"allowed": not report.rejected, "counts": counts, "pairs": updates},
+                        option=orjson.OPT_INDENT_2).decode()
 
 
 def _key(obj: object, where: str) -> Key:

@@ -41,6 +41,10 @@ MAX_TEMPLATE_NODES = 100_000
 class Injected:
     text: str = ""
     warnings: list[str] = field(default_factory=list)
+    # One line per file that could not be read or injected, which is left out of `text`; the rest goes on.
+    errors: list[str] = field(default_factory=list)
+    templates: int = 0  # pod templates met in the files injected
+    opted_in: int = 0  # of them, those selected (labelled, or in an opted-in namespace, or --all)
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,7 @@ class _Run:
     cas: Sequence[str]
     include_unlabelled: bool
     enabled: frozenset[str]
-    warnings: list[str]
+    result: Injected
 
 
 def inject(sources: Sequence[Source], *, options: InjectionOptions, ca_fingerprints: Sequence[str] = (),
@@ -60,11 +64,25 @@ def inject(sources: Sequence[Source], *, options: InjectionOptions, ca_fingerpri
     labels enabled, acts as an opted-in namespace (all but "false"). `done(n)` after n documents."""
     result = Injected()
     enabled = enabled_namespaces(obj.data for source in sources for obj in objects(source))
-    run = _Run(options, ca_fingerprints, include_unlabelled, enabled, result.warnings)
-    texts = [_inject_source(source, run, done) for source in sources]
+    run = _Run(options, ca_fingerprints, include_unlabelled, enabled, result)
+    texts = [_inject_or_report(source, run, done) for source in sources]
     all_json = all(source.format == "json" for source in sources)
     result.text = "".join(_joined(texts, separator="" if all_json else "---\n"))
     return result
+
+
+def _inject_or_report(source: Source, run: _Run, done: Callable[[int], object]) -> str:
+    """The source injected, or (a template refused, say) nothing, its one-line error kept for the end:
+    one bad file among many must not hide the problems of the others, nor stop them being injected. Its
+    counts and warnings count only when the whole file was injected."""
+    counts, warnings = (run.result.templates, run.result.opted_in), len(run.result.warnings)
+    try:
+        return _inject_source(source, run, done)
+    except InputError as error:
+        run.result.templates, run.result.opted_in = counts
+        del run.result.warnings[warnings:]
+        run.result.errors.append(str(error))
+        return ""
 
 
 def _joined(texts: Iterable[str], *, separator: str) -> Iterable[str]:
@@ -114,9 +132,12 @@ def _inject_template(document: Mapping[str, Any], kind: str, template: Mapping[s
                      where: str, source: str) -> tuple[Any, Any] | None:
     metadata = _dict(document.get("metadata"))
     name = str(metadata.get("name") or "")
-    before = plain(template, budget=MAX_TEMPLATE_NODES, where=f"{where}: {kind} {name!r}: pod template")
+    named = f"{kind} {name}" if name else f"{kind} (no name)"
+    before = plain(template, budget=MAX_TEMPLATE_NODES, where=f"{where}: {named}: pod template")
+    run.result.templates += 1
     if not _selected(before, run.include_unlabelled or metadata.get("namespace") in run.enabled):
         return None
+    run.result.opted_in += 1
     template_metadata = _dict(before.get("metadata"))
     # A CronJob's pods belong to one Job per run, so the template is pinned to the CronJob's Secret
     # and services exactly as /mutate pins each run's Job when it is created.
@@ -125,8 +146,8 @@ def _inject_template(document: Mapping[str, Any], kind: str, template: Mapping[s
         plan = plan_pod(before, options=run.options, ca_fingerprints=run.cas,
                         workload=template_workload(kind, name, template_metadata), pins=pins)
     except InjectionRefused as refusal:
-        raise InputError(f"{where}: {kind} {name!r}: {refusal}") from None
-    run.warnings.extend(f"{source}: {kind} {name!r}: {warning}" for warning in plan.warnings)
+        raise InputError(f"{where}: {named}: {refusal}") from None
+    run.result.warnings.extend(f"{source}: {named}: {warning}" for warning in plan.warnings)
     if plan.changes_nothing:
         return None
     return before, jsonpatch.apply_patch(before, list(patch_ops(plan)))

@@ -10,6 +10,7 @@ object at all (an empty file: a failed `helm template`) unless the caller allows
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -69,6 +70,34 @@ def read_locations(locations: Sequence[str], stdin: TextIO, *, allow_empty: bool
             raise InputError(f"{name}: no Kubernetes object in it (--allow-empty accepts empty input)")
         sources += found
     return sources
+
+
+def read_each(locations: Sequence[str], stdin: TextIO, *, allow_empty: bool = False,
+              done: Callable[[int], object] = lambda _: None) -> tuple[list[Source], list[str]]:
+    """As read_locations, but going on past a bad file: every source that could be read, and one line
+    for each file that could not (or location that holds no object, unless `allow_empty`)."""
+    sources: list[Source] = []
+    errors: list[str] = []
+    for location in locations:
+        found, failed = [], len(errors)
+        for name, text in _readers(location, stdin):
+            try:
+                found.append(read_source(name, text(), done=done))
+            except InputError as error:
+                errors.append(str(error))
+        if not allow_empty and len(errors) == failed and not any(True for s in found for _ in objects(s)):
+            errors.append(f"{STDIN if location == '-' else location}: no Kubernetes object in it (--allow-empty "
+                          "accepts empty input)")
+            continue  # nothing of it printed: a failed `helm template` leaves nothing to pass along
+        sources += found
+    return sources, errors
+
+
+def _readers(location: str, stdin: TextIO) -> list[tuple[str, Callable[[], str]]]:
+    """(name, read its text) for each file behind `location`, nothing read yet."""
+    if location == "-":
+        return [(STDIN, functools.partial(read_stdin, stdin))]
+    return [(str(path), functools.partial(read_text, path)) for path in manifest_files(Path(location))]
 
 
 def read_location(location: str, stdin: TextIO, *, done: Callable[[int], object] = lambda _: None) -> list[Source]:

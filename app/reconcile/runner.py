@@ -8,7 +8,7 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -57,7 +57,7 @@ def _read_head(path: Path) -> str:
 def summary(report: PassReport) -> str:
     """One line for a person (the JSON logs say the rest)."""
     state = "converged" if report.converged else "NOT converged"
-    parts = [f"{state}: {report.write_count} writes {dict(report.writes)}"]
+    parts = [f"{state}: {report.write_count} writes" + writes_by_action(report.writes)]
     parts += [f"{len(report.refused)} objects not ours"] if report.refused else []
     parts += [f"{len(report.names_refused)} Secrets with refused service names"] if report.names_refused else []
     parts += [f"{len(report.clients_refused)} client certificates refused"] if report.clients_refused else []
@@ -67,6 +67,12 @@ def summary(report: PassReport) -> str:
         parts += [f"{len(report.waiting)} certificates wait: {next(iter(report.waiting.values()))}"]
     parts += [f"stopped: {report.aborted}"] if report.aborted else []
     return "; ".join(parts)
+
+
+def writes_by_action(writes: Mapping[str, int]) -> str:
+    """` (2 create, 1 update)`, in a fixed order; nothing for no writes (not a Python dict: a person reads it)."""
+    counted = [f"{writes[action]} {action}" for action in sorted(writes) if writes[action]]
+    return f" ({', '.join(counted)})" if counted else ""
 
 
 def pod_certificates_version(cluster: ClusterConfig) -> str | None:

@@ -100,7 +100,7 @@ def test_check_of_an_empty_new_is_an_error_not_everything_deleted(
     assert run(capsys, "check", "--old", str(old), "--new", str(new)) == (
         2, "", f"tls-injector check: {new}: no Kubernetes object in it (--allow-empty accepts empty input)\n")
     code, out, _ = run(capsys, "check", "--allow-empty", "--old", str(old), "--new", str(new))
-    assert (code, out) == (0, "0 updated, 0 rejected; 0 created and 2 deleted (always allowed)\n")
+    assert (code, out) == (0, "0 updated, 0 unchanged, 0 rejected; 0 created and 2 deleted (always allowed)\n")
     assert run(capsys, "check", "--old", str(new), "--new", str(old))[0] == 2, "an empty OLD too"
 
 

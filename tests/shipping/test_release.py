@@ -1,0 +1,104 @@
+"""A release as docs/release.md makes it: one version (pyproject.toml's) with every copy following it, a
+CHANGELOG section for it with upgrade notes, and the offline steps run as written: `python -m build`
+gives an sdist and a wheel that hold the app, `helm package` a chart that renders."""
+
+from __future__ import annotations
+
+import shutil
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.shipping.install_doc import Block, blocks, run_block
+from tests.shipping.support import ROOT
+from tools import release
+
+DOC = ROOT / "docs" / "release.md"
+# What the release steps read: the project, its chart, the files tools/release.py rewrites.
+COPIED = ("pyproject.toml", "README.md", "CHANGELOG.md", "app", "charts", "tools", "manifests", "certs-bootstrap",
+          "docs")
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_every_copy_of_the_version_is_pyprojects() -> None:
+    assert release.mismatches() == []
+
+
+def _tree(tmp: Path) -> Path:
+    for name in COPIED:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, tmp / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(source, tmp / name)
+    return tmp
+
+
+def test_set_version_writes_every_copy_and_check_finds_one_left_behind(tmp_path: Path) -> None:
+    root = _tree(tmp_path)
+    release.set_version("7.8.9", root)
+    assert release.version(root) == "7.8.9"
+    assert release.mismatches(root) == []
+    chart = yaml.safe_load((root / "charts/tls-injector/Chart.yaml").read_text())
+    assert (chart["version"], chart["appVersion"]) == ("7.8.9", "7.8.9")
+    assert "image: tls-injector:7.8.9" in (root / "manifests/base/deployment.yaml").read_text()
+    job = root / "certs-bootstrap/job.yaml"
+    job.write_text(job.read_text().replace("tls-injector:7.8.9", "tls-injector:7.8.8"))
+    assert release.mismatches(root) == ["certs-bootstrap/job.yaml: 7.8.8, not 7.8.9"]
+
+
+@pytest.mark.parametrize("bad", ["1.2", "v1.2.3", "1.2.3; rm -rf /"])
+def test_set_version_refuses_what_is_not_a_version(tmp_path: Path, bad: str) -> None:
+    with pytest.raises(SystemExit, match="not a version"):
+        release.set_version(bad, _tree(tmp_path))
+
+
+def test_the_changelog_has_the_version_and_upgrade_notes_for_every_section() -> None:
+    text = (ROOT / "CHANGELOG.md").read_text()
+    sections = text.split("\n## ")[1:]
+    assert sections[0].startswith("[Unreleased]")
+    assert any(s.startswith(f"[{release.version()}]") for s in sections)
+    for section in sections:
+        assert "\n### Upgrading\n" in section, section.splitlines()[0]
+
+
+def test_every_command_block_of_the_release_doc_says_where_it_runs() -> None:
+    assert len(blocks(DOC)) == DOC.read_text().count("```sh")
+    assert {b.where for b in blocks(DOC)} == {"offline", "docker", "network"}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = _tree(tmp_path_factory.mktemp("release"))
+    offline: list[Block] = [b for b in blocks(DOC) if b.where == "offline"]
+    for block in offline:
+        run_block(block, cwd=root, doc="docs/release.md", VERSION=release.version())
+    return root / "dist"
+
+
+def test_the_sdist_holds_the_project_and_the_wheel_the_app(built: Path) -> None:
+    version = release.version()
+    with tarfile.open(built / f"tls_injector-{version}.tar.gz") as sdist:
+        names = {n.split("/", 1)[1] for n in sdist.getnames() if "/" in n}
+    assert {"pyproject.toml", "README.md", "app/__init__.py", "app/rules/defaults.yaml"} <= names
+    with zipfile.ZipFile(built / f"tls_injector-{version}-py3-none-any.whl") as wheel:
+        listed = set(wheel.namelist())
+        metadata = wheel.read(f"tls_injector-{version}.dist-info/METADATA").decode()
+    assert {"app/__init__.py", "app/rules/defaults.yaml", "app/py.typed"} <= listed
+    assert f"\nVersion: {version}\n" in metadata
+    assert "Requires-Dist: durationpy" in metadata
+
+
+def test_the_chart_package_carries_the_version_and_its_schema(built: Path) -> None:
+    version = release.version()
+    with tarfile.open(built / f"tls-injector-{version}.tgz") as chart:
+        names = set(chart.getnames())
+        meta = chart.extractfile("tls-injector/Chart.yaml")
+        assert meta is not None
+        chart_yaml = yaml.safe_load(meta.read())
+    assert {"tls-injector/values.schema.json", "tls-injector/templates/deployment.yaml"} <= names
+    assert (chart_yaml["version"], chart_yaml["appVersion"]) == (version, version)

@@ -1,0 +1,126 @@
+"""tools/dev.py, the README's first two commands: `serve` installs the runtime only and gives a first look
+(one stable CA path, a curl command that works as printed, nothing left behind); `test` installs the
+dev extras the suite needs."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DEV = ROOT / "tools" / "dev.py"
+
+
+@pytest.fixture
+def dev(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    spec = importlib.util.spec_from_file_location("dev_tool", DEV)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").touch()  # an environment already created: only the install step is left
+    monkeypatch.setattr(module, "VENV", venv)
+    monkeypatch.setattr(module, "BIN", venv / "bin")
+    monkeypatch.setattr(module, "STAMP", venv / ".installed-from")
+    monkeypatch.setattr(module, "_constraints", lambda: tmp_path / "constraints.txt")
+    return module
+
+
+def _installs(dev: ModuleType, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The install targets pip is asked for, as the calls happen."""
+    asked: list[str] = []
+
+    def fake_run(argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        asked.append(argv[argv.index("-e") + 1])
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(dev.subprocess, "run", fake_run)
+    return asked
+
+
+def test_serve_installs_the_runtime_only_and_test_adds_the_dev_extras(
+    dev: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked = _installs(dev, monkeypatch)
+    dev.ensure_venv(dev=False)
+    dev.ensure_venv(dev=False)
+    assert asked == [str(ROOT)], "the runtime alone, once"
+    dev.ensure_venv(dev=True)
+    dev.ensure_venv(dev=True)
+    dev.ensure_venv(dev=False)
+    assert asked == [str(ROOT), f"{ROOT}[dev]"], "the dev set once; it covers a later serve"
+
+
+def test_a_changed_lock_reinstalls(dev: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    asked = _installs(dev, monkeypatch)
+    dev.ensure_venv(dev=True)
+    dev.STAMP.write_text("an older fingerprint")
+    dev.ensure_venv(dev=False)
+    assert asked == [f"{ROOT}[dev]", str(ROOT)]
+
+
+@pytest.mark.parametrize(("command", "dev_extras"), [("serve", False), ("test", True), ("bench", True)])
+def test_each_command_asks_for_its_set(dev: ModuleType, monkeypatch: pytest.MonkeyPatch, command: str,
+                                       dev_extras: bool) -> None:
+    wanted: list[bool] = []
+    monkeypatch.setattr(dev, "ensure_venv", lambda *, dev=True: wanted.append(dev))
+    for name in ("serve", "test", "ensure_system_tools", "run"):
+        monkeypatch.setattr(dev, name, lambda *_: 0)
+    assert dev.main([command]) == 0
+    assert wanted == [dev_extras]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+@pytest.mark.timeout(120)
+def test_serve_prints_a_curl_that_works_as_printed_and_leaves_no_key_behind(tmp_path: Path) -> None:
+    ca_dir = tmp_path / "dev-ca"
+    port = _free_port()
+    env = {**os.environ, "TLS_INJECTOR_DEV_CA": str(ca_dir)}
+    env.pop("KUBECONFIG", None)
+    with subprocess.Popen([sys.executable, str(DEV), "serve", "--port", str(port), "--no-reconciler",
+                           "--drain-seconds", "1"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          text=True, env=env, start_new_session=True) as proc:
+        try:
+            curl = _curl_line(proc)
+            assert curl == f"curl --cacert {ca_dir / 'ca.crt'} https://localhost:{port}/readyz"
+            assert (ca_dir / "tls.key").stat().st_mode & 0o077 == 0
+            answer = subprocess.run([*shlex.split(curl), "--silent", "--max-time", "10"], capture_output=True,
+                                    text=True, check=False)
+            assert answer.returncode == 0, answer.stderr
+            assert '"ready":true' in answer.stdout
+            os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group
+            assert proc.wait(timeout=60) == 0
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    assert not ca_dir.exists(), "the CA directory and the serving key in it are removed"
+
+
+def _curl_line(proc: subprocess.Popen[str]) -> str:
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        assert line, "serve stopped before printing the curl command"
+        if line.strip().startswith("curl "):
+            return line.strip()
+    raise AssertionError("no curl command printed within 90 s")
