@@ -127,6 +127,16 @@ def test_0_the_shipped_policies_are_in_force_for_the_reconciler_and_for_a_tenant
     answer = answers[-1]
     assert "tls-injector.reconciler-reach" in answer
 
+    # A stolen reconciler token cannot mint a credential: a Secret the token controller would fill with
+    # a service account's token, or a node-join token, is refused even labelled as ours (reach: types).
+    ours_labels = {"app.kubernetes.io/managed-by": "tls-injector"}
+    for kind, extra in (("kubernetes.io/service-account-token", {"annotations": {
+            "kubernetes.io/service-account.name": "tls-injector-reconciler"}}), ("bootstrap.kubernetes.io/token", {})):
+        minted = refusal(lambda k=kind, e=extra: reconciler.create_namespaced_secret(NS, {
+            "metadata": {"generateName": "minted-", "labels": ours_labels, **e}, "type": k, "data": {}}))
+        assert minted.startswith("403"), (kind, minted)
+        assert "tls-injector.reconciler-reach" in minted, (kind, minted)
+
     make_namespace(lifecycle.plane, lifecycle.core, "tenant")
     rbac = kubernetes.client.RbacAuthorizationV1Api(lifecycle.core.api_client)
     rbac.create_namespaced_role("tenant", {"metadata": {"name": "writer"}, "rules": [{
