@@ -120,6 +120,9 @@ def workload_shape(kind: str, obj: Obj, *, enabled: set[str], opted: set[str]) -
         kept["spec"] = _some(_map(template, "spec"), "serviceAccountName", "serviceAccount")
     for key in reversed(TEMPLATE_PATHS[kind]):
         kept = {key: kept}
+    service = _map(obj, "spec").get("serviceName")
+    if joined and isinstance(service, str):  # a StatefulSet's governing Service: its pods' peer names
+        kept["spec"]["serviceName"] = service
     return {"apiVersion": obj.get("apiVersion"), "kind": kind,
             "metadata": _some(meta, "name", "namespace", "uid", "ownerReferences"), **kept}
 
