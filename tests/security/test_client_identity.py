@@ -57,7 +57,7 @@ def test_a_client_certificate_for_a_service_account_that_does_not_exist_is_refus
     clock = Clock()
     rec = reconciler(kubeapi, clock)
     report = rec.run_pass()
-    [said] = [r for r in report.refused if "ghost" in r]
+    [said] = [r for r in report.clients_refused if "ghost" in r]
     assert "Secret shop/ghostly-client-tls" in said
     assert "service account ghost does not exist in namespace shop" in said
     assert client_secrets(kubeapi) == {"honest-client-tls"}
@@ -89,5 +89,5 @@ def test_a_client_certificate_whose_service_account_is_deleted_is_removed_and_an
     KubeApi(kubeapi.api_client()).delete(SERVICE_ACCOUNTS, "real", namespace="shop")
     clock.advance(timedelta(minutes=1))
     report = rec.run_pass()
-    assert [r for r in report.refused if "service account real does not exist" in r]
+    assert [r for r in report.clients_refused if "service account real does not exist" in r]
     assert client_secrets(kubeapi) == set()

@@ -38,7 +38,7 @@ def test_a_client_secret_named_as_another_workloads_serving_secret_is_refused_an
     clock = Clock()
     rec = reconciler(kubeapi, clock)
     first = rec.run_pass()
-    [said] = [r for r in first.refused if f"{client}-client-tls" in r]
+    [said] = [r for r in first.clients_refused if f"{client}-client-tls" in r]
     assert f"Deployment/{client}" in said
     assert f"Deployment/{server}" in said
     assert not first.converged  # a refusal is not converged: `reconcile --once` exits 1 and says why
@@ -47,7 +47,7 @@ def test_a_client_secret_named_as_another_workloads_serving_secret_is_refused_an
         kubeapi.reset_log()
         again = rec.run_pass()
         assert [r for r in kubeapi.log if r.verb in WRITES] == [], "rewritten at a later pass"
-        assert again.refused == first.refused
+        assert again.clients_refused == first.clients_refused
     clash = certificate(kubeapi, "shop", f"{client}-client-tls")
     usages = clash.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     assert ExtendedKeyUsageOID.SERVER_AUTH in usages  # the serving certificate of `server`, kept
