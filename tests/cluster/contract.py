@@ -62,9 +62,10 @@ class Server:
         headers = {"Accept": "application/json", "Content-Type": content_type}
         method_, url, headers_, body_, _ = self.client.param_serialize(
             method, path, header_params=headers, body=body, auth_settings=["BearerToken"])
+        raw: str | bytes
         try:
             response = self.client.call_api(method_, url, headers_, body_, _request_timeout=60)
-            code, raw = int(response.status), response.read()
+            code, raw = int(response.status), response.read()  # type: ignore[no-untyped-call]
         except ApiException as error:
             code, raw = int(error.status or 0), error.body or b""
         try:

@@ -12,6 +12,7 @@ emulator because this file holds it to the real thing.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -30,7 +31,7 @@ from app.pki.certs import make_ca
 from app.pki.podcert import issue_for_key, pod_cert_times
 from app.reconcile import events, ownership, podcerts
 from app.reconcile.discover import WorkloadRef
-from app.reconcile.plan import owner_references
+from app.reconcile.plan import Write, owner_references
 from app.reconcile.webhook_plan import decide_ca_bundle
 from tests.cluster.contract import MERGE_PATCH, Obj, Reply, Server, Verdict, fresh_namespace_name, namespaced
 from tests.cluster.controlplane import ControlPlane
@@ -410,7 +411,7 @@ def _ca_bundle_update(s: Server, kind: str, plural: str) -> Verdict:
     stored = s.ok("POST", path, _webhooks(s, kind))
     resource = MUTATING_WEBHOOKS if kind.startswith("Mutating") else VALIDATING_WEBHOOKS
     write = decide_ca_bundle(resource, stored, bundle_pem=CA.cert_pem + OTHER_CA.cert_pem)
-    assert write is not None
+    assert isinstance(write, Write)
     assert write.body is not None
     reply = s.send("PUT", f"{path}/{stored['metadata']['name']}", write.body)
     wanted = write.body["webhooks"][0]["clientConfig"]["caBundle"]
@@ -451,7 +452,7 @@ def case_a_ca_bundle_written_at_a_stale_version_is_a_conflict(s: Server) -> Verd
     path = f"/apis/{ADMISSION}/mutatingwebhookconfigurations"
     stored = s.ok("POST", path, _webhooks(s, "MutatingWebhookConfiguration"))
     write = decide_ca_bundle(MUTATING_WEBHOOKS, stored, bundle_pem=CA.cert_pem)
-    assert write is not None
+    assert isinstance(write, Write)
     s.ok("PUT", f"{path}/{stored['metadata']['name']}", {**stored, "metadata": {**stored["metadata"],
                                                                               "labels": {"touched": "yes"}}})
     return s.send("PUT", f"{path}/{stored['metadata']['name']}", write.body).verdict()
@@ -658,7 +659,8 @@ def case_the_doctor_asks_subject_access_reviews_answered_by_rbac(s: Server) -> V
 # ---- names ----------------------------------------------------------------------------------------------------
 
 
-def _named(s: Server, plural: str, name: str) -> Verdict:
+def _named(s: Server, *, p: str, n: str) -> Verdict:
+    plural, name = p, n
     body: Obj = {"metadata": {"name": name}}
     if plural == "services":
         body["spec"] = {"ports": [{"port": 443}]}
@@ -679,7 +681,7 @@ NAMES = [
 ]
 for _plural, _name, _code in NAMES:
     CASES.append(Case(f"name-{_plural}-{_name[:12]}-{len(_name)}", _code,
-                      lambda s, p=_plural, n=_name: _named(s, p, n)))
+                      functools.partial(_named, p=_plural, n=_name)))
 
 
 @case(201)
@@ -697,22 +699,24 @@ def case_a_name_or_generate_name_is_required(s: Server) -> Verdict:
 # ---- labels and annotations -------------------------------------------------------------------------------------
 
 
+def _marked(s: Server, *, field: str, marks: dict[str, str]) -> Verdict:
+    return s.send("POST", namespaced(s, "configmaps"), meta("marked", **{field: marks})).verdict()
+
+
 LABELS = [
     ({"app": "a" * 63}, 201), ({"app": "a" * 64}, 422), ({"app": "a b"}, 422), ({"app": ""}, 201),
     ({"a" * 63: "v"}, 201), ({"a" * 64: "v"}, 422), ({f"{'p' * 253}/n": "v"}, 201), ({f"{'p' * 254}/n": "v"}, 422),
     ({"Example.com/x": "v"}, 422), ({"example.com/X_y.z": "v"}, 201),
 ]
 for _n, (_labels, _code) in enumerate(LABELS):
-    CASES.append(Case(f"labels-{_n}", _code, lambda s, labels=_labels: s.send(
-        "POST", namespaced(s, "configmaps"), meta("labelled", labels=labels)).verdict()))
+    CASES.append(Case(f"labels-{_n}", _code, functools.partial(_marked, field="labels", marks=_labels)))
 
 ANNOTATIONS = [
     ({"Example.com/x": "v"}, 201), ({"example.com/" + "n" * 64: "v"}, 422), ({"a b": "v"}, 422),
     ({"example.com/note": "x" * (256 * KIB - 16)}, 201), ({"example.com/note": "x" * (256 * KIB - 15)}, 422),
 ]
 for _n, (_notes, _code) in enumerate(ANNOTATIONS):
-    CASES.append(Case(f"annotations-{_n}", _code, lambda s, notes=_notes: s.send(
-        "POST", namespaced(s, "configmaps"), meta("noted", annotations=notes)).verdict()))
+    CASES.append(Case(f"annotations-{_n}", _code, functools.partial(_marked, field="annotations", marks=_notes)))
 
 
 @case(422)

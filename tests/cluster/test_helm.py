@@ -83,14 +83,16 @@ class HookKubelet:
                 pods = self.core.list_namespaced_pod(NS, label_selector="app.kubernetes.io/component=certs-bootstrap")
             except kubernetes.client.ApiException:
                 continue  # the namespace may not exist yet
-            for pod in pods.items:
+            items: list[Any] = list(pods.items)  # the client's models: every field Optional
+            for pod in items:
                 if pod.metadata.name not in self.done and pod.status.phase == "Pending":
                     self._run(pod)
 
     def _token_kubeconfig(self, account: str) -> Path:
         self.plane.wait_for_service_account(NS, account)
-        token = self.core.create_namespaced_service_account_token(
-            account, NS, {"spec": {"expirationSeconds": 600}}).status.token
+        request: Any = {"spec": {"expirationSeconds": 600}}  # the typed call takes a dict as well as a model
+        answer: Any = self.core.create_namespaced_service_account_token(account, NS, request)
+        token = str(answer.status.token)
         return self.plane.token_kubeconfig(f"helm-{account}", token)
 
     def _run(self, pod: Any) -> None:
