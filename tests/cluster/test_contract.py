@@ -37,6 +37,7 @@ from tests.cluster.contract import MERGE_PATCH, Obj, Reply, Server, Verdict, fre
 from tests.cluster.controlplane import ControlPlane
 from tests.kubeapi import Emulator, running_emulator
 from tests.kubeapi.errors import MAX_REQUEST_BODY, MAX_STORED_OBJECT
+from tests.support.kubelet import pkix_spec
 
 KIB, MIB = 1024, 1024 * 1024
 NOW = datetime.now(UTC)
@@ -607,6 +608,22 @@ def case_a_pod_certificate_lives_an_hour_at_least(s: Server) -> Verdict:
     request = _bare_request(podName="web-0", podUID="u", serviceAccountName="default", serviceAccountUID="s",
                             nodeName="node-1", nodeUID="n", maxExpirationSeconds=3_599)
     return s.send("POST", namespaced(s, "podcertificaterequests", group=CERTS), request).verdict()
+
+
+def _pkix_request() -> Obj:
+    """A request as a v1beta1 kubelet makes it: the public key, and the key's signature of the pod's UID."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    spec = {"podName": "web-0", "podUID": "u-0", "serviceAccountName": "default", "serviceAccountUID": "s",
+            "nodeName": "node-1", "nodeUID": "n", **pkix_spec(key, "u-0")}
+    body = _bare_request(**spec)
+    del body["spec"]["stubPKCS10Request"]
+    return body
+
+
+@case(422)
+def case_a_v1_request_sends_its_key_as_a_stub_csr_not_as_v1beta1s_fields(s: Server) -> Verdict:
+    """v1 has no pkixPublicKey or proofOfPossession: dropped as unknown fields, they leave no key."""
+    return s.send("POST", namespaced(s, "podcertificaterequests", group=CERTS), _pkix_request()).verdict()
 
 
 @case(422)

@@ -121,10 +121,15 @@ def _request_create(obj: dict[str, Any]) -> list[Cause]:
     return causes
 
 
-def default(plural: str, obj: dict[str, Any]) -> None:
-    """The registry's defaulting: a request's lifetime cap is 24 hours unless the kubelet asked otherwise."""
+def default(plural: str, obj: dict[str, Any], *, version: str = "v1") -> None:
+    """The registry's defaulting: a request's lifetime cap is 24 hours unless the kubelet asked otherwise.
+    certificates.k8s.io/v1 has no `pkixPublicKey` or `proofOfPossession` (v1beta1's way to send the key):
+    its decoder drops them as unknown fields, so a v1 request carrying only those has no key at all."""
     if plural == "podcertificaterequests" and isinstance(obj.get("spec"), dict):
         obj["spec"].setdefault("maxExpirationSeconds", 86_400)
+        if version == "v1":
+            obj["spec"].pop("pkixPublicKey", None)
+            obj["spec"].pop("proofOfPossession", None)
 
 
 def _request_status(obj: dict[str, Any], old: dict[str, Any], *, now: datetime) -> list[Cause]:
