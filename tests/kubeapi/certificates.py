@@ -64,8 +64,7 @@ def _bundle(obj: dict[str, Any]) -> list[Cause]:
         causes.append(_invalid("metadata.name", f"{name!r}: ClusterTrustBundle without signerName must not "
                                                 f"have a signer-name prefix"))
     blocks = _blocks(str(spec.get("trustBundle") or "").encode())
-    if not blocks:
-        causes.append(("FieldValueRequired", "spec.trustBundle", "Required value: at least one trust anchor"))
+    malformed = len(causes)
     for kind, der in blocks:
         if kind != "CERTIFICATE":
             causes.append(_invalid("spec.trustBundle", f"PEM block of type {kind!r}, only CERTIFICATE allowed"))
@@ -77,31 +76,60 @@ def _bundle(obj: dict[str, Any]) -> list[Cause]:
             ca = False
         if not ca:
             causes.append(_invalid("spec.trustBundle", "every certificate must have basic constraints with CA:TRUE"))
+    if len(causes) > malformed:  # a malformed block hides the missing and duplicate anchors, as in the apiserver
+        return causes
+    if not blocks:
+        causes.append(_invalid("spec.trustBundle", "at least one trust anchor must be provided"))
     if len({der for _, der in blocks}) != len(blocks):
-        causes.append(("FieldValueDuplicate", "spec.trustBundle", "Duplicate value: duplicate trust anchor"))
+        causes.append(_invalid("spec.trustBundle", "duplicate trust anchor"))
     return causes
 
 
 # ---- PodCertificateRequest ---------------------------------------------------------------------------
 
 
+# The apiserver's bounds on a request's maxExpirationSeconds: an hour at least; at most 24 hours for the
+# kubernetes.io signers and 91 days for any other.
+_MIN_MAX_EXPIRATION, _KUBERNETES_MAX_EXPIRATION, _MAX_MAX_EXPIRATION = 3_600, 86_400, 7_862_400
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
 def _request_create(obj: dict[str, Any]) -> list[Cause]:
+    """ValidatePodCertificateRequestCreate: the pod, its service account and its node named and identified
+    (an empty or ill-formed value is Invalid, not Required, as the apiserver reports it), the lifetime cap in
+    range, and exactly one of the stub CSR and the (public key, proof of possession) pair."""
     spec = obj.get("spec") or {}
-    causes = [("FieldValueRequired", f"spec.{f}", "Required value")
-              for f in ("signerName", "podName", "podUID", "serviceAccountName", "nodeName")
-              if not spec.get(f)]
-    if not (spec.get("stubPKCS10Request") or spec.get("pkixPublicKey")):
-        causes.append(("FieldValueRequired", "spec.stubPKCS10Request", "Required value"))
+    causes = [] if spec.get("signerName") else [("FieldValueRequired", "spec.signerName", "Required value")]
+    for name in ("podName", "serviceAccountName", "nodeName"):
+        value = str(spec.get(name) or "")
+        if not (len(value) <= 253 and _SUBDOMAIN.match(value)):
+            causes.append(_invalid(f"spec.{name}", f"{value!r}: a lowercase RFC 1123 subdomain"))
+    for name in ("podUID", "serviceAccountUID", "nodeUID"):
+        if not spec.get(name):
+            causes.append(_invalid(f"spec.{name}", "'': must not be empty"))
     seconds = spec.get("maxExpirationSeconds")
-    if not isinstance(seconds, int) or not 3_600 <= seconds <= 7_862_400:
-        causes.append(_invalid("spec.maxExpirationSeconds", f"{seconds!r}: must be in [3600, 7862400]"))
+    if seconds is None:
+        return [*causes, ("FieldValueRequired", "spec.maxExpirationSeconds", "Required value: must be set")]
+    kubernetes = str(spec.get("signerName")).startswith("kubernetes.io/")
+    most = _KUBERNETES_MAX_EXPIRATION if kubernetes else _MAX_MAX_EXPIRATION
+    if not isinstance(seconds, int) or not _MIN_MAX_EXPIRATION <= seconds <= most:
+        causes.append(_invalid("spec.maxExpirationSeconds", f"{seconds!r}: must be in the range "
+                                                           f"[{_MIN_MAX_EXPIRATION}, {most}]"))
+    if bool(spec.get("stubPKCS10Request")) == bool(spec.get("pkixPublicKey") and spec.get("proofOfPossession")):
+        causes.append(_invalid("spec", "exactly one of (stubPKCS10Request) or (pkixPublicKey, proofOfPossession) "
+                                       "must be set"))
     return causes
 
 
-def default(plural: str, obj: dict[str, Any]) -> None:
-    """The registry's defaulting: a request's lifetime cap is 24 hours unless the kubelet asked otherwise."""
+def default(plural: str, obj: dict[str, Any], *, version: str = "v1") -> None:
+    """The registry's defaulting: a request's lifetime cap is 24 hours unless the kubelet asked otherwise.
+    certificates.k8s.io/v1 has no `pkixPublicKey` or `proofOfPossession` (v1beta1's way to send the key):
+    its decoder drops them as unknown fields, so a v1 request carrying only those has no key at all."""
     if plural == "podcertificaterequests" and isinstance(obj.get("spec"), dict):
         obj["spec"].setdefault("maxExpirationSeconds", 86_400)
+        if version == "v1":
+            obj["spec"].pop("pkixPublicKey", None)
+            obj["spec"].pop("proofOfPossession", None)
 
 
 def _request_status(obj: dict[str, Any], old: dict[str, Any], *, now: datetime) -> list[Cause]:

@@ -6,7 +6,8 @@
   ``mountPath``, webhooks by ``name``, ...), ``metadata.finalizers`` is merged as a set, and the
   ``$patch: delete|replace`` and ``$deleteFromPrimitiveList`` directives are honoured. The merge keys come
   from a table of field-path suffixes rather than the OpenAPI schema: enough for the kinds served here.
-  ``$setElementOrder`` and ``$retainKeys`` are accepted and ignored (new elements are appended).
+  ``$setElementOrder`` and ``$retainKeys`` are accepted and ignored; a merged list is ordered as the
+  apiserver orders one without ``$setElementOrder``: the patch's elements in its order, a new one first.
 - JSON patch (RFC 6902), applied by the ``jsonpatch`` library.
 """
 
@@ -116,7 +117,8 @@ def _strategic_value(target: Any, patch: Any, path: tuple[str, ...]) -> Any:
         return _strategic_map(target, patch, path)
     if isinstance(patch, list) and isinstance(target, list):
         if path[-2:] in _SET_LISTS:
-            return target + [v for v in patch if v not in target]
+            merged = target + [v for v in patch if v not in target]
+            return element_order(merged, patch, target, lambda v: v)
         if (key := _merge_key(path)) is not None:
             return _merge_list(target, patch, key, path)
     return _strip(patch)
@@ -136,7 +138,27 @@ def _merge_list(target: list[Any], patch: list[Any], key: str, path: tuple[str, 
             result.append(_strip(item))
         else:
             result[index] = _strategic_map(result[index], item, path)
-    return result
+    kept = [item for item in patch if not (isinstance(item, dict) and "$patch" in item)]
+    return element_order(result, kept, target, lambda item: item.get(key) if isinstance(item, dict) else None)
+
+
+def element_order(merged: list[Any], patch: list[Any], stored: list[Any], ident: Any) -> list[Any]:
+    """The order the apiserver gives a merged list (strategicpatch.normalizeElementOrder): the elements the
+    patch names, in the patch's order, and the others in their stored order, each of those placed before
+    a patch element that comes after it in the stored list. So a new element comes first, not last."""
+    patch_ids, stored_ids = [ident(v) for v in patch], [ident(v) for v in stored]
+    named = sorted((v for v in merged if ident(v) in patch_ids), key=lambda v: patch_ids.index(ident(v)))
+    others = [v for v in merged if ident(v) not in patch_ids]
+
+    def before(left: Any, right: Any) -> bool:
+        return ident(left) in stored_ids and ident(right) in stored_ids and (
+            stored_ids.index(ident(left)) < stored_ids.index(ident(right)))
+
+    ordered: list[Any] = []
+    while others or named:
+        take_other = not named or (others and before(others[0], named[0]))
+        ordered.append((others if take_other else named).pop(0))
+    return ordered
 
 
 def _strip(value: Any) -> Any:

@@ -421,7 +421,7 @@ def _normalize(res: Resource, obj: dict[str, Any]) -> None:
         name = obj["metadata"]["name"]
         obj["metadata"]["labels"] = {**(obj["metadata"].get("labels") or {}), "kubernetes.io/metadata.name": name}
         obj.setdefault("spec", {"finalizers": ["kubernetes"]})
-    certificates.default(res.plural, obj)
+    certificates.default(res.plural, obj, version=res.version)
     if (res.group, res.plural) == ("", "secrets"):
         strings = obj.pop("stringData", None) or {}
         encoded = {k: base64.b64encode(str(v).encode()).decode() for k, v in strings.items()}

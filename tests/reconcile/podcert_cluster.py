@@ -21,7 +21,7 @@ from app.names import MODE_ANNOTATION, MODE_POD_CERTIFICATE, SIGNER_NAME
 from app.pki import load_certificates
 from app.reconcile.podcerts import TRUST_BUNDLE_NAME
 from tests.kubeapi import Emulator
-from tests.support.kubelet import identity_uids
+from tests.support.kubelet import identity_uids, pkix_spec
 
 NODE = "node-1"
 _names = itertools.count()
@@ -78,8 +78,7 @@ def request(emu: Emulator, pod_obj: dict[str, Any], *, key_type: str = "ECDSAP25
         **({"maxExpirationSeconds": max_expiration_seconds} if max_expiration_seconds else {}),
     }
     if pkix:
-        der = key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-        spec["pkixPublicKey"] = base64.b64encode(der).decode()
+        spec.update(pkix_spec(key, str(spec["podUID"])))
     else:
         digest = None if isinstance(key, ed25519.Ed25519PrivateKey) else hashes.SHA256()
         csr = x509.CertificateSigningRequestBuilder().subject_name(x509.Name([])).sign(key, digest)
@@ -92,8 +91,8 @@ def request(emu: Emulator, pod_obj: dict[str, Any], *, key_type: str = "ECDSAP25
         assert created.metadata is not None
         assert created.metadata.name
         return Request(created.metadata.name, meta["namespace"], key)
-    # The client's v1beta1 model is 1.37's, which requires stubPKCS10Request; a 1.35 kubelet sends only
-    # pkixPublicKey, so that request goes as plain JSON.
+    # The client's v1beta1 model is 1.37's, which requires stubPKCS10Request; a 1.35 kubelet sends
+    # pkixPublicKey and proofOfPossession instead, so that request goes as plain JSON.
     raw = KubeApi(emu.api_client()).create(pod_certificate_requests(version), body, namespace=meta["namespace"])
     return Request(raw["metadata"]["name"], meta["namespace"], key)
 

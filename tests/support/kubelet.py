@@ -48,7 +48,7 @@ from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 
 from app.kube import KubeApi, pod_certificate_requests
 from tests.kubeapi import Emulator
@@ -278,9 +278,7 @@ class Kubelet:
             csr = x509.CertificateSigningRequestBuilder().subject_name(x509.Name([])).sign(key, digest)
             body["spec"]["stubPKCS10Request"] = base64.b64encode(csr.public_bytes(serialization.Encoding.DER)).decode()
         else:
-            der = key.public_key().public_bytes(serialization.Encoding.DER,
-                                                serialization.PublicFormat.SubjectPublicKeyInfo)
-            body["spec"]["pkixPublicKey"] = base64.b64encode(der).decode()
+            body["spec"].update(pkix_spec(key, str(meta["uid"])))
         created = KubeApi(self.emu.api_client()).create(pod_certificate_requests(version), body,
                                                          namespace=meta["namespace"])
         self.keys[created["metadata"]["name"]] = key
@@ -359,6 +357,22 @@ def _mode(value: object, default: int, where: str) -> int:
     if not isinstance(value, int) or not 0 <= value <= 0o777:
         raise Unresolvable(f"{where}: mode {value!r} is not within 0000-0777")
     return value
+
+
+def pkix_spec(key: Key, pod_uid: str) -> Obj:
+    """The key as a v1beta1 kubelet sends it: `pkixPublicKey` and `proofOfPossession`, its signature over the
+    pod's UID (Ed25519 over the bytes, ECDSA over their SHA-256 in ASN.1, RSA-PSS with SHA-256). The
+    apiserver verifies the signature and refuses a key sent without one."""
+    der = key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    data = pod_uid.encode()
+    if isinstance(key, ed25519.Ed25519PrivateKey):
+        proof = key.sign(data)
+    elif isinstance(key, ec.EllipticCurvePrivateKey):
+        proof = key.sign(data, ec.ECDSA(hashes.SHA256()))
+    else:
+        proof = key.sign(data, padding.PSS(mgf=padding.MGF1(hashes.SHA256()), salt_length=padding.PSS.DIGEST_LENGTH),
+                         hashes.SHA256())
+    return {"pkixPublicKey": base64.b64encode(der).decode(), "proofOfPossession": base64.b64encode(proof).decode()}
 
 
 def _make_key(key_type: str) -> Key:
