@@ -209,3 +209,14 @@ def test_the_served_mutate_handler_is_the_injector() -> None:
     assert response["patchType"] == "JSONPatch"
     ops = json.loads(base64.b64decode(response["patch"]))
     assert {"op": "add", "path": "/spec/containers/0/volumeMounts/-", "value": CERT_MOUNT} in ops
+
+
+@pytest.mark.parametrize("length", [254, 64 * 1024])
+def test_a_name_past_any_legal_one_is_answered_not_refused(client: httpx.Client, length: int) -> None:
+    """Mutating admission runs before the apiserver validates the name (kube-apiserver 1.37 sends a
+    254-character pod name to /mutate, then refuses it 422 itself: tests/cluster/test_legal_names.py). A
+    400 here turned that 422 into "failed calling webhook" (500) for the user."""
+    sent = fixture("synthetic/pod-create-from-replicaset.json")
+    sent["request"]["object"]["metadata"]["name"] = sent["request"]["name"] = "p" * length
+    response, _ = post(client, sent)
+    assert response["allowed"] is True

@@ -40,10 +40,15 @@ KIND = "AdmissionReview"
 OPERATIONS: frozenset[str] = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
 # The apiserver sends a UUID; 128 leaves room for other callers without letting a giant string through.
 MAX_UID_LENGTH = 128
-# Object names and namespaces are DNS subdomains or labels (at most 253 characters), and so are API
-# groups; kinds and versions are far shorter. The apiserver never sends more, so a longer one is a 400
-# and everything the access log and messages take from the envelope is bounded here, at the door.
+# API groups are DNS subdomains (at most 253 characters); kinds and versions are far shorter. The apiserver
+# never sends more, so a longer one is a 400.
 MAX_NAME_LENGTH = 253
+# An object's name and namespace are not so bounded: mutating admission runs before validation, so the
+# apiserver sends a webhook whatever name a user typed, 254 characters or a megabyte, and refuses it itself
+# afterwards (seen on kube-apiserver 1.37: tests/cluster/test_legal_names.py). A 400 here would turn that
+# 422 into "failed calling webhook" (500). Bounded instead by what one request to the apiserver may carry
+# (3 MiB); what the log and messages echo of them is clipped (app/admission/clip.py).
+MAX_SENT_NAME_LENGTH = 3 * 1024 * 1024
 # Orjson's and Go's JSON depth guards stop near here; a review has one to three hundred brackets in all.
 FULL_DECODE_DEPTH = 1024
 MAX_OPENINGS = 1000
@@ -53,6 +58,7 @@ MAX_REASON_CHARS = 1024
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 Uid = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_UID_LENGTH)]
 ShortText = Annotated[str, msgspec.Meta(max_length=MAX_NAME_LENGTH)]
+SentName = Annotated[str, msgspec.Meta(max_length=MAX_SENT_NAME_LENGTH)]
 # Before 3.12, C code's recursion guard (which msgspec's decoder uses per level) follows sys's limit.
 _COUNT_OPENINGS = sys.version_info >= (3, 12)
 
@@ -83,8 +89,8 @@ class Request(msgspec.Struct, kw_only=True):
     uid: Uid
     kind: Kind
     operation: Operation
-    namespace: ShortText | None = None
-    name: ShortText | None = None
+    namespace: SentName | None = None
+    name: SentName | None = None
     dryRun: bool | None = None  # the wire's name
 
 
@@ -200,8 +206,9 @@ def _request_problems(request: dict[str, Any]) -> list[str]:
         if request.get(field) is not None and not isinstance(request.get(field), dict):
             problems.append(f"request.{field} must be an object or null")
     for field in ("namespace", "name"):
-        if request.get(field) is not None and not short_text(request.get(field)):
-            problems.append(f"request.{field} must be a string of at most {MAX_NAME_LENGTH} characters")
+        value = request.get(field)
+        if value is not None and not (isinstance(value, str) and len(value) <= MAX_SENT_NAME_LENGTH):
+            problems.append(f"request.{field} must be a string of at most {MAX_SENT_NAME_LENGTH} characters")
     if request.get("dryRun") is not None and not isinstance(request.get("dryRun"), bool):
         problems.append("request.dryRun must be a boolean")
     return problems

@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from app.admission import BadReview, Request, Route, review_envelope
+from app.admission import BadReview, Request, Route, clip, review_envelope
 from app.logs import AccessLog
 from app.settings import MAX_BODY_BYTES
 from app.web.metrics import ServerMetrics
@@ -102,5 +102,7 @@ def check_call(method: bytes, content_type: bytes) -> None:
 
 def _fields(endpoint: str, request: Request) -> dict[str, object]:
     """An admission call's access-log and error-log fields (the access line adds its verdict and latency)."""
-    return {"endpoint": endpoint, "uid": request.uid, "kind": request.kind.kind, "namespace": request.namespace or "",
-            "object_name": request.name or "", "operation": request.operation, "dry_run": bool(request.dryRun)}
+    # The name and namespace as sent, which may be far past any legal one (review.MAX_SENT_NAME_LENGTH): clipped.
+    return {"endpoint": endpoint, "uid": request.uid, "kind": request.kind.kind,
+            "namespace": clip(request.namespace or ""), "object_name": clip(request.name or ""),
+            "operation": request.operation, "dry_run": bool(request.dryRun)}
