@@ -245,6 +245,11 @@ class Reconciler:
                                     members=members)
         return report
 
+    def forget(self) -> None:
+        """Drop what the last pass saw (status and gauges): this replica no longer leads."""
+        self.status = None
+        self.metrics.forget()
+
     def run_signer_pass(self) -> PassReport:
         """Only the pending pod certificate requests, signed by the CA set as stored: what the loop runs
         when nothing but a request changed, so a pod waits for a few reads rather than a full pass (which

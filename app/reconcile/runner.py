@@ -98,11 +98,13 @@ def run_forever(cluster: ClusterConfig, settings: ReconcileSettings, stop: threa
 
 def run_until_signalled(cluster: ClusterConfig, settings: ReconcileSettings, *,
                         probe_address: tuple[str, int] | None = None, stop: threading.Event | None = None,
-                        status: bool = False, on_started: Callable[[], None] | None = None) -> None:
+                        status: bool = False, on_started: Callable[[], None] | None = None,
+                        identity: str | None = None) -> None:
     """`tls-injector reconcile` without --once: until SIGTERM or SIGINT (or `stop`, for tests). With
     `probe_address`, the operator port is served there on plain HTTP while the loop runs: /healthz,
     /readyz, /metrics and, with `status`, the status API and page (app.web.operator, app.web.status).
-    `on_started` is called once the client is configured and the port open, before the first pass."""
+    `on_started` is called once the client is configured and the port open, before the first pass.
+    `identity` names this replica in the Lease (default: hostname and PID; tests run two in one process)."""
     stop = stop or threading.Event()
     previous = {}
     if threading.current_thread() is threading.main_thread():  # signal handlers can only be set there
@@ -110,7 +112,7 @@ def run_until_signalled(cluster: ClusterConfig, settings: ReconcileSettings, *,
     server = None
     try:
         metrics = ReconcileMetrics()
-        loop = controller(cluster, settings, metrics=metrics)
+        loop = controller(cluster, settings, metrics=metrics, identity=identity)
         if probe_address is not None:
             host, port = probe_address
             sock = listen(host, port)
@@ -119,7 +121,7 @@ def run_until_signalled(cluster: ClusterConfig, settings: ReconcileSettings, *,
             from app.web.operator import OperatorPort  # noqa: PLC0415
             from app.web.status import status_app  # noqa: PLC0415
 
-            snapshot = (lambda: loop.reconciler.status) if status else None
+            snapshot = loop.snapshot if status else None
             server = OperatorPort(sock, status_app(reconciler_probes(loop, metrics), snapshot))
             server.start()
         if on_started is not None:

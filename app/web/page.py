@@ -36,7 +36,8 @@ ul.attention li.warn{background:#fffbea;border-left-color:#b26a00}
 
 def render_page(status: Status | None, *, sort: str, now: datetime) -> str:
     if status is None:
-        body = "<p class='meta'>No reconcile pass yet: this replica has not led a pass since it started.</p>"
+        body = ("<p class='meta'>No reconcile pass to show: this replica does not hold the leader Lease, or has "
+                "not finished a pass since it took it.</p>")
         return _document(body)
     parts = [f"<p class='meta'>Last pass {_when(status.pass_at, now)}; "
              f"{'converged' if status.converged else 'not converged'}</p>",

@@ -74,7 +74,8 @@ class NoPass(_Model):
     detail: str
 
 
-NOT_YET = "no reconcile pass yet: this replica has not led a pass since it started"
+NOT_YET = ("no reconcile pass to show: this replica does not hold the leader Lease, or has not finished a pass "
+           "since it took it")
 
 
 def add_status_routes(app: FastAPI, snapshot: Callable[[], object | None],
