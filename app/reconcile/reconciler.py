@@ -155,7 +155,14 @@ class ReconcileSettings:
 class PassReport:
     writes: Counter[str] = field(default_factory=Counter)  # by action: create, update, delete
     reasons: Counter[str] = field(default_factory=Counter)
-    refused: list[str] = field(default_factory=list)
+    # Refusals, one message each, by kind: an object of ours to write that someone else's object of the same
+    # name is in the way of (a Secret, the ClusterTrustBundle; tls_injector_ownership_conflicts counts these
+    # alone); a certificate Secret whose workloads ask for service names no certificate may carry (the
+    # certificate is issued without them; tls_injector_service_names_refused); a client certificate refused
+    # (workloads sharing its Secret with different service accounts).
+    conflicts: list[str] = field(default_factory=list)
+    names_refused: list[str] = field(default_factory=list)
+    clients_refused: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     # "<namespace>/<secret>" -> why its certificate waits for a CA that may sign (see plan.Waiting)
     waiting: dict[str, str] = field(default_factory=dict)
@@ -167,6 +174,11 @@ class PassReport:
     aborted: str = ""
     unavailable_streak: int = 0
     next_ca_step: datetime | None = None  # when a CA set can next move on time alone (ca.next_step_at)
+
+    @property
+    def refused(self) -> list[str]:
+        """Every refusal of the pass, of any kind (the log, and `converged`)."""
+        return [*self.conflicts, *self.names_refused, *self.clients_refused]
 
     @property
     def write_count(self) -> int:
@@ -272,11 +284,13 @@ class Reconciler:
             self.metrics.failures.labels("pass-aborted").inc()
             log.error("reconcile pass stopped", extra={"error": report.aborted})
         self.metrics.duration.observe(time.monotonic() - started)
-        self.metrics.conflicts.set(len(report.refused))
+        self.metrics.conflicts.set(len(report.conflicts))
         self.metrics.waiting.set(len(report.waiting))
         # A condition that ended and starts again is announced again; an aborted pass saw only part of them.
         self._told = self._lasting if not report.aborted else self._told | self._lasting
-        log.info("reconcile pass done", extra={"writes": dict(report.writes), "refused": len(report.refused),
+        log.info("reconcile pass done", extra={"writes": dict(report.writes), "conflicts": len(report.conflicts),
+                                               "names_refused": len(report.names_refused),
+                                               "clients_refused": len(report.clients_refused),
                                                "failed": len(report.failed), "waiting": len(report.waiting),
                                                "converged": report.converged})
         return report
@@ -346,7 +360,7 @@ class Reconciler:
         self.metrics.names_refused.set(len(refused))
         for target in refused:
             message = target.refusal()
-            report.refused.append(message)
+            report.names_refused.append(message)
             log.warning("service names refused", extra={"namespace": target.namespace, "object": target.secret_name,
                                                         "reason": message})
             self._announce(target.workloads, f"{target.namespace}/{target.secret_name}", reason="ServiceNamesRefused",
@@ -392,7 +406,7 @@ class Reconciler:
         Refused client Secrets (users of one Secret with different service accounts) are reported here."""
         for target in targets:
             if message := target.client_refusal():
-                report.refused.append(message)
+                report.clients_refused.append(message)
                 log.warning("client certificate refused", extra={"namespace": target.namespace,
                                                                  "object": target.client_secret, "reason": message})
                 self._announce(target.workloads, f"{target.namespace}/{target.client_secret}",
@@ -590,7 +604,7 @@ class Reconciler:
             report.writes["update" if native.bundle else "create"] += signer.publish(
                 self.api, native, cas, now=now, guard=self._guard)
         except ValueError as e:  # a bundle of our name that is not ours
-            report.refused.append(str(e))
+            report.conflicts.append(str(e))
         self._answer_requests(native, cas, observed, report, now)
 
     def _answer_requests(self, native: signer.NativeView, cas: CaSet, observed: Observed, report: PassReport,
@@ -827,7 +841,7 @@ class Reconciler:
                         message=f"Secret {item.name}: {what} {verb} ({why})")
 
     def _refused(self, item: Item, refused: Refused, report: PassReport, now: datetime) -> None:
-        report.refused.append(refused.message)
+        report.conflicts.append(refused.message)
         log.warning("object not owned; left untouched", extra={"namespace": item.namespace, "object": item.name})
         self._announce(item.workloads, f"{item.namespace}/{item.name}", reason="SecretConflict",
                        message=refused.message, now=now)

@@ -58,7 +58,10 @@ def summary(report: PassReport) -> str:
     """One line for a person (the JSON logs say the rest)."""
     state = "converged" if report.converged else "NOT converged"
     parts = [f"{state}: {report.write_count} writes {dict(report.writes)}"]
-    parts += [f"{len(report.refused)} objects not ours"] if report.refused else []
+    counted = ((report.conflicts, "object in the way, not ours", "objects in the way, not ours"),
+               (report.names_refused, "Secret with service names refused", "Secrets with service names refused"),
+               (report.clients_refused, "client certificate refused", "client certificates refused"))
+    parts += [f"{len(found)} {one if len(found) == 1 else many}" for found, one, many in counted if found]
     parts += [f"{len(report.failed)} failed"] if report.failed else []
     if report.waiting:  # one reason stands for all: they wait for the same CA
         parts += [f"{len(report.waiting)} certificates wait: {next(iter(report.waiting.values()))}"]
