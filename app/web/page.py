@@ -55,20 +55,15 @@ def _document(body: str) -> str:
 
 
 def attention_items(status: Status, now: datetime) -> list[tuple[str, str]]:
-    """(severity, text) for everything a person should look at, the most urgent first."""
+    """(severity, text) for everything a person should look at, in the order the docs give: a stopped
+    pass; certificates expiring or overdue (the one that ends first first); certificates waiting or not
+    issued; pods without the injection; a CA rotation under way. A certificate not issued has no date:
+    it is not "due now" and is never sorted among the dated ones."""
     items: list[tuple[str, str]] = []
     if status.aborted:
         items.append(("crit", f"The last pass stopped: {status.aborted}"))
-    for w in sorted(status.workloads, key=lambda w: w.not_after or now):
-        name = f"{w.namespace}/{w.secret} ({', '.join(w.workloads)})"
-        if w.not_after is not None and w.not_after - now <= EXPIRING_WITHIN:
-            items.append(("crit", f"Certificate {name} expires {_when(w.not_after, now)}"))
-        elif w.renew_at is not None and w.renew_at <= now:
-            items.append(("crit", f"Certificate {name} is overdue for renewal (due {_when(w.renew_at, now)})"))
-        if w.waiting:
-            items.append(("warn", f"Certificate {name} waits: {w.waiting}"))
-        elif w.not_after is None:
-            items.append(("warn", f"Certificate {name} is not issued yet"))
+    items += _due(status.workloads, now)
+    items += _not_current(status.workloads)
     for p in status.pods_missing_injection:
         items.append(("warn", f"Pod {p.namespace}/{p.name} (workload {p.workload}) runs without the injection: "
                               "restart its workload"))
@@ -76,6 +71,31 @@ def attention_items(status: Status, now: datetime) -> list[tuple[str, str]]:
         if ca.waits_for and ca.state in ("untrusted", "trusted-unused"):
             items.append(("warn", f"CA rotation in {ca.ca_set}: {ca.fingerprint} is {ca.state}, waiting for "
                                   f"{ca.waits_for}"))
+    return items
+
+
+def _name(w: Workload) -> str:
+    return f"{w.namespace}/{w.secret} ({', '.join(w.workloads)})"
+
+
+def _due(workloads: Sequence[Workload], now: datetime) -> list[tuple[str, str]]:
+    """Certificates that end within EXPIRING_WITHIN or are past their renewal time, the first to end first."""
+    items = []
+    dated = sorted((w.not_after, w.namespace, w.secret, w) for w in workloads if w.not_after is not None)
+    for not_after, _, _, w in dated:
+        if not_after - now <= EXPIRING_WITHIN:
+            items.append(("crit", f"Certificate {_name(w)} expires {_when(not_after, now)}"))
+        elif w.renew_at is not None and w.renew_at <= now:
+            items.append(("crit", f"Certificate {_name(w)} is overdue for renewal (due {_when(w.renew_at, now)})"))
+    return items
+
+
+def _not_current(workloads: Sequence[Workload]) -> list[tuple[str, str]]:
+    """Certificates that wait for a CA, then those not issued yet, by namespace and Secret."""
+    ordered = sorted(workloads, key=lambda w: (w.namespace, w.secret))
+    items = [("warn", f"Certificate {_name(w)} waits: {w.waiting}") for w in ordered if w.waiting]
+    items += [("warn", f"Certificate {_name(w)} is not issued yet") for w in ordered
+              if not w.waiting and w.not_after is None]
     return items
 
 
