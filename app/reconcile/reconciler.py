@@ -211,6 +211,8 @@ class Reconciler:
         # announced once while it lasts, not once per pass (a broken workload must not grow the Event list).
         self._told: set[tuple[str, str]] = set()
         self._lasting: set[tuple[str, str]] = set()  # the conditions of the pass under way
+        # The same conditions by the workloads they are told on, (reason, message): the status's conditions.
+        self._facts: dict[WorkloadRef, list[tuple[str, str]]] = {}
         # Objects whose write failed: (failures in a row, not tried again before). A write the API server
         # keeps refusing is retried after 30 s, doubling up to the resync period, not at every pass.
         self._backoff: dict[tuple[str, str, str], tuple[int, datetime]] = {}
@@ -275,7 +277,7 @@ class Reconciler:
 
     def _guarded(self, work: Callable[[PassReport, datetime], object]) -> PassReport:
         report, started, now = PassReport(), time.monotonic(), self.clock()
-        self._lasting = set()
+        self._lasting, self._facts = set(), {}
         try:
             with collector_paused():
                 work(report, now)
@@ -307,7 +309,7 @@ class Reconciler:
             self.converge_pod_certificates(native, workloads.cas, observed, report, now)
         missing = missing_injection(observed.pods, enabled=observed.enabled, own_namespace=self.settings.namespace)
         self.metrics.missing_injection.set(len(missing))
-        self._seen = (st.workload_statuses(workloads.targets, workloads.expiries, report.waiting),
+        self._seen = (st.workload_statuses(workloads.targets, workloads.expiries, report.waiting, self._facts),
                       st.pod_statuses(missing))
         if self.settings.webhook is not None:
             configs = self.converge_webhook(self.settings.webhook, report, now)
@@ -770,6 +772,9 @@ class Reconciler:
     def _converge_now(self, item: Item, existing: Obj | None, report: PassReport, now: datetime) -> Obj | None:
         for _ in range(MAX_ATTEMPTS):
             outcome = item.decide(existing)
+            if isinstance(outcome, Waiting) and existing is None and (found := self._unlisted(item)) is not None:
+                existing = found  # someone else's Secret in the way: a conflict to report, not a wait
+                continue
             if isinstance(outcome, Waiting):
                 self._waiting(item, outcome, report, now)
                 outcome = outcome.refresh
@@ -796,6 +801,13 @@ class Reconciler:
         self._failing.add(item.key)
         self._failed(item, "kept conflicting", report, now)
         return existing
+
+    def _unlisted(self, item: Item) -> Obj | None:
+        """A certificate Secret the pass did not list (it lists ours only, by label) may still exist,
+        someone else's: a create would meet it, but a certificate waiting for a CA creates nothing, and
+        would say "waits" while the way is blocked. One read for each certificate that waits with no
+        Secret of ours: a handful during a CA rotation, none otherwise."""
+        return self._read_optional(item.resource, item.name, item.namespace) if item.resource is SECRETS else None
 
     def _write_failed(self, item: Item, write: Write, error: KubeError, report: PassReport, now: datetime) -> None:
         if isinstance(error, Unavailable):
@@ -860,6 +872,8 @@ class Reconciler:
         every pass; the Event list says it once (and again if it ends and comes back)."""
         condition = (reason, key)
         self._lasting.add(condition)
+        for ref in refs:
+            self._facts.setdefault(ref, []).append((reason, message))
         if condition not in self._told:
             self._told.add(condition)
             events.emit(self.api, refs, reason=reason, kind=kind, message=message, now=now)

@@ -90,13 +90,28 @@ def _due(workloads: Sequence[Workload], now: datetime) -> list[tuple[str, str]]:
     return items
 
 
+# How an attention item words a certificate's Ready reason: "Certificate ns/web-tls (Deployment/web) <...>: <message>".
+READY_WORDS = {"SecretConflict": "is in conflict with another object", "CertificateFailed": "could not be written",
+               "CertificateWaiting": "waits", "ServiceNamesRefused": "is refused", "NotIssued": "is not issued yet"}
+
+
 def _not_current(workloads: Sequence[Workload]) -> list[tuple[str, str]]:
-    """Certificates that wait for a CA, then those not issued yet, by namespace and Secret."""
-    ordered = sorted(workloads, key=lambda w: (w.namespace, w.secret))
-    items = [("warn", f"Certificate {_name(w)} waits: {w.waiting}") for w in ordered if w.waiting]
-    items += [("warn", f"Certificate {_name(w)} is not issued yet") for w in ordered
-              if not w.waiting and w.not_after is None]
-    return items
+    """Certificates that are not Ready, then every other trouble told on a workload, by namespace and Secret."""
+    items = []
+    troubles = []
+    for w in sorted(workloads, key=lambda w: (w.namespace, w.secret)):
+        items += [("warn", f"Certificate {_name(w)} {READY_WORDS.get(c.reason, c.reason)}: {c.message}")
+                  for c in w.conditions if c.type == "Ready" and c.status == "False"]
+        troubles += [("warn", f"Certificate {_name(w)}: {c.reason}: {c.message}") for c in w.conditions
+                     if c.type != "Ready"]
+    return items + troubles
+
+
+def _condition(w: Workload) -> str:
+    """The workloads table's cell: the Ready reason (with its message when not Ready), then the others."""
+    shown = [c.reason if c.status == "True" and c.type == "Ready" else f"{c.reason}: {c.message}"
+             for c in w.conditions]
+    return "; ".join(shown) or "-"
 
 
 def _attention(status: Status, now: datetime) -> str:
@@ -121,7 +136,13 @@ SORTS: dict[str, tuple[str, Callable[[Workload], Any]]] = {
     "not_after": ("not after", lambda w: (_naive(w.not_after), w.namespace, w.secret)),
     "renew_at": ("renew at", lambda w: (_naive(w.renew_at), w.namespace, w.secret)),
     "waiting": ("waiting", lambda w: (not w.waiting, w.namespace, w.secret)),
+    "ready": ("condition", lambda w: (_ready(w), w.namespace, w.secret)),
 }
+
+
+def _ready(w: Workload) -> bool:
+    """Sorts the certificates that are not Ready, or carry another trouble, first."""
+    return all(c.status == ("True" if c.type == "Ready" else "False") for c in w.conditions)
 
 
 def _workloads(workloads: Sequence[Workload], sort: str, now: datetime) -> str:
@@ -129,7 +150,7 @@ def _workloads(workloads: Sequence[Workload], sort: str, now: datetime) -> str:
     header = [f"<a href='?sort={name}#workloads'>{escape(title)}</a>" + (" &#9662;" if name == sort else "")
               for name, (title, _) in SORTS.items()]
     rows = [[w.namespace, ", ".join(w.workloads), w.secret, _when(w.not_after, now), _when(w.renew_at, now),
-             w.waiting or "-"] for w in sorted(workloads, key=key)]
+             w.waiting or "-", _condition(w)] for w in sorted(workloads, key=key)]
     return _table(header, rows, raw_header=True)
 
 

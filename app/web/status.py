@@ -19,7 +19,7 @@ from app.web.health import Probes, plain_routes
 from app.web.operator import create_app
 from app.web.page import render_page
 
-SortKey = Literal["namespace", "workload", "secret", "not_after", "renew_at", "waiting"]
+SortKey = Literal["namespace", "workload", "secret", "not_after", "renew_at", "waiting", "ready"]
 
 
 class _Model(BaseModel):
@@ -39,6 +39,16 @@ class CertificateAuthority(_Model):
     next_step_at: datetime | None
 
 
+class Condition(_Model):
+    """cert-manager's style: `Ready` first (True: `Issued`; False: the reason that stops it), then each
+    other trouble that lasts; reasons are those of the Events (docs/operations.md, "Conditions")."""
+
+    type: str
+    status: Literal["True", "False"]
+    reason: str
+    message: str
+
+
 class Workload(_Model):
     namespace: str
     workloads: tuple[str, ...]
@@ -46,6 +56,7 @@ class Workload(_Model):
     not_after: datetime | None
     renew_at: datetime | None
     waiting: str
+    conditions: tuple[Condition, ...]
 
 
 class Pod(_Model):

@@ -8,17 +8,22 @@ import re
 from datetime import UTC, datetime, timedelta
 from html import unescape
 
+from app.reconcile import status as snapshot
 from app.web.page import attention_items, render_page
-from app.web.status import CertificateAuthority, Pod, Status, Workload
+from app.web.status import CertificateAuthority, Condition, Pod, Status, Workload
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
 
 
 def workload(name: str, *, ends_in: timedelta | None, waiting: str = "", ns: str = "shop") -> Workload:
+    """A workload as the pass records it: its conditions from what it was told (a wait, here)."""
     not_after = NOW + ends_in if ends_in is not None else None
+    renew_at = not_after - 35 * DAY if not_after else None
+    told = {"CertificateWaiting": waiting} if waiting else {}
+    found = snapshot.conditions(told, not_after=not_after, renew_at=renew_at)
     return Workload(namespace=ns, workloads=(f"Deployment/{name}",), secret=f"{name}-tls", not_after=not_after,
-                    renew_at=not_after - 35 * DAY if not_after else None, waiting=waiting)
+                    renew_at=renew_at, waiting=waiting, conditions=tuple(Condition.model_validate(c) for c in found))
 
 
 def status(*, aborted: str = "") -> Status:
