@@ -29,6 +29,12 @@ class ReconcileMetrics:
         self._counters(self.registry)
         self.leader = Gauge("tls_injector_leader", "1 while this replica holds the leader lease.",
                             registry=self.registry)
+        # This process's own, leader or not now: a replica that led keeps the time of its last complete
+        # pass, and max() over the replicas is the cluster's. 0 until one completes.
+        self.last_complete_pass = Gauge(
+            "tls_injector_last_successful_pass_timestamp_seconds",
+            "Unix time a full reconcile pass of this process last ran to its end (converged or not; a pass that "
+            "stopped does not count).", registry=self.registry)
         self.last_pass = LastPass(self._pass_gauges())
         self.registry.register(self.last_pass)
         # The last verdict on the served certificate, for /readyz: None until known (or when unreachable).
@@ -72,6 +78,10 @@ class ReconcileMetrics:
                                       ["fingerprint", "state"], registry=None)
         self.conflicts = Gauge("tls_injector_ownership_conflicts",
                                "Objects in the way that tls-injector does not own (last pass).", registry=None)
+        self.not_issued = Gauge(
+            "tls_injector_certificates_not_issued",
+            "Certificate Secrets the cluster needs that hold no certificate of ours (waiting for a CA, someone "
+            "else's Secret in the way, a write refused, no valid name left; last pass).", registry=None)
         self.waiting = Gauge("tls_injector_certificates_waiting",
                              "Certificates to issue or renew that wait for a CA that may sign (last pass).",
                              registry=None)
@@ -100,7 +110,7 @@ class ReconcileMetrics:
             "A member: 1 when the hub's intermediate of the role is found and usable, 0 when not; last pass.",
             ["role"], registry=None)
         return [self.cert_expiry, self.client_cert_expiry, self.ca_expiry, self.client_ca_expiry, self.conflicts,
-                self.waiting, self.names_refused, self.bundles_excluded, self.serving_trusted,
+                self.not_issued, self.waiting, self.names_refused, self.bundles_excluded, self.serving_trusted,
                 self.missing_injection, self.member_ready, self.member_intermediate]
 
     def api_call(self, verb: str, outcome: str) -> None:

@@ -76,6 +76,7 @@ from app.reconcile.federation import (
 )
 from app.reconcile.hub import converge_member
 from app.reconcile.metrics import ReconcileMetrics
+from app.reconcile.ownership import is_owned
 from app.reconcile.plan import (
     CLIENT_PREFIX,
     Item,
@@ -252,6 +253,8 @@ class Reconciler:
             self.status = st.aborted(self.status, report.aborted, now)
         else:
             workloads, pods = seen
+            if not report.aborted:
+                self.metrics.last_complete_pass.set(now.timestamp())
             cas = [ca for name, step in self._steps.items() for ca in st.ca_statuses(name, step)]
             members = tuple(st.MemberStatus(name, not problem, problem) for name, problem in self._members.items())
             self.status = st.Status(pass_at=now, converged=report.converged, aborted=report.aborted,
@@ -353,6 +356,7 @@ class Reconciler:
         if self._intermediates:
             self._report_roots(now)
         expiries = self._cert_metrics(targets, stored, signing)
+        self.metrics.not_issued.set(sum((t.namespace, t.secret_name) not in expiries for t in targets))
         return WorkloadsPassed(step.cas, targets, expiries)
 
     def _report_refused_names(self, targets: list[Target], report: PassReport, now: datetime) -> None:
@@ -583,7 +587,8 @@ class Reconciler:
         expiries = {}
         for target in targets:
             obj = stored.get((SECRETS.kind, target.namespace, target.secret_name))
-            if obj is not None and (expiry := leaf_expiry(target, obj, signing)) is not None:
+            # Someone else's Secret in the way is no certificate of ours, whatever it holds.
+            if is_owned(obj, "leaf") and (expiry := leaf_expiry(target, obj, signing)) is not None:
                 expiries[target.namespace, target.secret_name] = expiry
         self.metrics.cert_expiry.replace({key: expiry.timestamp() for key, expiry in expiries.items()},
                                          per_object=self.settings.per_object_metrics)

@@ -107,7 +107,8 @@ def add_status_routes(app: FastAPI, snapshot: Callable[[], object | None],
     app.add_api_route("/api/v1/status", status, methods=["GET"], response_model=Status,
                       responses={503: {"model": NoPass, "description": NOT_YET}},
                       summary="What the reconciler's last pass saw")
-    app.add_api_route("/", page, methods=["GET"], response_class=HTMLResponse, summary="The status page")
+    app.add_api_route("/", page, methods=["GET"], response_class=HTMLResponse, summary="The status page",
+                      responses={503: {"description": NOT_YET, "content": {"text/html": {}}}})
 
 
 def status_app(probes: Probes, snapshot: Callable[[], object | None] | None) -> FastAPI:
