@@ -139,17 +139,18 @@ def workload_statuses(targets: Iterable[Target], expiries: Mapping[tuple[str, st
         found.append(WorkloadStatus(
             namespace=t.namespace, workloads=tuple(sorted(str(w) for w in t.workloads)), secret=t.secret_name,
             not_after=not_after, renew_at=renew_at, waiting=waiting.get(f"{t.namespace}/{t.secret_name}", ""),
-            conditions=conditions(told, not_after=not_after, renew_at=renew_at)))
+            conditions=conditions(told, not_after=not_after, renew_at=renew_at, nameless=not t.dns_names)))
     return found
 
 
-def conditions(told: Mapping[str, str], *, not_after: datetime | None,
-               renew_at: datetime | None) -> tuple[Condition, ...]:
-    """`Ready` from what was told (reason -> message) and the stored certificate's dates; then the rest."""
+def conditions(told: Mapping[str, str], *, not_after: datetime | None, renew_at: datetime | None,
+               nameless: bool = False) -> tuple[Condition, ...]:
+    """`Ready` from what was told (reason -> message) and the stored certificate's dates; then the rest.
+    `nameless`: every name asked for was refused, so no certificate is issued at all."""
     stop = next((reason for reason in NOT_READY if reason in told), None)
     if stop is not None:
         ready = Condition("Ready", "False", stop, told[stop])
-    elif not_after is None and "ServiceNamesRefused" in told:  # nothing valid was left to name
+    elif nameless and "ServiceNamesRefused" in told:
         ready = Condition("Ready", "False", "ServiceNamesRefused", told["ServiceNamesRefused"])
     elif not_after is None:
         ready = Condition("Ready", "False", "NotIssued", NOT_ISSUED)

@@ -26,15 +26,17 @@ BUNDLE = "ConfigMap shop/tls-injector-trust-bundle exists and is not managed by 
     ({"CertificateWaiting": WAIT, "CertificateFailed": FAILED}, END, [("Ready", "False", "CertificateFailed")]),
     ({"ServiceNamesRefused": NAMES}, END, [("Ready", "True", "Issued"),
                                            ("ServiceNamesRefused", "True", "ServiceNamesRefused")]),
-    ({"ServiceNamesRefused": NAMES}, None, [("Ready", "False", "ServiceNamesRefused")]),  # nothing left to name
+    ({"ServiceNamesRefused": NAMES}, None, [("Ready", "False", "NotIssued"),  # a valid name left: not issued yet
+                                            ("ServiceNamesRefused", "True", "ServiceNamesRefused")]),
     ({"TrustBundleExcluded": BUNDLE, "CertificateWaiting": WAIT}, END, [
         ("Ready", "False", "CertificateWaiting"), ("TrustBundleExcluded", "True", "TrustBundleExcluded")]),
 ], ids=["issued", "not-issued", "waiting", "conflict-beats-waiting", "failed-beats-waiting", "names-beside",
-        "names-only", "bundle-beside"])
+        "names-refused-not-issued-yet", "bundle-beside"])
 def test_ready_takes_the_most_decisive_reason_and_the_rest_stand_beside(
     told: dict[str, str], not_after: datetime | None, expected: list[tuple[str, str, str]]
 ) -> None:
     found = conditions(told, not_after=not_after, renew_at=RENEW if not_after else None)
+    assert found == conditions(told, not_after=not_after, renew_at=RENEW if not_after else None, nameless=False)
     assert [(c.type, c.status, c.reason) for c in found] == expected
     ready = found[0]
     if ready.reason == "Issued":
@@ -43,3 +45,9 @@ def test_ready_takes_the_most_decisive_reason_and_the_rest_stand_beside(
         assert ready.message == NOT_ISSUED
     else:
         assert ready.message == told[ready.reason]
+
+
+def test_a_workload_with_every_name_refused_is_not_ready_because_of_the_names() -> None:
+    [ready] = conditions({"ServiceNamesRefused": NAMES}, not_after=None, renew_at=None, nameless=True)
+    assert (ready.type, ready.status, ready.reason, ready.message) == ("Ready", "False", "ServiceNamesRefused", NAMES)
+
