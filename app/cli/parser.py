@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 
-from app.cli import bootstrap, check, doctor, export_policy, inject, reconcile, serve
+from app.cli import bootstrap, check, doctor, export_policy, inject, reconcile, renew, serve, status
 from app.cli.command import EXIT_USAGE, Command
 from app.cli.flags import HelpFormatter
 from app.names import INJECT_LABEL, NAME, NAMESPACE_OPT_IN, POD_OPT_IN
@@ -31,7 +31,7 @@ EPILOG = """a first look, without a cluster:
 """
 # In the order `tls-injector --help` lists them.
 COMMANDS: tuple[Command, ...] = (serve.COMMAND, check.COMMAND, export_policy.COMMAND, reconcile.COMMAND,
-                                 bootstrap.COMMAND, inject.COMMAND, doctor.COMMAND)
+                                 bootstrap.COMMAND, inject.COMMAND, doctor.COMMAND, status.COMMAND, renew.COMMAND)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -142,6 +142,11 @@ def _serving_secret(api: KubeApi, snap: Snapshot) -> None:
     snap.serving_secret = _optional(api, SECRETS, snap.settings.webhook.secret_name, snap.settings.namespace)
 
 
+def read_workloads(api: KubeApi, snap: Snapshot) -> None:
+    """The workloads' part of the reading alone (`tls-injector status`): what `_cluster` reads."""
+    _cluster(api, snap)
+
+
 def _cluster(api: KubeApi, snap: Snapshot) -> None:
     """The reconciler's own read, then by name whatever it would not list: a wanted Secret without our
     label (someone else's, in the way) and the objects pods mount, to tell "missing" from "not ours"."""

@@ -42,6 +42,7 @@ from app.kube.lease import RETRY_PERIOD
 from app.names import MANAGED_BY_LABEL, MANAGER
 from app.reconcile.discover import pod_may_need_a_secret
 from app.reconcile.reconciler import PassReport, Reconciler
+from app.reconcile.status import Status
 
 log = logging.getLogger("tls_injector.controller")
 # The issue's resync period: long enough to cost little on a big cluster, short enough that a dropped
@@ -108,6 +109,7 @@ class Controller:
         self._watch_pod_certificates(sign, stop)
         self._watch_user_ca(wake, stop)
         if self.elector:
+            self.reconciler.metrics.follow(self._leading)
             # Renewal runs beside the passes: a long pass must not let the lease lapse.
             threading.Thread(target=self._lead, args=(self.elector, stop), daemon=True, name="lease").start()
         due = 0.0  # monotonic time of the next pass; 0 = at once
@@ -133,6 +135,7 @@ class Controller:
                     floor = clock() + max(self.min_pass_gap_seconds, clock() - started)
             else:
                 due = 0.0  # whoever leads next starts with a full pass
+                self.reconciler.forget()  # what it saw is the leader's to say now (cheap: drops references)
             stop.wait(min(RETRY_PERIOD.total_seconds(), max(0.05, due - clock())) if due else 0.05)
         self.heartbeat = None  # stopped: a probe must see it at once, not 90 s later
 
@@ -151,12 +154,17 @@ class Controller:
         except Exception:
             log.exception("signer pass crashed; the next full pass answers the requests")
 
+    def snapshot(self) -> Status | None:
+        """What the last pass saw, for the status API and page: None unless this replica leads now (a
+        replica that lost the Lease answers 503, as one that never held it, not its last pass with 200)."""
+        return self.reconciler.status if self._leading() else None
+
     def _leading(self) -> bool:
         return self.elector is None or self.elector.is_leader(self.clock())
 
     def _lead(self, elector: LeaderElector, stop: threading.Event) -> None:
         while not stop.is_set():
-            self.reconciler.metrics.leader.set(int(elector.try_lead(self.clock())))
+            elector.try_lead(self.clock())  # tls_injector_leader reads is_leader at each scrape (follow)
             if not stop.is_set():
                 self.heartbeat = time.monotonic()
             stop.wait(RETRY_PERIOD.total_seconds())

@@ -34,9 +34,10 @@ WORKLOAD_KINDS = (("Deployment", DEPLOYMENTS), ("StatefulSet", STATEFUL_SETS), (
 # these is too large to be what it claims, and is left out with its reason (docs/security.md, "The
 # reconciler's memory"). A Service is kept as its name and selector: a selector matches pod labels, and
 # 4 KiB of JSON holds 10 labels of the longest legal key and value (317 + 63 bytes) or ~100 usual ones.
-# A workload is kept as its name, owners and pod template's labels, our annotations and service account:
-# 32 KiB holds ~80 labels of the longest legal size, ~1,000 usual ones. Parsed, each takes ~8x (api.py),
-# so 1,000 opted-in workloads at the cap hold ~256 MiB at most; usual ones (~1 KiB kept) ~8 MiB.
+# A workload is kept as its name, owners and pod template's labels, our annotations and service account
+# (a StatefulSet also its spec.serviceName, under the same cap): 32 KiB holds ~80 labels of the longest
+# legal size, ~1,000 usual ones. Parsed, each takes ~8x (api.py), so 1,000 opted-in workloads at the cap
+# hold ~256 MiB at most; usual ones (~1 KiB kept) ~8 MiB.
 MAX_SERVICE_BYTES = 4 * 1024
 # Services are listed per namespace where something opted in, up to this many namespaces: 20 lists are
 # about what the rest of a pass lists (6 workload kinds, pods, Secrets, ConfigMaps, namespaces, ...),

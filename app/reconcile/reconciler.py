@@ -82,6 +82,7 @@ from app.reconcile.federation import (
 )
 from app.reconcile.hub import converge_member
 from app.reconcile.metrics import ReconcileMetrics
+from app.reconcile.ownership import is_owned
 from app.reconcile.plan import (
     CLIENT_PREFIX,
     Item,
@@ -161,11 +162,17 @@ class ReconcileSettings:
 class PassReport:
     writes: Counter[str] = field(default_factory=Counter)  # by action: create, update, delete
     reasons: Counter[str] = field(default_factory=Counter)
-    refused: list[str] = field(default_factory=list)  # objects in our way that are not ours: never touched
-    # What workloads asked for and were refused, one line per Secret: Service names no certificate may carry
-    # (the rest issued), client certificates for users of one Secret with different service accounts.
+    # Refusals, one message each, by kind: an object of ours to write that someone else's object of the same
+    # name is in the way of (a Secret, the ClusterTrustBundle; tls_injector_ownership_conflicts counts these
+    # alone); a certificate Secret whose workloads ask for service names no certificate may carry (the
+    # certificate is issued without them; tls_injector_service_names_refused); a client certificate refused
+    # (workloads sharing its Secret with different service accounts, a service account that does not exist,
+    # a name two client certificates would share); an object the pass left out as larger than its kind may
+    # take (read.py: a workload gets no certificate, a Service names none).
+    conflicts: list[str] = field(default_factory=list)
     names_refused: list[str] = field(default_factory=list)
     clients_refused: list[str] = field(default_factory=list)
+    oversized: list[str] = field(default_factory=list)
     # Certificates issued naming no Service (discover.Target.namelessness): converged, as nothing the
     # reconciler could do would name them, but said, as no client can verify them.
     nameless: list[str] = field(default_factory=list)
@@ -182,13 +189,17 @@ class PassReport:
     next_ca_step: datetime | None = None  # when a CA set can next move on time alone (ca.next_step_at)
 
     @property
+    def refused(self) -> list[str]:
+        """Every refusal of the pass, of any kind (the log, and `converged`)."""
+        return [*self.conflicts, *self.names_refused, *self.clients_refused, *self.oversized]
+
+    @property
     def write_count(self) -> int:
         return sum(self.writes.values())
 
     @property
     def converged(self) -> bool:
-        return not (self.refused or self.names_refused or self.clients_refused or self.failed or self.waiting
-                    or self.aborted or self.excluded or self.federation)
+        return not (self.refused or self.failed or self.waiting or self.aborted or self.excluded or self.federation)
 
 
 @dataclass(frozen=True)
@@ -232,6 +243,8 @@ class Reconciler:
         # announced once while it lasts, not once per pass (a broken workload must not grow the Event list).
         self._told: set[tuple[str, str]] = set()
         self._lasting: set[tuple[str, str]] = set()  # the conditions of the pass under way
+        # The same conditions by the workloads they are told on, (reason, message): the status's conditions.
+        self._facts: dict[WorkloadRef, list[tuple[str, str]]] = {}
         # Objects whose write failed: (failures in a row, not tried again before). A write the API server
         # keeps refusing is retried after 30 s, doubling up to the resync period, not at every pass.
         self._backoff: dict[tuple[str, str, str], tuple[int, datetime]] = {}
@@ -279,12 +292,19 @@ class Reconciler:
             self.status = st.aborted(self.status, report.aborted, now)
         else:
             workloads, pods = seen
+            if not report.aborted:
+                self.metrics.last_complete_pass.set(now.timestamp())
             cas = [ca for name, step in self._steps.items() for ca in st.ca_statuses(name, step)]
             members = tuple(st.MemberStatus(name, not problem, problem) for name, problem in self._members.items())
             self.status = st.Status(pass_at=now, converged=report.converged, aborted=report.aborted,
                                     cas=tuple(cas), workloads=tuple(workloads), pods_missing_injection=tuple(pods),
                                     members=members)
         return report
+
+    def forget(self) -> None:
+        """Drop what the last pass saw (status and gauges): this replica no longer leads."""
+        self.status = None
+        self.metrics.forget()
 
     def run_signer_pass(self) -> PassReport:
         """Only the pending pod certificate requests, signed by the CA set as stored: what the loop runs
@@ -299,7 +319,7 @@ class Reconciler:
 
     def _guarded(self, work: Callable[[PassReport, datetime], object]) -> PassReport:
         report, started, now = PassReport(), time.monotonic(), self.clock()
-        self._lasting = set()
+        self._lasting, self._facts = set(), {}
         try:
             with collector_paused():
                 work(report, now)
@@ -308,11 +328,14 @@ class Reconciler:
             self.metrics.failures.labels("pass-aborted").inc()
             log.error("reconcile pass stopped", extra={"error": report.aborted})
         self.metrics.duration.observe(time.monotonic() - started)
-        self.metrics.conflicts.set(len(report.refused))
+        self.metrics.conflicts.set(len(report.conflicts))
         self.metrics.waiting.set(len(report.waiting))
         # A condition that ended and starts again is announced again; an aborted pass saw only part of them.
         self._told = self._lasting if not report.aborted else self._told | self._lasting
-        log.info("reconcile pass done", extra={"writes": dict(report.writes), "refused": len(report.refused),
+        log.info("reconcile pass done", extra={"writes": dict(report.writes), "conflicts": len(report.conflicts),
+                                               "names_refused": len(report.names_refused),
+                                               "clients_refused": len(report.clients_refused),
+                                               "oversized": len(report.oversized), "nameless": len(report.nameless),
                                                "failed": len(report.failed), "waiting": len(report.waiting),
                                                "converged": report.converged})
         return report
@@ -329,7 +352,7 @@ class Reconciler:
             self.converge_pod_certificates(native, workloads.cas, observed, report, now)
         missing = missing_injection(observed.pods, enabled=observed.enabled, own_namespace=self.settings.namespace)
         self.metrics.missing_injection.set(len(missing))
-        self._seen = (st.workload_statuses(workloads.targets, workloads.expiries, report.waiting),
+        self._seen = (st.workload_statuses(workloads.targets, workloads.expiries, report.waiting, self._facts),
                       st.pod_statuses(missing))
         if self.settings.webhook is not None:
             configs = self.converge_webhook(self.settings.webhook, report, now)
@@ -377,6 +400,7 @@ class Reconciler:
         if self._intermediates:
             self._report_roots(_after(observed, stored), targets, native, report, now)
         expiries = self._cert_metrics(targets, stored, signing)
+        self.metrics.not_issued.set(sum((t.namespace, t.secret_name) not in expiries for t in targets))
         return WorkloadsPassed(step.cas, targets, expiries)
 
     def _report_refused_names(self, targets: list[Target], report: PassReport, now: datetime) -> None:
@@ -436,7 +460,7 @@ class Reconciler:
             what = "its selector names no certificate" if kind == "Service" else "it gets no certificate"
             message = (f"{kind} {big.namespace}/{big.name}: {big.size} bytes of what tls-injector reads, over the "
                        f"{cap} a {kind} may take: left out ({what}); {_OVERSIZED_HINT}")
-            report.refused.append(message)
+            report.oversized.append(message)
             log.warning("object too large; left out", extra={"namespace": big.namespace, "object": big.name,
                                                               "kind": kind, "reason": message})
             ref = WorkloadRef(kind, big.namespace, big.name, "", "v1" if kind == "Service" else LISTED_KINDS[kind])
@@ -711,7 +735,8 @@ class Reconciler:
         expiries = {}
         for target in targets:
             obj = stored.get((SECRETS.kind, target.namespace, target.secret_name))
-            if obj is not None and (expiry := leaf_expiry(target, obj, signing)) is not None:
+            # Someone else's Secret in the way is no certificate of ours, whatever it holds.
+            if is_owned(obj, "leaf") and (expiry := leaf_expiry(target, obj, signing)) is not None:
                 expiries[target.namespace, target.secret_name] = expiry
         self.metrics.cert_expiry.replace({key: expiry.timestamp() for key, expiry in expiries.items()},
                                          per_object=self.settings.per_object_metrics)
@@ -734,7 +759,7 @@ class Reconciler:
             report.writes["update" if native.bundle else "create"] += signer.publish(
                 self.api, native, cas, now=now, guard=self._guard)
         except ValueError as e:  # a bundle of our name that is not ours
-            report.refused.append(str(e))
+            report.conflicts.append(str(e))
         self._answer_requests(native, cas, observed, report, now)
 
     def _answer_requests(self, native: signer.NativeView, cas: CaSet, observed: Observed, report: PassReport,
@@ -900,6 +925,9 @@ class Reconciler:
     def _converge_now(self, item: Item, existing: Obj | None, report: PassReport, now: datetime) -> Obj | None:
         for _ in range(MAX_ATTEMPTS):
             outcome = item.decide(existing)
+            if isinstance(outcome, Waiting) and existing is None and (found := self._unlisted(item)) is not None:
+                existing = found  # someone else's Secret in the way: a conflict to report, not a wait
+                continue
             if isinstance(outcome, Waiting):
                 self._waiting(item, outcome, report, now)
                 outcome = outcome.refresh
@@ -926,6 +954,13 @@ class Reconciler:
         self._failing.add(item.key)
         self._failed(item, "kept conflicting", report, now)
         return existing
+
+    def _unlisted(self, item: Item) -> Obj | None:
+        """A certificate Secret the pass did not list (it lists ours only, by label) may still exist,
+        someone else's: a create would meet it, but a certificate waiting for a CA creates nothing, and
+        would say "waits" while the way is blocked. One read for each certificate that waits with no
+        Secret of ours: a handful during a CA rotation, none otherwise."""
+        return self._read_optional(item.resource, item.name, item.namespace) if item.resource is SECRETS else None
 
     def _write_failed(self, item: Item, write: Write, error: KubeError, report: PassReport, now: datetime) -> None:
         if isinstance(error, Unavailable):
@@ -971,7 +1006,7 @@ class Reconciler:
                         message=f"Secret {item.name}: {what} {verb} ({why})")
 
     def _refused(self, item: Item, refused: Refused, report: PassReport, now: datetime) -> None:
-        report.refused.append(refused.message)
+        report.conflicts.append(refused.message)
         log.warning("object not owned; left untouched", extra={"namespace": item.namespace, "object": item.name})
         self._announce(item.workloads, f"{item.namespace}/{item.name}", reason="SecretConflict",
                        message=refused.message, now=now)
@@ -990,6 +1025,8 @@ class Reconciler:
         every pass; the Event list says it once (and again if it ends and comes back)."""
         condition = (reason, key)
         self._lasting.add(condition)
+        for ref in refs:
+            self._facts.setdefault(ref, []).append((reason, message))
         if condition not in self._told:
             self._told.add(condition)
             events.emit(self.api, refs, reason=reason, kind=kind, message=message, now=now)

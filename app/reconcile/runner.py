@@ -58,10 +58,12 @@ def summary(report: PassReport) -> str:
     """One line for a person (the JSON logs say the rest)."""
     state = "converged" if report.converged else "NOT converged"
     parts = [f"{state}: {report.write_count} writes" + writes_by_action(report.writes)]
-    parts += [f"{len(report.refused)} objects not ours"] if report.refused else []
-    parts += [f"{len(report.names_refused)} Secrets with refused service names"] if report.names_refused else []
-    parts += [f"{len(report.clients_refused)} client certificates refused"] if report.clients_refused else []
-    parts += [f"{len(report.nameless)} certificates name no Service"] if report.nameless else []
+    counted = ((report.conflicts, "object in the way, not ours", "objects in the way, not ours"),
+               (report.oversized, "object too large, left out", "objects too large, left out"),
+               (report.names_refused, "Secret with service names refused", "Secrets with service names refused"),
+               (report.clients_refused, "client certificate refused", "client certificates refused"),
+               (report.nameless, "certificate names no Service", "certificates name no Service"))
+    parts += [f"{len(found)} {one if len(found) == 1 else many}" for found, one, many in counted if found]
     parts += [f"{len(report.failed)} failed"] if report.failed else []
     if report.waiting:  # one reason stands for all: they wait for the same CA
         parts += [f"{len(report.waiting)} certificates wait: {next(iter(report.waiting.values()))}"]
@@ -107,11 +109,13 @@ def run_forever(cluster: ClusterConfig, settings: ReconcileSettings, stop: threa
 
 def run_until_signalled(cluster: ClusterConfig, settings: ReconcileSettings, *,
                         probe_address: tuple[str, int] | None = None, stop: threading.Event | None = None,
-                        status: bool = False, on_started: Callable[[], None] | None = None) -> None:
+                        status: bool = False, on_started: Callable[[], None] | None = None,
+                        identity: str | None = None) -> None:
     """`tls-injector reconcile` without --once: until SIGTERM or SIGINT (or `stop`, for tests). With
     `probe_address`, the operator port is served there on plain HTTP while the loop runs: /healthz,
     /readyz, /metrics and, with `status`, the status API and page (app.web.operator, app.web.status).
-    `on_started` is called once the client is configured and the port open, before the first pass."""
+    `on_started` is called once the client is configured and the port open, before the first pass.
+    `identity` names this replica in the Lease (default: hostname and PID; tests run two in one process)."""
     stop = stop or threading.Event()
     previous = {}
     if threading.current_thread() is threading.main_thread():  # signal handlers can only be set there
@@ -119,7 +123,7 @@ def run_until_signalled(cluster: ClusterConfig, settings: ReconcileSettings, *,
     server = None
     try:
         metrics = ReconcileMetrics()
-        loop = controller(cluster, settings, metrics=metrics)
+        loop = controller(cluster, settings, metrics=metrics, identity=identity)
         if probe_address is not None:
             host, port = probe_address
             sock = listen(host, port)
@@ -128,7 +132,7 @@ def run_until_signalled(cluster: ClusterConfig, settings: ReconcileSettings, *,
             from app.web.operator import OperatorPort  # noqa: PLC0415
             from app.web.status import status_app  # noqa: PLC0415
 
-            snapshot = (lambda: loop.reconciler.status) if status else None
+            snapshot = loop.snapshot if status else None
             server = OperatorPort(sock, status_app(reconciler_probes(loop, metrics), snapshot))
             server.start()
         if on_started is not None:

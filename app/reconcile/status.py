@@ -8,7 +8,7 @@ body, no Secret data.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal
@@ -17,7 +17,7 @@ from app.injection.workload import pod_workload
 from app.names import CLIENT_CA_SECRET
 from app.pki import LEAF_LOOKAHEAD, CaState
 from app.reconcile.ca import CaStep
-from app.reconcile.discover import Target
+from app.reconcile.discover import Target, WorkloadRef
 from app.reconcile.plan import Obj
 
 CaRole = Literal["serving", "client"]
@@ -46,6 +46,18 @@ class CaStatus:
 
 
 @dataclass(frozen=True)
+class Condition:
+    """One condition of a workload's certificate, in the style of cert-manager's: `Ready` always, True
+    with reason `Issued` or False with the reason that stops it; then one condition of each other trouble
+    that lasts (status True). Reasons are those of the Events the same facts raise (docs/operations.md)."""
+
+    type: str
+    status: Literal["True", "False"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
 class WorkloadStatus:
     namespace: str
     workloads: tuple[str, ...]  # "Deployment/web", every workload sharing the Secret
@@ -53,10 +65,23 @@ class WorkloadStatus:
     not_after: datetime | None  # None: no certificate stored yet
     renew_at: datetime | None
     waiting: str  # why its certificate waits for a CA that may sign; empty when it does not
+    conditions: tuple[Condition, ...]  # Ready first, then each other trouble told on its workloads
     # What is wrong with the names its certificate carries, empty when nothing is: names asked for and
     # refused (the rest issued), or that it names no Service at all (issued all the same; no client can
-    # verify it until a Service selects the pods).
+    # verify it until a Service selects the pods). Also a condition (ServiceNamesRefused, NoServiceName).
     names_problem: str = ""
+
+
+# What keeps a certificate from being Ready, most decisive first: someone else's Secret in the way makes
+# waiting for a CA beside the point (nothing could be written there anyway), and a write refused by the
+# API server comes before a wait that a write would end.
+NOT_READY = ("SecretConflict", "CertificateFailed", "CertificateWaiting")
+# Troubles that do not stop the certificate (it is issued without the refused names; one naming no Service
+# is issued all the same, so the pods start, though no client can verify it; the namespace's pods miss the
+# next CA; the client certificate is its own Secret), each a condition of its own.
+BESIDE = ("ServiceNamesRefused", "NoServiceName", "TrustBundleExcluded", "ClientCertificateRefused",
+          "ClientCertificateFailed")
+NOT_ISSUED = "no certificate is stored yet; the next pass issues it"
 
 
 @dataclass(frozen=True)
@@ -102,17 +127,45 @@ def _waits_for(step: CaStep, state: CaState) -> str:
     return WAITS_FOR[state]
 
 
+Facts = Mapping[WorkloadRef, Sequence[tuple[str, str]]]  # the (reason, message) of each Warning Event of the pass
+
+
 def workload_statuses(targets: Iterable[Target], expiries: Mapping[tuple[str, str], datetime],
-                      waiting: Mapping[str, str]) -> list[WorkloadStatus]:
+                      waiting: Mapping[str, str], facts: Facts | None = None) -> list[WorkloadStatus]:
+    """Each certificate Secret with its dates and conditions, from the facts the pass raised Events for
+    (their reasons and messages, by the workloads they were raised on)."""
     found = []
     for t in targets:
         not_after = expiries.get((t.namespace, t.secret_name))
+        renew_at = not_after - LEAF_LOOKAHEAD if not_after else None
+        told: dict[str, str] = {}
+        for ref in t.workloads:
+            for reason, message in (facts or {}).get(ref, ()):
+                told.setdefault(reason, message)
         found.append(WorkloadStatus(
             namespace=t.namespace, workloads=tuple(sorted(str(w) for w in t.workloads)), secret=t.secret_name,
-            not_after=not_after, renew_at=not_after - LEAF_LOOKAHEAD if not_after else None,
-            waiting=waiting.get(f"{t.namespace}/{t.secret_name}", ""),
+            not_after=not_after, renew_at=renew_at, waiting=waiting.get(f"{t.namespace}/{t.secret_name}", ""),
+            conditions=conditions(told, not_after=not_after, renew_at=renew_at),
             names_problem=t.namelessness() or t.refusal()))
     return found
+
+
+def conditions(told: Mapping[str, str], *, not_after: datetime | None,
+               renew_at: datetime | None) -> tuple[Condition, ...]:
+    """`Ready` from what was told (reason -> message) and the stored certificate's dates; then the rest.
+    A certificate whose every name was refused is not held back: it is issued naming no Service (its
+    NoServiceName condition says so), as discover.Target.namelessness tells."""
+    stop = next((reason for reason in NOT_READY if reason in told), None)
+    if stop is not None:
+        ready = Condition("Ready", "False", stop, told[stop])
+    elif not_after is None:
+        ready = Condition("Ready", "False", "NotIssued", NOT_ISSUED)
+    else:
+        renewal = f"; renewed from {renew_at:%Y-%m-%d %H:%M} UTC" if renew_at else ""
+        ready = Condition("Ready", "True", "Issued", f"issued, valid until {not_after:%Y-%m-%d %H:%M} UTC{renewal}")
+    beside = [Condition(reason, "True", reason, told[reason]) for reason in BESIDE
+              if reason in told and reason != ready.reason]
+    return (ready, *beside)
 
 
 def pod_statuses(pods: Iterable[Obj]) -> list[PodStatus]:

@@ -92,6 +92,13 @@ class PortStats:
     open: set[Any] = field(default_factory=set)
 
 
+# The routes that answer 503 as well as 200 (app.web.health.plain_routes), as the OpenAPI schema says.
+MAY_FAIL: Mapping[bytes, str] = {
+    b"/healthz": "not healthy: the event loop stalled (webhook) or the reconcile loop has not come round for 90 s",
+    b"/readyz": "not ready: the body says which check fails",
+}
+
+
 def create_app(routes: Routes, *, title: str = NAME) -> FastAPI:
     """A FastAPI app answering each route (`b"/healthz"` -> a function returning status, type, body).
 
@@ -100,8 +107,9 @@ def create_app(routes: Routes, *, title: str = NAME) -> FastAPI:
     """
     app = FastAPI(title=title, docs_url=None, redoc_url=None)
     for path, route in routes.items():
+        responses: dict[int | str, dict[str, Any]] = {503: {"description": MAY_FAIL[path]}} if path in MAY_FAIL else {}
         app.add_api_route(path.decode(), _endpoint(route), methods=["GET"], include_in_schema=True,
-                          name=path.decode().strip("/") or "root", response_class=Response)
+                          name=path.decode().strip("/") or "root", response_class=Response, responses=responses)
     return app
 
 

@@ -36,7 +36,8 @@ ul.attention li.warn{background:#fffbea;border-left-color:#b26a00}
 
 def render_page(status: Status | None, *, sort: str, now: datetime) -> str:
     if status is None:
-        body = "<p class='meta'>No reconcile pass yet: this replica has not led a pass since it started.</p>"
+        body = ("<p class='meta'>No reconcile pass to show: this replica does not hold the leader Lease, or has "
+                "not finished a pass since it took it.</p>")
         return _document(body)
     parts = [f"<p class='meta'>Last pass {_when(status.pass_at, now)}; "
              f"{'converged' if status.converged else 'not converged'}</p>",
@@ -54,22 +55,15 @@ def _document(body: str) -> str:
 
 
 def attention_items(status: Status, now: datetime) -> list[tuple[str, str]]:
-    """(severity, text) for everything a person should look at, the most urgent first."""
+    """(severity, text) for everything a person should look at, in the order the docs give: a stopped
+    pass; certificates expiring or overdue (the one that ends first first); certificates waiting or not
+    issued; pods without the injection; a CA rotation under way. A certificate not issued has no date:
+    it is not "due now" and is never sorted among the dated ones."""
     items: list[tuple[str, str]] = []
     if status.aborted:
         items.append(("crit", f"The last pass stopped: {status.aborted}"))
-    for w in sorted(status.workloads, key=lambda w: w.not_after or now):
-        name = f"{w.namespace}/{w.secret} ({', '.join(w.workloads)})"
-        if w.not_after is not None and w.not_after - now <= EXPIRING_WITHIN:
-            items.append(("crit", f"Certificate {name} expires {_when(w.not_after, now)}"))
-        elif w.renew_at is not None and w.renew_at <= now:
-            items.append(("crit", f"Certificate {name} is overdue for renewal (due {_when(w.renew_at, now)})"))
-        if w.waiting:
-            items.append(("warn", f"Certificate {name} waits: {w.waiting}"))
-        elif w.not_after is None:
-            items.append(("warn", f"Certificate {name} is not issued yet"))
-        if w.names_problem:
-            items.append(("warn", w.names_problem))
+    items += _due(status.workloads, now)
+    items += _not_current(status.workloads)
     for p in status.pods_missing_injection:
         items.append(("warn", f"Pod {p.namespace}/{p.name} (workload {p.workload}) runs without the injection: "
                               "restart its workload"))
@@ -78,6 +72,48 @@ def attention_items(status: Status, now: datetime) -> list[tuple[str, str]]:
             items.append(("warn", f"CA rotation in {ca.ca_set}: {ca.fingerprint} is {ca.state}, waiting for "
                                   f"{ca.waits_for}"))
     return items
+
+
+def _name(w: Workload) -> str:
+    return f"{w.namespace}/{w.secret} ({', '.join(w.workloads)})"
+
+
+def _due(workloads: Sequence[Workload], now: datetime) -> list[tuple[str, str]]:
+    """Certificates that end within EXPIRING_WITHIN or are past their renewal time, the first to end first."""
+    items = []
+    dated = sorted((w.not_after, w.namespace, w.secret, w) for w in workloads if w.not_after is not None)
+    for not_after, _, _, w in dated:
+        if not_after - now <= EXPIRING_WITHIN:
+            items.append(("crit", f"Certificate {_name(w)} expires {_when(not_after, now)}"))
+        elif w.renew_at is not None and w.renew_at <= now:
+            items.append(("crit", f"Certificate {_name(w)} is overdue for renewal (due {_when(w.renew_at, now)})"))
+    return items
+
+
+# How an attention item words a certificate's Ready reason: "Certificate ns/web-tls (Deployment/web) <...>: <message>".
+READY_WORDS = {"SecretConflict": "is in conflict with another object", "CertificateFailed": "could not be written",
+               "CertificateWaiting": "waits", "ServiceNamesRefused": "is refused", "NotIssued": "is not issued yet"}
+
+
+def _not_current(workloads: Sequence[Workload]) -> list[tuple[str, str]]:
+    """Certificates that are not Ready, then every other trouble told on a workload, by namespace and Secret."""
+    items = []
+    troubles = []
+    for w in sorted(workloads, key=lambda w: (w.namespace, w.secret)):
+        items += [("warn", f"Certificate {_name(w)} {READY_WORDS.get(c.reason, c.reason)}: {c.message}")
+                  for c in w.conditions if c.type == "Ready" and c.status == "False"]
+        troubles += [("warn", f"Certificate {_name(w)}: {c.reason}: {c.message}") for c in w.conditions
+                     if c.type != "Ready"]
+        if w.names_problem and all(c.message != w.names_problem for c in w.conditions):
+            troubles.append(("warn", w.names_problem))  # told by no condition (a status without its Events)
+    return items + troubles
+
+
+def _condition(w: Workload) -> str:
+    """The workloads table's cell: the Ready reason (with its message when not Ready), then the others."""
+    shown = [c.reason if c.status == "True" and c.type == "Ready" else f"{c.reason}: {c.message}"
+             for c in w.conditions]
+    return "; ".join(shown) or "-"
 
 
 def _attention(status: Status, now: datetime) -> str:
@@ -102,7 +138,13 @@ SORTS: dict[str, tuple[str, Callable[[Workload], Any]]] = {
     "not_after": ("not after", lambda w: (_naive(w.not_after), w.namespace, w.secret)),
     "renew_at": ("renew at", lambda w: (_naive(w.renew_at), w.namespace, w.secret)),
     "waiting": ("waiting", lambda w: (not w.waiting, w.namespace, w.secret)),
+    "ready": ("condition", lambda w: (_ready(w), w.namespace, w.secret)),
 }
+
+
+def _ready(w: Workload) -> bool:
+    """Sorts the certificates that are not Ready, or carry another trouble, first."""
+    return all(c.status == ("True" if c.type == "Ready" else "False") for c in w.conditions)
 
 
 def _workloads(workloads: Sequence[Workload], sort: str, now: datetime) -> str:
@@ -110,7 +152,7 @@ def _workloads(workloads: Sequence[Workload], sort: str, now: datetime) -> str:
     header = [f"<a href='?sort={name}#workloads'>{escape(title)}</a>" + (" &#9662;" if name == sort else "")
               for name, (title, _) in SORTS.items()]
     rows = [[w.namespace, ", ".join(w.workloads), w.secret, _when(w.not_after, now), _when(w.renew_at, now),
-             w.waiting or "-"] for w in sorted(workloads, key=key)]
+             w.waiting or "-", _condition(w)] for w in sorted(workloads, key=key)]
     return _table(header, rows, raw_header=True)
 
 

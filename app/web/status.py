@@ -19,7 +19,7 @@ from app.web.health import Probes, plain_routes
 from app.web.operator import create_app
 from app.web.page import render_page
 
-SortKey = Literal["namespace", "workload", "secret", "not_after", "renew_at", "waiting"]
+SortKey = Literal["namespace", "workload", "secret", "not_after", "renew_at", "waiting", "ready"]
 
 
 class _Model(BaseModel):
@@ -39,6 +39,16 @@ class CertificateAuthority(_Model):
     next_step_at: datetime | None
 
 
+class Condition(_Model):
+    """cert-manager's style: `Ready` first (True: `Issued`; False: the reason that stops it), then each
+    other trouble that lasts; reasons are those of the Events (docs/operations.md, "Conditions")."""
+
+    type: str
+    status: Literal["True", "False"]
+    reason: str
+    message: str
+
+
 class Workload(_Model):
     namespace: str
     workloads: tuple[str, ...]
@@ -46,6 +56,7 @@ class Workload(_Model):
     not_after: datetime | None
     renew_at: datetime | None
     waiting: str
+    conditions: tuple[Condition, ...]
     names_problem: str = ""  # refused names, or none at all (the certificate names no Service)
 
 
@@ -75,7 +86,8 @@ class NoPass(_Model):
     detail: str
 
 
-NOT_YET = "no reconcile pass yet: this replica has not led a pass since it started"
+NOT_YET = ("no reconcile pass to show: this replica does not hold the leader Lease, or has not finished a pass "
+           "since it took it")
 
 
 def add_status_routes(app: FastAPI, snapshot: Callable[[], object | None],
@@ -96,7 +108,8 @@ def add_status_routes(app: FastAPI, snapshot: Callable[[], object | None],
     app.add_api_route("/api/v1/status", status, methods=["GET"], response_model=Status,
                       responses={503: {"model": NoPass, "description": NOT_YET}},
                       summary="What the reconciler's last pass saw")
-    app.add_api_route("/", page, methods=["GET"], response_class=HTMLResponse, summary="The status page")
+    app.add_api_route("/", page, methods=["GET"], response_class=HTMLResponse, summary="The status page",
+                      responses={503: {"description": NOT_YET, "content": {"text/html": {}}}})
 
 
 def status_app(probes: Probes, snapshot: Callable[[], object | None] | None) -> FastAPI:

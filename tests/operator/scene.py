@@ -1,8 +1,9 @@
 """A reconciler with something to show: running on the emulator, its operator port on loopback.
 
 Two namespaces of opted-in Deployments converged under a user CA; then the CA is replaced (so the new
-one waits to be trusted everywhere and no CA may sign), a new Deployment arrives (its certificate waits)
-and a bare pod runs without the injection (created while the webhook was down).
+one waits to be trusted everywhere and no CA may sign), a new Deployment arrives (its certificate waits),
+a bare pod runs without the injection (created while the webhook was down), a Deployment finds someone
+else's Secret in its place, and another asks for a service name outside its namespace.
 """
 
 from __future__ import annotations
@@ -55,6 +56,12 @@ def running_scene(emu: Emulator) -> Iterator[Scene]:
     put_user_ca(emu, make_ca(common_name="user CA 2", now=now))
     deployment(emu, "late", "ns0")
     bare_pod(emu, "orphan", "ns1")
+    # Someone else's Secret where "squat" wants its own, and a workload asking for a name in another
+    # namespace: each must say why on the status, not "waits" or "not issued yet".
+    deployment(emu, "squat", "ns0")
+    emu.add({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+             "metadata": {"name": "squat-tls", "namespace": "ns0"}, "data": {}})
+    deployment(emu, "greedy", "ns1", annotations={"tls-injector.io/service-names": "greedy,kubernetes.default.svc"})
     args = _parser().parse_args(["reconcile", "--server", emu.url, *FLAGS])  # settings only: --status is below
     cluster = find_cluster(server=emu.url)
     assert cluster is not None

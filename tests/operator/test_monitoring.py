@@ -112,7 +112,10 @@ def test_every_metric_an_alert_or_panel_queries_is_exported_by_the_webhook_or_th
     assert "tls_injector_leader" in reconciler_metrics
     program = webhook_metrics | reconciler_metrics
     queried = queried_metrics()
-    assert all(queried.values()), [where for where, names in queried.items() if not names]
+    # An alert on Prometheus's own `up` (TLSInjectorMetricsAbsent) queries none of ours, on purpose.
+    on_up = {f"alert {r['alert']}" for r in alert_rules() if re.search(r"\bup\{", r["expr"])}
+    assert on_up == {"alert TLSInjectorMetricsAbsent"}
+    assert [where for where, names in queried.items() if not names and where not in on_up] == []
     missing = {where: sorted(names - program) for where, names in queried.items() if names - program}
     assert missing == {}
     # And the other way round: every metric the program exports is on the dashboard or behind an alert.
@@ -148,3 +151,54 @@ def test_the_shipping_schema_check_refuses_a_misspelt_monitoring_field(path: str
     edit(doc)
     with pytest.raises(jsonschema.ValidationError):
         validate(doc)
+
+
+# The labels the Prometheus Operator puts on every series it scrapes through the ServiceMonitor
+# (servicemonitor.yaml): the target's, added to the labels /metrics gives.
+TARGET = {"job": "tls-injector-reconciler", "namespace": "tls-injector", "service": "tls-injector-reconciler",
+          "endpoint": "metrics", "container": "reconciler", "pod": "tls-injector-reconciler-7d9f-a",
+          "instance": "10.0.0.5:8080"}
+
+
+def live_samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    """Each sample of `name` in an exposition, with its labels as scraped (the target's added)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return [({**s.labels, **TARGET}, s.value) for f in text_string_to_metric_families(text) for s in f.samples
+            if s.name == name]
+
+
+def series(labels: dict[str, str], name: str) -> str:
+    return name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
+
+def test_the_ca_rotation_alert_fires_on_a_ca_that_steps_from_untrusted_to_trusted_unused_and_stops_there(
+    scene: Scene, tmp_path: Path
+) -> None:
+    """A rotation stuck for 42 minutes, 20 of them untrusted and 22 trusted-unused, is stuck for over 30,
+    as the table says, although neither state lasted 30. The series are the reconciler's own, read from a
+    live /metrics (the scene's new user CA waits untrusted), with the labels a scrape adds."""
+    name = "tls_injector_ca_expiry_timestamp_seconds"
+    found = [(labels, value) for labels, value in live_samples(httpx.get(scene.base + "/metrics").text, name)
+             if labels["state"] == "untrusted"]
+    assert found, "the scene's new CA is not untrusted on /metrics"
+    labels, value = found[0]
+    rule = next(r for r in alert_rules() if r["alert"] == "TLSInjectorCARotationStuck")
+    stepped = {**labels, "state": "trusted-unused"}
+    case = {"interval": "1m", "input_series": [
+        {"series": series(labels, name), "values": f"{value:.0f}x19 _x40"},  # minutes 0-19
+        {"series": series(stepped, name), "values": f"_x19 {value:.0f}x40"},  # minutes 20-59
+    ], "alert_rule_test": [
+        {"eval_time": "29m", "alertname": rule["alert"], "exp_alerts": []},
+        {"eval_time": "42m", "alertname": rule["alert"], "exp_alerts": [{
+            "exp_labels": {"severity": "warning", "fingerprint": labels["fingerprint"]},
+            "exp_annotations": {**rule["annotations"], "summary": rule["annotations"]["summary"].replace(
+                "{{ $labels.fingerprint }}", labels["fingerprint"])}}]},
+    ]}
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": yaml.safe_load(RULES.read_text())["spec"]["groups"]},
+                                                        sort_keys=False))
+    (tmp_path / "live_test.yaml").write_text(yaml.safe_dump({"rule_files": ["rules.yaml"], "evaluation_interval": "1m",
+                                                             "tests": [case]}, sort_keys=False))
+    result = subprocess.run([promtool(), "test", "rules", str(tmp_path / "live_test.yaml")], capture_output=True,
+                            text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr

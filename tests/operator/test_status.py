@@ -18,7 +18,8 @@ from tests.operator.scene import Scene
 
 REQUESTS = 100
 PAIRS = [(snapshot.Status, api.Status), (snapshot.CaStatus, api.CertificateAuthority),
-         (snapshot.WorkloadStatus, api.Workload), (snapshot.PodStatus, api.Pod), (snapshot.MemberStatus, api.Member)]
+         (snapshot.WorkloadStatus, api.Workload), (snapshot.PodStatus, api.Pod), (snapshot.MemberStatus, api.Member),
+         (snapshot.Condition, api.Condition)]
 
 
 @pytest.mark.parametrize(("recorded", "served"), PAIRS, ids=[p[1].__name__ for p in PAIRS])
@@ -39,8 +40,8 @@ def test_the_status_api_and_page_say_what_the_last_pass_saw_without_any_key_mate
     assert "PRIVATE KEY" not in body
     assert "BEGIN CERTIFICATE" not in body
     by_secret = {(w["namespace"], w["secret"]): w for w in status["workloads"]}
-    assert set(by_secret) == {("ns0", "app0-tls"), ("ns0", "app1-tls"), ("ns0", "late-tls"),
-                              ("ns1", "app0-tls"), ("ns1", "app1-tls"), ("ns1", "orphan-tls")}
+    assert set(by_secret) == {("ns0", "app0-tls"), ("ns0", "app1-tls"), ("ns0", "late-tls"), ("ns0", "squat-tls"),
+                              ("ns1", "app0-tls"), ("ns1", "app1-tls"), ("ns1", "orphan-tls"), ("ns1", "greedy-tls")}
     late = by_secret["ns0", "late-tls"]
     assert late["workloads"] == ["Deployment/late"]
     assert (late["not_after"], late["renew_at"]) == (None, None)
@@ -66,7 +67,7 @@ def test_the_status_api_and_page_say_what_the_last_pass_saw_without_any_key_mate
     # The page: attention first (the waiting certificate, the pod without injection, the rotation),
     # then the CAs, then the workloads sorted as asked.
     attention, cas, workloads = page.index("Needs attention"), page.index("Certificate authorities"), page.index(
-        "Workloads (6)")
+        "Workloads (8)")
     assert attention < cas < workloads
     head = page[attention:cas]
     assert "ns0/late-tls (Deployment/late) waits" in head
@@ -76,6 +77,44 @@ def test_the_status_api_and_page_say_what_the_last_pass_saw_without_any_key_mate
     assert rows == sorted(rows)
     assert "<script" not in page
     assert "http" not in page  # nothing loaded from anywhere
+
+
+def test_each_workload_has_a_ready_condition_with_the_reason_and_message_of_its_event(scene: Scene) -> None:
+    """cert-manager's style: issued, waiting for a CA, conflict with someone else's Secret (during a CA
+    rotation too, when nothing is created: once it read "waits"), refused service names beside the
+    rest. Every reason and message is the one of the Warning Event the same pass raised on the workload."""
+    by_secret = {(w["namespace"], w["secret"]): w for w in scene.status()["workloads"]}
+
+    def condition(ns: str, secret: str, kind: str = "Ready") -> dict[str, str]:
+        return next(c for c in by_secret[ns, secret]["conditions"] if c["type"] == kind)
+
+    issued = condition("ns0", "app0-tls")
+    assert (issued["status"], issued["reason"]) == ("True", "Issued")
+    assert issued["message"].startswith("issued, valid until ")
+    squat = condition("ns0", "squat-tls")
+    assert (squat["status"], squat["reason"]) == ("False", "SecretConflict")
+    assert squat["message"] == "Secret ns0/squat-tls exists and is not managed by tls-injector"
+    assert by_secret["ns0", "squat-tls"]["waiting"] == ""
+    late = condition("ns0", "late-tls")
+    assert (late["status"], late["reason"]) == ("False", "CertificateWaiting")
+    assert "the new CA" in late["message"]
+    assert condition("ns1", "greedy-tls")["reason"] == "CertificateWaiting"
+    refused = condition("ns1", "greedy-tls", "ServiceNamesRefused")
+    assert (refused["status"], refused["reason"]) == ("True", "ServiceNamesRefused")
+    assert "'kubernetes.default.svc'" in refused["message"]
+    assert [c["type"] for c in by_secret["ns0", "app0-tls"]["conditions"]] == ["Ready"]
+
+    # The Event is raised once while its condition lasts; a wait's message moves on with the CA's step
+    # (being added to the bundles, then the settle), the condition says the latest.
+    events = {(e["involvedObject"]["name"], e["reason"]): e["message"] for e in scene.emulator.objects("events")}
+    for (ns, secret), workload in by_secret.items():
+        for c in workload["conditions"]:
+            if c["reason"] in ("Issued", "NotIssued"):
+                continue
+            told = events[secret.removesuffix("-tls"), c["reason"]]
+            if c["reason"] == "CertificateWaiting":
+                told, c["message"] = told.partition("the new CA")[0], c["message"].partition("the new CA")[0]
+            assert told == c["message"], (ns, secret, c)
 
 
 def test_before_any_pass_the_api_says_so_with_503_and_the_schema_is_served() -> None:

@@ -18,18 +18,27 @@ def test_a_phone_browser_shows_what_needs_attention_first_then_the_cas_then_the_
 ) -> None:
     dom = dump_dom(scene.base + "/?sort=namespace")
     text = re.sub(r"<[^>]+>", " ", dom)
-    attention, cas, workloads = (text.index(h) for h in ("Needs attention", "Certificate authorities", "Workloads (6)"))
+    attention, cas, workloads = (text.index(h) for h in ("Needs attention", "Certificate authorities", "Workloads (8)"))
     assert attention < cas < workloads
     head = text[attention:cas]
     assert "Certificate ns0/late-tls (Deployment/late) waits: Secret ns0/late-tls: certificate issue waits" in head
     assert "Pod ns1/orphan (workload orphan) runs without the injection: restart its workload" in head
     assert "CA rotation in tls-injector-ca" in head
+    # Each says why, where the operator looks: the conflict as a conflict (not "waits" or "not issued yet"),
+    # and the refused service names, which showed nowhere.
+    assert ("Certificate ns0/squat-tls (Deployment/squat) is in conflict with another object: Secret ns0/squat-tls "
+            "exists and is not managed by tls-injector") in head
+    assert "ns0/squat-tls (Deployment/squat) waits" not in head
+    assert "Certificate ns1/greedy-tls (Deployment/greedy): ServiceNamesRefused: Secret ns1/greedy-tls" in head
+    table = text[workloads:]
+    assert "SecretConflict: Secret ns0/squat-tls exists and is not managed by tls-injector" in table
+    assert "Issued" in table
     assert "untrusted (signs)" not in text[cas:workloads]
     assert "trusted-used" in text[cas:workloads]
     assert "CN=user CA 2" in text[cas:workloads]
-    namespaces = re.findall(r"<tr><td>(ns\d)</td>", dom[dom.index("Workloads (6)"):])
+    namespaces = re.findall(r"<tr><td>(ns\d)</td>", dom[dom.index("Workloads (8)"):])
     assert namespaces == sorted(namespaces)
-    assert len(namespaces) == 6
+    assert len(namespaces) == 8
     # The column links sort on the server: by Secret, late-tls comes between app1-tls and orphan-tls.
     by_secret = re.findall(r"<td>([a-z0-9]+-tls)</td>", dump_dom(scene.base + "/?sort=secret"))
     assert by_secret == sorted(by_secret)

@@ -181,7 +181,7 @@ def test_a_legal_name_no_service_names_still_gets_its_secret_and_the_workload_is
     [told] = report.nameless
     assert secret in told
     assert "no Service" in told
-    assert summary(report).endswith("1 certificates name no Service")
+    assert summary(report).endswith("1 certificate names no Service")
 
     leaf, bundle = _leaf_and_bundle(kubeapi, secret)
     chain = load_certificates(leaf["tls.crt"])

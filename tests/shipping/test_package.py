@@ -109,7 +109,7 @@ def test_the_wheel_installs_a_working_command_as_pipx_would(wheel: zipfile.ZipFi
     helped = run(bin_dir / "tls-injector", "--help")
     assert helped.returncode == 0, helped.stderr
     assert helped.stdout.startswith("usage: tls-injector "), helped.stdout
-    assert "{serve,check,export-policy,reconcile,bootstrap,inject,doctor}" in helped.stdout
+    assert "{serve,check,export-policy,reconcile,bootstrap,inject,doctor,status,renew}" in helped.stdout
     # A command that loads the rules, CEL and YAML from the installed package, data file included.
     policies = run(bin_dir / "tls-injector", "export-policy")
     assert policies.returncode == 0, policies.stderr
