@@ -144,7 +144,7 @@ def check_names_accepted(wanted: list[Target]) -> Result:
         return error(CATEGORY, title, f"{len(refused)} of {len(wanted)} ask for names no certificate may carry",
                      details=refused,
                      hint=f"{names.SERVICE_NAMES_ANNOTATION} lists Services of the workload's own namespace by their "
-                          "own names (DNS-1035 labels, at most 16); the rest are issued. docs/security.md")
+                          "own names (DNS-1123 labels, at most 16); the rest are issued. docs/security.md")
     return ok(CATEGORY, title, f"{len(wanted)} certificates")
 
 

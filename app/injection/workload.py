@@ -42,9 +42,10 @@ MAX_SECRET_NAME = 253
 SECRET_SUFFIX = "-tls"  # noqa: S105 - a name's suffix, not a password
 CLIENT_SECRET_SUFFIX = "-client-tls"  # noqa: S105 - a name's suffix, not a password
 _HASH_CHARS = 10  # hex digits of SHA-256: 40 bits, no clash among the names one namespace can hold
-# A Service's name: a DNS-1035 label of at most 63 characters (app/pki/names.py checks names for
-# certificates with the same rule; this package may not import that one).
-_SERVICE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+# A Service's name: a DNS-1123 label of at most 63 characters, a leading digit allowed since 1.37 made
+# RelaxedServiceNameValidation GA (app/pki/names.py checks names for certificates with the same rule; this
+# package may not import that one).
+_SERVICE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,9 +9,11 @@ from dataclasses import dataclass
 
 from app.names import DEFAULT_CLUSTER_DOMAIN
 
-# A Service's name is a DNS-1035 label (what the apiserver accepts for `metadata.name` of a Service):
-# a lower-case letter, then letters, digits and inner hyphens, 63 characters at most.
-_SERVICE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+# A Service's name is a DNS-1123 label (what the apiserver accepts for `metadata.name` of a Service since
+# RelaxedServiceNameValidation, on in 1.36 and GA and locked on in 1.37: tests/cluster/test_contract.py):
+# lower-case letters, digits and inner hyphens, 63 characters at most, a leading digit allowed. On an older
+# cluster such a Service cannot exist, so a certificate naming one names nothing anyone can serve.
+_SERVICE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # Services one certificate may name (docs/security.md). Each becomes two SANs sent in every handshake;
 # 16 Services (32 names, ~1.5 KiB) is more than any workload we know serves, and far below what clients
 # and the Secret's size tolerate. A list longer than that is a mistake or an attack, not a design.
@@ -114,7 +116,8 @@ def service_name_problem(name: str) -> str:
         ("." in name, "has dots; give the Service's own name, its namespace and domain are added"),
         (len(name) > 63, "longer than 63 characters"),
         (not _SERVICE.match(name),
-         "not a Service name (a DNS-1035 label: lower-case letters, digits and '-', starting with a letter)"),
+         "not a Service name (a DNS-1123 label: lower-case letters, digits and '-', starting and ending with a "
+         "letter or digit)"),
     )
     return next((why for failed, why in checks if failed), "")
 

@@ -35,7 +35,8 @@ def _longest(limit: int, *, dots: bool) -> str:
 
 def legal_names(kind: str) -> list[str]:
     """Names the apiserver accepts for `kind`: the short, the odd (leading digit, all digits, dots) and
-    the longest; the ones that are no Service name (a DNS-1035 label of at most 63) are most of them."""
+    the longest; the ones that are no Service name (a DNS-1123 label of at most 63, so: dots or 64+
+    characters) are most of them."""
     limit, dots = LIMITS[kind], DOTS[kind]
     names = ["web", "1web", "0", "a-1", "web-" + "x" * (min(limit, 63) - 4), _longest(limit, dots=dots)]
     if limit > 63:

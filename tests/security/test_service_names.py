@@ -66,7 +66,7 @@ def test_names_outside_the_workloads_namespace_are_refused_and_the_rest_issued(k
     ("fd00::1", "an IP address"),
     ("a" * 64, "longer than 63"),
     ("Web", "not a Service name"),
-    ("1web", "not a Service name"),
+    ("web-", "not a Service name"),
     ("web_1", "not a Service name"),
 ])
 def test_each_kind_of_refusal_names_its_reason(kubeapi: Emulator, asked: str, why: str) -> None:
