@@ -10,10 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import kubernetes.client
-import kubernetes.config
 import pytest
 
-from tests.cluster.controlplane import ControlPlane
+from tests.cluster.controlplane import ControlPlane, api_client
 from tests.cluster.install import Installation
 
 # A test here waits on real controllers (a ReplicaSet's pods, a namespace's deletion, a reconciler's
@@ -42,10 +41,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
 @pytest.fixture(scope="session")
 def admin(cluster: ControlPlane) -> kubernetes.client.ApiClient:
     """cluster-admin through the official client."""
-    configuration = kubernetes.client.Configuration()
-    kubernetes.config.load_kube_config(config_file=str(cluster.admin_kubeconfig),  # type: ignore[no-untyped-call]
-                                       client_configuration=configuration)
-    return kubernetes.client.ApiClient(configuration)
+    return api_client(cluster.admin_kubeconfig)
 
 
 @pytest.fixture(scope="session")

@@ -36,6 +36,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import kubernetes.client
+import kubernetes.config
+
 from tests.cluster.pki import ClusterPKI
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
@@ -58,6 +61,14 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def api_client(kubeconfig: Path) -> kubernetes.client.ApiClient:
+    """The official client for a kubeconfig of this tier (admin, a service account's token, a node)."""
+    configuration = kubernetes.client.Configuration()
+    kubernetes.config.load_kube_config(config_file=str(kubeconfig),  # type: ignore[no-untyped-call]
+                                       client_configuration=configuration)
+    return kubernetes.client.ApiClient(configuration)
 
 
 def kubeconfig(*, server: str, ca: Path, user: dict[str, str], name: str = "cluster") -> dict[str, Any]:

@@ -27,11 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes.client
-import kubernetes.config
 import pytest
 import yaml
 
-from tests.cluster.controlplane import ControlPlane
+from tests.cluster.controlplane import ControlPlane, api_client
 from tests.cluster.install import ROOT
 from tests.shipping.helm import CHART, helm
 
@@ -53,10 +52,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
 
 @pytest.fixture(scope="module")
 def core(plane: ControlPlane) -> kubernetes.client.CoreV1Api:
-    configuration = kubernetes.client.Configuration()
-    kubernetes.config.load_kube_config(config_file=str(plane.admin_kubeconfig),  # type: ignore[no-untyped-call]
-                                       client_configuration=configuration)
-    return kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(configuration))
+    return kubernetes.client.CoreV1Api(api_client(plane.admin_kubeconfig))
 
 
 class HookKubelet:

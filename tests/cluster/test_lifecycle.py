@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes.client
-import kubernetes.config
 import pytest
 from cryptography import x509
 
@@ -27,6 +26,7 @@ from app.pki import bundle_certificates, load_certificates, make_ca, verify_serv
 from app.reconcile.ca import CaPolicy
 from app.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
 from tests.cluster.controlplane import ControlPlane
+from tests.cluster.controlplane import api_client as cluster_client
 from tests.cluster.install import NS, Installation, wait_until
 from tests.cluster.test_mission import apply, deployment, make_namespace
 from tests.reconcile.cluster import Clock
@@ -84,10 +84,7 @@ class Lifecycle:
 def lifecycle(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
     plane = ControlPlane(tmp_path_factory.mktemp("lifecycle-plane")).start()
     try:
-        configuration = kubernetes.client.Configuration()
-        kubernetes.config.load_kube_config(config_file=str(plane.admin_kubeconfig),  # type: ignore[no-untyped-call]
-                                           client_configuration=configuration)
-        admin = kubernetes.client.ApiClient(configuration)
+        admin = cluster_client(plane.admin_kubeconfig)
         install = Installation(plane, admin, Path(tmp_path_factory.mktemp("lifecycle-install")))
         install.apply_manifests()
         for n in range(2):
@@ -146,10 +143,7 @@ def test_0_the_shipped_policies_are_in_force_for_the_reconciler_and_for_a_tenant
             "kind": "ServiceAccount", "name": "default", "namespace": "tenant"}]})
     token = lifecycle.core.create_namespaced_service_account_token(
         "default", "tenant", {"spec": {"expirationSeconds": 600}}).status.token
-    tenant_config = kubernetes.client.Configuration()
-    kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
-        config_file=str(lifecycle.plane.token_kubeconfig("tenant", token)), client_configuration=tenant_config)
-    tenant = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(tenant_config))
+    tenant = kubernetes.client.CoreV1Api(cluster_client(lifecycle.plane.token_kubeconfig("tenant", token)))
     lifecycle.tenant = tenant
     ours = {"app.kubernetes.io/managed-by": "tls-injector"}
     squats = {

@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kubernetes.client
-import kubernetes.config
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -19,19 +18,12 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from app.names import CLUSTER_TRUST_BUNDLE, MODE_ANNOTATION, MODE_POD_CERTIFICATE, SIGNER_NAME
 from app.pki import load_certificates, verify_server
-from tests.cluster.controlplane import ControlPlane
+from tests.cluster.controlplane import ControlPlane, api_client
 from tests.cluster.install import Installation, wait_until
 from tests.cluster.test_mission import make_namespace
 
 NODE = "node-1"
 NS = "podcert"
-
-
-def client(kubeconfig: Any) -> kubernetes.client.ApiClient:
-    configuration = kubernetes.client.Configuration()
-    kubernetes.config.load_kube_config(config_file=str(kubeconfig),  # type: ignore[no-untyped-call]
-                                       client_configuration=configuration)
-    return kubernetes.client.ApiClient(configuration)
 
 
 def pod_certificate_volume(pod: Any) -> Any:
@@ -59,7 +51,7 @@ def test_a_pod_certificate_is_asked_for_by_the_kubelet_signed_by_us_and_accepted
     key = ec.generate_private_key(ec.SECP256R1())  # on the node; only the public half travels
     csr = x509.CertificateSigningRequestBuilder().subject_name(x509.Name([])).sign(key, hashes.SHA256())
     account = core.read_namespaced_service_account("default", NS)
-    kubelet = kubernetes.client.CertificatesV1Api(client(cluster.node_kubeconfig(NODE)))
+    kubelet = kubernetes.client.CertificatesV1Api(api_client(cluster.node_kubeconfig(NODE)))
     created = kubelet.create_namespaced_pod_certificate_request(NS, {
         "apiVersion": "certificates.k8s.io/v1", "kind": "PodCertificateRequest",
         "metadata": {"generateName": "db-0-", "namespace": NS},
@@ -96,7 +88,7 @@ def test_a_kubelet_cannot_ask_for_a_pod_on_another_node(
     account = core.read_namespaced_service_account("default", NS)
     key = ec.generate_private_key(ec.SECP256R1())
     csr = x509.CertificateSigningRequestBuilder().subject_name(x509.Name([])).sign(key, hashes.SHA256())
-    intruder = kubernetes.client.CertificatesV1Api(client(cluster.node_kubeconfig("node-2")))
+    intruder = kubernetes.client.CertificatesV1Api(api_client(cluster.node_kubeconfig("node-2")))
     with pytest.raises(kubernetes.client.ApiException) as refused:
         intruder.create_namespaced_pod_certificate_request(NS, {
             "apiVersion": "certificates.k8s.io/v1", "kind": "PodCertificateRequest",
