@@ -6,6 +6,8 @@ spelling of any of them anywhere in app/.
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 NAME = "tls-injector"  # the project's name, and the default name of its own objects
 DOMAIN = "tls-injector.io"
 INJECT_LABEL = f"{DOMAIN}/inject"
@@ -65,6 +67,19 @@ ENV_ANNOTATION = f"{DOMAIN}/env"  # "true" for all TLS_ENV_VARS, or a comma list
 # The variables common TLS stacks read for extra trust: OpenSSL/Go/Python ssl, Python requests, Node.js.
 TLS_ENV_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")
 CERT_VOLUME = "tls-injector-cert"
+# A workload's certificate profile (docs/injection.md, "Certificate profiles"), on its pod template, each
+# bounded by the operator's reconcile flags: how long the certificate lives and how long before its end it is
+# renewed (durations as `kubectl` and Go write them: `2160h`, `90m`, `1h30m`), and its key's algorithm.
+DURATION_ANNOTATION = f"{DOMAIN}/duration"
+RENEW_BEFORE_ANNOTATION = f"{DOMAIN}/renew-before"
+KEY_ALGORITHM_ANNOTATION = f"{DOMAIN}/key-algorithm"
+PROFILE_ANNOTATIONS = (DURATION_ANNOTATION, RENEW_BEFORE_ANNOTATION, KEY_ALGORITHM_ANNOTATION)
+KeyAlgorithm = Literal["ecdsa-p256", "ecdsa-p384", "rsa-2048", "rsa-3072", "rsa-4096", "ed25519"]
+KEY_ALGORITHMS: tuple[KeyAlgorithm, ...] = get_args(KeyAlgorithm)
+DEFAULT_KEY_ALGORITHM: KeyAlgorithm = KEY_ALGORITHMS[0]
+# On a leaf Secret: the profile its certificate was issued with, when it is not the built-in one (ECDSA
+# P-256, 90 days, renewed 35 days before its end), so doctor and status read the renewal time from it.
+PROFILE_ANNOTATION = f"{DOMAIN}/profile"
 # On a pod template: "true" gives the workload an mTLS client certificate too (docs/mtls.md): its own
 # Secret (workload.client_secret_name_for), EKU clientAuth only, from the client CA, with the URI SAN
 # spiffe://<trust domain>/ns/<namespace>/sa/<service account>; mounted read-only at CLIENT_MOUNT_PATH with

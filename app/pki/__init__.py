@@ -38,7 +38,7 @@ from app.pki.domains import (
     spiffe_id,
     uri_sans,
 )
-from app.pki.keys import KEY_TYPES, KeyType, PrivateKey, generate_key
+from app.pki.keys import KEY_TYPES, KeyType, PrivateKey, generate_key, key_type_of
 from app.pki.names import (
     MAX_SERVICES,
     ServiceNames,
@@ -153,6 +153,7 @@ __all__ = [
     "issue_for_key",
     "issue_leaf",
     "issued_by",
+    "key_type_of",
     "leaf_renewal",
     "load_cert_key",
     "load_certificates",

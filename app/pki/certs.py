@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from app.names import NAME
+from app.names import DEFAULT_KEY_ALGORITHM, NAME
 from app.pki.keys import KeyType, PrivateKey, generate_key, key_from_pem, key_to_pem, signature_hash
 
 # Nodes whose clocks run a few minutes behind must still accept a certificate issued just now.
@@ -73,7 +73,7 @@ def make_ca(
     common_name: str,
     now: datetime,
     validity: timedelta = CA_VALIDITY,
-    key_type: KeyType = "ecdsa-p256",
+    key_type: KeyType = DEFAULT_KEY_ALGORITHM,
     issuer: CertKey | None = None,
     path_length: int | None = None,
     permitted_dns: Sequence[str] = (),
@@ -123,7 +123,7 @@ def issue_leaf(
     ip_addresses: Iterable[str] = (),
     server: bool = True,
     client: bool = False,
-    key_type: KeyType = "ecdsa-p256",
+    key_type: KeyType = DEFAULT_KEY_ALGORITHM,
     uris: Sequence[str] = (),
 ) -> CertKey:
     """A leaf for the given names (and URI SANs), never valid past its issuer (a client would reject the chain).

@@ -18,6 +18,7 @@ from typing import Literal
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
+from app.names import DEFAULT_KEY_ALGORITHM
 from app.pki.certs import CA_VALIDITY, LEAF_VALIDITY, CertKey, issue_leaf, issued_by, load_certificates, make_ca
 from app.pki.keys import KeyType
 from app.pki.renewal import CA_LOOKAHEAD, Decision, ca_renewal
@@ -29,7 +30,7 @@ BUNDLE_PREFIX: dict[CaRole, str] = {"serving": "ca", "client": "client-ca"}
 
 
 def make_root(role: CaRole, *, now: datetime, validity: timedelta = CA_VALIDITY,
-              key_type: KeyType = "ecdsa-p256") -> CertKey:
+              key_type: KeyType = DEFAULT_KEY_ALGORITHM) -> CertKey:
     """A self-signed root for a role. The date in its name tells successive roots apart in logs and
     lets verifiers that build paths by subject name pick the right one quickly."""
     return make_ca(common_name=f"tls-injector {role} root {now:%Y-%m-%d %H:%M}", now=now, validity=validity,
@@ -37,7 +38,7 @@ def make_root(role: CaRole, *, now: datetime, validity: timedelta = CA_VALIDITY,
 
 
 def make_intermediate(root: CertKey, *, domain: str, now: datetime, validity: timedelta = CA_VALIDITY,
-                      key_type: KeyType = "ecdsa-p256", permitted_uri: Sequence[str] = ()) -> CertKey:
+                      key_type: KeyType = DEFAULT_KEY_ALGORITHM, permitted_uri: Sequence[str] = ()) -> CertKey:
     """An intermediate for one trust domain. Path length 0: it signs leaves, never another CA. It carries
     the root's permitted DNS subtrees as its own NameConstraints (none when the root has none), so a
     verifier that ignores the root's (some do not check a trust anchor's constraints) still applies them.
@@ -131,7 +132,7 @@ def intermediate_renewal(
 
 
 def issue_client(issuer: CertKey, *, names: Sequence[str] = (), now: datetime, validity: timedelta = LEAF_VALIDITY,
-                 key_type: KeyType = "ecdsa-p256", uris: Sequence[str] = ()) -> CertKey:
+                 key_type: KeyType = DEFAULT_KEY_ALGORITHM, uris: Sequence[str] = ()) -> CertKey:
     """An mTLS client certificate (EKU clientAuth only); `names` (DNS SANs) and `uris` (URI SANs, e.g. a
     SPIFFE ID) are its identities."""
     if not names and not uris:
