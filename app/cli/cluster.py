@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from app import names
 from app.cli import flags
+from app.injection.profile import ProfileBounds, ProfileError, format_duration, key_algorithms, parse_duration
 from app.settings import API_TIMEOUT_SECONDS
 
 if TYPE_CHECKING:
@@ -68,6 +69,66 @@ def cluster_flags(command: flags.Flags) -> None:
                               "and name (default: only the earliest expiry and the count, so /metrics does not list "
                               "the cluster's namespaces and Secrets)")
     webhook_flags(command)
+    profile_flags(command)
+
+
+def profile_flags(command: flags.Flags) -> None:
+    """The bounds of workloads' certificate profiles (docs/injection.md, "Certificate profiles"); each
+    default is the reason written beside app/injection/profile.py's ProfileBounds."""
+    default = ProfileBounds()
+    group = command.add_argument_group(
+        "certificate profiles", f"what a workload may ask for with {', '.join(names.PROFILE_ANNOTATIONS)}: a value "
+        "outside these is refused (an Event on the workload says why) and the default used")
+    for flag, value, what in (("--default-duration", default.default_duration, "a certificate's lifetime when "
+                               f"{names.DURATION_ANNOTATION} is not set"),
+                              ("--min-duration", default.min_duration, "the shortest lifetime a workload may ask for"),
+                              ("--max-duration", default.max_duration, "the longest lifetime a workload may ask for "
+                               "(a certificate never outlives its CA, whatever is asked)"),
+                              ("--min-renew-before", default.min_renew_before, "the least time before its end a "
+                               "certificate may be renewed; the most is 2/3 of its duration, and unset it is 35/90")):
+        group.add_argument(flag, type=_profile_duration, default=format_duration(value), metavar="DURATION",
+                           help=f"{what} (hours, minutes, seconds: 2160h, 90m, 1h30m)")
+    group.add_argument("--default-key-algorithm", choices=names.KEY_ALGORITHMS, default=default.default_key_algorithm,
+                       help=f"a certificate's key algorithm when {names.KEY_ALGORITHM_ANNOTATION} is not set")
+    group.add_argument("--allowed-key-algorithms", type=_key_algorithms, default=",".join(names.KEY_ALGORITHMS),
+                       metavar="LIST", help="comma list of the key algorithms a workload may ask for")
+
+
+def _profile_duration(value: str) -> str:
+    try:
+        parse_duration(value)
+    except ProfileError as error:
+        raise argparse.ArgumentTypeError(f"{flags.quoted(value)} {error}") from error
+    return value
+
+
+def _key_algorithms(value: str) -> str:
+    try:
+        key_algorithms(value)
+    except ProfileError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
+    return value
+
+
+def profile_bounds(args: argparse.Namespace) -> ProfileBounds:
+    """The bounds the profile flags give (ProfileError when they contradict each other)."""
+    if not hasattr(args, "default_duration"):
+        return ProfileBounds()
+    return ProfileBounds(default_duration=parse_duration(args.default_duration),
+                         min_duration=parse_duration(args.min_duration),
+                         max_duration=parse_duration(args.max_duration),
+                         min_renew_before=parse_duration(args.min_renew_before),
+                         default_key_algorithm=args.default_key_algorithm,
+                         allowed_key_algorithms=key_algorithms(args.allowed_key_algorithms))
+
+
+def profile_problem(args: argparse.Namespace) -> str | None:
+    """Why the profile flags cannot be used together, or None."""
+    try:
+        profile_bounds(args)
+    except ProfileError as error:
+        return f"the certificate profile flags contradict each other: {error}"
+    return None
 
 
 def same_ca_secrets(args: argparse.Namespace) -> str | None:
@@ -140,7 +201,7 @@ def settings_for(args: argparse.Namespace, *, resolv_conf: Path | None = None) -
                              pod_certificates=getattr(args, "pod_certificates", "auto"),
                              per_object_metrics=getattr(args, "metrics_per_object", False),
                              trust_domain=getattr(args, "trust_domain", "") or "",
-                             hub=getattr(args, "hub", False))
+                             hub=getattr(args, "hub", False), profiles=profile_bounds(args))
 
 
 def served_address(args: argparse.Namespace, namespace: str) -> tuple[str, int] | None:

@@ -6,7 +6,15 @@ import argparse
 
 from app import names
 from app.cli import flags
-from app.cli.cluster import NO_CLUSTER, cluster_flags, find_cluster, same_ca_secrets, settings_for, unreachable
+from app.cli.cluster import (
+    NO_CLUSTER,
+    cluster_flags,
+    find_cluster,
+    profile_problem,
+    same_ca_secrets,
+    settings_for,
+    unreachable,
+)
 from app.cli.command import EXIT_FINDINGS, EXIT_OK, LOG_LEVELS, Command
 from app.cli.startup import HeldLogs
 
@@ -40,7 +48,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             return start.failed("reconcile", NO_CLUSTER)
         # One pass against an API that does not answer would wait --timeout per call: ask once, first.
         # The loop instead retries (an apiserver restarting is no reason for the pod to crash).
-        if problem := same_ca_secrets(args) or (unreachable(cluster) if args.once else None):
+        if problem := same_ca_secrets(args) or profile_problem(args) or (unreachable(cluster) if args.once else None):
             return start.failed("reconcile", problem)
         settings = settings_for(args)
         try:

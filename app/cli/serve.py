@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.cli import flags
-from app.cli.cluster import cluster_flags, same_ca_secrets
+from app.cli.cluster import cluster_flags, profile_problem, same_ca_secrets
 from app.cli.command import EXIT_OK, LOG_LEVELS, Command, fail
 from app.cli.handlers import admission_handlers
 from app.cli.serve_cluster import UnusableCluster, reconciler_in_background, webhook_pod_certificates
@@ -96,7 +96,7 @@ def add(serve: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if (args.tls_cert_file is None) != (args.tls_private_key_file is None):
         parser.error("--tls-cert-file and --tls-private-key-file go together")
-    if problem := same_ca_secrets(args):
+    if problem := same_ca_secrets(args) or profile_problem(args):
         return fail("serve", problem)
     settings = serve_settings(args)
     limits = limits_from(args, parser)

@@ -17,13 +17,18 @@ from typing import Literal
 from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 
-from app.pki.certs import CertKey, fingerprint, key_matches, load_certificates
-from app.pki.keys import PrivateKey, key_from_pem
+from app.pki.certs import BACKDATE, CertKey, fingerprint, key_matches, load_certificates
+from app.pki.keys import KeyType, PrivateKey, key_from_pem, key_type_of
 from app.pki.seal import Sealed
 from app.pki.verify import UntrustedChain, a_host_for, dns_sans, verify_client, verify_nameless, verify_server
 
 CA_LOOKAHEAD = timedelta(days=60)
 LEAF_LOOKAHEAD = timedelta(days=35)
+# A certificate's times are whole seconds, and `not_before` is backdated (BACKDATE) from the moment of issue:
+# one issued for `duration` spans duration + BACKDATE, give or take a second. Only a span longer than that by
+# more than this slack is "longer than asked" (a shorter one is a leaf capped at its CA's end, or a profile
+# that grew: it is kept, and the next renewal issues the new duration).
+_SPAN_SLACK = timedelta(minutes=1)
 
 RenewalReason = Literal[
     "missing",  # no certificate or no key stored
@@ -35,6 +40,7 @@ RenewalReason = Literal[
     "sans-changed",  # the DNS names differ from the desired ones
     "untrusted-issuer",  # does not chain to any currently trusted CA
     "ca-rotated",  # chains to a trusted CA, but not to the one now signing
+    "profile-changed",  # its key algorithm is not the one asked for, or it lives longer than asked
 ]
 RENEWAL_REASONS: tuple[RenewalReason, ...] = RenewalReason.__args__  # type: ignore[attr-defined]
 
@@ -72,20 +78,24 @@ def leaf_renewal(
     lookahead: timedelta = LEAF_LOOKAHEAD,
     issuer: x509.Certificate | None = None,
     client: bool = False,
+    key_type: KeyType | None = None,
+    duration: timedelta | None = None,
 ) -> Decision:
     """Decide for a serving leaf (`tls.crt` = leaf + intermediates, `tls.key`); `client` for mTLS client certs.
 
     `trusted` are the CAs in the trust bundle; `issuer`, when given, is the CA that signs new leaves:
     a leaf that verifies but was signed by another (phasing-out) CA is renewed with "ca-rotated". No
     `desired_dns` for a serving leaf: one that names nothing is wanted (a workload no Service selects).
+    With `key_type` or `duration` (the workload's profile), a leaf of another key algorithm, or living
+    longer than `duration`, is renewed with "profile-changed".
     """
     parsed = _parse(cert_pem, key_pem)
     if isinstance(parsed, Decision):
         return parsed
     leaf, intermediates = parsed.certs[0], parsed.certs[1:]
-    timing = _timing(leaf, now=now, lookahead=lookahead)
-    if timing is not None:
-        return timing
+    early = _timing(leaf, now=now, lookahead=lookahead) or _profile_changed(leaf, key_type, duration)
+    if early is not None:
+        return early
     if sorted(set(dns_sans(leaf))) != sorted(set(desired_dns)):
         return Decision.because("sans-changed")
     try:
@@ -151,11 +161,29 @@ def _parse(cert_pem: bytes | None, key_pem: bytes | None) -> _Parsed | Decision:
     return _Parsed(certs, key)
 
 
-def sealed_leaf_renewal(sealed: Sealed, *, now: datetime, lookahead: timedelta = LEAF_LOOKAHEAD) -> Decision:
+def sealed_leaf_renewal(sealed: Sealed, *, now: datetime, lookahead: timedelta = LEAF_LOOKAHEAD,
+                        duration: timedelta | None = None) -> Decision:
     """Decide for a leaf whose seal opened (app/pki/seal.py): the seal stands for everything `leaf_renewal`
-    checks but the time, so only the sealed window is left to judge."""
+    checks but the time (the key algorithm included: a seal is made for one), so only the sealed window is
+    left to judge."""
     timing = _window(sealed.not_before, sealed.not_after, now=now, lookahead=lookahead)
+    if timing is None and longer_than(sealed.not_before, sealed.not_after, duration):
+        return Decision.because("profile-changed")
     return timing or Decision.keep(sealed.not_after - lookahead)
+
+
+def _profile_changed(leaf: x509.Certificate, key_type: KeyType | None, duration: timedelta | None) -> Decision | None:
+    """Renew a leaf of another key algorithm than the profile's, or living longer than its duration."""
+    if key_type is not None and key_type_of(leaf.public_key()) != key_type:
+        return Decision.because("profile-changed")
+    if longer_than(leaf.not_valid_before_utc, leaf.not_valid_after_utc, duration):
+        return Decision.because("profile-changed")
+    return None
+
+
+def longer_than(not_before: datetime, not_after: datetime, duration: timedelta | None) -> bool:
+    """A certificate spanning these times lives longer than one issued now for `duration` would."""
+    return duration is not None and not_after - not_before > duration + BACKDATE + _SPAN_SLACK
 
 
 def _timing(cert: x509.Certificate, *, now: datetime, lookahead: timedelta) -> Decision | None:

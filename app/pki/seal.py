@@ -51,6 +51,11 @@ class SealedLeaf:
     cert_pem: bytes
     key_pem: bytes
     dns_names: Sequence[str]
+    # The certificate profile it was issued or checked for (app/injection/profile.py, Profile.note), "" for
+    # the built-in one: a seal made for one profile does not open for another, so a changed profile (a new
+    # key algorithm) is checked in full at the next pass. Left out of the HMAC when "", so the seals of
+    # every leaf issued before profiles existed (all built-in) still open, with no write on upgrade.
+    profile: str = ""
 
 
 def seal_key(signer: CertKey) -> bytes:
@@ -81,7 +86,8 @@ def open_seal(key: bytes, leaf: SealedLeaf, value: str | None) -> Sealed | None:
 
 def _mac(key: bytes, leaf: SealedLeaf, window: tuple[int, int]) -> str:
     fields = (leaf.namespace.encode(), leaf.name.encode(), leaf.cert_pem, leaf.key_pem,
-              ",".join(sorted(set(leaf.dns_names))).encode(), str(window[0]).encode(), str(window[1]).encode())
+              ",".join(sorted(set(leaf.dns_names))).encode(), str(window[0]).encode(), str(window[1]).encode(),
+              *((leaf.profile.encode(),) if leaf.profile else ()))
     mac = _keyed(key).copy()
     for f in fields:  # length-prefixed, so no two different field lists give the same message
         mac.update(len(f).to_bytes(4, "big"))

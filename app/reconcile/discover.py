@@ -22,6 +22,7 @@ from typing import Any
 
 from app import names
 from app.injection import Workload, client_secret_name_for, controller_of, pod_workload, template_of, template_workload
+from app.injection.profile import BUILT_IN, Profile, ProfileBounds, Resolved, resolve_profile, shared_profile
 from app.pki import (
     MAX_SERVICES,
     ServiceNames,
@@ -81,6 +82,20 @@ class Target:
     # kind but a Service), with why: not a refusal (they asked for nothing), but when nothing else names
     # the certificate it is why it names nothing (`namelessness`).
     own_names: tuple[tuple[str, str], ...] = ()
+    # The certificate profile it is issued with (app/injection/profile.py), and its users' refused profile
+    # values (who, why): each refused value was replaced by the operator's default, and a conflict between
+    # users sharing the Secret by the whole default profile; never a reason not to issue.
+    profile: Profile = BUILT_IN
+    profile_problems: tuple[tuple[str, str], ...] = ()
+
+    def profile_refusal(self) -> str:
+        """The refused profile values for a person ("" when none)."""
+        if not self.profile_problems:
+            return ""
+        said = "; ".join(f"{who}: {why}" for who, why in self.profile_problems[:_LISTED])
+        more = f" (+{len(self.profile_problems) - _LISTED} more)" if len(self.profile_problems) > _LISTED else ""
+        return (f"Secret {self.namespace}/{self.secret_name}: certificate profile refused, {said}{more}; issued "
+                f"with {self.profile.note()}")
 
     @property
     def client_secret(self) -> str:
@@ -125,6 +140,9 @@ class Target:
                 f"{names.SERVICE_NAMES_ANNOTATION}, and the next pass re-issues it")
 
 
+_NOTHING_ASKED = Resolved(BUILT_IN)
+
+
 @dataclass(frozen=True)
 class Use:
     """What one workload brings to the Secret it uses: its names, its client identity ("" for none), and
@@ -136,6 +154,8 @@ class Use:
     # A StatefulSet's governing Service (spec.serviceName) when it is one of `selected`: its pods' per-pod
     # names `<pod>.<service>.<namespace>.svc[.<domain>]` are named by wildcard (pki.peer_dns_names).
     peers: tuple[str, ...] = ()
+    # The certificate profile its pod template asks for, under the operator's bounds.
+    profile: Resolved = _NOTHING_ASKED
 
 
 Wanted = dict[tuple[str, str], dict[WorkloadRef, Use]]
@@ -168,6 +188,7 @@ def discover(
     own_namespace: str = "",
     services: Iterable[Obj] = (),
     trust_domain: str = "",
+    profiles: ProfileBounds | None = None,
 ) -> list[Target]:
     """Targets for opted-in (kind, object) workloads and pods; workloads sharing a Secret share it.
 
@@ -176,6 +197,7 @@ def discover(
     and anything else run beside the injector get none unless asked.
     """
     enabled = enabled - {own_namespace}
+    bounds = profiles or ProfileBounds()
     selectors = service_selectors(services)
     listed = {(kind, _namespace(obj), obj["metadata"]["name"]): obj for kind, obj in workloads}
     wanted: Wanted = defaultdict(dict)
@@ -188,7 +210,7 @@ def discover(
             ref = WorkloadRef(kind, namespace, name, obj["metadata"].get("uid") or "", LISTED_KINDS[kind])
             selected = _selected(workload, template, selectors.get(namespace, ()))
             _want(wanted, namespace, ref, Use(workload, _client_id(template, namespace, trust_domain or cluster_domain),
-                                              selected, _peers(kind, obj, selected)))
+                                              selected, _peers(kind, obj, selected), _profile(template, bounds)))
     for pod in pods:
         namespace = _namespace(pod)
         owner = controller_of(pod["metadata"])
@@ -197,9 +219,23 @@ def discover(
         workload = pod_workload(pod["metadata"])
         _want(wanted, namespace, _pod_user(pod, namespace, owner),
               Use(workload, _client_id(pod, namespace, trust_domain or cluster_domain),
-                  _selected(workload, pod, selectors.get(namespace, ()))))
-    return _clashes_refused([_target(ns, secret, users, cluster_domain)
+                  _selected(workload, pod, selectors.get(namespace, ())), (), _profile(pod, bounds)))
+    return _clashes_refused([_profiled(_target(ns, secret, users, cluster_domain), users, bounds)
                              for (ns, secret), users in sorted(wanted.items())])
+
+
+def _profile(template: Obj, bounds: ProfileBounds) -> Resolved:
+    return resolve_profile(_map(_map(template, "metadata"), "annotations"), bounds)
+
+
+def _profiled(target: Target, users: Mapping[WorkloadRef, Use], bounds: ProfileBounds) -> Target:
+    """The target with the profile its users agree on (each refused value replaced by the default), or the
+    operator's default when they differ (profile.shared_profile), and every refusal with who made it."""
+    problems = [(str(ref), use.profile.reason()) for ref, use in sorted(users.items()) if use.profile.refused]
+    profile, conflict = shared_profile([(str(ref), use.profile) for ref, use in users.items()], bounds)
+    if conflict:
+        problems.append((", ".join(str(ref) for ref in sorted(users)[:_LISTED]), conflict))
+    return dataclasses.replace(target, profile=profile, profile_problems=tuple(problems))
 
 
 def _clashes_refused(targets: list[Target]) -> list[Target]:

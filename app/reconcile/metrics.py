@@ -89,6 +89,15 @@ class ReconcileMetrics:
             "tls_injector_service_names_refused",
             "Certificate Secrets whose workloads ask for names no certificate may carry (refused; last pass).",
             registry=None)
+        self.profiles_refused = Gauge(
+            "tls_injector_certificate_profiles_refused",
+            "Certificate Secrets issued with the operator's default for a profile value their workloads ask for "
+            "(out of bounds, malformed, or workloads sharing the Secret asking for different ones; last pass).",
+            registry=None)
+        self.key_algorithms = Gauge(
+            "tls_injector_certificates_by_key_algorithm",
+            "Certificate Secrets by the key algorithm of the profile they are issued with (last pass).",
+            ["algorithm"], registry=None)
         self.nameless = Gauge(
             "tls_injector_certificates_without_names",
             "Certificate Secrets issued naming no Service: the workload's own name is no Service name and no "
@@ -114,7 +123,8 @@ class ReconcileMetrics:
             "A member: 1 when the hub's intermediate of the role is found and usable, 0 when not; last pass.",
             ["role"], registry=None)
         return [self.cert_expiry, self.client_cert_expiry, self.ca_expiry, self.client_ca_expiry, self.conflicts,
-                self.not_issued, self.waiting, self.names_refused, self.nameless, self.bundles_excluded,
+                self.not_issued, self.waiting, self.names_refused, self.profiles_refused,
+                self.key_algorithms, self.nameless, self.bundles_excluded,
                 self.serving_trusted, self.missing_injection, self.member_ready, self.member_intermediate]
 
     def api_call(self, verb: str, outcome: str) -> None:

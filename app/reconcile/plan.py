@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from app import names
+from app.injection.profile import BUILT_IN, Profile
 from app.kube import CONFIG_MAPS, SECRETS, Oversized, Resource
 from app.names import BUNDLE_KEY, CLIENT_BUNDLE_KEY, CLIENT_TRUSTSTORE_KEY, TRUST_BUNDLE_CONFIGMAP, TRUSTSTORE_KEY
 from app.pki import (
@@ -232,7 +233,7 @@ def decide_client_leaf(target: Target, existing: Obj | None, signing: Signing) -
 
 def _as_client_secret(target: Target, secret_name: str) -> Target:
     """The target as the client Secret's: the same namespace and users, under the client Secret's name."""
-    return replace(target, secret_name=secret_name, dns_names=())
+    return replace(target, secret_name=secret_name, dns_names=(), profile=BUILT_IN, profile_problems=())
 
 
 def bundle_namespaces(targets: Iterable[Target], enabled: set[str]) -> set[str]:
@@ -282,7 +283,9 @@ def decide_leaf(target: Target, existing: Obj | None, signing: Signing, *, role:
         if signer is None:
             return _waiting(target, existing, ours, issuer, role=role, signing=signing,
                             why=decision.reason or "force-renew")
-        leaf = issue_leaf(issuer=signer, dns_names=list(target.dns_names), now=signing.now)
+        profile = target.profile
+        leaf = issue_leaf(issuer=signer, dns_names=list(target.dns_names), now=signing.now, validity=profile.duration,
+                          key_type=profile.key_algorithm)
         ours.update({"tls.crt": leaf.chain_pem, "tls.key": leaf.key_pem})
         issuer = fingerprint(signer.cert)
         sealed_as = _seal(target, signing, ours["tls.crt"], ours["tls.key"], leaf.cert)
@@ -293,16 +296,29 @@ def decide_leaf(target: Target, existing: Obj | None, signing: Signing, *, role:
     body = _leaf_body(target, existing, ours, issuer, role=role)
     if sealed_as:
         body["metadata"]["annotations"][names.SEAL_ANNOTATION] = sealed_as
+    _note_profile(body, target.profile)
     return _write_if_changed(SECRETS, existing, body, reason=reason or "refreshed")
+
+
+def _note_profile(body: Obj, profile: Profile) -> None:
+    """The profile the stored certificate was issued (or, kept, checked) for, where doctor and status read its
+    renewal time; none for the built-in one, so no Secret issued before profiles existed is rewritten."""
+    annotations = body["metadata"]["annotations"]
+    if profile.built_in:
+        annotations.pop(names.PROFILE_ANNOTATION, None)
+    else:
+        annotations[names.PROFILE_ANNOTATION] = profile.note()
 
 
 def _leaf_decision(target: Target, data: dict[str, bytes], signing: Signing, sealed: Sealed | None) -> Decision:
     """From the seal when it opens (the time is all that is left to judge), else the full check."""
+    profile = target.profile
     if sealed is not None:
-        return sealed_leaf_renewal(sealed, now=signing.now)
+        return sealed_leaf_renewal(sealed, now=signing.now, lookahead=profile.renew_before, duration=profile.duration)
     signer = signing.signer
     return leaf_renewal(cert_pem=data.get("tls.crt"), key_pem=data.get("tls.key"), desired_dns=target.dns_names,
-                        trusted=signing.cas.bundle(), now=signing.now, issuer=signer.cert if signer else None)
+                        trusted=signing.cas.bundle(), now=signing.now, issuer=signer.cert if signer else None,
+                        lookahead=profile.renew_before, key_type=profile.key_algorithm, duration=profile.duration)
 
 
 def _open_seal(target: Target, existing: Obj | None, signing: Signing) -> Sealed | None:
@@ -311,11 +327,11 @@ def _open_seal(target: Target, existing: Obj | None, signing: Signing) -> Sealed
     cert, key = raw.get("tls.crt"), raw.get("tls.key")
     if signing.seal_key is None or not value or not isinstance(cert, str) or not isinstance(key, str):
         return None
-    memo = (target.namespace, target.secret_name, target.dns_names, value, cert, key)
+    memo = (target.namespace, target.secret_name, target.dns_names, value, cert, key, target.profile)
     if memo not in signing.opened:
         data = secret_data(existing, keys=_LEAF_KEYS)
         leaf = SealedLeaf(target.namespace, target.secret_name, data.get("tls.crt", b""), data.get("tls.key", b""),
-                          target.dns_names)
+                          target.dns_names, _sealed_profile(target))
         signing.opened[memo] = open_seal(signing.seal_key, leaf, value) if len(data) == len(_LEAF_KEYS) else None
     return signing.opened[memo]
 
@@ -332,8 +348,13 @@ def leaf_expiry(target: Target, secret: Obj | None, signing: Signing) -> datetim
 def _seal(target: Target, signing: Signing, cert_pem: bytes, key_pem: bytes, cert: Any) -> str:
     if signing.seal_key is None:
         return ""
-    leaf = SealedLeaf(target.namespace, target.secret_name, cert_pem, key_pem, target.dns_names)
+    leaf = SealedLeaf(target.namespace, target.secret_name, cert_pem, key_pem, target.dns_names,
+                      _sealed_profile(target))
     return seal(signing.seal_key, leaf, not_before=cert.not_valid_before_utc, not_after=cert.not_valid_after_utc)
+
+
+def _sealed_profile(target: Target) -> str:
+    return "" if target.profile.built_in else target.profile.note()
 
 
 def _waiting(target: Target, existing: Obj | None, ours: dict[str, bytes], issuer: str, *, role: own.Role,

@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, NoReturn
 
 from app import names
+from app.injection.profile import ProfileBounds
 from app.kube import (
     CONFIG_MAPS,
     NAMESPACES,
@@ -98,6 +99,7 @@ from app.reconcile.plan import (
     plan,
     secret_data,
 )
+from app.reconcile.profile import report_profiles
 from app.reconcile.read import read_candidate_pods, read_cluster
 from app.reconcile.served import fetch_served
 from app.reconcile.webhook_plan import (
@@ -149,6 +151,8 @@ class ReconcileSettings:
     # A hub (docs/multicluster.md): its CA sets are roots (path length 1), and every pass keeps each
     # registered member's intermediates current.
     hub: bool = False
+    # The bounds of workloads' certificate profiles (app/injection/profile.py, docs/injection.md).
+    profiles: ProfileBounds = field(default_factory=ProfileBounds)
 
     @property
     def user_ca_secrets(self) -> tuple[tuple[CaRole, str], ...]:
@@ -176,6 +180,8 @@ class PassReport:
     # Certificates issued naming no Service (discover.Target.namelessness): converged, as nothing the
     # reconciler could do would name them, but said, as no client can verify them.
     nameless: list[str] = field(default_factory=list)
+    # Certificate Secrets issued with the default for a profile value refused (discover.Target.profile_refusal).
+    profiles_refused: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     # "<namespace>/<secret>" -> why its certificate waits for a CA that may sign (see plan.Waiting)
     waiting: dict[str, str] = field(default_factory=dict)
@@ -191,7 +197,7 @@ class PassReport:
     @property
     def refused(self) -> list[str]:
         """Every refusal of the pass, of any kind (the log, and `converged`)."""
-        return [*self.conflicts, *self.names_refused, *self.clients_refused, *self.oversized]
+        return [*self.conflicts, *self.names_refused, *self.clients_refused, *self.oversized, *self.profiles_refused]
 
     @property
     def write_count(self) -> int:
@@ -373,9 +379,12 @@ class Reconciler:
         workloads, pods, observed.trust_only = trust_only_split(workloads, pods, enabled=observed.enabled)
         targets = discover(workloads, pods, enabled=observed.enabled, cluster_domain=self.settings.cluster_domain,
                            services=observed.services, own_namespace=self.settings.namespace,
-                           trust_domain=self.settings.trust_domain)
+                           trust_domain=self.settings.trust_domain, profiles=self.settings.profiles)
         targets = self._accounts_checked(targets)
         self._report_refused_names(targets, report, now)
+        report_profiles(targets, report.profiles_refused, self.metrics,
+                        lambda t, m: self._announce(t.workloads, f"{t.namespace}/{t.secret_name}",
+                                                    reason="ProfileRefused", message=m, now=now))
         self._report_oversized(observed, report, now)
         # Before anything is stepped or written: a user CA that cannot be used stops the pass here.
         self._user = self._user_cas(now)

@@ -15,7 +15,7 @@ from typing import Literal
 
 from app.injection.workload import pod_workload
 from app.names import CLIENT_CA_SECRET
-from app.pki import LEAF_LOOKAHEAD, CaState
+from app.pki import CaState
 from app.reconcile.ca import CaStep
 from app.reconcile.discover import Target, WorkloadRef
 from app.reconcile.plan import Obj
@@ -80,7 +80,7 @@ NOT_READY = ("SecretConflict", "CertificateFailed", "CertificateWaiting")
 # is issued all the same, so the pods start, though no client can verify it; the namespace's pods miss the
 # next CA; the client certificate is its own Secret), each a condition of its own.
 BESIDE = ("ServiceNamesRefused", "NoServiceName", "TrustBundleExcluded", "ClientCertificateRefused",
-          "ClientCertificateFailed")
+          "ClientCertificateFailed", "ProfileRefused")
 NOT_ISSUED = "no certificate is stored yet; the next pass issues it"
 
 
@@ -137,7 +137,7 @@ def workload_statuses(targets: Iterable[Target], expiries: Mapping[tuple[str, st
     found = []
     for t in targets:
         not_after = expiries.get((t.namespace, t.secret_name))
-        renew_at = not_after - LEAF_LOOKAHEAD if not_after else None
+        renew_at = not_after - t.profile.renew_before if not_after else None
         told: dict[str, str] = {}
         for ref in t.workloads:
             for reason, message in (facts or {}).get(ref, ()):
