@@ -76,9 +76,10 @@ def profile_flags(command: flags.Flags) -> None:
     """The bounds of workloads' certificate profiles (docs/injection.md, "Certificate profiles"); each
     default is the reason written beside app/injection/profile.py's ProfileBounds."""
     default = ProfileBounds()
-    group = command.add_argument_group(
-        "certificate profiles", f"what a workload may ask for with {', '.join(names.PROFILE_ANNOTATIONS)}: a value "
-        "outside these is refused (an Event on the workload says why) and the default used")
+    # What a workload may ask for with names.PROFILE_ANNOTATIONS: a value outside these is refused (an Event on
+    # the workload says why) and the default used. Flags of the command itself (`serve` passes a group, and
+    # argparse groups do not nest).
+    group = command
     for flag, value, what in (("--default-duration", default.default_duration, "a certificate's lifetime when "
                                f"{names.DURATION_ANNOTATION} is not set"),
                               ("--min-duration", default.min_duration, "the shortest lifetime a workload may ask for"),

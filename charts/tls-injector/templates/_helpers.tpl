@@ -58,6 +58,33 @@ injector's own (so it can never block its own recovery), and excludedNamespaces.
 {{- end }}
 
 {{/*
+The certificate profile bounds (values `profiles`), as flags of `reconcile` and `serve`: only those that differ
+from the program's own defaults, so the default install renders the same objects as manifests/base.
+*/}}
+{{- define "tls-injector.profileArgs" -}}
+{{- $p := .Values.profiles }}
+{{- if ne $p.defaultDuration "2160h" }}
+- --default-duration={{ $p.defaultDuration }}
+{{- end }}
+{{- if ne $p.minDuration "24h" }}
+- --min-duration={{ $p.minDuration }}
+{{- end }}
+{{- if ne $p.maxDuration "8760h" }}
+- --max-duration={{ $p.maxDuration }}
+{{- end }}
+{{- if ne $p.minRenewBefore "1h" }}
+- --min-renew-before={{ $p.minRenewBefore }}
+{{- end }}
+{{- if ne $p.defaultKeyAlgorithm "ecdsa-p256" }}
+- --default-key-algorithm={{ $p.defaultKeyAlgorithm }}
+{{- end }}
+{{- $allowed := join "," $p.allowedKeyAlgorithms }}
+{{- if ne $allowed "ecdsa-p256,ecdsa-p384,rsa-2048,rsa-3072,rsa-4096,ed25519" }}
+- --allowed-key-algorithms={{ $allowed }}
+{{- end }}
+{{- end }}
+
+{{/*
 Checks the schema cannot make: they depend on the release, not on the values.
 */}}
 {{- define "tls-injector.validate" -}}
