@@ -10,6 +10,7 @@ from app.admission import Route
 from app.injection import FingerprintSource, InjectionOptions, make_mutate_handler, no_fingerprints
 from app.injection.answers import Answers
 from app.injection.preview import PREVIEW_PATHS, preview_lines
+from app.injection.profile import ProfileBounds
 from app.offline.rulesfile import load_rule_set
 from app.rules import SCOPE_ENABLED_NAMESPACES, Preview, make_validate_handler
 from app.rules.memo import MEMO_ENTRIES
@@ -34,7 +35,8 @@ def build_handlers(
 
 
 def admission_handlers(
-    settings: ServeSettings, *, ca_fingerprints: FingerprintSource = no_fingerprints, memo: bool = True
+    settings: ServeSettings, *, ca_fingerprints: FingerprintSource = no_fingerprints, memo: bool = True,
+    profiles: ProfileBounds | None = None,
 ) -> AdmissionHandlers:
     """Every admission route; raises RulesFileError for a bad `settings.rules_file`.
 
@@ -43,9 +45,11 @@ def admission_handlers(
     workload update to one of the two, by the namespace's label). /mutate injects; its record carries
     the CA fingerprints `ca_fingerprints` returns (serve feeds it from --trust-bundle-file). Both
     validate paths add the dry-run preview line: a workload update reaches only one of them. Each route
-    has one memo in front of its pure function (`memo=False`: none holds anything, for tests).
+    has one memo in front of its pure function (`memo=False`: none holds anything, for tests). `profiles`:
+    the bounds of certificate profiles the dry-run preview judges by (the reconciler's; default its defaults).
     """
-    options = InjectionOptions(pod_certificates=settings.pod_certificates, default_mode=settings.default_mode)
+    options = InjectionOptions(pod_certificates=settings.pod_certificates, default_mode=settings.default_mode,
+                               profiles=profiles or ProfileBounds())
     rule_set = load_rule_set(settings.rules_file)
     entries = MEMO_ENTRIES if memo else 0
     return AdmissionHandlers(

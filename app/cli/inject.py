@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from app.cli.cluster import profile_bounds, profile_flags, profile_problem
 from app.cli.command import EXIT_OK, EXIT_USAGE, Command, fail
 from app.cli.flags import mode_flag
 from app.injection import InjectionOptions
@@ -25,6 +26,7 @@ def add(inject: argparse.ArgumentParser) -> None:
                         help="accept input that holds no Kubernetes object (by default an error: a failed "
                              "`helm template` must not pass as nothing to inject)")
     mode_flag(inject)
+    profile_flags(inject)
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -32,7 +34,10 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     if args.filename.count("-") > 1:
         parser.error("stdin (-) can be read only once")
-    options = InjectionOptions(pod_certificates=args.pod_certificates == "on", default_mode=args.default_mode)
+    if problem := profile_problem(args):
+        parser.error(problem)
+    options = InjectionOptions(pod_certificates=args.pod_certificates == "on", default_mode=args.default_mode,
+                               profiles=profile_bounds(args))
     result = inject_locations(args.filename, sys.stdin, options=options, include_unlabelled=args.include_unlabelled,
                               allow_empty=args.allow_empty, progress_to=sys.stderr)
     for warning in result.warnings:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.cli import flags
-from app.cli.cluster import cluster_flags, profile_problem, same_ca_secrets
+from app.cli.cluster import cluster_flags, profile_bounds, profile_problem, same_ca_secrets
 from app.cli.command import EXIT_OK, LOG_LEVELS, Command, fail
 from app.cli.handlers import admission_handlers
 from app.cli.serve_cluster import UnusableCluster, reconciler_in_background, webhook_pod_certificates
@@ -119,7 +119,8 @@ def _serve(args: argparse.Namespace, settings: ServeSettings, limits: Limits, st
     bundle = BundleFingerprints(settings.trust_bundle_file) if settings.trust_bundle_file else None
     metrics, health = ServerMetrics(), Health()
     try:  # anything unusable stops the start in one line, before any request is served
-        handlers = admission_handlers(settings, ca_fingerprints=bundle or no_fingerprints)
+        handlers = admission_handlers(settings, ca_fingerprints=bundle or no_fingerprints,
+                                      profiles=profile_bounds(args))
         background, reconciler = reconciler_in_background(args, metrics, health)
         if bundle is not None:
             background.append(functools.partial(bundle.poll_forever, settings.reload_interval_seconds))

@@ -9,10 +9,11 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from app import names
+from app.injection.profile import ProfileBounds
 from app.injection.workload import client_secret_name_for
 
 # DNS-1123 subdomain, what the apiserver requires of a Secret name (RFC 1123 labels, at most 253 chars).
@@ -47,6 +48,9 @@ class InjectionOptions:
     # so it is told (`--pod-certificates on`), or finds out at start when it runs the reconciler itself.
     pod_certificates: bool = False
     default_mode: str = names.MODE_SECRET  # for pods whose annotations do not choose
+    # The operator's bounds of certificate profiles: what a dry run's preview and `inject` judge them by (the
+    # reconciler's own bounds decide; the chart gives both the same).
+    profiles: ProfileBounds = field(default_factory=ProfileBounds)
 
     def __post_init__(self) -> None:
         # Every pod whose annotations do not choose a path gets these: checked and normalised once, here.

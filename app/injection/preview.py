@@ -16,6 +16,7 @@ from typing import Any
 from app import names
 from app.admission import GroupVersionKind
 from app.injection.choices import InjectionOptions, InjectionRefused, read_choices
+from app.injection.profile import profile_lines
 from app.injection.workload import TEMPLATE_PATHS, template_workload
 
 # (group, kind) of the workloads whose dry runs get the line: those the shipped validating entries send.
@@ -68,9 +69,11 @@ def what_pods_get(kind: str, name: str, template_meta: Mapping[str, Any], option
         gets = (f"the certificate of Secret {choices.secret_name} at {choices.cert_path}, and trust from "
                 f"ConfigMap {options.trust_bundle_configmap} at {choices.trust_path}")
     line = f"{who} will get {gets}" + (f" ({choices.fallback})" if choices.fallback else "")
+    lines = (line, *(f"tls-injector: {said}" for said in profile_lines(
+        annotations if isinstance(annotations, dict) else {}, options.profiles, mode=choices.mode)))
     if not choices.client_secret:
-        return (line,)
+        return lines
     # Refused above in the pod-certificate mode, so always a Secret's.
-    return line, (f"tls-injector: and the client certificate (clientAuth only, from the client CA) of Secret "
+    return *lines, (f"tls-injector: and the client certificate (clientAuth only, from the client CA) of Secret "
                   f"{choices.client_secret} at {choices.client_path}, and the client CAs at "
                   f"{choices.trust_path}/{names.CLIENT_BUNDLE_KEY}")

@@ -266,3 +266,25 @@ def shared_profile(resolved: Iterable[tuple[str, Resolved]], bounds: ProfileBoun
 def _quoted(value: str) -> str:
     text = repr(value)
     return text if len(text) <= _SHOWN else text[: _SHOWN - 4] + "...'"
+
+
+# A warning's text is at most 256 characters (what kubectl shows of an admission warning); the prefix
+# "tls-injector: " and a workload's kind and name come before what these lines say, so each is cut here.
+_LINE = 200
+
+
+def profile_lines(annotations: Mapping[str, Any], bounds: ProfileBounds, *, mode: str) -> tuple[str, ...]:
+    """What a pod template's profile annotations will give, for a dry run's warning and `inject`: nothing when
+    it asks for none; in the pod-certificate and trust-only modes, one line: they do not apply (there the
+    kubelet makes the key, and the signer decides the lifetime); else the profile it gets, then each refusal."""
+    if not any(key in annotations for key in names.PROFILE_ANNOTATIONS):
+        return ()
+    if mode == names.MODE_POD_CERTIFICATE:
+        return (f"the certificate profile annotations do not apply to pod certificates (the kubelet makes a "
+                f"{names.POD_KEY_TYPE} key; the signer sets the lifetime); use {names.MODE_ANNOTATION}: "
+                f"{names.MODE_SECRET} for a profile")[:_LINE],
+    if mode == names.MODE_TRUST_ONLY:
+        return (f"the certificate profile annotations do not apply: {names.MODE_TRUST_ONLY} gets no certificate",)
+    resolved = resolve_profile(annotations, bounds)
+    gets = f"the certificate profile {resolved.profile.note()}"
+    return (gets, *(f"{name} {why}"[:_LINE] for name, why in resolved.refused))

@@ -27,6 +27,7 @@ from app.injection import (
     plan_pod,
     template_workload,
 )
+from app.injection.profile import profile_lines
 from app.offline.errors import InputError
 from app.offline.manifests import Document, Source, document_objects, enabled_namespaces, objects, read_source
 from app.offline.splice import Change, Splicer, guess_indent
@@ -148,9 +149,23 @@ def _inject_template(document: Mapping[str, Any], kind: str, template: Mapping[s
     except InjectionRefused as refusal:
         raise InputError(f"{where}: {named}: {refusal}") from None
     run.result.warnings.extend(f"{source}: {named}: {warning}" for warning in plan.warnings)
+    run.result.warnings.extend(f"{source}: {named}: {said}"
+                               for said in _profile_warnings(_dict(template_metadata.get("annotations")), plan, run))
     if plan.changes_nothing:
         return None
     return before, jsonpatch.apply_patch(before, list(patch_ops(plan)))
+
+
+def _profile_warnings(annotations: Mapping[str, Any], plan: Any, run: _Run) -> tuple[str, ...]:
+    """The certificate profile's refusals (what the reconciler will refuse, under the same bounds), or that
+    the profile does not apply in the pod's mode; the profile itself is no warning."""
+    try:
+        record = json.loads(plan.record) if plan.record else {}
+    except ValueError:
+        record = {}
+    mode = str(record.get("mode") or names.MODE_SECRET) if isinstance(record, dict) else names.MODE_SECRET
+    lines = profile_lines(annotations, run.options.profiles, mode=mode)
+    return lines if mode != names.MODE_SECRET else lines[1:]
 
 
 def _at(node: Any, path: Sequence[str]) -> Mapping[str, Any] | None:
