@@ -11,6 +11,8 @@ from app.cli.cluster import (
     NO_CLUSTER,
     connection_flags,
     find_cluster,
+    profile_flags,
+    profile_problem,
     settings_for,
     unreachable,
     user_ca_flags,
@@ -32,6 +34,7 @@ def add(doctor: argparse.ArgumentParser) -> None:
                         help="the reconciler's --trust-domain, to check client certificates' SPIFFE IDs (default: "
                              "the cluster domain)")
     user_ca_flags(doctor)  # the reconciler's, to check those Secrets as its passes do
+    profile_flags(doctor)  # the reconciler's, to judge workloads' certificate profiles as its passes do
     doctor.add_argument("--reconciler-service-account", default=RECONCILER_ACCOUNT,
                         help="the reconciler's service account in --namespace, whose permissions are checked")
     doctor.add_argument("--hub", action="store_true",
@@ -65,6 +68,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if args.output == "json":
             sys.stdout.write(render_json(api_unreachable(problem or NO_CLUSTER)))
         return fail("doctor", problem or NO_CLUSTER)
+    if problem := profile_problem(args):
+        return fail("doctor", problem)
     reconcile = settings_for(args)
     webhook = reconcile.webhook or WebhookSettings(service=args.webhook_service, secret_name=args.webhook_secret,
                                                    configurations=(), cluster_domain=reconcile.cluster_domain)
@@ -72,7 +77,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                               ca_secret=reconcile.ca.secret_name, webhook_address=args.webhook_address,
                               trust_domain=args.trust_domain or "",
                               reconciler_account=args.reconciler_service_account, hub=args.hub,
-                              user_ca_secrets=reconcile.user_ca_secrets)
+                              user_ca_secrets=reconcile.user_ca_secrets, profiles=reconcile.profiles)
     try:
         results = run_checks(read(connect(cluster), settings, now=datetime.now(UTC)))
     except runner.KubeError as error:  # the configuration itself cannot be loaded

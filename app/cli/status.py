@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from app import names
-from app.cli.cluster import NO_CLUSTER, connection_flags, find_cluster, unreachable
+from app.cli.cluster import NO_CLUSTER, connection_flags, find_cluster, profile_bounds, profile_flags, unreachable
 from app.cli.command import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, Command, fail
 from app.logs import configure_logging
 
@@ -23,6 +23,7 @@ def add(status: argparse.ArgumentParser) -> None:
                         help="one workload (its name, or Kind/name where names clash: shop/web, "
                              "shop/statefulset/db); without it, what needs attention in the whole cluster")
     connection_flags(status)
+    profile_flags(status)  # the reconciler's, to judge workloads' certificate profiles as its passes do
     status.add_argument("-o", "--output", choices=["text", "json"], default="text", help="report format")
 
 
@@ -63,7 +64,8 @@ def doctor_settings(args: argparse.Namespace) -> DoctorSettings:
     domain = cluster_domain(args.cluster_domain, namespace=namespace)
     webhook = WebhookSettings(service=names.WEBHOOK_SERVICE, secret_name=names.WEBHOOK_SECRET, configurations=(),
                               cluster_domain=domain)
-    return DoctorSettings(namespace=namespace, cluster_domain=domain, webhook=webhook, ca_secret=names.CA_SECRET)
+    return DoctorSettings(namespace=namespace, cluster_domain=domain, webhook=webhook, ca_secret=names.CA_SECRET,
+                          profiles=profile_bounds(args))
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from app.injection.profile import ProfileBounds
 from app.kube import Obj
 from app.names import LEASE_NAME, RECONCILER_ACCOUNT
 from app.pki import CaRole
@@ -29,6 +30,8 @@ class DoctorSettings:
     hub: bool = False  # `doctor --hub`: also reach every registered member (docs/multicluster.md)
     # The user's own CA Secrets the reconciler is given (--ca-secret, --client-ca-secret), by role.
     user_ca_secrets: tuple[tuple[CaRole, str], ...] = ()
+    # The reconciler's bounds of certificate profiles (its profile flags), which the profile checks judge by.
+    profiles: ProfileBounds = field(default_factory=ProfileBounds)
 
 
 @dataclass(frozen=True)

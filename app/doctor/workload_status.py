@@ -23,6 +23,7 @@ from app.doctor.read import read_workloads
 from app.doctor.snapshot import DoctorSettings, Snapshot
 from app.doctor.workloads import targets
 from app.injection import pod_workload
+from app.injection.profile import parse_note
 from app.kube import EVENTS, SECRETS, KubeApi, NotFound, Obj
 from app.pki import LEAF_LOOKAHEAD, CaSet, CaState, dns_sans, load_certificates
 from app.reconcile import ownership as own
@@ -156,6 +157,8 @@ def told_by(target: Target, secret: Obj | None, squatted: set[str], events: Sequ
                                   "tls-injector")
     if target.refused:
         told["ServiceNamesRefused"] = target.refusal()
+    if target.profile_problems:
+        told["ProfileRefused"] = target.profile_refusal()
     if not target.dns_names:
         told["NoServiceName"] = target.namelessness()
     if target.namespace in squatted:
@@ -264,8 +267,11 @@ def _certificate(secret: Obj | None) -> Certificate | None:
     if not chain:
         return None
     leaf = chain[0]
+    # Renewed as the profile it was issued with says (recorded on the Secret; none recorded: the built-in one).
+    profile = parse_note(((secret or {}).get("metadata") or {}).get("annotations", {}).get(names.PROFILE_ANNOTATION))
+    renew_before = profile.renew_before if profile is not None else LEAF_LOOKAHEAD
     return Certificate(names=tuple(dns_sans(leaf)), not_before=leaf.not_valid_before_utc,
-                       not_after=leaf.not_valid_after_utc, renew_at=leaf.not_valid_after_utc - LEAF_LOOKAHEAD,
+                       not_after=leaf.not_valid_after_utc, renew_at=leaf.not_valid_after_utc - renew_before,
                        issuer=leaf.issuer.rfc4514_string(), serial=format(leaf.serial_number, "x"))
 
 

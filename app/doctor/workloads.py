@@ -12,6 +12,7 @@ from typing import Any
 
 from app import names
 from app.doctor.model import Result, error, ok, warning
+from app.doctor.profiles import check_profiles_accepted, check_profiles_applied, check_profiles_apply
 from app.doctor.snapshot import Snapshot
 from app.injection import pod_workload, template_of
 from app.kube import Obj
@@ -48,8 +49,8 @@ def targets(snap: Snapshot) -> list[Target]:
         pods = [p for p in pods if not wants_pod_certificates(p)]
     workloads, pods, snap.observed.trust_only = trust_only_split(workloads, pods, enabled=snap.observed.enabled)
     return discover(workloads, pods, enabled=snap.observed.enabled, cluster_domain=snap.settings.cluster_domain,
-                    services=snap.observed.services,
-                    own_namespace=snap.settings.namespace, trust_domain=snap.settings.trust_domain)
+                    services=snap.observed.services, own_namespace=snap.settings.namespace,
+                    trust_domain=snap.settings.trust_domain, profiles=snap.settings.profiles)
 
 
 def _who(target: Target) -> str:
@@ -267,5 +268,6 @@ def checks(snap: Snapshot) -> list[Result]:
     wanted = targets(snap)
     return [check_secrets_exist(snap, wanted), check_trusted_by_bundle(snap, wanted),
             check_service_names(snap, wanted), check_names_accepted(wanted), check_names_given(wanted),
+            check_profiles_accepted(wanted), check_profiles_applied(snap, wanted), check_profiles_apply(snap),
             check_trust_only_bundles(snap), check_bundles_writable(snap, wanted),
             check_pods_injected(snap), check_pod_mounts(snap)]

@@ -288,3 +288,16 @@ def profile_lines(annotations: Mapping[str, Any], bounds: ProfileBounds, *, mode
     resolved = resolve_profile(annotations, bounds)
     gets = f"the certificate profile {resolved.profile.note()}"
     return (gets, *(f"{name} {why}"[:_LINE] for name, why in resolved.refused))
+
+
+def parse_note(text: object) -> Profile | None:
+    """The profile recorded on a Secret (`Profile.note`), None when there is none or it does not parse: the
+    built-in profile is recorded by no annotation at all."""
+    if not isinstance(text, str) or not text or len(text) > 4 * MAX_VALUE_CHARS:
+        return None
+    fields = dict(part.partition("=")[::2] for part in text.split(","))
+    try:
+        key = next(a for a in KEY_ALGORITHMS if a == fields.get("key-algorithm"))
+        return Profile(key, parse_duration(fields.get("duration", "")), parse_duration(fields.get("renew-before", "")))
+    except (StopIteration, ProfileError):
+        return None
