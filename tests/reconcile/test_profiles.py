@@ -10,11 +10,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from app import names
 from app.injection.profile import ProfileBounds
 from app.pki import BACKDATE, dns_sans, key_type_of, load_certificates
 from app.reconcile.reconciler import Reconciler
+from app.reconcile.runner import summary
 from tests.kubeapi import Emulator
 from tests.pki.tls import Party, handshake
 from tests.reconcile.cluster import OWN_NS, Clock, data, deployment, namespace, reconciler
@@ -189,3 +192,24 @@ def _set_template_annotations(emu: Emulator, name: str, annotations: dict[str, s
     obj = emu.get("deployments", name, NS)
     obj["spec"]["template"]["metadata"]["annotations"] = annotations
     emu.store.update(emu.resource("deployments"), NS, name, obj)
+
+
+def test_the_metrics_the_status_and_the_once_line_follow_the_profiles(kubeapi: Emulator) -> None:
+    bounds = ProfileBounds(allowed_key_algorithms=("ecdsa-p256", "rsa-3072"))
+    _cluster(kubeapi, web={names.KEY_ALGORITHM_ANNOTATION: "rsa-3072", names.DURATION_ANNOTATION: "720h",
+                           names.RENEW_BEFORE_ANNOTATION: "100h"},
+             api={names.KEY_ALGORITHM_ANNOTATION: "ed25519"}, shop={})
+    rec = reconciler(kubeapi, Clock(NOW), profiles=bounds)
+    report = rec.run_pass()
+    samples = {(s.name, s.labels.get("algorithm", "")): s.value
+               for f in text_string_to_metric_families(generate_latest(rec.metrics.registry).decode())
+               for s in f.samples}
+    assert samples["tls_injector_certificate_profiles_refused", ""] == 1
+    assert samples["tls_injector_certificates_by_key_algorithm", "rsa-3072"] == 1
+    assert samples["tls_injector_certificates_by_key_algorithm", "ecdsa-p256"] == 2  # api refused, shop's default
+    assert samples["tls_injector_certificates_by_key_algorithm", "ed25519"] == 0
+    assert "1 Secret with its certificate profile refused" in summary(report)
+    assert rec.status is not None
+    [web] = [w for w in rec.status.workloads if w.secret == "web-tls"]
+    assert web.not_after is not None
+    assert web.renew_at == web.not_after - timedelta(hours=100)
