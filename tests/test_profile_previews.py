@@ -89,3 +89,15 @@ def test_inject_warns_of_a_refused_profile_under_the_bounds_it_is_given(tmp_path
                                    cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert contradictory.returncode == 2
     assert "contradict" in contradictory.stderr
+
+
+def test_check_says_a_changed_profile_the_reconciler_will_refuse(tmp_path: Path) -> None:
+    """`tls-injector check` judges an update as a server-side dry run does, profile lines included."""
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text(json.dumps(_deployment({})))
+    new.write_text(json.dumps(_deployment({names.KEY_ALGORITHM_ANNOTATION: "rsa-2048"})))
+    done = subprocess.run([sys.executable, "-m", "app", "check", "--old", str(old), "--new", str(new),
+                           "--allowed-key-algorithms=ecdsa-p256,rsa-3072"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr  # allowed: no /validate rule on profiles (injection.md)
+    assert "tls-injector.io/key-algorithm 'rsa-2048' refused" in done.stdout

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from app.cli.cluster import profile_bounds, profile_flags, profile_problem
 from app.cli.command import EXIT_FINDINGS, EXIT_OK, Command, fail
 from app.cli.handlers import admission_handlers
 from app.names import INJECT_LABEL, NAMESPACE_OPT_IN
@@ -16,6 +17,7 @@ def add(check: argparse.ArgumentParser) -> None:
     check.add_argument("--old", required=True, help="the manifests before the change")
     check.add_argument("--new", required=True, help="the manifests after the change")
     check.add_argument("--rules", type=Path, help="YAML rules file (added to the built-in rules)")
+    profile_flags(check)  # the reconciler's: a changed workload's dry-run lines judge its certificate profile by them
     check.add_argument("--namespace-enabled", action="append", default=[], metavar="NAMESPACE",
                        help=f"judge this namespace's objects as in a namespace labelled "
                             f"{INJECT_LABEL}={NAMESPACE_OPT_IN} (also /validate/enabled-namespace's rules); repeat "
@@ -33,8 +35,10 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     if args.old == "-" and args.new == "-":
         parser.error("only one of --old and --new can be read from stdin")
+    if problem := profile_problem(args):
+        parser.error(problem)
     try:
-        handlers = admission_handlers(ServeSettings(rules_file=args.rules))
+        handlers = admission_handlers(ServeSettings(rules_file=args.rules), profiles=profile_bounds(args))
         old = load_manifests(args.old, sys.stdin, allow_empty=args.allow_empty)
         new = load_manifests(args.new, sys.stdin, allow_empty=args.allow_empty)
         enabled = enabled_namespaces(old, new, named=args.namespace_enabled)
