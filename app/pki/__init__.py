@@ -50,7 +50,16 @@ from app.pki.names import (
     service_name_problem,
     vet_service_names,
 )
-from app.pki.pkcs12 import KDF_ROUNDS, TRUSTSTORE_PASSWORD, to_pkcs12, to_truststore, truststore_fingerprints
+from app.pki.pkcs12 import (
+    KDF_ROUNDS,
+    KEYSTORE_ALIAS,
+    TRUSTSTORE_PASSWORD,
+    keystore_holds,
+    keystore_of,
+    to_pkcs12,
+    to_truststore,
+    truststore_fingerprints,
+)
 from app.pki.podcert import (
     DEFAULT_POD_KEY_TYPE,
     ISSUED_KEY_TYPES,
@@ -107,6 +116,7 @@ __all__ = [
     "DEFAULT_POD_KEY_TYPE",
     "ISSUED_KEY_TYPES",
     "KDF_ROUNDS",
+    "KEYSTORE_ALIAS",
     "KEY_TYPES",
     "LEAF_LOOKAHEAD",
     "LEAF_VALIDITY",
@@ -153,6 +163,8 @@ __all__ = [
     "issue_for_key",
     "issue_leaf",
     "issued_by",
+    "keystore_holds",
+    "keystore_of",
     "leaf_renewal",
     "load_cert_key",
     "load_certificates",

@@ -39,6 +39,7 @@ from app.pki import (
 )
 from app.reconcile import ownership as own
 from app.reconcile.discover import Target, WorkloadRef
+from app.reconcile.keystores import Keystore, with_keystore
 
 Obj = dict[str, Any]
 Action = Literal["create", "update", "delete"]
@@ -157,6 +158,8 @@ class Observed:
     # Namespaces where an opted-in workload or pod asks for trust alone (names.MODE_TRUST_ONLY): no Secret,
     # but the bundle, as in an enabled namespace.
     trust_only: set[str] = field(default_factory=set)
+    # Secrets whose workloads ask for a JVM keystore (names.KEYSTORE_ANNOTATION), with its password.
+    keystores: dict[tuple[str, str], Keystore] = field(default_factory=dict)
 
     @property
     def bundle_wanted(self) -> set[str]:
@@ -172,7 +175,7 @@ class Observed:
 def plan(targets: Iterable[Target], observed: Observed, signing: Signing) -> list[Item]:
     """Every leaf Secret and bundle ConfigMap to converge, and every one of ours no longer needed."""
     targets = list(targets)
-    items = [_leaf_item(t, signing) for t in targets]
+    items = [_leaf_item(t, signing, observed.keystores.get((t.namespace, t.secret_name))) for t in targets]
     if signing.client is not None:
         items += [_client_item(t, signing) for t in targets if t.client_wanted]
     wanted = {(t.namespace, t.secret_name) for t in targets} | client_secrets(targets)
@@ -240,13 +243,13 @@ def bundle_namespaces(targets: Iterable[Target], enabled: set[str]) -> set[str]:
     return {t.namespace for t in targets} | enabled
 
 
-def _leaf_item(target: Target, signing: Signing) -> Item:
+def _leaf_item(target: Target, signing: Signing, keystore: Keystore | None = None) -> Item:
     """A target with no name left (its workload's own name is no Service name and no Service selects its
     pods) is issued all the same, a certificate naming nothing (certs.NAMELESS_SUBJECT), so its pods start
     rather than wait for a Secret; one issued before for other names is replaced, so no name that may not
     be named outlives the change, as when it was deleted."""
     return Item(SECRETS, target.namespace, target.secret_name,
-                lambda existing: decide_leaf(target, existing, signing), target.workloads)
+                lambda existing: decide_leaf(target, existing, signing, keystore=keystore), target.workloads)
 
 
 def _bundle_item(namespace: str, signing: Signing, *, truststore: bool = False) -> Item:
@@ -264,9 +267,11 @@ def _orphan(resource: Resource, namespace: str, name: str, role: own.Role) -> It
     return Item(resource, namespace, name, decide)
 
 
-def decide_leaf(target: Target, existing: Obj | None, signing: Signing, *, role: own.Role = "leaf") -> Outcome:
+def decide_leaf(target: Target, existing: Obj | None, signing: Signing, *, role: own.Role = "leaf",
+                keystore: Keystore | None = None) -> Outcome:
     """Issue when missing or when the PKI says renew (expiring, SANs, tampered, CA rotated); else keep the
-    certificate and only refresh `ca.crt` and our labels if they drifted."""
+    certificate and only refresh `ca.crt` and our labels if they drifted. With `keystore`, the JVM keystore
+    and truststore follow what the Secret then holds (keystores.with_keystore)."""
     if existing is not None and not own.is_owned(existing, role):
         return Refused(f"Secret {target.namespace}/{target.secret_name} exists and is not managed by tls-injector")
     signer = signing.signer
@@ -281,7 +286,7 @@ def decide_leaf(target: Target, existing: Obj | None, signing: Signing, *, role:
     if decision.renew or forced or existing is None:
         if signer is None:
             return _waiting(target, existing, ours, issuer, role=role, signing=signing,
-                            why=decision.reason or "force-renew")
+                            why=decision.reason or "force-renew", keystore=keystore)
         leaf = issue_leaf(issuer=signer, dns_names=list(target.dns_names), now=signing.now)
         ours.update({"tls.crt": leaf.chain_pem, "tls.key": leaf.key_pem})
         issuer = fingerprint(signer.cert)
@@ -290,7 +295,7 @@ def decide_leaf(target: Target, existing: Obj | None, signing: Signing, *, role:
     elif sealed is None and signer is not None:
         # Checked in full and kept, so it chains to the signer: seal it, and the next pass need not check again.
         sealed_as = _seal(target, signing, data["tls.crt"], data["tls.key"], load_certificates(data["tls.crt"])[0])
-    body = _leaf_body(target, existing, ours, issuer, role=role)
+    body = _leaf_body(target, existing, ours, issuer, role=role, keystore=keystore)
     if sealed_as:
         body["metadata"]["annotations"][names.SEAL_ANNOTATION] = sealed_as
     return _write_if_changed(SECRETS, existing, body, reason=reason or "refreshed")
@@ -337,11 +342,11 @@ def _seal(target: Target, signing: Signing, cert_pem: bytes, key_pem: bytes, cer
 
 
 def _waiting(target: Target, existing: Obj | None, ours: dict[str, bytes], issuer: str, *, role: own.Role,
-             signing: Signing, why: str) -> Waiting:
+             signing: Signing, why: str, keystore: Keystore | None = None) -> Waiting:
     """The certificate stays as it is (none yet, or the stored one, still trusted) until a CA may sign."""
     refresh = None
     if existing is not None:  # the stored certificate is kept, with ca.crt carrying the whole set
-        body = _leaf_body(target, existing, ours, issuer, role=role)
+        body = _leaf_body(target, existing, ours, issuer, role=role, keystore=keystore)
         forced = _annotations(existing).get(names.FORCE_RENEW_ANNOTATION)
         if forced is not None:  # still to be done, once a CA may sign
             body["metadata"]["annotations"][names.FORCE_RENEW_ANNOTATION] = forced
@@ -406,10 +411,12 @@ def encode_data(data: dict[str, bytes]) -> dict[str, str]:
     return {k: base64.b64encode(v).decode() for k, v in data.items()}
 
 
-def _leaf_body(target: Target, existing: Obj | None, ours: dict[str, bytes], issuer: str, *, role: own.Role) -> Obj:
+def _leaf_body(target: Target, existing: Obj | None, ours: dict[str, bytes], issuer: str, *, role: own.Role,
+               keystore: Keystore | None = None) -> Obj:
     body = _base_body(existing, SECRETS, target.namespace, target.secret_name, role=role)
     body["type"] = (existing or {}).get("type") or "kubernetes.io/tls"
-    body["data"] = {**((existing or {}).get("data") or {}), **encode_data(ours)}
+    data = {**((existing or {}).get("data") or {}), **encode_data(ours)}
+    body["data"] = with_keystore(data, keystore)  # None (or a client Secret): no keystore keys
     annotations = body["metadata"]["annotations"]
     annotations.pop(names.FORCE_RENEW_ANNOTATION, None)
     annotations[names.WORKLOADS_ANNOTATION] = workloads_note(target.workloads)
