@@ -71,6 +71,7 @@ from app.pki.podcert import (
     requested_key,
     vet_key_type,
 )
+from app.pki.public_roots import PublicRoots, public_roots, with_public_roots
 from app.pki.renewal import (
     CA_LOOKAHEAD,
     LEAF_LOOKAHEAD,
@@ -136,6 +137,7 @@ __all__ = [
     "KeyType",
     "PodCertTimes",
     "PrivateKey",
+    "PublicRoots",
     "RenewalReason",
     "Sealed",
     "SealedLeaf",
@@ -181,6 +183,7 @@ __all__ = [
     "permitted_dns",
     "permitted_uri",
     "pod_cert_times",
+    "public_roots",
     "requested_key",
     "root_problem",
     "rotation_due",
@@ -203,4 +206,5 @@ __all__ = [
     "verify_server",
     "vet_key_type",
     "vet_service_names",
+    "with_public_roots",
 ]

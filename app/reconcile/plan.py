@@ -29,6 +29,7 @@ from app.pki import (
     leaf_renewal,
     load_certificates,
     open_seal,
+    public_roots,
     seal,
     seal_key,
     sealed_leaf_renewal,
@@ -36,6 +37,7 @@ from app.pki import (
     trust_bundle,
     truststore_fingerprints,
     uri_sans,
+    with_public_roots,
 )
 from app.reconcile import ownership as own
 from app.reconcile.discover import Target, WorkloadRef
@@ -160,6 +162,8 @@ class Observed:
     trust_only: set[str] = field(default_factory=set)
     # Secrets whose workloads ask for a JVM keystore (names.KEYSTORE_ANNOTATION), with its password.
     keystores: dict[tuple[str, str], Keystore] = field(default_factory=dict)
+    # Namespaces whose bundle carries the public roots too (names.PUBLIC_ROOTS: labelled so, or a workload asks).
+    public_roots: set[str] = field(default_factory=set)
 
     @property
     def bundle_wanted(self) -> set[str]:
@@ -181,7 +185,8 @@ def plan(targets: Iterable[Target], observed: Observed, signing: Signing) -> lis
     wanted = {(t.namespace, t.secret_name) for t in targets} | client_secrets(targets)
     items += [_orphan(SECRETS, ns, name, "leaf") for (ns, name) in sorted(observed.leaves) if (ns, name) not in wanted]
     namespaces = bundle_namespaces(targets, observed.bundle_wanted)
-    items += [_bundle_item(ns, signing, truststore=ns in observed.truststores) for ns in sorted(namespaces)]
+    items += [_bundle_item(ns, signing, truststore=ns in observed.truststores, public=ns in observed.public_roots)
+              for ns in sorted(namespaces)]
     items += [_orphan(CONFIG_MAPS, ns, TRUST_BUNDLE_CONFIGMAP, "bundle")
               for ns in sorted(observed.bundles) if ns not in namespaces]
     return items
@@ -252,9 +257,9 @@ def _leaf_item(target: Target, signing: Signing, keystore: Keystore | None = Non
                 lambda existing: decide_leaf(target, existing, signing, keystore=keystore), target.workloads)
 
 
-def _bundle_item(namespace: str, signing: Signing, *, truststore: bool = False) -> Item:
+def _bundle_item(namespace: str, signing: Signing, *, truststore: bool = False, public: bool = False) -> Item:
     return Item(CONFIG_MAPS, namespace, TRUST_BUNDLE_CONFIGMAP,
-                lambda existing: decide_bundle(namespace, existing, signing, truststore=truststore))
+                lambda existing: decide_bundle(namespace, existing, signing, truststore=truststore, public=public))
 
 
 def _orphan(resource: Resource, namespace: str, name: str, role: own.Role) -> Item:
@@ -356,14 +361,21 @@ def _waiting(target: Target, existing: Obj | None, ours: dict[str, bytes], issue
                    refresh)
 
 
-def decide_bundle(namespace: str, existing: Obj | None, signing: Signing, *, truststore: bool = False) -> Outcome:
+def decide_bundle(namespace: str, existing: Obj | None, signing: Signing, *, truststore: bool = False,
+                  public: bool = False) -> Outcome:
     """Our keys replaced wholesale (a removed CA's key disappears), anyone else's keys kept; with
-    `truststore`, binaryData `truststore.p12` holds the same CAs as PKCS#12."""
+    `truststore`, binaryData `truststore.p12` holds the same CAs as PKCS#12; with `public`, the key
+    names.PUBLIC_BUNDLE_KEY holds them followed by the public roots, the annotation saying their source."""
     if existing is not None and not own.is_owned(existing, "bundle"):
         return Refused(f"ConfigMap {namespace}/{TRUST_BUNDLE_CONFIGMAP} exists and is not managed by tls-injector")
     body = _base_body(existing, CONFIG_MAPS, namespace, TRUST_BUNDLE_CONFIGMAP, role="bundle")
-    kept = {k: v for k, v in ((existing or {}).get("data") or {}).items() if not _BUNDLE_KEYS.match(k)}
+    kept = {k: v for k, v in ((existing or {}).get("data") or {}).items()
+            if not _BUNDLE_KEYS.match(k) and k != names.PUBLIC_BUNDLE_KEY}
     body["data"] = {**kept, **signing.bundle, **signing.client_bundle}
+    body["metadata"]["annotations"].pop(names.PUBLIC_ROOTS_SOURCE_ANNOTATION, None)
+    if public:
+        body["data"][names.PUBLIC_BUNDLE_KEY] = with_public_roots(signing.bundle_pem)
+        body["metadata"]["annotations"][names.PUBLIC_ROOTS_SOURCE_ANNOTATION] = public_roots().source
     binary = _binary_data(existing, signing, truststore=truststore)
     if binary:
         body["binaryData"] = binary

@@ -23,7 +23,7 @@ from app.kube import (
     KubeApi,
 )
 from app.reconcile import ownership as own
-from app.reconcile.discover import enabled_namespaces, opted_in
+from app.reconcile.discover import enabled_namespaces, opted_in, public_roots_namespaces
 from app.reconcile.plan import Obj, Observed
 
 # Every kind whose pod template discovery reads (discover.LISTED_KINDS); pods of other controllers are
@@ -71,6 +71,10 @@ def read_cluster(api: KubeApi) -> Observed:
         observed.workloads += [(kind, obj) for obj in listed.items]
         observed.oversized += [(kind, o, MAX_WORKLOAD_BYTES) for o in listed.oversized]
     observed.pods = read_candidate_pods(api, observed.enabled)
+    # One more list a pass: the Namespaces labelled for public roots (names.PUBLIC_ROOTS), few by nature.
+    labelled = api.list_objects(NAMESPACES, label_selector=f"{names.PUBLIC_ROOTS}={names.PUBLIC_ROOTS_ON}").items
+    observed.public_roots = public_roots_namespaces(observed.workloads, observed.pods, enabled=observed.enabled,
+                                                    labelled=labelled)
     opted |= observed.enabled | {str(p["metadata"].get("namespace") or "") for p in observed.pods}
     # A list per namespace reads nothing of the others; past SERVICE_LISTS namespaces, one cluster-wide
     # list costs fewer calls, and a Service of any other namespace is dropped as its page is read.
