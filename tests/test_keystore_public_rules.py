@@ -13,6 +13,8 @@ import pytest
 import yaml
 
 from app.cli import main
+from app.injection import InjectionOptions
+from app.injection.preview import what_pods_get
 
 KEYSTORE, PASSWORD = "tls-injector.io/keystore", "tls-injector.io/keystore-password-secret"
 PUBLIC = "tls-injector.io/public-roots"
@@ -73,3 +75,32 @@ def test_a_namespaces_public_roots_label_may_be_added_but_not_removed(
         allowed: bool) -> None:
     code, said = _check(tmp_path, capsys, _namespace(old), _namespace(copy.deepcopy(new)))
     assert code == (0 if allowed else 1), said
+
+
+def _preview(annotations: dict[str, str]) -> tuple[str, ...]:
+    template = _deployment(annotations)["spec"]["template"]["metadata"]
+    return what_pods_get("Deployment", "web", template, InjectionOptions())
+
+
+def test_the_dry_run_preview_and_inject_say_what_the_keystore_and_public_roots_give() -> None:
+    _, keystore = _preview(ON)
+    assert keystore == ("tls-injector: and a JVM keystore: /etc/tls-injector/certs/keystore.p12 and truststore.p12 "
+                        "(PKCS#12), a generated password beside them (keystore.password)")
+    _, named = _preview(ON_PW)
+    assert "key keystore.password of your Secret 'web-keystore-password'" in named
+    _, public = _preview({PUBLIC: "true"})
+    assert public == ("tls-injector: and the public roots: /etc/tls-injector/trust/ca-bundle-with-public-roots.pem "
+                      "(our CAs and certifi's roots), named by SSL_CERT_FILE, REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS")
+    [_, jks] = _preview({KEYSTORE: "jks"})
+    assert "'jks' is not \"pkcs12\"; no keystore is written" in jks
+    [trust_only] = _preview({**ON, "tls-injector.io/mode": "trust-only"})  # no Secret: no keystore line
+    assert "trust alone" in trust_only
+
+
+def test_inject_warns_of_a_keystore_that_will_not_be_written(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = tmp_path / "web.yaml"
+    manifest.write_text(yaml.safe_dump(_deployment({KEYSTORE: "pkcs12", "tls-injector.io/mode": "trust-only"})))
+    assert main(["inject", "-f", str(manifest)]) == 0
+    out, err = capsys.readouterr()
+    assert "tls-injector.io/keystore: no keystore in the trust-only mode" in out + err

@@ -25,6 +25,7 @@ import orjson
 
 from app import names
 from app.injection.choices import Choices, InjectionOptions, InjectionRefused, read_choices, shown
+from app.injection.jvm import keystore_warnings
 from app.injection.podspec import Container, PodSpec, Source, Volume, pod_spec
 from app.injection.workload import Workload, pod_secret_name
 
@@ -119,6 +120,8 @@ def plan_injection(
         # The ClusterTrustBundle holds our CAs only; the public roots live in the namespace's ConfigMap.
         warnings.append(f"{names.PUBLIC_ROOTS}: no public roots with pod certificates; the TLS variables, if "
                         f"asked for, name our CAs alone")
+    if names.KEYSTORE_ANNOTATION in annotations:
+        warnings += keystore_warnings(annotations, choices)
     changes = []
     for field, position, container in targets:  # a container that lacks nothing is left out of the plan
         missing_mounts = _missing_mounts(container, mounts)
