@@ -44,6 +44,6 @@ def public_roots_line(choices: Choices) -> str:
     """The preview's line for a pod whose TLS variables name the bundle with the public roots."""
     if not choices.public_roots:
         return ""
-    env = ", ".join(choices.env) or "no variable (tls-injector.io/env)"
+    env = ", ".join(choices.env) or f"no variable ({names.ENV_ANNOTATION})"
     return (f"tls-injector: and the public roots: {choices.trust_path}/{names.PUBLIC_BUNDLE_KEY} (our CAs and "
             f"certifi's roots), named by {env}")
