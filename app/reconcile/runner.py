@@ -62,6 +62,7 @@ def summary(report: PassReport) -> str:
                (report.oversized, "object too large, left out", "objects too large, left out"),
                (report.names_refused, "Secret with service names refused", "Secrets with service names refused"),
                (report.clients_refused, "client certificate refused", "client certificates refused"),
+               (report.keystores_refused, "keystore refused", "keystores refused"),
                (report.nameless, "certificate names no Service", "certificates name no Service"))
     parts += [f"{len(found)} {one if len(found) == 1 else many}" for found, one, many in counted if found]
     parts += [f"{len(report.failed)} failed"] if report.failed else []

@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives.serialization import pkcs12
 
 from app.pki import fingerprint, load_certificates, truststore_fingerprints
 from app.reconcile.keystores import password_problem
+from app.reconcile.runner import summary
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, data, deployment, namespace, reconciler
 
@@ -136,6 +137,7 @@ def test_a_password_secret_that_may_not_be_used_is_refused_with_why_and_the_rest
     refused = data(kubeapi.get("secrets", "billing-tls", NS))
     assert set(refused) == {"tls.crt", "tls.key", "ca.crt"}  # the certificate is issued all the same
     assert "keystore.p12" in data(kubeapi.get("secrets", "other-tls", NS))
+    assert summary(report).startswith("NOT converged: 4 writes (4 create); 1 keystore refused")
     events = [e for e in kubeapi.objects("events", NS) if e.get("reason") == "KeystoreRefused"]
     assert events
     assert events[0]["involvedObject"]["name"] == "billing"
