@@ -8,6 +8,8 @@ of overwriting it blindly, and makes a converged cluster cost zero writes.
 from __future__ import annotations
 
 import base64
+import functools
+import hashlib
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -374,14 +376,38 @@ def decide_bundle(namespace: str, existing: Obj | None, signing: Signing, *, tru
     body["data"] = {**kept, **signing.bundle, **signing.client_bundle}
     body["metadata"]["annotations"].pop(names.PUBLIC_ROOTS_SOURCE_ANNOTATION, None)
     if public:
-        body["data"][names.PUBLIC_BUNDLE_KEY] = with_public_roots(signing.bundle_pem)
+        text, digest = public_bundle(signing.bundle_pem)
+        body["data"][names.PUBLIC_BUNDLE_KEY] = text
         body["metadata"]["annotations"][names.PUBLIC_ROOTS_SOURCE_ANNOTATION] = public_roots().source
+        stored = ((existing or {}).get("data") or {}).get(names.PUBLIC_BUNDLE_KEY)
+        if existing is not None and stored == digest and _same(existing, _with_public(body, digest)):
+            return None  # read as its digest (read.bundle_shape): the same text, nothing else changed
     binary = _binary_data(existing, signing, truststore=truststore)
     if binary:
         body["binaryData"] = binary
     else:
         body.pop("binaryData", None)
     return _write_if_changed(CONFIG_MAPS, existing, body, reason="bundle")
+
+
+# What a pass holds of the public bundle it read: its digest, not its ~180 KB (read.bundle_shape).
+DIGEST_PREFIX = "sha256:"
+
+
+def public_digest(text: str) -> str:
+    return DIGEST_PREFIX + hashlib.sha256(text.encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=8)
+def public_bundle(bundle_pem: str) -> tuple[str, str]:
+    """Our CAs and the public roots as one file, and its digest: made once per CA set, not per namespace
+    (a pass has one bundle, two while a member's federation roots differ; 8 is ample)."""
+    text = with_public_roots(bundle_pem)
+    return text, public_digest(text)
+
+
+def _with_public(body: Obj, value: str) -> Obj:
+    return {**body, "data": {**body["data"], names.PUBLIC_BUNDLE_KEY: value}}
 
 
 def _binary_data(existing: Obj | None, signing: Signing, *, truststore: bool) -> dict[str, str]:

@@ -19,7 +19,9 @@ import jsonpatch
 import pytest
 
 from app.injection import InjectionOptions, make_mutate_handler
+from app.kube import KubeApi
 from app.pki import CertKey, issue_leaf, make_ca, public_roots
+from app.reconcile.read import read_cluster
 from tests.kubeapi import Emulator
 from tests.pki.tls import Party, handshake
 from tests.reconcile.cluster import OWN_NS, Clock, data, deployment, namespace, reconciler
@@ -137,3 +139,24 @@ def test_the_worst_case_bundle_configmap_stays_under_the_apiservers_1_mib(kubeap
     size += sum(len(k) + len(base64.b64decode(v)) for k, v in (bundle.get("binaryData") or {}).items())  # type: ignore[attr-defined]
     assert public_roots().count == len(certifi.contents().split("BEGIN CERTIFICATE")) - 1
     assert size < 1024 * 1024 // 4, size
+
+
+def test_a_pass_holds_the_public_bundle_as_its_digest_and_rewrites_it_when_edited(kubeapi: Emulator) -> None:
+    """read.bundle_shape: ~180 KB per namespace would be held for the length of a pass; the digest is
+    enough to decide, and a write sends the text whole."""
+    namespace(kubeapi, OWN_NS)
+    namespace(kubeapi, NS)
+    deployment(kubeapi, "caller", NS, annotations={PUBLIC: "true"})
+    clock = Clock()
+    reconciler(kubeapi, clock).run_pass()
+    observed = read_cluster(KubeApi(kubeapi.api_client()))
+    held = observed.bundles[NS]["data"][KEY]
+    assert held.startswith("sha256:")
+    assert len(held) == 7 + 64
+    stored = _bundle(kubeapi)
+    whole = stored["data"][KEY]  # type: ignore[index]
+    stored["data"][KEY] = whole.replace("MII", "MIJ", 1)  # type: ignore[index]
+    kubeapi.store.update(kubeapi.resource("configmaps"), NS, "tls-injector-trust-bundle", stored)
+    assert reconciler(kubeapi, clock).run_pass().write_count == 1
+    assert _bundle(kubeapi)["data"][KEY] == whole  # type: ignore[index]
+    assert reconciler(kubeapi, clock).run_pass().write_count == 0
