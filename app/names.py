@@ -58,6 +58,29 @@ TRUSTSTORE_KEY = "truststore.p12"
 # a JVM server verifies client certificates with (docs/mtls.md).
 CLIENT_TRUSTSTORE_KEY = "client-truststore.p12"
 
+# --- JVM keystores and public roots (issue 39 points 4 and 5; docs/injection.md) ---
+# On a pod template: "pkcs12" puts a PKCS#12 keystore (the key and tls.crt's chain) and a truststore (ca.crt's
+# CAs) into the workload's own Secret beside tls.crt, both under one password: generated and stored beside
+# them as KEYSTORE_PASSWORD_KEY (as Strimzi hands Kafka clients user.p12 and user.password), or the value of
+# KEYSTORE_PASSWORD_KEY in the Secret of the workload's namespace that KEYSTORE_PASSWORD_SECRET_ANNOTATION
+# names (never copied: docs/security.md, "Keystore passwords").
+KEYSTORE_ANNOTATION = f"{DOMAIN}/keystore"
+KEYSTORE_PKCS12 = "pkcs12"
+KEYSTORE_PASSWORD_SECRET_ANNOTATION = f"{DOMAIN}/keystore-password-secret"
+KEYSTORE_KEY = "keystore.p12"
+SECRET_TRUSTSTORE_KEY = TRUSTSTORE_KEY  # the same file name in the Secret as in the bundle ConfigMap
+KEYSTORE_PASSWORD_KEY = "keystore.password"  # noqa: S105 - a key's name, not a password
+# On a pod template (annotation) or a Namespace (label): "true" adds PUBLIC_BUNDLE_KEY to the namespace's
+# trust-bundle ConfigMap: our CAs followed by the public roots of the certifi package the release pins; on a
+# pod template the TLS env vars also point at it. Not a `.crt` key: a consumer trusting every `*.crt` of the
+# bundle (the per-CA keys' purpose) must not start trusting every public CA. The ConfigMap's
+# PUBLIC_ROOTS_SOURCE_ANNOTATION says which certifi release the roots come from.
+PUBLIC_ROOTS = f"{DOMAIN}/public-roots"
+PUBLIC_ROOTS_ON = "true"
+PUBLIC_BUNDLE_KEY = "ca-bundle-with-public-roots.pem"
+PUBLIC_ROOTS_SOURCE_ANNOTATION = f"{DOMAIN}/public-roots-source"
+# --- end of issue 39 points 4 and 5 ---
+
 
 # Per-pod choices (annotations on the Pod or its template), read by the mutating webhook only.
 CERT_PATH_ANNOTATION = f"{DOMAIN}/cert-mount-path"

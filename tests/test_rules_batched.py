@@ -44,13 +44,17 @@ from tests.rules_matrix import cronjob, namespace
 
 INJECT, SECRET, MODE = "tls-injector.io/inject", "tls-injector.io/secret-name", "tls-injector.io/mode"
 CLIENT = "tls-injector.io/client-certificate"
+KEYSTORE, PASSWORD = "tls-injector.io/keystore", "tls-injector.io/keystore-password-secret"
+PUBLIC = "tls-injector.io/public-roots"
 DEFAULTS = default_rule_set()
 SCOPED = {scope: DEFAULTS.scoped(scope) for scope in (SCOPE_OTHER_NAMESPACES, SCOPE_ENABLED_NAMESPACES)}
 SEI = GroupVersionKind(group="example.com", version="v1", kind="SeiNode")
 # What a label or annotation may hold in a hostile or broken body, beside the values that matter.
 ODD_VALUES: list[Any] = ["", "TRUE", 1, 1.0, True, None, ["true"], {"x": "true"}, "{" * 120, "null"]
 MEANINGFUL = {INJECT: ["true", "false", "enabled", "disabled"], SECRET: ["x-tls", "y-tls"],
-              MODE: ["pod-certificate", "secret", "trust-only", " trust-only "], CLIENT: ["true", " True ", "false"]}
+              MODE: ["pod-certificate", "secret", "trust-only", " trust-only "], CLIENT: ["true", " True ", "false"],
+              KEYSTORE: ["pkcs12", " pkcs12 ", "jks"], PASSWORD: ["pw", " pw ", "other-pw"],
+              PUBLIC: ["true", " TRUE ", "false"]}
 
 
 def summary(verdict: Verdict) -> Summary:
@@ -107,7 +111,8 @@ def random_metadata(rng: random.Random) -> Any:
     if rng.random() < 0.05:
         return rng.choice([None, "not an object", []])
     metadata: dict[str, Any] = {}
-    for part, keys in (("labels", [INJECT]), ("annotations", [SECRET, MODE, CLIENT])):
+    annotations = [SECRET, MODE, CLIENT, KEYSTORE, PASSWORD, PUBLIC]
+    for part, keys in (("labels", [INJECT, PUBLIC]), ("annotations", annotations)):
         if rng.random() < 0.85:
             metadata[part] = random_map(rng, keys)
     return metadata
@@ -222,7 +227,39 @@ def _trimmed(value: Any) -> str:
     return value.strip()
 
 
+def keystore(old: Any, new: Any) -> tuple[Value, Value]:
+    """A keystore, once asked for ("pkcs12", trimmed), stays asked for with the same password Secret
+    (trimmed; absent is ""); asking for it is allowed, without a warning."""
+    def asks(obj: Any) -> Value:
+        return all_of(lambda: has(obj, "annotations"), lambda: member(KEYSTORE, field(obj, "annotations")),
+                      lambda: _trimmed(field(obj, "annotations")[KEYSTORE]) == "pkcs12")
+
+    def password(obj: Any) -> Any:
+        return choose(term(lambda: member(PASSWORD, field(obj, "annotations"))),
+                      lambda: _trimmed(field(obj, "annotations")[PASSWORD]), lambda: "")
+    return any_of(lambda: negated(asks(old)),
+                  lambda: all_of(lambda: asks(new),
+                                 lambda: cel_equal(lambda: password(new), lambda: password(old)))), False
+
+
+def public_roots(old: Any, new: Any) -> tuple[Value, Value]:
+    """The public roots, once asked for ("true", trimmed, any case), stay asked for."""
+    def asks(obj: Any) -> Value:
+        return all_of(lambda: has(obj, "annotations"), lambda: member(PUBLIC, field(obj, "annotations")),
+                      lambda: trimmed_lower(field(obj, "annotations")[PUBLIC]) == "true")
+    return any_of(lambda: negated(asks(old)), lambda: asks(new)), False
+
+
+def namespace_public_roots(old: Any, new: Any) -> tuple[Value, Value]:
+    """A Namespace labelled for public roots stays labelled (exactly "true")."""
+    return any_of(lambda: negated(entry_is(old, "labels", PUBLIC, "true")),
+                  lambda: entry_is(new, "labels", PUBLIC, "true")), False
+
+
 BUILT_IN: dict[str, Semantics] = {
+    "workload-keystore-transition": keystore, "cronjob-keystore-transition": keystore,
+    "workload-public-roots-transition": public_roots, "cronjob-public-roots-transition": public_roots,
+    "namespace-public-roots-transition": namespace_public_roots,
     "workload-trust-only-transition": trust_only(tls_on_outside),
     "cronjob-trust-only-transition": trust_only(tls_on_outside),
     "enabled-namespace-workload-trust-only-transition": trust_only(tls_on_inside),
@@ -254,7 +291,7 @@ def test_random_tls_transitions_get_the_verdicts_of_cel_first_and_when_remembere
     rules, (gvk, base) = SCOPED[scope], BASES[kind]
     rng = random.Random(f"{scope}/{kind}")
     # Few enough distinct metadata values that pairs recur: later ones are answered from the memo.
-    pool = [random_metadata(rng) for _ in range(25)]
+    pool = [random_metadata(rng) for _ in range(40)]
     outcomes = set()
     for _ in range(300):
         old = with_template_metadata(base, kind, rng.choice(pool))

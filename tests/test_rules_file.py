@@ -74,13 +74,17 @@ def test_every_problem_is_reported_in_one_pass() -> None:
     assert "my-rules.yaml:6: rules[1] (b): unknown field 'extra'" in message
 
 
+# Issue 39 points 4 and 5: scope "all", judged whatever the opt-in and the namespace.
+NEW_RULES = ["workload-keystore-transition", "cronjob-keystore-transition", "workload-public-roots-transition",
+             "cronjob-public-roots-transition", "namespace-public-roots-transition"]
 BUILT_IN = ["workload-tls-transition", "cronjob-tls-transition", "workload-client-certificate-transition",
             "cronjob-client-certificate-transition", "namespace-tls-transition",
             "enabled-namespace-workload-tls-transition", "enabled-namespace-cronjob-tls-transition",
             "enabled-namespace-workload-client-certificate-transition",
             "enabled-namespace-cronjob-client-certificate-transition", "workload-tls-mode-transition",
             "workload-trust-only-transition", "cronjob-trust-only-transition",
-            "enabled-namespace-workload-trust-only-transition", "enabled-namespace-cronjob-trust-only-transition"]
+            "enabled-namespace-workload-trust-only-transition", "enabled-namespace-cronjob-trust-only-transition",
+            *NEW_RULES]
 APPS_KINDS = {("apps", "v1", "Deployment"), ("apps", "v1", "StatefulSet"), ("apps", "v1", "DaemonSet")}
 
 
@@ -100,7 +104,10 @@ def test_the_built_in_rules_cover_the_workload_kinds_cronjobs_and_namespaces() -
                      "workload-tls-mode-transition": APPS_KINDS,
                      "workload-trust-only-transition": APPS_KINDS, "cronjob-trust-only-transition": cronjobs,
                      "enabled-namespace-workload-trust-only-transition": APPS_KINDS,
-                     "enabled-namespace-cronjob-trust-only-transition": cronjobs}
+                     "enabled-namespace-cronjob-trust-only-transition": cronjobs,
+                     "workload-keystore-transition": APPS_KINDS, "cronjob-keystore-transition": cronjobs,
+                     "workload-public-roots-transition": APPS_KINDS, "cronjob-public-roots-transition": cronjobs,
+                     "namespace-public-roots-transition": {("", "v1", "Namespace")}}
     assert {name: rule.scope for name, rule in rules.items()} == {
         "workload-tls-transition": "other-namespaces", "cronjob-tls-transition": "other-namespaces",
         "namespace-tls-transition": "all", "workload-tls-mode-transition": "all",
@@ -112,7 +119,8 @@ def test_the_built_in_rules_cover_the_workload_kinds_cronjobs_and_namespaces() -
         "enabled-namespace-cronjob-client-certificate-transition": "enabled-namespaces",
         "workload-trust-only-transition": "other-namespaces", "cronjob-trust-only-transition": "other-namespaces",
         "enabled-namespace-workload-trust-only-transition": "enabled-namespaces",
-        "enabled-namespace-cronjob-trust-only-transition": "enabled-namespaces"}
+        "enabled-namespace-cronjob-trust-only-transition": "enabled-namespaces",
+        **dict.fromkeys(NEW_RULES, "all")}
 
 
 def test_each_path_runs_the_rules_of_its_kind_of_namespace_and_those_of_all() -> None:
@@ -121,11 +129,12 @@ def test_each_path_runs_the_rules_of_its_kind_of_namespace_and_those_of_all() ->
         "namespace-tls-transition", "enabled-namespace-workload-tls-transition",
         "enabled-namespace-cronjob-tls-transition", "enabled-namespace-workload-client-certificate-transition",
         "enabled-namespace-cronjob-client-certificate-transition", "workload-tls-mode-transition",
-        "enabled-namespace-workload-trust-only-transition", "enabled-namespace-cronjob-trust-only-transition"]
+        "enabled-namespace-workload-trust-only-transition", "enabled-namespace-cronjob-trust-only-transition",
+        *NEW_RULES]
     assert [r.name for r in rules.scoped("other-namespaces")] == [
         "workload-tls-transition", "cronjob-tls-transition", "workload-client-certificate-transition",
         "cronjob-client-certificate-transition", "namespace-tls-transition", "workload-tls-mode-transition",
-        "workload-trust-only-transition", "cronjob-trust-only-transition"]
+        "workload-trust-only-transition", "cronjob-trust-only-transition", *NEW_RULES]
     with pytest.raises(ValueError, match="not all"):
         rules.scoped("all")
 

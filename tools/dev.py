@@ -78,10 +78,12 @@ def ensure_venv(*, dev: bool = True) -> None:
 
 # What the tests run besides Python: Debian's chromium (the status page's browser test), prometheus
 # (promtool, for the alert rules' unit tests), npm (the chart tests fetch helm from the npm registry) and
-# openssl (its s_client is the client that asks for a TLS renegotiation in the conformance table).
+# openssl (its s_client is the client that asks for a TLS renegotiation in the conformance table), and a
+# JDK (keytool lists the JVM keystores the reconciler writes; javac builds the Java TLS peer of those tests).
 # Installed through apt when missing and this is root (as in CI); otherwise the tests that need them fail
 # and say how to get them.
-SYSTEM_TOOLS = {"chromium": "chromium", "promtool": "prometheus", "npm": "npm", "openssl": "openssl"}
+SYSTEM_TOOLS = {"chromium": "chromium", "promtool": "prometheus", "npm": "npm", "openssl": "openssl",
+                "java": "default-jre-headless", "keytool": "default-jre-headless", "javac": "default-jdk-headless"}
 
 
 def ensure_system_tools() -> None:

@@ -6,7 +6,7 @@ The checks are pure functions of a `Snapshot` (read.py is the only module that r
 
 from __future__ import annotations
 
-from app.doctor import ca, clients, federation, reconciler, webhook, workloads
+from app.doctor import ca, clients, federation, jvm, reconciler, webhook, workloads
 from app.doctor.model import Result, error, exit_code, render_json, render_text
 from app.doctor.read import ApiUnreachable, read
 from app.doctor.snapshot import DoctorSettings, Snapshot
@@ -19,7 +19,10 @@ def run_checks(snap: Snapshot) -> list[Result]:
     cas = [("workload CA", snap.settings.ca_secret), ("webhook CA", snap.settings.webhook.ca.secret_name)]
     found = workloads.checks(snap)
     mtls = clients.checks(snap, workloads.targets(snap)) if "cluster" not in snap.errors else []
-    return [*webhook.checks(snap), *ca.checks(snap, cas), *ca.user_checks(snap), *found, *mtls,
+    # Issue 39 points 4 and 5: the keystores and public roots asked for.
+    extras = [jvm.check_keystores(snap, workloads.targets(snap)), jvm.check_public_roots(snap)] \
+        if "cluster" not in snap.errors else []
+    return [*webhook.checks(snap), *ca.checks(snap, cas), *ca.user_checks(snap), *found, *mtls, *extras,
             *reconciler.checks(snap), *federation.checks(snap)]
 
 

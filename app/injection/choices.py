@@ -70,11 +70,14 @@ class Choices(NamedTuple):
     fallback: str = ""  # why a pod that asked for pod certificates gets the Secret, for a warning
     client_secret: str = ""  # the client certificate's Secret when the pod asks for one (docs/mtls.md)
     client_path: str = names.CLIENT_MOUNT_PATH
+    # The TLS env vars point at names.PUBLIC_BUNDLE_KEY (our CAs and the public roots), not names.BUNDLE_KEY.
+    public_roots: bool = False
 
 
 # The annotations a pod chooses with (the Secret's name is the workload's, see app.injection.workload).
 _CHOICE_ANNOTATIONS = frozenset({names.CERT_PATH_ANNOTATION, names.TRUST_PATH_ANNOTATION, names.MODE_ANNOTATION,
-                                 names.CLIENT_CERT_ANNOTATION, names.CONTAINERS_ANNOTATION, names.ENV_ANNOTATION})
+                                 names.CLIENT_CERT_ANNOTATION, names.CONTAINERS_ANNOTATION, names.ENV_ANNOTATION,
+                                 names.PUBLIC_ROOTS})
 
 
 def read_choices(secret_name: str, annotations: Mapping[str, Any], options: InjectionOptions) -> Choices:
@@ -105,11 +108,22 @@ def read_choices(secret_name: str, annotations: Mapping[str, Any], options: Inje
             )
     raw = given.get(names.CONTAINERS_ANNOTATION)
     containers = _containers(raw) if raw else None
+    raw = given.get(names.PUBLIC_ROOTS)
+    public = _public_roots(raw) and mode != names.MODE_POD_CERTIFICATE if raw else False
     raw = given.get(names.ENV_ANNOTATION)
-    # A trust-only pod is a client: it gets the variables unless it says otherwise (what it asks for).
-    env = _env(raw) if raw else names.TLS_ENV_VARS if mode == names.MODE_TRUST_ONLY else ()
+    # A trust-only pod is a client: it gets the variables unless it says otherwise (what it asks for); so
+    # is one asking for the public roots, whose point is the variables' file (names.PUBLIC_ROOTS).
+    env = _env(raw) if raw else names.TLS_ENV_VARS if mode == names.MODE_TRUST_ONLY or public else ()
     # Positional, in the fields' order (a NamedTuple's keywords cost ~3.7k instructions more).
-    return Choices(secret, cert_path, trust_path, containers, env, mode, fallback, client)
+    return Choices(secret, cert_path, trust_path, containers, env, mode, fallback, client, names.CLIENT_MOUNT_PATH,
+                   public)
+
+
+def _public_roots(raw: str) -> bool:
+    """names.PUBLIC_ROOTS as a pod sets it: "true" or "false" (any case); anything else is refused."""
+    if raw.lower() not in ("true", "false"):
+        raise InjectionRefused(f"{names.PUBLIC_ROOTS}: {shown(raw)} must be \"true\" or \"false\"")
+    return raw.lower() == "true"
 
 
 def _client_secret(raw: str, secret: str, mode: str) -> str:

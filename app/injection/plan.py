@@ -25,6 +25,7 @@ import orjson
 
 from app import names
 from app.injection.choices import Choices, InjectionOptions, InjectionRefused, read_choices, shown
+from app.injection.jvm import keystore_warnings
 from app.injection.podspec import Container, PodSpec, Source, Volume, pod_spec
 from app.injection.workload import Workload, pod_secret_name
 
@@ -106,7 +107,8 @@ def plan_injection(
         if new is not None:
             new_volumes.append(new)
         mounts.append({"name": name, "mountPath": path, "readOnly": True})
-    env = tuple({"name": var, "value": f"{choices.trust_path}/{names.BUNDLE_KEY}"} for var in choices.env) \
+    bundle_file = names.PUBLIC_BUNDLE_KEY if choices.public_roots else names.BUNDLE_KEY
+    env = tuple({"name": var, "value": f"{choices.trust_path}/{bundle_file}"} for var in choices.env) \
         if choices.env else ()
     targets = _targets(spec, choices.containers)
     warnings: list[str] = [choices.fallback] if choices.fallback else []
@@ -114,6 +116,12 @@ def plan_injection(
         # ClusterTrustBundle projections are PEM only, and the kubelet's key never leaves the node.
         warnings.append(f"{names.TRUSTSTORE_ANNOTATION}: no PKCS#12 truststore with pod certificates; "
                         f"read the PEM bundle instead")
+    if choices.mode == names.MODE_POD_CERTIFICATE and annotations.get(names.PUBLIC_ROOTS):
+        # The ClusterTrustBundle holds our CAs only; the public roots live in the namespace's ConfigMap.
+        warnings.append(f"{names.PUBLIC_ROOTS}: no public roots with pod certificates; the TLS variables, if "
+                        f"asked for, name our CAs alone")
+    if names.KEYSTORE_ANNOTATION in annotations:
+        warnings += keystore_warnings(annotations, choices)
     changes = []
     for field, position, container in targets:  # a container that lacks nothing is left out of the plan
         missing_mounts = _missing_mounts(container, mounts)

@@ -16,6 +16,7 @@ from typing import Any
 from app import names
 from app.admission import GroupVersionKind
 from app.injection.choices import InjectionOptions, InjectionRefused, read_choices
+from app.injection.jvm import keystore_line, keystore_warnings, public_roots_line
 from app.injection.profile import profile_lines
 from app.injection.workload import TEMPLATE_PATHS, template_workload
 
@@ -60,7 +61,8 @@ def what_pods_get(kind: str, name: str, template_meta: Mapping[str, Any], option
     if choices.mode == names.MODE_TRUST_ONLY:
         env = f", and {', '.join(choices.env)} set to it" if choices.env else ""
         return (f"{who} will get trust alone ({names.MODE_ANNOTATION}: {names.MODE_TRUST_ONLY}): ConfigMap "
-                f"{options.trust_bundle_configmap} at {choices.trust_path}{env}; no certificate, no Secret",)
+                f"{options.trust_bundle_configmap} at {choices.trust_path}{env}; no certificate, no Secret",
+                *filter(None, [public_roots_line(choices)]))
     if choices.mode == names.MODE_POD_CERTIFICATE:
         gets = (f"a per-pod {names.POD_KEY_TYPE} key and certificate from signer {names.SIGNER_NAME} "
                 f"(projected podCertificate) at {choices.cert_path}, and trust from the ClusterTrustBundle "
@@ -69,11 +71,12 @@ def what_pods_get(kind: str, name: str, template_meta: Mapping[str, Any], option
         gets = (f"the certificate of Secret {choices.secret_name} at {choices.cert_path}, and trust from "
                 f"ConfigMap {options.trust_bundle_configmap} at {choices.trust_path}")
     line = f"{who} will get {gets}" + (f" ({choices.fallback})" if choices.fallback else "")
-    lines = (line, *(f"tls-injector: {said}" for said in profile_lines(
-        annotations if isinstance(annotations, dict) else {}, options.profiles, mode=choices.mode)))
+    given = annotations if isinstance(annotations, dict) else {}
+    lines = (line, *(f"tls-injector: {said}" for said in profile_lines(given, options.profiles, mode=choices.mode)))
+    extra = [keystore_line(given, choices), public_roots_line(choices), *keystore_warnings(given, choices)]
     if not choices.client_secret:
-        return lines
+        return (*lines, *filter(None, extra))
     # Refused above in the pod-certificate mode, so always a Secret's.
     return *lines, (f"tls-injector: and the client certificate (clientAuth only, from the client CA) of Secret "
                   f"{choices.client_secret} at {choices.client_path}, and the client CAs at "
-                  f"{choices.trust_path}/{names.CLIENT_BUNDLE_KEY}")
+                  f"{choices.trust_path}/{names.CLIENT_BUNDLE_KEY}"), *filter(None, extra)

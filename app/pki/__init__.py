@@ -50,7 +50,16 @@ from app.pki.names import (
     service_name_problem,
     vet_service_names,
 )
-from app.pki.pkcs12 import KDF_ROUNDS, TRUSTSTORE_PASSWORD, to_pkcs12, to_truststore, truststore_fingerprints
+from app.pki.pkcs12 import (
+    KDF_ROUNDS,
+    KEYSTORE_ALIAS,
+    TRUSTSTORE_PASSWORD,
+    keystore_holds,
+    keystore_of,
+    to_pkcs12,
+    to_truststore,
+    truststore_fingerprints,
+)
 from app.pki.podcert import (
     DEFAULT_POD_KEY_TYPE,
     ISSUED_KEY_TYPES,
@@ -62,6 +71,7 @@ from app.pki.podcert import (
     requested_key,
     vet_key_type,
 )
+from app.pki.public_roots import PublicRoots, public_roots, with_public_roots
 from app.pki.renewal import (
     CA_LOOKAHEAD,
     LEAF_LOOKAHEAD,
@@ -107,6 +117,7 @@ __all__ = [
     "DEFAULT_POD_KEY_TYPE",
     "ISSUED_KEY_TYPES",
     "KDF_ROUNDS",
+    "KEYSTORE_ALIAS",
     "KEY_TYPES",
     "LEAF_LOOKAHEAD",
     "LEAF_VALIDITY",
@@ -126,6 +137,7 @@ __all__ = [
     "KeyType",
     "PodCertTimes",
     "PrivateKey",
+    "PublicRoots",
     "RenewalReason",
     "Sealed",
     "SealedLeaf",
@@ -154,6 +166,8 @@ __all__ = [
     "issue_leaf",
     "issued_by",
     "key_type_of",
+    "keystore_holds",
+    "keystore_of",
     "leaf_renewal",
     "load_cert_key",
     "load_certificates",
@@ -170,6 +184,7 @@ __all__ = [
     "permitted_dns",
     "permitted_uri",
     "pod_cert_times",
+    "public_roots",
     "requested_key",
     "root_problem",
     "rotation_due",
@@ -192,4 +207,5 @@ __all__ = [
     "verify_server",
     "vet_key_type",
     "vet_service_names",
+    "with_public_roots",
 ]

@@ -11,9 +11,16 @@ from collections.abc import Sequence
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.serialization import KeySerializationEncryption, PrivateFormat, pkcs12
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    KeySerializationEncryption,
+    NoEncryption,
+    PrivateFormat,
+    pkcs12,
+)
 
-from app.pki.certs import CertKey, fingerprint, is_self_signed
+from app.pki.certs import CertKey, fingerprint, is_self_signed, load_cert_key
+from app.pki.keys import PrivateKey
 
 # OpenSSL 3 itself uses 2048 PBKDF2 rounds. The password usually sits in the same Secret as the file,
 # so the KDF guards little; 10,000 rounds costs ~5 ms per keystore, cheap at thousands of workloads.
@@ -70,3 +77,36 @@ def _modern_encryption(password: bytes) -> KeySerializationEncryption:
         .hmac_hash(hashes.SHA256())
         .build(password)
     )
+
+
+# The alias of the key entry in a workload's keystore (its PKCS#12 friendlyName): what Java's `keytool -list`
+# shows and what `server.ssl.key-alias`-style settings name; one entry, so most readers need not name it.
+KEYSTORE_ALIAS = "tls"
+
+
+def keystore_of(cert_pem: bytes, key_pem: bytes, *, password: bytes) -> bytes:
+    """A workload's keystore: its key and its chain (`tls.crt`: the leaf, then the intermediates) under
+    KEYSTORE_ALIAS, in the modern profile of `to_pkcs12`. ValueError when the key does not match the leaf."""
+    return to_pkcs12(load_cert_key(cert_pem, key_pem), password=password, name=KEYSTORE_ALIAS)
+
+
+def keystore_holds(data: bytes, *, password: bytes, cert_pem: bytes, key_pem: bytes) -> bool:
+    """The stored keystore opens with `password` and holds exactly this key and chain. PKCS#12 bytes
+    differ on every write (random salts and IVs), so a pass compares contents to write only on change;
+    a keystore that does not open (another password, tampered, not PKCS#12) holds nothing."""
+    try:
+        stored = pkcs12.load_pkcs12(data, password)
+        wanted = load_cert_key(cert_pem, key_pem)
+    except (ValueError, TypeError):
+        return False
+    if stored.key is None or stored.cert is None or not isinstance(stored.key, type(wanted.key)):
+        return False
+    chain = [wanted.cert, *(c for c in wanted.chain if not is_self_signed(c))]
+    held = [stored.cert.certificate, *(c.certificate for c in stored.additional_certs)]
+    return _private_bytes(stored.key) == _private_bytes(wanted.key) and held == chain
+
+
+def _private_bytes(key: object) -> bytes:
+    """A private key's PKCS#8 DER, to compare two keys by value."""
+    assert isinstance(key, PrivateKey)
+    return key.private_bytes(Encoding.DER, PrivateFormat.PKCS8, NoEncryption())

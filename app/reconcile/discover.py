@@ -478,3 +478,19 @@ def truststore_namespaces(workloads: list[tuple[str, Obj]], pods: list[Obj], *, 
         if asks and opted_in(meta.get("labels") or {}, namespace_enabled=namespace in enabled):
             found.add(str(namespace))
     return found
+
+
+def public_roots_namespaces(workloads: list[tuple[str, Obj]], pods: list[Obj], *, enabled: set[str],
+                            labelled: Iterable[Obj] = ()) -> set[str]:
+    """Namespaces whose trust bundle carries the public roots too (names.PUBLIC_ROOTS "true"): labelled so
+    (`labelled`: the Namespaces listed by that label), or where an opted-in workload or pod asks."""
+    found = {str(ns["metadata"]["name"]) for ns in labelled
+             if (ns["metadata"].get("labels") or {}).get(names.PUBLIC_ROOTS) == names.PUBLIC_ROOTS_ON}
+    for template, namespace in [(template_of(k, w) or {}, _namespace(w)) for k, w in workloads] + [
+            (p, _namespace(p)) for p in pods]:
+        meta = _map(template, "metadata")
+        asked = _map(meta, "annotations").get(names.PUBLIC_ROOTS)
+        if isinstance(asked, str) and asked.strip().lower() == names.PUBLIC_ROOTS_ON and \
+                opted_in(_map(meta, "labels"), namespace_enabled=namespace in enabled):
+            found.add(namespace)
+    return found

@@ -8,6 +8,8 @@ of overwriting it blindly, and makes a converged cluster cost zero writes.
 from __future__ import annotations
 
 import base64
+import functools
+import hashlib
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -30,6 +32,7 @@ from app.pki import (
     leaf_renewal,
     load_certificates,
     open_seal,
+    public_roots,
     seal,
     seal_key,
     sealed_leaf_renewal,
@@ -37,9 +40,11 @@ from app.pki import (
     trust_bundle,
     truststore_fingerprints,
     uri_sans,
+    with_public_roots,
 )
 from app.reconcile import ownership as own
 from app.reconcile.discover import Target, WorkloadRef
+from app.reconcile.keystores import Keystore, with_keystore
 
 Obj = dict[str, Any]
 Action = Literal["create", "update", "delete"]
@@ -158,6 +163,10 @@ class Observed:
     # Namespaces where an opted-in workload or pod asks for trust alone (names.MODE_TRUST_ONLY): no Secret,
     # but the bundle, as in an enabled namespace.
     trust_only: set[str] = field(default_factory=set)
+    # Secrets whose workloads ask for a JVM keystore (names.KEYSTORE_ANNOTATION), with its password.
+    keystores: dict[tuple[str, str], Keystore] = field(default_factory=dict)
+    # Namespaces whose bundle carries the public roots too (names.PUBLIC_ROOTS: labelled so, or a workload asks).
+    public_roots: set[str] = field(default_factory=set)
 
     @property
     def bundle_wanted(self) -> set[str]:
@@ -173,13 +182,14 @@ class Observed:
 def plan(targets: Iterable[Target], observed: Observed, signing: Signing) -> list[Item]:
     """Every leaf Secret and bundle ConfigMap to converge, and every one of ours no longer needed."""
     targets = list(targets)
-    items = [_leaf_item(t, signing) for t in targets]
+    items = [_leaf_item(t, signing, observed.keystores.get((t.namespace, t.secret_name))) for t in targets]
     if signing.client is not None:
         items += [_client_item(t, signing) for t in targets if t.client_wanted]
     wanted = {(t.namespace, t.secret_name) for t in targets} | client_secrets(targets)
     items += [_orphan(SECRETS, ns, name, "leaf") for (ns, name) in sorted(observed.leaves) if (ns, name) not in wanted]
     namespaces = bundle_namespaces(targets, observed.bundle_wanted)
-    items += [_bundle_item(ns, signing, truststore=ns in observed.truststores) for ns in sorted(namespaces)]
+    items += [_bundle_item(ns, signing, truststore=ns in observed.truststores, public=ns in observed.public_roots)
+              for ns in sorted(namespaces)]
     items += [_orphan(CONFIG_MAPS, ns, TRUST_BUNDLE_CONFIGMAP, "bundle")
               for ns in sorted(observed.bundles) if ns not in namespaces]
     return items
@@ -241,18 +251,18 @@ def bundle_namespaces(targets: Iterable[Target], enabled: set[str]) -> set[str]:
     return {t.namespace for t in targets} | enabled
 
 
-def _leaf_item(target: Target, signing: Signing) -> Item:
+def _leaf_item(target: Target, signing: Signing, keystore: Keystore | None = None) -> Item:
     """A target with no name left (its workload's own name is no Service name and no Service selects its
     pods) is issued all the same, a certificate naming nothing (certs.NAMELESS_SUBJECT), so its pods start
     rather than wait for a Secret; one issued before for other names is replaced, so no name that may not
     be named outlives the change, as when it was deleted."""
     return Item(SECRETS, target.namespace, target.secret_name,
-                lambda existing: decide_leaf(target, existing, signing), target.workloads)
+                lambda existing: decide_leaf(target, existing, signing, keystore=keystore), target.workloads)
 
 
-def _bundle_item(namespace: str, signing: Signing, *, truststore: bool = False) -> Item:
+def _bundle_item(namespace: str, signing: Signing, *, truststore: bool = False, public: bool = False) -> Item:
     return Item(CONFIG_MAPS, namespace, TRUST_BUNDLE_CONFIGMAP,
-                lambda existing: decide_bundle(namespace, existing, signing, truststore=truststore))
+                lambda existing: decide_bundle(namespace, existing, signing, truststore=truststore, public=public))
 
 
 def _orphan(resource: Resource, namespace: str, name: str, role: own.Role) -> Item:
@@ -265,9 +275,11 @@ def _orphan(resource: Resource, namespace: str, name: str, role: own.Role) -> It
     return Item(resource, namespace, name, decide)
 
 
-def decide_leaf(target: Target, existing: Obj | None, signing: Signing, *, role: own.Role = "leaf") -> Outcome:
+def decide_leaf(target: Target, existing: Obj | None, signing: Signing, *, role: own.Role = "leaf",
+                keystore: Keystore | None = None) -> Outcome:
     """Issue when missing or when the PKI says renew (expiring, SANs, tampered, CA rotated); else keep the
-    certificate and only refresh `ca.crt` and our labels if they drifted."""
+    certificate and only refresh `ca.crt` and our labels if they drifted. With `keystore`, the JVM keystore
+    and truststore follow what the Secret then holds (keystores.with_keystore)."""
     if existing is not None and not own.is_owned(existing, role):
         return Refused(f"Secret {target.namespace}/{target.secret_name} exists and is not managed by tls-injector")
     signer = signing.signer
@@ -282,7 +294,7 @@ def decide_leaf(target: Target, existing: Obj | None, signing: Signing, *, role:
     if decision.renew or forced or existing is None:
         if signer is None:
             return _waiting(target, existing, ours, issuer, role=role, signing=signing,
-                            why=decision.reason or "force-renew")
+                            why=decision.reason or "force-renew", keystore=keystore)
         profile = target.profile
         leaf = issue_leaf(issuer=signer, dns_names=list(target.dns_names), now=signing.now, validity=profile.duration,
                           key_type=profile.key_algorithm)
@@ -293,7 +305,7 @@ def decide_leaf(target: Target, existing: Obj | None, signing: Signing, *, role:
     elif sealed is None and signer is not None:
         # Checked in full and kept, so it chains to the signer: seal it, and the next pass need not check again.
         sealed_as = _seal(target, signing, data["tls.crt"], data["tls.key"], load_certificates(data["tls.crt"])[0])
-    body = _leaf_body(target, existing, ours, issuer, role=role)
+    body = _leaf_body(target, existing, ours, issuer, role=role, keystore=keystore)
     if sealed_as:
         body["metadata"]["annotations"][names.SEAL_ANNOTATION] = sealed_as
     _note_profile(body, target.profile)
@@ -358,11 +370,11 @@ def _sealed_profile(target: Target) -> str:
 
 
 def _waiting(target: Target, existing: Obj | None, ours: dict[str, bytes], issuer: str, *, role: own.Role,
-             signing: Signing, why: str) -> Waiting:
+             signing: Signing, why: str, keystore: Keystore | None = None) -> Waiting:
     """The certificate stays as it is (none yet, or the stored one, still trusted) until a CA may sign."""
     refresh = None
     if existing is not None:  # the stored certificate is kept, with ca.crt carrying the whole set
-        body = _leaf_body(target, existing, ours, issuer, role=role)
+        body = _leaf_body(target, existing, ours, issuer, role=role, keystore=keystore)
         forced = _annotations(existing).get(names.FORCE_RENEW_ANNOTATION)
         if forced is not None:  # still to be done, once a CA may sign
             body["metadata"]["annotations"][names.FORCE_RENEW_ANNOTATION] = forced
@@ -372,20 +384,51 @@ def _waiting(target: Target, existing: Obj | None, ours: dict[str, bytes], issue
                    refresh)
 
 
-def decide_bundle(namespace: str, existing: Obj | None, signing: Signing, *, truststore: bool = False) -> Outcome:
+def decide_bundle(namespace: str, existing: Obj | None, signing: Signing, *, truststore: bool = False,
+                  public: bool = False) -> Outcome:
     """Our keys replaced wholesale (a removed CA's key disappears), anyone else's keys kept; with
-    `truststore`, binaryData `truststore.p12` holds the same CAs as PKCS#12."""
+    `truststore`, binaryData `truststore.p12` holds the same CAs as PKCS#12; with `public`, the key
+    names.PUBLIC_BUNDLE_KEY holds them followed by the public roots, the annotation saying their source."""
     if existing is not None and not own.is_owned(existing, "bundle"):
         return Refused(f"ConfigMap {namespace}/{TRUST_BUNDLE_CONFIGMAP} exists and is not managed by tls-injector")
     body = _base_body(existing, CONFIG_MAPS, namespace, TRUST_BUNDLE_CONFIGMAP, role="bundle")
-    kept = {k: v for k, v in ((existing or {}).get("data") or {}).items() if not _BUNDLE_KEYS.match(k)}
+    kept = {k: v for k, v in ((existing or {}).get("data") or {}).items()
+            if not _BUNDLE_KEYS.match(k) and k != names.PUBLIC_BUNDLE_KEY}
     body["data"] = {**kept, **signing.bundle, **signing.client_bundle}
+    body["metadata"]["annotations"].pop(names.PUBLIC_ROOTS_SOURCE_ANNOTATION, None)
+    if public:
+        text, digest = public_bundle(signing.bundle_pem)
+        body["data"][names.PUBLIC_BUNDLE_KEY] = text
+        body["metadata"]["annotations"][names.PUBLIC_ROOTS_SOURCE_ANNOTATION] = public_roots().source
+        stored = ((existing or {}).get("data") or {}).get(names.PUBLIC_BUNDLE_KEY)
+        if existing is not None and stored == digest and _same(existing, _with_public(body, digest)):
+            return None  # read as its digest (read.bundle_shape): the same text, nothing else changed
     binary = _binary_data(existing, signing, truststore=truststore)
     if binary:
         body["binaryData"] = binary
     else:
         body.pop("binaryData", None)
     return _write_if_changed(CONFIG_MAPS, existing, body, reason="bundle")
+
+
+# What a pass holds of the public bundle it read: its digest, not its ~180 KB (read.bundle_shape).
+DIGEST_PREFIX = "sha256:"
+
+
+def public_digest(text: str) -> str:
+    return DIGEST_PREFIX + hashlib.sha256(text.encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=8)
+def public_bundle(bundle_pem: str) -> tuple[str, str]:
+    """Our CAs and the public roots as one file, and its digest: made once per CA set, not per namespace
+    (a pass has one bundle, two while a member's federation roots differ; 8 is ample)."""
+    text = with_public_roots(bundle_pem)
+    return text, public_digest(text)
+
+
+def _with_public(body: Obj, value: str) -> Obj:
+    return {**body, "data": {**body["data"], names.PUBLIC_BUNDLE_KEY: value}}
 
 
 def _binary_data(existing: Obj | None, signing: Signing, *, truststore: bool) -> dict[str, str]:
@@ -427,10 +470,12 @@ def encode_data(data: dict[str, bytes]) -> dict[str, str]:
     return {k: base64.b64encode(v).decode() for k, v in data.items()}
 
 
-def _leaf_body(target: Target, existing: Obj | None, ours: dict[str, bytes], issuer: str, *, role: own.Role) -> Obj:
+def _leaf_body(target: Target, existing: Obj | None, ours: dict[str, bytes], issuer: str, *, role: own.Role,
+               keystore: Keystore | None = None) -> Obj:
     body = _base_body(existing, SECRETS, target.namespace, target.secret_name, role=role)
     body["type"] = (existing or {}).get("type") or "kubernetes.io/tls"
-    body["data"] = {**((existing or {}).get("data") or {}), **encode_data(ours)}
+    data = {**((existing or {}).get("data") or {}), **encode_data(ours)}
+    body["data"] = with_keystore(data, keystore)  # None (or a client Secret): no keystore keys
     annotations = body["metadata"]["annotations"]
     annotations.pop(names.FORCE_RENEW_ANNOTATION, None)
     annotations[names.WORKLOADS_ANNOTATION] = workloads_note(target.workloads)

@@ -23,8 +23,8 @@ from app.kube import (
     KubeApi,
 )
 from app.reconcile import ownership as own
-from app.reconcile.discover import enabled_namespaces, opted_in
-from app.reconcile.plan import Obj, Observed
+from app.reconcile.discover import enabled_namespaces, opted_in, public_roots_namespaces
+from app.reconcile.plan import Obj, Observed, public_digest
 
 # Every kind whose pod template discovery reads (discover.LISTED_KINDS); pods of other controllers are
 # found from the pods themselves.
@@ -71,6 +71,10 @@ def read_cluster(api: KubeApi) -> Observed:
         observed.workloads += [(kind, obj) for obj in listed.items]
         observed.oversized += [(kind, o, MAX_WORKLOAD_BYTES) for o in listed.oversized]
     observed.pods = read_candidate_pods(api, observed.enabled)
+    # One more list a pass: the Namespaces labelled for public roots (names.PUBLIC_ROOTS), few by nature.
+    labelled = api.list_objects(NAMESPACES, label_selector=f"{names.PUBLIC_ROOTS}={names.PUBLIC_ROOTS_ON}").items
+    observed.public_roots = public_roots_namespaces(observed.workloads, observed.pods, enabled=observed.enabled,
+                                                    labelled=labelled)
     opted |= observed.enabled | {str(p["metadata"].get("namespace") or "") for p in observed.pods}
     # A list per namespace reads nothing of the others; past SERVICE_LISTS namespaces, one cluster-wide
     # list costs fewer calls, and a Service of any other namespace is dropped as its page is read.
@@ -84,12 +88,23 @@ def read_cluster(api: KubeApi) -> Observed:
     # By name, not by our label: a ConfigMap of that name that is not ours must be seen too (it decides
     # which namespaces cannot get a bundle), and the list costs the same one call.
     selector = f"metadata.name={names.TRUST_BUNDLE_CONFIGMAP}"
-    for obj in api.list_objects(CONFIG_MAPS, field_selector=selector).items:
+    for obj in api.list_objects(CONFIG_MAPS, field_selector=selector, shape=bundle_shape).items:
         if own.is_owned(obj, "bundle"):
             observed.bundles[obj["metadata"]["namespace"]] = obj
         else:
             observed.squatted.add(obj["metadata"]["namespace"])
     return observed
+
+
+def bundle_shape(config_map: Obj) -> Obj:
+    """A bundle ConfigMap as a pass keeps it: whole, but for the public bundle (names.PUBLIC_BUNDLE_KEY,
+    ~180 KB of certifi's roots) kept as its digest, which plan.decide_bundle compares: 1,000 namespaces
+    asking would otherwise hold ~180 MB for the length of a pass. A write sends the text whole."""
+    data = config_map.get("data")
+    value = data.get(names.PUBLIC_BUNDLE_KEY) if isinstance(data, dict) else None
+    if not isinstance(value, str) or not isinstance(data, dict):
+        return config_map
+    return {**config_map, "data": {**data, names.PUBLIC_BUNDLE_KEY: public_digest(value)}}
 
 
 def service_shape(service: Obj, *, only: set[str] | None = None) -> Obj | None:

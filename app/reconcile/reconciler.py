@@ -45,7 +45,7 @@ from app.pki import (
     load_user_ca,
     service_name_constraints,
 )
-from app.reconcile import events, hub, podcerts, signer
+from app.reconcile import events, hub, keystores, podcerts, signer
 from app.reconcile import status as st
 from app.reconcile.ca import (
     CaPolicy,
@@ -176,6 +176,7 @@ class PassReport:
     conflicts: list[str] = field(default_factory=list)
     names_refused: list[str] = field(default_factory=list)
     clients_refused: list[str] = field(default_factory=list)
+    keystores_refused: list[str] = field(default_factory=list)  # keystores.Keystore.problem, one per Secret
     oversized: list[str] = field(default_factory=list)
     # Certificates issued naming no Service (discover.Target.namelessness): converged, as nothing the
     # reconciler could do would name them, but said, as no client can verify them.
@@ -197,7 +198,8 @@ class PassReport:
     @property
     def refused(self) -> list[str]:
         """Every refusal of the pass, of any kind (the log, and `converged`)."""
-        return [*self.conflicts, *self.names_refused, *self.clients_refused, *self.oversized, *self.profiles_refused]
+        return [*self.conflicts, *self.names_refused, *self.clients_refused, *self.oversized, *self.profiles_refused,
+                *self.keystores_refused]
 
     @property
     def write_count(self) -> int:
@@ -381,6 +383,7 @@ class Reconciler:
                            services=observed.services, own_namespace=self.settings.namespace,
                            trust_domain=self.settings.trust_domain, profiles=self.settings.profiles)
         targets = self._accounts_checked(targets)
+        observed.keystores = self._keystores(workloads, pods, targets, observed=observed, report=report, now=now)
         self._report_refused_names(targets, report, now)
         report_profiles(targets, report.profiles_refused, self.metrics,
                         lambda t, m: self._announce(t.workloads, f"{t.namespace}/{t.secret_name}",
@@ -449,6 +452,30 @@ class Reconciler:
                 f"its service account {key[1]} does not exist in namespace {key[0]}; create it, or run the "
                 "workload as one that exists"))
         return checked
+
+    def _keystores(self, workloads: list[tuple[str, Obj]], pods: list[Obj], targets: list[Target], *,
+                   observed: Observed, report: PassReport, now: datetime) -> dict[tuple[str, str], keystores.Keystore]:
+        """The JVM keystores asked for, each password Secret read once (one `get` per name a pass); a
+        keystore that cannot be made is reported and told on its workloads, the rest go on."""
+        asks = keystores.keystore_asks(workloads, pods, enabled=observed.enabled)
+        found = keystores.resolve(asks, read=self._read_password_secret, own_namespace=self.settings.namespace)
+        for (namespace, secret), keystore in found.items():
+            if keystore.problem:
+                report.keystores_refused.append(keystore.problem)
+                log.warning("keystore refused", extra={"namespace": namespace, "object": secret,
+                                                       "reason": keystore.problem})
+                refs = next((t.workloads for t in targets if (t.namespace, t.secret_name) == (namespace, secret)), ())
+                self._announce(refs, f"{namespace}/{secret}", reason="KeystoreRefused", message=keystore.problem,
+                               now=now)
+        return found
+
+    def _read_password_secret(self, namespace: str, name: str) -> tuple[Obj | None, str]:
+        try:
+            return self.api.get(SECRETS, name, namespace=namespace), ""
+        except NotFound:
+            return None, ""
+        except KubeError as e:
+            return None, str(e)[:200]
 
     def _account_exists(self, namespace: str, name: str) -> bool:
         """False only when the API confirmed it missing: an API error keeps what is issued (one failed read

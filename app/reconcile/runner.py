@@ -64,6 +64,7 @@ def summary(report: PassReport) -> str:
                (report.clients_refused, "client certificate refused", "client certificates refused"),
                (report.profiles_refused, "Secret with its certificate profile refused",
                 "Secrets with their certificate profiles refused"),
+               (report.keystores_refused, "keystore refused", "keystores refused"),
                (report.nameless, "certificate names no Service", "certificates name no Service"))
     parts += [f"{len(found)} {one if len(found) == 1 else many}" for found, one, many in counted if found]
     parts += [f"{len(report.failed)} failed"] if report.failed else []

@@ -25,12 +25,15 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from app import names
 from app.kube import LEASES, MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS, KubeApi, LeaderElector
+from app.pki import public_roots, with_public_roots
 from app.pki.bundle import trust_bundle
 from app.pki.certs import make_ca
 from app.pki.podcert import issue_for_key, pod_cert_times
 from app.reconcile import events, ownership, podcerts
 from app.reconcile.discover import WorkloadRef
+from app.reconcile.keystores import Keystore, with_keystore
 from app.reconcile.plan import Write, owner_references
 from app.reconcile.webhook_plan import decide_ca_bundle
 from tests.cluster.contract import MERGE_PATCH, Obj, Reply, Server, Verdict, fresh_namespace_name, namespaced
@@ -134,6 +137,16 @@ def put(s: Server, plural: str, body: Obj, *, group: str = "") -> Reply:
 @case(201)
 def case_a_leaf_secret_is_created(s: Server) -> Verdict:
     reply = s.send("POST", namespaced(s, "secrets"), leaf_secret(s))
+    return reply.verdict(seen=sorted(reply.body.get("data") or {}))
+
+
+@case(201)
+def case_a_leaf_secret_with_a_jvm_keystore_is_created(s: Server) -> Verdict:
+    """Issue 39 point 4: keystore.p12, truststore.p12 (binary PKCS#12) and keystore.password beside the
+    PEM files of a kubernetes.io/tls Secret, as keystores.with_keystore writes them."""
+    body = leaf_secret(s)
+    body["data"] = with_keystore(body["data"], Keystore())
+    reply = s.send("POST", namespaced(s, "secrets"), body)
     return reply.verdict(seen=sorted(reply.body.get("data") or {}))
 
 
@@ -255,6 +268,17 @@ def case_a_secret_in_a_missing_namespace_is_not_found(s: Server) -> Verdict:
 @case(201)
 def case_a_trust_bundle_config_map_is_created(s: Server) -> Verdict:
     return s.send("POST", namespaced(s, "configmaps"), bundle_map(s)).verdict()
+
+
+@case(201)
+def case_a_trust_bundle_with_the_public_roots_and_their_source_is_created(s: Server) -> Verdict:
+    """Issue 39 point 5: the `.pem` key of ~180 KB (our CAs and certifi's roots) and the annotation naming
+    the certifi release, as decide_bundle writes them."""
+    body = bundle_map(s)
+    body["data"][names.PUBLIC_BUNDLE_KEY] = with_public_roots(body["data"][names.BUNDLE_KEY])
+    body["metadata"]["annotations"] = {names.PUBLIC_ROOTS_SOURCE_ANNOTATION: public_roots().source}
+    reply = s.send("POST", namespaced(s, "configmaps"), body)
+    return reply.verdict(seen=sorted(reply.body.get("data") or {}))
 
 
 @case(200)

@@ -15,8 +15,8 @@ def test_a_healthy_cluster_passes_every_check(kubeapi: Emulator, tmp_path: Path,
     with healthy_cluster(kubeapi, tmp_path) as cluster:
         code, out = run(cluster.doctor(), capsys)
     assert code == 0, out
-    # The client CA's two and the client certificates' one pass too (no workload asks: "not needed"), and the
-    # three of certificate profiles (none asked for).
-    assert sum(text.startswith("✔ ") for text in out.splitlines()) == 24, out
+    # The client CA's two and the client certificates' one pass too (no workload asks: "not needed"), the
+    # three of certificate profiles (none asked for), and the keystores' and the public roots' (none asked for).
+    assert sum(text.startswith("✔ ") for text in out.splitlines()) == 26, out
     assert "✖" not in out
     assert "⚠" not in out
