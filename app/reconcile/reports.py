@@ -1,0 +1,89 @@
+"""What a pass says beyond its writes: names refused, certificates naming no Service, objects too large to
+read, and the gauges of CA and certificate expiry."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from app import names
+from app.kube import SECRETS
+from app.pki import CaSet, load_certificates
+from app.reconcile.discover import LISTED_KINDS, Target, WorkloadRef
+from app.reconcile.ownership import is_owned
+from app.reconcile.plan import Obj, Observed, Signing, client_secrets, leaf_expiry, secret_data
+from app.reconcile.state import PassReport
+from app.reconcile.writes import Writes
+
+_OVERSIZED_HINT = (f"a Service is read as its name and selector, a workload as its pod template's labels, "
+                   f"{names.DOMAIN} annotations and service account (docs/security.md, \"The reconciler's memory\")")
+
+log = logging.getLogger("tls_injector.reconcile")
+
+
+
+class Reports(Writes):
+    """The pass's findings about its targets, in the log, the report, Events and metrics."""
+
+    def _report_refused_names(self, targets: list[Target], report: PassReport, now: datetime) -> None:
+        """Names a workload asked for that no certificate may carry: the rest are issued; these are said
+        in the log and the report at every pass, and in an Event on the workload once while it lasts."""
+        refused = [t for t in targets if t.refused]
+        self.metrics.names_refused.set(len(refused))
+        for target in refused:
+            message = target.refusal()
+            report.names_refused.append(message)
+            log.warning("service names refused", extra={"namespace": target.namespace, "object": target.secret_name,
+                                                        "reason": message})
+            self._announce(target.workloads, f"{target.namespace}/{target.secret_name}", reason="ServiceNamesRefused",
+                           message=message, now=now)
+        nameless = [t for t in targets if not t.dns_names]
+        self.metrics.nameless.set(len(nameless))
+        for target in nameless:
+            message = target.namelessness()
+            report.nameless.append(message)
+            log.warning("certificate names no Service", extra={"namespace": target.namespace,
+                                                               "object": target.secret_name, "reason": message})
+            self._announce(target.workloads, f"{target.namespace}/{target.secret_name}", reason="NoServiceName",
+                           message=message, now=now)
+
+    def _report_oversized(self, observed: Observed, report: PassReport, now: datetime) -> None:
+        """Objects the pass left out as larger than their kind holds (read.py): said in the log and the
+        report at every pass, and in an Event on the object once while it lasts; the rest goes on."""
+        for kind, big, cap in observed.oversized:
+            what = "its selector names no certificate" if kind == "Service" else "it gets no certificate"
+            message = (f"{kind} {big.namespace}/{big.name}: {big.size} bytes of what tls-injector reads, over the "
+                       f"{cap} a {kind} may take: left out ({what}); {_OVERSIZED_HINT}")
+            report.oversized.append(message)
+            log.warning("object too large; left out", extra={"namespace": big.namespace, "object": big.name,
+                                                              "kind": kind, "reason": message})
+            ref = WorkloadRef(kind, big.namespace, big.name, "", "v1" if kind == "Service" else LISTED_KINDS[kind])
+            self._announce((ref,), f"{kind}/{big.namespace}/{big.name}", reason="ObjectTooLarge", message=message,
+                           now=now)
+
+    def _ca_metrics(self, cas: CaSet, *, client: bool = False) -> None:
+        """Each CA of the set by its trust state: the workload CA's gauge, or the client CA set's."""
+        gauge = self.metrics.client_ca_expiry if client else self.metrics.ca_expiry
+        gauge.clear()
+        for record in cas.records:
+            gauge.labels(record.fingerprint[:16], str(record.state)).set(record.cert.not_valid_after_utc.timestamp())
+
+    def _cert_metrics(self, targets: list[Target], stored: dict[tuple[str, str, str], Obj | None],
+                      signing: Signing) -> dict[tuple[str, str], datetime]:
+        """Each stored leaf's expiry, into the metric; returned for the status snapshot."""
+        expiries = {}
+        for target in targets:
+            obj = stored.get((SECRETS.kind, target.namespace, target.secret_name))
+            # Someone else's Secret in the way is no certificate of ours, whatever it holds.
+            if is_owned(obj, "leaf") and (expiry := leaf_expiry(target, obj, signing)) is not None:
+                expiries[target.namespace, target.secret_name] = expiry
+        self.metrics.cert_expiry.replace({key: expiry.timestamp() for key, expiry in expiries.items()},
+                                         per_object=self.settings.per_object_metrics)
+        clients = {}
+        for key in client_secrets(targets):
+            chain = load_certificates(secret_data(stored.get((SECRETS.kind, *key)), keys=("tls.crt",))
+                                      .get("tls.crt", b""))
+            if chain:
+                clients[key] = chain[0].not_valid_after_utc.timestamp()
+        self.metrics.client_cert_expiry.replace(clients, per_object=self.settings.per_object_metrics)
+        return expiries

@@ -1,0 +1,231 @@
+"""The CA sets and the facts they are stepped on (docs/reconcile.md, "The CA trust state machine"): the
+user's own CAs, the bundles and leaves in use, the bundles that cannot be written, and a member's report
+on the hub's roots made from the same facts."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any, NoReturn
+
+from app import names
+from app.kube import CONFIG_MAPS, SECRETS, Conflict, KubeError, NotFound
+from app.names import BUNDLE_KEY, CLIENT_BUNDLE_KEY
+from app.pki import CaRole, CaSet, CertKey, TrustFacts, bundle_certificates, load_certificates, load_user_ca
+from app.reconcile import podcerts, signer
+from app.reconcile.ca import CaPolicy, CaStep, CaUnusable, decide_ca, other_role, shared_key_problem
+from app.reconcile.discover import Target, WorkloadRef
+from app.reconcile.federation import acknowledgement, status_body
+from app.reconcile.members import Members
+from app.reconcile.plan import CLIENT_PREFIX, Obj, Observed, bundle_namespaces, client_secrets, secret_data
+from app.reconcile.state import PassReport
+from app.reconcile.writes import MAX_ATTEMPTS
+
+log = logging.getLogger("tls_injector.reconcile")
+
+
+
+# How the log, the Events and `reconcile --once` name the user's own CA Secret of each role.
+_USER_CA: dict[CaRole, str] = {"serving": "user-provided CA Secret", "client": "user-provided client CA Secret"}
+
+
+class Trust(Members):
+    """Stepping the CA sets of a pass."""
+
+    def _step_ca(self, policy: CaPolicy, *, bundles: Sequence[Sequence[Any]], leaves: Sequence[Sequence[Any]],
+                 user_ca: CertKey | None, now: datetime, report: PassReport,
+                 external: Callable[[CaSet, TrustFacts], TrustFacts] | None = None) -> CaStep:
+        """Step a CA set and persist it before anything is signed with it; a 409 re-reads and re-decides."""
+        for _ in range(MAX_ATTEMPTS):
+            existing = self._read_optional(SECRETS, policy.secret_name)
+            step: CaStep = decide_ca(existing, namespace=self.settings.namespace, bundles=bundles, leaves=leaves,
+                                     now=now, policy=policy, user_ca=user_ca, external=external)
+            if step.write is not None:
+                try:
+                    self._write(step.write, report)
+                except Conflict:
+                    continue  # another reconciler stepped first: use what it stored
+                kind = "client-ca" if policy.secret_name == names.CLIENT_CA_SECRET else "ca"
+                self.metrics.rotations.labels(kind, step.write.reason.partition(":")[0]).inc()
+                log.info("CA set stored", extra={"secret": policy.secret_name, "reason": step.write.reason,
+                                                 "states": step.cas.states()})
+            self._steps[policy.secret_name] = step
+            if step.next_step_at is not None:
+                report.next_ca_step = min(step.next_step_at, report.next_ca_step or step.next_step_at)
+            return step
+        raise Conflict(f"the CA Secret {policy.secret_name} kept changing under us; next pass")
+
+    def _user_cas(self, now: datetime) -> dict[CaRole, CertKey]:
+        """The user's own CAs by role, each checked (`_user_ca`), and checked apart (`shared_key_problem`):
+        neither may share a key with the other, nor with a CA the other role's set holds (the generated
+        one, or one on its way in or out). Raises CaUnusable, before anything is stepped or written."""
+        roles: tuple[CaRole, CaRole] = ("client", "serving")  # both given and alike: the client one is refused
+        found = {role: ca for role in roles if (ca := self._user_ca(now, role)) is not None}
+        for role, ca in found.items():
+            other = other_role(role)
+            secret = names.CLIENT_CA_SECRET if other == "client" else self.settings.ca.secret_name
+            if problem := shared_key_problem(role, ca, other_user_ca=found.get(other),
+                                             other_set=self._read_optional(SECRETS, secret)):
+                self._refuse_user_ca(role, problem, now)
+        return found
+
+    def _user_ca(self, now: datetime, role: CaRole = "serving") -> CertKey | None:
+        """The user's own CA of `role` from its Secret (--ca-secret, --client-ca-secret), checked: a CA
+        (CA:TRUE, keyCertSign), valid now, its key matching. Read at every pass, never stored elsewhere."""
+        name = self._user_secret(role)
+        if not name:
+            return None
+        try:
+            secret = self.api.get(SECRETS, name, namespace=self.settings.namespace)
+        except NotFound as e:
+            raise CaUnusable(f"{_USER_CA[role]} {self.settings.namespace}/{name} does not exist") from e
+        data = secret_data(secret)
+        try:
+            return load_user_ca(data.get("tls.crt", b""), data.get("tls.key", b""), now=now)
+        except ValueError as e:
+            self._refuse_user_ca(role, str(e), now, secret=secret, cause=e)
+
+    def _refuse_user_ca(self, role: CaRole, why: str, now: datetime, *, secret: Obj | None = None,
+                        cause: Exception | None = None) -> NoReturn:
+        """The pass stops (nothing may be signed with it, and no other CA is minted in its place); the log,
+        the exit status, the failures metric and a Warning Event `CaUnusable` on the Secret say why."""
+        name = self._user_secret(role) or ""
+        message = f"{_USER_CA[role]} {self.settings.namespace}/{name}: {why}"
+        if secret is None:
+            secret = self._read_optional(SECRETS, name) or {"metadata": {}}
+        ref = WorkloadRef("Secret", self.settings.namespace, name, secret["metadata"].get("uid", ""), "v1")
+        self._announce((ref,), f"ca/{name}", reason="CaUnusable", message=message, now=now)
+        raise CaUnusable(message) from cause
+
+    def _ensure_ca(self, observed: Observed, targets: list[Target], now: datetime, report: PassReport, *,
+                   native: signer.NativeView | None = None) -> CaStep:
+        """The workloads' CA set, stepped on what this pass observed of bundles and leaves in use."""
+        namespaces = bundle_namespaces(targets, observed.bundle_wanted)
+        excluded = self._unwritable_bundles(namespaces, observed, targets, report, now)
+        namespaces -= set(excluded)
+        bundles, leaves = self._serving_facts(observed, targets, namespaces, native, now)
+        if "serving" in self._intermediates:
+            self._ack_scope["serving"] = namespaces
+        return self._step_ca(self.workload_ca_policy, bundles=bundles, leaves=leaves,
+                             user_ca=self._user.get("serving") or self._member_ca("serving"), now=now,
+                             report=report, external=self._gate("serving", now))
+
+    def _serving_facts(self, observed: Observed, targets: list[Target], namespaces: set[str],
+                       native: signer.NativeView | None, now: datetime) -> tuple[list[list[Any]], list[list[Any]]]:
+        """The serving bundles and leaves in use: what the workload CA is stepped on, and a member's report."""
+        # Client Secrets too: their ca.crt is a bundle of the serving CAs in use (their tls.crt chains to no
+        # serving CA, so it changes no fact about one).
+        wanted = {(t.namespace, t.secret_name) for t in targets} | client_secrets(targets)
+        in_use = [obj for key, obj in observed.leaves.items() if key in wanted]
+        leaves = [load_certificates(secret_data(obj, keys=("tls.crt",)).get("tls.crt", b"")) for obj in in_use]
+        # A leaf Secret whose last write failed keeps serving (its leaf counts), but its ca.crt cannot be
+        # brought up to date, so it is no bundle the new CA must wait for.
+        in_use = [obj for obj in in_use if (SECRETS.kind, obj["metadata"]["namespace"], obj["metadata"]["name"])
+                  not in self._backoff]
+        # The facts depend on which distinct bundles are in use, not on how many hold each: the bundles of
+        # all namespaces, and every leaf Secret's ca.crt, are nearly always one and the same text.
+        # (A leaf Secret's ca.crt is a bundle too: a client may trust its peers through its own mount.)
+        bundles = [bundle_certificates({BUNDLE_KEY: pem}) for pem in
+                   {((observed.bundles.get(ns) or {}).get("data") or {}).get(BUNDLE_KEY, "") for ns in namespaces}]
+        bundles += [load_certificates(pem) for pem in
+                    {secret_data(obj, keys=("ca.crt",)).get("ca.crt", b"") for obj in in_use}]
+        if native is not None:  # the ClusterTrustBundle is a bundle in use; issued pod certificates are leaves
+            bundles.append(load_certificates(str(((native.bundle or {}).get("spec") or {}).get("trustBundle") or "")
+                                        .encode()))
+            leaves += [load_certificates(chain) for chain in podcerts.issued_chains(native.requests, now=now)]
+        return bundles, leaves
+
+    def _ensure_client_ca(self, observed: Observed, targets: list[Target], now: datetime,
+                          report: PassReport) -> CaStep:
+        """The client CA set, stepped by the same trust state machine as the workload CA, on its own facts:
+        the bundles in use are the `client-ca-bundle.crt` of every namespace's trust bundle (those left out
+        of the serving CA's facts are left out here too), the leaves the client Secrets' certificates.
+        Refused client Secrets (users of one Secret with different service accounts) are reported here."""
+        for target in targets:
+            if message := target.client_refusal():
+                report.clients_refused.append(message)
+                log.warning("client certificate refused", extra={"namespace": target.namespace,
+                                                                 "object": target.client_secret, "reason": message})
+                self._announce(target.workloads, f"{target.namespace}/{target.client_secret}",
+                               reason="ClientCertificateRefused", message=message, now=now)
+        namespaces = bundle_namespaces(targets, observed.bundle_wanted) - set(report.excluded)
+        bundles, leaves = self._client_facts(observed, targets, namespaces)
+        base = self.settings.ca
+        policy = CaPolicy(secret_name=names.CLIENT_CA_SECRET, common_name="tls-injector client CA",
+                          validity=base.validity, lookahead=base.lookahead, settle=base.settle,
+                          path_length=1 if self.settings.hub else 0)
+        if "client" in self._intermediates:
+            self._ack_scope["client"] = namespaces
+        return self._step_ca(policy, bundles=bundles, leaves=leaves,
+                             user_ca=self._user.get("client") or self._member_ca("client"), now=now, report=report,
+                             external=self._gate("client", now))
+
+    @staticmethod
+    def _client_facts(observed: Observed, targets: list[Target],
+                      namespaces: set[str]) -> tuple[list[list[Any]], list[list[Any]]]:
+        """The client bundles and leaves in use: what the client CA is stepped on, and a member's report."""
+        pems = {((observed.bundles.get(ns) or {}).get("data") or {}).get(CLIENT_BUNDLE_KEY, "") for ns in namespaces}
+        bundles = [bundle_certificates({CLIENT_BUNDLE_KEY: pem}, prefix=CLIENT_PREFIX) for pem in pems]
+        wanted = client_secrets(targets)
+        leaves = [load_certificates(secret_data(obj, keys=("tls.crt",)).get("tls.crt", b""))
+                  for key, obj in observed.leaves.items() if key in wanted]
+        return bundles, leaves
+
+    def _unwritable_bundles(self, namespaces: set[str], observed: Observed, targets: list[Target],
+                            report: PassReport, now: datetime) -> dict[str, str]:
+        """Namespaces whose bundle this reconciler cannot write, by why: a ConfigMap of the bundle's name
+        that is not ours, or one whose last write the API server refused. They are left out of the CA's
+        rotation facts, so the new CA does not wait for them forever (and every leaf with it); their own
+        pods are told why, as is the log, the metric, the report and `doctor`."""
+        excluded = {ns: f"ConfigMap {ns}/{names.TRUST_BUNDLE_CONFIGMAP} exists and is not managed by tls-injector"
+                    for ns in sorted(namespaces & observed.squatted)}
+        excluded |= {ns: f"ConfigMap {ns}/{names.TRUST_BUNDLE_CONFIGMAP} could not be written"
+                     for ns in sorted(namespaces - observed.squatted)
+                     if (CONFIG_MAPS.kind, ns, names.TRUST_BUNDLE_CONFIGMAP) in self._backoff}
+        self.metrics.bundles_excluded.set(len(excluded))
+        for ns, why in excluded.items():
+            message = (f"{why}: pods in {ns} do not get tls-injector's trust bundle and will not trust the "
+                       f"next CA; CA rotation goes on without this namespace. Delete or rename that ConfigMap.")
+            report.excluded[ns] = message
+            log.error("trust bundle cannot be written; namespace left out of CA rotation",
+                      extra={"namespace": ns, "reason": why})
+            users = tuple(ref for t in targets if t.namespace == ns for ref in t.workloads)
+            self._announce(users, f"bundle/{ns}", reason="TrustBundleExcluded", message=message, now=now)
+        return excluded
+
+    def _report_roots(self, after: Observed, targets: list[Target], native: signer.NativeView | None,
+                      report: PassReport, now: datetime) -> None:
+        """A member: write its report on the hub's roots, from the bundles and leaves as this pass leaves
+        them (`after`: what it read, with what it wrote), so the next pass, which reads them, reports the
+        same and writes nothing; the write is counted with the pass's others. A client role with no client
+        bundle in use yet has none that lacks its roots. Best effort: a report that cannot be written only
+        holds the hub's next root rotation, which is the safe direction."""
+        existing = self._read_optional(CONFIG_MAPS, names.FEDERATION_STATUS_CONFIGMAP)
+        previous = ((existing or {}).get("metadata") or {}).get("annotations") or {}
+        annotations: dict[str, str] = {}
+        in_use: set[str] = set()
+        for role, found in self._intermediates.items():
+            scope = self._ack_scope.get(role)
+            bundles, leaves = ([], []) if scope is None else (
+                self._serving_facts(after, targets, scope, native, now) if role == "serving"
+                else self._client_facts(after, targets, scope))
+            part = acknowledgement(found.roots, bundles=bundles, leaves=leaves, previous=previous, now=now)
+            in_use.update(v for v in part.pop(names.ROOTS_IN_USE_ANNOTATION).split(",") if v)
+            annotations.update(part)
+        annotations[names.ROOTS_IN_USE_ANNOTATION] = ",".join(sorted(in_use))
+        if cluster_id := self._cluster_id():
+            annotations[names.CLUSTER_ID_ANNOTATION] = cluster_id
+        body = status_body(existing, self.settings.namespace, annotations)
+        if body is None:
+            return
+        try:
+            if existing is None:
+                self.api.create(CONFIG_MAPS, body, namespace=self.settings.namespace)
+            else:
+                self.api.replace(CONFIG_MAPS, body)
+            report.writes["create" if existing is None else "update"] += 1
+            report.reasons["federation-status"] += 1
+            log.info("report on the hub's roots written", extra={"annotations": annotations})
+        except KubeError as e:
+            log.warning("the report on the hub's roots was not written", extra={"error": str(e)})
