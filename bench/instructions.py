@@ -14,7 +14,9 @@ socket calls) is outside it. `PYTHONHASHSEED=0`, so two runs of one build agree 
 
 The reviews are those the Go reference is measured with: a ReplicaSet's Pod CREATE of ~5.5 KB (two
 containers and a native sidecar, 40 env values, probes, a projected token volume), each review its own uid
-and token volume name (`replica`), and each also a new template, one env value changed (`new`).
+and token volume name (`replica`), each also a new template, one env value changed (`new`), or each
+from a new ReplicaSet (`replicaset`: its pod-template-hash label, which the plan reads, so no answer is
+remembered).
 
 `--profile` keeps the callgrind file and prints its top functions (inclusive) with callgrind_annotate.
 """
@@ -95,8 +97,9 @@ def review_template() -> bytes:
     return json.dumps(review).encode()
 
 
-def stream(count: int, *, new: bool, start: int = 0) -> list[bytes]:
-    """`count` reviews: each its own uid and token volume; with `new`, each also a new template."""
+def stream(count: int, *, new: bool, start: int = 0, replica_set: bool = False) -> list[bytes]:
+    """`count` reviews: each its own uid and token volume; with `new`, each also a new env value; with
+    `replica_set`, each also from a new ReplicaSet (its pod-template-hash, which the plan reads)."""
     template = review_template()
     out = []
     for n in range(start, start + count):
@@ -105,6 +108,8 @@ def stream(count: int, *, new: bool, start: int = 0) -> list[bytes]:
         body = body.replace(TOKEN.encode(), f"kube-api-access-{suffix}".encode())
         if new:
             body = body.replace(SHAPE.encode(), f"S{n:011d}".encode())
+        if replica_set:
+            body = body.replace(b"7d4b9c8f6d", f"{n:010x}".encode())
         out.append(body)
     return out
 
@@ -161,7 +166,7 @@ async def _probe(port: int, context: ssl.SSLContext) -> None:
     connection.close()
 
 
-def measure(*, pki: Pki, workdir: Path, new: bool, requests: int, connections: int,
+def measure(*, pki: Pki, workdir: Path, kind: str, requests: int, connections: int,
             root: Path) -> tuple[float, Path]:
     """(instructions per request, the callgrind file) for one run."""
     port = free_port()
@@ -176,7 +181,8 @@ def measure(*, pki: Pki, workdir: Path, new: bool, requests: int, connections: i
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root)
         try:
             ready(port, context, process)
-            bodies = [request_bytes(port, b) for b in stream(WARMUP + requests, new=new)]
+            bodies = [request_bytes(port, b) for b in stream(WARMUP + requests, new=kind != "replica",
+                                                               replica_set=kind == "replicaset")]
 
             def toggle(what: str) -> None:
                 flag = ["-i", "on"] if what == "on" else ["-d"]
@@ -199,7 +205,10 @@ def measure(*, pki: Pki, workdir: Path, new: bool, requests: int, connections: i
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--stream", choices=("replica", "new"), default="replica")
+    parser.add_argument("--stream", choices=("replica", "new", "replicaset"), default="replica",
+                        help="replica: one template; new: one env value new per review (as the Go yardstick's "
+                             "new-template stream: the plan reads no env value, so these share an answer); "
+                             "replicaset: a new ReplicaSet per review, planned every time")
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1],
@@ -210,7 +219,7 @@ def main() -> None:
         raise SystemExit("needs valgrind (apt-get install valgrind)")
     workdir = Path(tempfile.mkdtemp(prefix="bench-instructions-"))
     pki = make_pki(workdir)
-    per_request, dump = measure(pki=pki, workdir=workdir, new=args.stream == "new", requests=args.requests,
+    per_request, dump = measure(pki=pki, workdir=workdir, kind=args.stream, requests=args.requests,
                                 connections=args.connections, root=args.root)
     print(f"[{args.stream}] {per_request / 1000:.1f}k instructions per request "
           f"({args.requests} requests over {args.connections} connections; {args.root})")
