@@ -67,6 +67,7 @@ from app.reconcile.discover import (
     truststore_namespaces,
 )
 from app.reconcile.federation import (
+    INTERMEDIATE_RECORDS,
     INTERMEDIATE_SECRETS,
     Hold,
     Intermediate,
@@ -636,7 +637,8 @@ class Reconciler:
                 continue
             try:
                 found[role] = load_intermediate(obj, now=now, trust_domain=self.settings.trust_domain or
-                                                self.settings.cluster_domain)
+                                                self.settings.cluster_domain,
+                                                record=self._read_optional(CONFIG_MAPS, INTERMEDIATE_RECORDS[role]))
             except ValueError as e:
                 report.federation[f"intermediate-{role}"] = str(e)
                 log.error("the hub's intermediate cannot be used", extra={"role": role, "reason": str(e)})
