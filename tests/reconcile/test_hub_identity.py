@@ -14,10 +14,10 @@ from app.kube import CONFIG_MAPS, SECRETS, KubeApi
 from app.names import CLUSTER_ID_ANNOTATION
 from app.reconcile import hub as hub_module
 from app.reconcile.federation import Member, MemberAck, same_cluster
+from app.reconcile.hub import REISSUE_INTERVAL
 from app.reconcile.reconciler import Reconciler, ReconcileSettings
 from tests.kubeapi import Emulator, running_emulator
 from tests.reconcile.cluster import OWN_NS, Clock, namespace, reconciler
-from app.reconcile.hub import REISSUE_INTERVAL
 from tests.reconcile.test_hub_members import INTERMEDIATES, register
 from tests.reconcile.test_hub_quiet import versions
 
@@ -96,8 +96,8 @@ def test_a_deleted_intermediate_is_reissued_at_most_once_an_hour_and_said(
         clock.advance(timedelta(minutes=minutes))
         report = hub_pass.run_pass()
         assert east.get("secrets", INTERMEDIATES[0], OWN_NS) is None
-        assert "its record there is missing (deleted?); the hub issues a member's intermediate at most once every 1 h" in \
-            report.federation["east"], report.federation
+        assert ("its record there is missing (deleted?); the hub issues a member's intermediate at most once "
+                "every 1 h") in report.federation["east"], report.federation
         assert report.write_count == 0
         assert east.get("secrets", INTERMEDIATES[1], OWN_NS) is not None  # the other role is not held
     clock.advance(timedelta(minutes=1))

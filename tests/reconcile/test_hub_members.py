@@ -25,7 +25,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from app.kube import SECRETS, KubeApi
+from app.kube import KubeApi
 from app.names import CERT_MOUNT_PATH, CLIENT_MOUNT_PATH, MEMBER_LABEL, TRUST_MOUNT_PATH
 from app.pki import (
     fingerprint,
@@ -320,7 +320,6 @@ def test_bad_members_are_each_refused_with_a_reason_and_the_good_one_is_served(f
     intermediates; each bad one gets nothing (never part of a chain) and its reason in the log, an Event on
     its Secret, the metric, the status API and the exit status; nothing crashes."""
     hub, east = federation.hub, federation.members["east"]
-    now = datetime.now(UTC)
     with ExitStack() as stack:
         no_namespace = stack.enter_context(running_emulator(seed=7))
         skewed = stack.enter_context(running_emulator(seed=8, now=lambda: datetime.now(UTC) + timedelta(minutes=10)))
