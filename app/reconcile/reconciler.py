@@ -630,6 +630,8 @@ class Reconciler:
         for role, name in INTERMEDIATE_SECRETS.items():
             obj = self._read_optional(SECRETS, name)
             if obj is None:
+                if role in self._intermediates:  # held at the last pass: deleted here since
+                    self._drop_record(role, report)
                 continue
             if role in self._user:
                 log.warning("the hub's intermediate is not used: your own CA of that role takes precedence",
@@ -645,6 +647,26 @@ class Reconciler:
         for role in ("serving", "client"):
             self.metrics.member_intermediate.labels(role).set(int(role in found))
         return found
+
+    def _drop_record(self, role: CaRole, report: PassReport) -> None:
+        """The hub's intermediate Secret of `role`, used at the last pass, is gone: delete the hub's record of it
+        too (at the version read), since the hub, which may not read a member's Secrets, decides from the
+        record alone, and a record left naming a deleted intermediate would leave this cluster without one
+        until the hub's next renewal. The hub then issues a new one (at most once an hour)."""
+        record = self._read_optional(CONFIG_MAPS, INTERMEDIATE_RECORDS[role])
+        if record is None or not is_owned(record, "intermediate-record"):
+            return
+        try:
+            self.api.delete(CONFIG_MAPS, INTERMEDIATE_RECORDS[role], namespace=self.settings.namespace,
+                            resource_version=str(record["metadata"].get("resourceVersion") or ""))
+        except KubeError as e:
+            log.warning("the hub's record of a deleted intermediate was not deleted", extra={"role": role,
+                                                                                            "error": str(e)})
+            return
+        report.writes["delete"] += 1
+        report.reasons["intermediate-record-dropped"] += 1
+        log.warning("the hub's intermediate was deleted here: its record deleted, so the hub issues a new one",
+                    extra={"role": role, "secret": INTERMEDIATE_SECRETS[role]})
 
     def _member_ca(self, role: CaRole) -> CertKey | None:
         found = self._intermediates.get(role)

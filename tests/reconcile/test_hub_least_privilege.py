@@ -21,9 +21,9 @@ from app.names import CLIENT_INTERMEDIATE_CA_RECORD, INTERMEDIATE_CA_RECORD
 from app.pki import load_certificates, make_intermediate, make_root
 from app.reconcile.hub import REISSUE_INTERVAL
 from app.reconcile.ownership import owner_labels
-from app.reconcile.reconciler import Reconciler, ReconcileSettings
+from app.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
 from tests.kubeapi import Emulator, running_emulator
-from tests.reconcile.cluster import OWN_NS, Clock, namespace
+from tests.reconcile.cluster import OWN_NS, Clock, namespace, reconciler
 from tests.reconcile.test_hub_members import INTERMEDIATES, register
 from tests.reconcile.test_hub_quiet import versions
 from tests.shipping.support import render_with_components
@@ -148,3 +148,34 @@ def test_a_member_lying_in_the_record_gets_at_most_one_new_intermediate_an_hour(
     renewed = secret(east, INTERMEDIATES[0])
     assert renewed["tls.key"] != kept["tls.key"]
     assert the_hub.run_pass().write_count == 0
+
+
+def test_a_member_whose_intermediate_was_deleted_drops_the_hubs_record_and_gets_a_new_one_within_the_hour(
+        hub_and_east: tuple[Emulator, Emulator, Clock]) -> None:
+    """The hub cannot see a deleted Secret (it may not read one): the member's reconciler, which used it at
+    its last pass, deletes the hub's record of it, and the hub issues anew once its rate limit allows."""
+    hub, east, clock = hub_and_east
+    the_hub, member = hub_reconciler(hub, clock), reconciler(east, clock, trust_domain="east.mesh")
+
+    def member_pass() -> PassReport:
+        east.acting_as = None  # the member's own reconciler, with its own account
+        try:
+            return member.run_pass()
+        finally:
+            east.acting_as = HUB
+
+    the_hub.run_pass()
+    assert member_pass().federation == {}
+    east.store.delete(east.resource("secrets"), OWN_NS, INTERMEDIATES[0])
+    report = member_pass()
+    assert report.reasons["intermediate-record-dropped"] == 1
+    assert east.get("configmaps", RECORDS[0], OWN_NS) is None
+    assert east.get("configmaps", RECORDS[1], OWN_NS) is not None  # the other role untouched
+    clock.advance(timedelta(minutes=30))
+    assert "its record there is missing (deleted?)" in the_hub.run_pass().federation["east"]
+    assert member_pass().reasons["intermediate-record-dropped"] == 0
+    clock.advance(timedelta(minutes=31))
+    report = the_hub.run_pass()
+    assert (report.federation, report.reasons["member:serving:issued"]) == ({}, 1)
+    assert east.get("secrets", INTERMEDIATES[0], OWN_NS) is not None
+    assert member_pass().federation == {}
