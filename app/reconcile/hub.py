@@ -284,7 +284,9 @@ class _MemberPass:
         where = f"Secret {self.namespace}/{INTERMEDIATE_SECRETS[role]} in member {self.member.name}"
         try:
             self._put_secret(body, known=verdict.known)
-        except Invalid:
+        except Invalid as e:
+            if "type" not in str(e):  # not the one case a delete and a create resolve
+                return f"member {self.member.name}: {where} not written: {_short(e)}"
             try:
                 self.api.delete(SECRETS, body["metadata"]["name"], namespace=self.namespace)
             except Forbidden:
