@@ -327,7 +327,7 @@ def not_ours(where: str) -> str:
     """What the hub says when the member refused its write of an intermediate Secret (the member's
     tls-injector.hub-reach lets the hub overwrite only a Secret labelled ours or annotated force-replace)."""
     return (f"{where} holds a Secret the member refused to let the hub overwrite (one the hub did not write: not "
-            f"labelled app.kubernetes.io/managed-by=tls-injector); refused, left untouched: delete it, or annotate it "
+            f"labelled {names.MANAGED_BY_LABEL}={names.MANAGER}); refused, left untouched: delete it, or annotate it "
             f"{names.FORCE_REPLACE_ANNOTATION} to have it replaced")
 
 
@@ -398,6 +398,17 @@ def load_intermediate(obj: Obj, *, now: datetime, trust_domain: str = "", record
         hint = " (is this cluster's clock behind the hub's?)" if "not valid before" in str(e) else ""
         raise ValueError(f"{where}: {e}{hint}") from e
     return Intermediate(ca, roots)
+
+
+def names_another(record: Obj | None, secret: Obj) -> bool:
+    """The hub's record (ours) names another intermediate than the Secret beside it holds: two writers
+    raced (one cluster registered twice, before the hub knew), and the hub, deciding from the record alone,
+    would keep what the member does not hold."""
+    if record is None or not own.is_owned(record, "intermediate-record"):
+        return False
+    named = load_certificates(record_data(record).get("tls.crt", "").encode())
+    held = load_certificates(secret_data(secret, keys=("tls.crt",)).get("tls.crt", b""))
+    return bool(named and held) and fingerprint(named[0]) != fingerprint(held[0])
 
 
 def _recorded_roots(record: Obj | None, intermediate: Any) -> tuple[Any, ...]:

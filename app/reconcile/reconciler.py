@@ -76,6 +76,7 @@ from app.reconcile.federation import (
     gate_roots,
     load_intermediate,
     members_from,
+    names_another,
     roots_of,
     rotation_excluded,
     same_cluster,
@@ -637,10 +638,13 @@ class Reconciler:
                 log.warning("the hub's intermediate is not used: your own CA of that role takes precedence",
                             extra={"role": role, "secret": name, "user_secret": self._user_secret(role)})
                 continue
+            record = self._read_optional(CONFIG_MAPS, INTERMEDIATE_RECORDS[role])
+            if names_another(record, obj):
+                self._drop_record(role, report)
+                record = None
             try:
                 found[role] = load_intermediate(obj, now=now, trust_domain=self.settings.trust_domain or
-                                                self.settings.cluster_domain,
-                                                record=self._read_optional(CONFIG_MAPS, INTERMEDIATE_RECORDS[role]))
+                                                self.settings.cluster_domain, record=record)
             except ValueError as e:
                 report.federation[f"intermediate-{role}"] = str(e)
                 log.error("the hub's intermediate cannot be used", extra={"role": role, "reason": str(e)})
@@ -649,10 +653,11 @@ class Reconciler:
         return found
 
     def _drop_record(self, role: CaRole, report: PassReport) -> None:
-        """The hub's intermediate Secret of `role`, used at the last pass, is gone: delete the hub's record of it
-        too (at the version read), since the hub, which may not read a member's Secrets, decides from the
-        record alone, and a record left naming a deleted intermediate would leave this cluster without one
-        until the hub's next renewal. The hub then issues a new one (at most once an hour)."""
+        """The hub's intermediate Secret of `role`, used at the last pass, is gone (or the hub's record names
+        another than it holds): delete the hub's record (at the version read), since the hub, which may not
+        read a member's Secrets, decides from the record alone, and a record naming what is not here would
+        leave this cluster without its intermediate until the hub's next renewal. The hub then issues a new
+        one (at most once an hour)."""
         record = self._read_optional(CONFIG_MAPS, INTERMEDIATE_RECORDS[role])
         if record is None or not is_owned(record, "intermediate-record"):
             return
