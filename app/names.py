@@ -144,6 +144,11 @@ MEMBER_KUBECONFIG_KEY = "kubeconfig"
 MEMBER_TRUST_DOMAIN_ANNOTATION = f"{DOMAIN}/trust-domain"
 INTERMEDIATE_CA_SECRET = f"{NAME}-intermediate-ca"
 CLIENT_INTERMEDIATE_CA_SECRET = f"{NAME}-client-intermediate-ca"
+# Beside each, the hub's public record of what it wrote there (a ConfigMap: `tls.crt` the intermediate's
+# certificate, `ca.crt` the role's roots as they are now, no key): the hub decides renewals from it, so its
+# account in a member never reads a Secret, and a member takes its roots from it (docs/multicluster.md).
+INTERMEDIATE_CA_RECORD = f"{INTERMEDIATE_CA_SECRET}-public"
+CLIENT_INTERMEDIATE_CA_RECORD = f"{CLIENT_INTERMEDIATE_CA_SECRET}-public"
 ISSUING_ROOT_ANNOTATION = f"{DOMAIN}/issuing-root"
 # A member's own ConfigMap in its namespace, which the hub reads before it moves a root rotation on: per root
 # of the hub, IN_EVERY_BUNDLE_SINCE_PREFIX<16 hex> = since when every bundle in use in the member carries it,

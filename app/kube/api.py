@@ -193,6 +193,14 @@ class KubeApi:
             raise ValueError("replace needs metadata.resourceVersion: an unconditional update could overwrite")
         return self._json("update", "PUT", resource.path(meta.get("namespace"), meta["name"]), body=body)
 
+    def overwrite(self, resource: Resource, body: Obj) -> None:
+        """PUT without a resourceVersion: an unconditional update, for a writer that may not read what it
+        replaces (the hub in a member: its account has no get on Secrets, so it never learns a version).
+        The answer, the object as written, is read within the bounds and not kept. NotFound when there is
+        none (a Secret is never created by a PUT)."""
+        meta = {k: v for k, v in body["metadata"].items() if k != "resourceVersion"}
+        self._json("update", "PUT", resource.path(meta.get("namespace"), meta["name"]), body={**body, "metadata": meta})
+
     def replace_status(self, resource: Resource, body: Obj) -> Obj:
         """PUT to the status subresource, with the same resourceVersion precondition as `replace`."""
         meta = body["metadata"]

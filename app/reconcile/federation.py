@@ -31,7 +31,6 @@ from app.pki import (
     CertKey,
     TrustFacts,
     fingerprint,
-    intermediate_renewal,
     issued_by,
     load_certificates,
     load_user_ca,
@@ -48,6 +47,8 @@ from app.reconcile.plan import Obj, encode_data, secret_data
 ROLES: tuple[CaRole, ...] = ("serving", "client")
 INTERMEDIATE_SECRETS: dict[CaRole, str] = {"serving": names.INTERMEDIATE_CA_SECRET,
                                            "client": names.CLIENT_INTERMEDIATE_CA_SECRET}
+INTERMEDIATE_RECORDS: dict[CaRole, str] = {"serving": names.INTERMEDIATE_CA_RECORD,
+                                           "client": names.CLIENT_INTERMEDIATE_CA_RECORD}
 # An intermediate lives 180 days and is renewed CA_LOOKAHEAD (60 days) before its end, so every 120 days.
 # Each renewal moves every leaf of the member to the new intermediate; 90 days would do that every month,
 # and a longer life keeps a CA key that lives outside the hub usable for longer.
@@ -171,28 +172,45 @@ def roots_from(role: CaRole, cas: CaSet, *, now: datetime, waiting: str = "") ->
 
 @dataclass(frozen=True)
 class Verdict:
-    """What to do with one member's intermediate Secret: write `body` (create, or update at its
-    resourceVersion), nothing, or refuse with `problem`."""
+    """What to do with one member's intermediate of one role, decided from the hub's public record there
+    (INTERMEDIATE_RECORDS), never from the Secret, which the hub's account in a member may not read: issue
+    a new intermediate (`secret`, the whole Secret with a new key, written without reading it, then
+    `record`), bring the record's roots up to date (`record` alone, at its resourceVersion), nothing, or
+    refuse with `problem`. `known`: the record verified, so the Secret is expected to be there."""
 
-    action: Literal["create", "update", "replace", "keep", "refuse"]
-    body: Obj | None = None
+    action: Literal["issue", "roots", "keep", "refuse"]
+    secret: Obj | None = None
+    record: Obj | None = None
     reason: str = ""
     problem: str = ""
+    known: bool = False
 
 
-def decide_intermediate(existing: Obj | None, *, roots: Roots, member: str, namespace: str,
+def decide_intermediate(record: Obj | None, *, roots: Roots, member: str, namespace: str,
                         now: datetime, trust_domain: str = "") -> Verdict:
-    """Issue, renew, refresh the roots of, keep or refuse one member's intermediate of one role; a client
-    intermediate is pinned to the member's SPIFFE trust domain (`trust_domain`, else <member>.mesh)."""
+    """Issue, renew, refresh the roots of, or keep one member's intermediate of one role, from the hub's
+    record of it in the member; a client intermediate is pinned to the member's SPIFFE trust domain
+    (`trust_domain`, else <member>.mesh).
+
+    The record is in the member's namespace, so it is untrusted input: only a certificate one of the hub's
+    roots signed is believed (`recorded_intermediate`), and nothing in it is ever signed or passed on. A
+    member that lies in it can only make the hub issue that member a new intermediate (rate-limited by the
+    caller, app/reconcile/hub.py), or keep the one it claims to hold: both touch that member alone."""
     name = INTERMEDIATE_SECRETS[roots.role]
-    where = f"Secret {namespace}/{name} in member {member}"
     if roots.signer is None:
-        return Verdict("refuse", problem=f"{where}: not issued: {roots.problem}")
+        return Verdict("refuse", problem=f"Secret {namespace}/{name} in member {member}: not issued: {roots.problem}")
     pinned = pinned_uris(roots.role, member, trust_domain)
-    if existing is None:
-        return _issue(None, roots, member, namespace, now, action="create", reason="issued", pinned=pinned)
-    return _decide_existing(existing, roots=roots, member=member, namespace=namespace, now=now, where=where,
-                            pinned=pinned)
+    cert = recorded_intermediate(record, roots)
+    if cert is None:
+        return _issue(record, roots, member, namespace, now, reason="issued" if record is None else "unrecorded",
+                      pinned=pinned, known=False)
+    if reason := _reissue(cert, roots=roots, member=member, now=now, pinned=pinned):
+        return _issue(record, roots, member, namespace, now, reason=reason, pinned=pinned, known=True)
+    if record_data(record).get("ca.crt") != roots.pem.decode():
+        body = _record_body(record, namespace, roots.role, cert_pem=to_pem([cert]), roots_pem=roots.pem,
+                            issuing_root=_annotation(record or {}))
+        return Verdict("roots", record=body, reason="roots-changed", known=True)
+    return Verdict("keep", known=True)
 
 
 def pinned_uris(role: CaRole, member: str, trust_domain: str = "") -> tuple[str, ...]:
@@ -202,49 +220,54 @@ def pinned_uris(role: CaRole, member: str, trust_domain: str = "") -> tuple[str,
     return (trust_domain or default_trust_domain(member),) if role == "client" else ()
 
 
-def _decide_existing(existing: Obj, *, roots: Roots, member: str, namespace: str, now: datetime,
-                     where: str, pinned: tuple[str, ...]) -> Verdict:
-    assert roots.signer is not None
-    data = secret_data(existing)
-    chain = load_certificates(data.get("tls.crt", b""))
-    ours = own.is_owned(existing, "intermediate") and bool(chain) and any(
-        issued_by(chain[0], root) for root in roots.anchors)
-    forced = names.FORCE_REPLACE_ANNOTATION in ((existing.get("metadata") or {}).get("annotations") or {})
-    if not ours and not forced:
-        return Verdict("refuse", problem=_not_ours(where, chain))
-    if not ours:
-        return _issue(existing, roots, member, namespace, now, action="replace", reason="forced", pinned=pinned)
-    if reason := _reissue(chain[0], data, roots=roots, member=member, now=now, pinned=pinned):
-        return _issue(existing, roots, member, namespace, now, action="update", reason=reason, pinned=pinned)
-    if data.get("ca.crt") != roots.pem:
-        body = _body(existing, namespace, INTERMEDIATE_SECRETS[roots.role], {**data, "ca.crt": roots.pem},
-                     issuing_root=_annotation(existing))
-        return Verdict("update", body, reason="roots-changed")
-    return Verdict("keep")
+def record_data(record: Obj | None) -> dict[str, str]:
+    """A record's data (ConfigMap data: text), the keys it should have only."""
+    found = (record or {}).get("data") or {}
+    if not isinstance(found, dict):
+        return {}
+    return {k: v for k in ("tls.crt", "ca.crt") if isinstance(v := found.get(k), str)}
 
 
-def _reissue(cert: Any, data: dict[str, bytes], *, roots: Roots, member: str, now: datetime,
-             pinned: tuple[str, ...]) -> str:
-    """Why an intermediate of ours is issued anew ("" when it is kept)."""
+def recorded_intermediate(record: Obj | None, roots: Roots) -> Any | None:
+    """The intermediate the hub's record in a member names, when the record is labelled ours and one of
+    the hub's roots signed that certificate (a forged or foreign one is as good as none); else None."""
+    if record is None or not own.is_owned(record, "intermediate-record"):
+        return None
+    chain = load_certificates(record_data(record).get("tls.crt", "").encode())
+    if not chain or not any(issued_by(chain[0], root) for root in roots.anchors):
+        return None
+    return chain[0]
+
+
+def _reissue(cert: Any, *, roots: Roots, member: str, now: datetime, pinned: tuple[str, ...]) -> str:
+    """Why an intermediate of ours is issued anew ("" when it is kept), from its certificate alone."""
     assert roots.signer is not None
     if not made_for(cert, domain=_domain(member, roots.role)):  # another member's, copied here
         return "renewed:another-member"
     if permitted_uri(cert) != pinned:  # issued before the pin, or for the trust domain it had then
         return "renewed:trust-domain"
-    decision = intermediate_renewal(cert_pem=data.get("tls.crt"), key_pem=data.get("tls.key"),
-                                    signer=roots.signer.cert, now=now, lookahead=CA_LOOKAHEAD)
-    return f"renewed:{decision.reason}" if decision.renew else ""
+    if cert.issuer != roots.signer.cert.subject or not issued_by(cert, roots.signer.cert):
+        return "renewed:ca-rotated"
+    if now + CA_LOOKAHEAD >= cert.not_valid_after_utc:
+        return "renewed:expiring"
+    return ""
 
 
-def _issue(existing: Obj | None, roots: Roots, member: str, namespace: str, now: datetime, *,
-           action: Literal["create", "update", "replace"], reason: str, pinned: tuple[str, ...]) -> Verdict:
+def _issue(record: Obj | None, roots: Roots, member: str, namespace: str, now: datetime, *, reason: str,
+           pinned: tuple[str, ...], known: bool) -> Verdict:
     assert roots.signer is not None
     inter = make_intermediate(roots.signer, domain=_domain(member, roots.role), now=now,
                               validity=INTERMEDIATE_VALIDITY, permitted_uri=pinned)
+    issuing_root = fingerprint(roots.signer.cert)
     data = {"tls.crt": inter.cert_pem, "tls.key": inter.key_pem, "ca.crt": roots.pem}
-    body = _body(existing, namespace, INTERMEDIATE_SECRETS[roots.role], data,
-                 issuing_root=fingerprint(roots.signer.cert))
-    return Verdict(action, body, reason=reason)
+    meta: Obj = {"name": INTERMEDIATE_SECRETS[roots.role], "namespace": namespace,
+                 "labels": own.owner_labels("intermediate"),
+                 "annotations": {names.ISSUING_ROOT_ANNOTATION: issuing_root}}
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": "kubernetes.io/tls",
+              "data": encode_data(data)}
+    body = _record_body(record, namespace, roots.role, cert_pem=inter.cert_pem, roots_pem=roots.pem,
+                        issuing_root=issuing_root)
+    return Verdict("issue", secret, body, reason=reason, known=known)
 
 
 def _domain(member: str, role: CaRole) -> str:
@@ -252,32 +275,38 @@ def _domain(member: str, role: CaRole) -> str:
     return f"{member} {role}"
 
 
-def _body(existing: Obj | None, namespace: str, name: str, data: dict[str, bytes], *, issuing_root: str) -> Obj:
-    meta: Obj = {"name": name, "namespace": namespace, "labels": own.owner_labels("intermediate"),
+def _record_body(record: Obj | None, namespace: str, role: CaRole, *, cert_pem: bytes, roots_pem: bytes,
+                 issuing_root: str) -> Obj:
+    """The hub's public record of a member's intermediate: its certificate and the role's roots, no key;
+    at the record's resourceVersion when there is one (whoever wrote it: a record not labelled ours is
+    then refused by the member's tls-injector.hub-reach policy, and said)."""
+    meta: Obj = {"name": INTERMEDIATE_RECORDS[role], "namespace": namespace,
+                 "labels": own.owner_labels("intermediate-record"),
                  "annotations": {names.ISSUING_ROOT_ANNOTATION: issuing_root}}
-    if existing is not None and (version := (existing.get("metadata") or {}).get("resourceVersion")):
+    if record is not None and (version := (record.get("metadata") or {}).get("resourceVersion")):
         meta["resourceVersion"] = version
-    return {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": "kubernetes.io/tls",
-            "data": encode_data(data)}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
+            "data": {"tls.crt": cert_pem.decode(), "ca.crt": roots_pem.decode()}}
 
 
-def check_intermediate(existing: Obj | None, *, roots: Roots, member: str, namespace: str,
+def check_intermediate(record: Obj | None, *, roots: Roots, member: str, namespace: str,
                        now: datetime, trust_domain: str = "") -> tuple[str, str]:
-    """(problem, note) for `doctor --hub`, from the roots' certificates alone (no signing key needed): the
-    problem when the intermediate is missing, not the hub's or expired; else a note: "due ..." when the
-    hub's next pass renews it, or a description of it."""
-    where = f"Secret {namespace}/{INTERMEDIATE_SECRETS[roots.role]} in member {member}"
-    if existing is None:
-        why = roots.problem or "the hub writes it on its next pass"
+    """(problem, note) for `doctor --hub`, from the hub's record in the member (as the hub's pass decides):
+    the problem when there is no record, one that does not hold an intermediate of the hub's roots, or an
+    expired one; else a note: "due ..." when the hub's next pass renews it, or a description of it."""
+    where = f"the hub's record {namespace}/{INTERMEDIATE_RECORDS[roots.role]} in member {member}"
+    if record is None:
+        why = roots.problem or "the hub issues the intermediate and writes it on its next pass"
         return f"{where} does not exist ({why})", ""
-    chain = load_certificates(secret_data(existing, keys=("tls.crt",)).get("tls.crt", b""))
-    if not (own.is_owned(existing, "intermediate") and chain and any(issued_by(chain[0], r) for r in roots.anchors)):
-        return _not_ours(where, chain), ""
-    ends = chain[0].not_valid_after_utc
+    cert = recorded_intermediate(record, roots)
+    if cert is None:
+        return (f"{where} does not hold an intermediate of this hub's roots (not labelled ours, or forged): the hub "
+                "issues a new intermediate on its next pass"), ""
+    ends = cert.not_valid_after_utc
     if now >= ends:
         return f"{where}: the intermediate expired at {ends:%Y-%m-%d %H:%M} UTC", ""
-    due = _due(chain[0], roots=roots, member=member, now=now, pinned=pinned_uris(roots.role, member, trust_domain))
-    return "", due or describe(existing, roots.role)
+    due = _due(cert, roots=roots, member=member, now=now, pinned=pinned_uris(roots.role, member, trust_domain))
+    return "", due or describe(record, roots.role)
 
 
 def _due(intermediate: Any, *, roots: Roots, member: str, now: datetime, pinned: tuple[str, ...]) -> str:
@@ -294,19 +323,21 @@ def _due(intermediate: Any, *, roots: Roots, member: str, now: datetime, pinned:
     return ""
 
 
-def _not_ours(where: str, chain: Sequence[Any]) -> str:
-    issuer = f"issued by {chain[0].issuer.rfc4514_string()[:120]}" if chain else "no readable certificate"
-    return (f"{where} holds an intermediate this hub did not issue ({issuer}); refused, left untouched: delete it, "
-            f"or annotate it {names.FORCE_REPLACE_ANNOTATION} to have it replaced")
+def not_ours(where: str) -> str:
+    """What the hub says when the member refused its write of an intermediate Secret (the member's
+    tls-injector.hub-reach lets the hub overwrite only a Secret labelled ours or annotated force-replace)."""
+    return (f"{where} holds a Secret the member refused to let the hub overwrite (one the hub did not write: not "
+            f"labelled {names.MANAGED_BY_LABEL}={names.MANAGER}); refused, left untouched: delete it, or annotate it "
+            f"{names.FORCE_REPLACE_ANNOTATION} to have it replaced")
 
 
-def describe(obj: Obj | None, role: CaRole) -> str:
-    """An intermediate in place, for a person: whose, from which root, until when."""
-    chain = load_certificates(secret_data(obj, keys=("tls.crt",)).get("tls.crt", b""))
+def describe(record: Obj | None, role: CaRole) -> str:
+    """An intermediate as the hub's record names it, for a person: whose, from which root, until when."""
+    chain = load_certificates(record_data(record).get("tls.crt", "").encode())
     if not chain:
         return f"{role} intermediate: none"
     cert = chain[0]
-    return (f"{role} intermediate {fingerprint(cert)[:16]} from root {_annotation(obj or {})[:16]}, valid until "
+    return (f"{role} intermediate {fingerprint(cert)[:16]} from root {_annotation(record or {})[:16]}, valid until "
             f"{cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC")
 
 
@@ -338,17 +369,20 @@ class Intermediate:
     roots: tuple[Any, ...]
 
 
-def load_intermediate(obj: Obj, *, now: datetime, trust_domain: str = "") -> Intermediate:
+def load_intermediate(obj: Obj, *, now: datetime, trust_domain: str = "", record: Obj | None = None) -> Intermediate:
     """The intermediate in a member's Secret, checked; ValueError with a reason a person can act on. One
     pinned to SPIFFE trust domains (a client intermediate) is used only when this cluster's `trust_domain`
-    is one of them: every client certificate it signed otherwise would be refused by every peer."""
+    is one of them: every client certificate it signed otherwise would be refused by every peer. The roots
+    are the hub's record's (`record`, which the hub keeps current without touching the key) when it names
+    this very intermediate, else the Secret's ca.crt (the roots when it was issued)."""
     meta = obj.get("metadata") or {}
     where = f"Secret {meta.get('namespace')}/{meta.get('name')}"
     if not own.is_owned(obj, "intermediate"):
         raise ValueError(f"{where} is not labelled as written by a tls-injector hub; not used")
     data = secret_data(obj)
     chain = load_certificates(data.get("tls.crt", b""))
-    roots = tuple(load_certificates(data.get("ca.crt", b"")))
+    roots = _recorded_roots(record, chain[0]) if chain else ()
+    roots = roots or tuple(load_certificates(data.get("ca.crt", b"")))
     if not chain:
         raise ValueError(f"{where}: tls.crt holds no readable certificate")
     issuer = next((r for r in roots if issued_by(chain[0], r)), None)
@@ -364,6 +398,29 @@ def load_intermediate(obj: Obj, *, now: datetime, trust_domain: str = "") -> Int
         hint = " (is this cluster's clock behind the hub's?)" if "not valid before" in str(e) else ""
         raise ValueError(f"{where}: {e}{hint}") from e
     return Intermediate(ca, roots)
+
+
+def names_another(record: Obj | None, secret: Obj) -> bool:
+    """The hub's record (ours) names another intermediate than the Secret beside it holds: two writers
+    raced (one cluster registered twice, before the hub knew), and the hub, deciding from the record alone,
+    would keep what the member does not hold."""
+    if record is None or not own.is_owned(record, "intermediate-record"):
+        return False
+    named = load_certificates(record_data(record).get("tls.crt", "").encode())
+    held = load_certificates(secret_data(secret, keys=("tls.crt",)).get("tls.crt", b""))
+    return bool(named and held) and fingerprint(named[0]) != fingerprint(held[0])
+
+
+def _recorded_roots(record: Obj | None, intermediate: Any) -> tuple[Any, ...]:
+    """The roots in the hub's record, when the record is ours and names `intermediate` (a record that lags
+    behind a new intermediate, or names another, is not used: the Secret's own roots are then current)."""
+    if record is None or not own.is_owned(record, "intermediate-record"):
+        return ()
+    data = record_data(record)
+    named = load_certificates(data.get("tls.crt", "").encode())
+    if not named or fingerprint(named[0]) != fingerprint(intermediate):
+        return ()
+    return tuple(load_certificates(data.get("ca.crt", "").encode()))
 
 
 # --- rotation across clusters: what members report, how the hub holds a root rotation on it -----------

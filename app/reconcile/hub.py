@@ -18,8 +18,10 @@ from app.kube import (
     CONFIG_MAPS,
     NAMESPACES,
     SECRETS,
+    AlreadyExists,
     Conflict,
     Forbidden,
+    Invalid,
     KubeApi,
     KubeError,
     NotFound,
@@ -29,6 +31,7 @@ from app.kube import (
 )
 from app.pki import CaRole
 from app.reconcile.federation import (
+    INTERMEDIATE_RECORDS,
     INTERMEDIATE_SECRETS,
     Member,
     MemberAck,
@@ -38,6 +41,7 @@ from app.reconcile.federation import (
     check_intermediate,
     clock_skew_problem,
     decide_intermediate,
+    not_ours,
     read_ack,
 )
 
@@ -106,11 +110,7 @@ def inspect_member(member: Member, *, namespace: str, roots: tuple[Roots, ...],
             return skew
         problems = []
         for role_roots in roots:
-            name = INTERMEDIATE_SECRETS[role_roots.role]
-            try:
-                existing: dict[str, object] | None = api.get(SECRETS, name, namespace=namespace)
-            except NotFound:
-                existing = None
+            existing = _record(api, role_roots, namespace)
             if existing is None and (missing := _namespace_missing(api, member.name, namespace)):
                 return missing
             problem, note = check_intermediate(existing, roots=role_roots, member=member.name, namespace=namespace,
@@ -147,6 +147,14 @@ def member_ack(member: Member, *, namespace: str) -> tuple[MemberAck | None, str
 
     outcome = _visit(member, MemberOutcome(member.name), look)
     return found[0], outcome.problem
+
+
+def _record(api: KubeApi, roots: Roots, namespace: str) -> dict[str, object] | None:
+    """The hub's public record of a member's intermediate of one role (no key in it), None when absent."""
+    try:
+        return api.get(CONFIG_MAPS, INTERMEDIATE_RECORDS[roots.role], namespace=namespace)
+    except NotFound:
+        return None
 
 
 def _namespace_missing(api: KubeApi, member: str, namespace: str) -> str:
@@ -223,62 +231,98 @@ class _MemberPass:
         return "; ".join(problems)
 
     def converge_role(self, roots: Roots) -> str:
-        name, member = INTERMEDIATE_SECRETS[roots.role], self.member.name
+        """One role's intermediate, decided from the hub's record in the member (never from the Secret, which
+        the hub's account may not read): a new one is written whole (Secret, then record), a roots change
+        is the record's alone."""
+        member = self.member.name
         for _ in range(MAX_ATTEMPTS):
-            try:
-                existing = self.api.get(SECRETS, name, namespace=self.namespace)
-            except NotFound:
-                existing = None
-            verdict = decide_intermediate(existing, roots=roots, member=member, namespace=self.namespace,
+            record = _record(self.api, roots, self.namespace)
+            verdict = decide_intermediate(record, roots=roots, member=member, namespace=self.namespace,
                                           now=self.clock(), trust_domain=self.member.domain)
-            if verdict.action == "refuse":
+            if verdict.action in ("refuse", "keep"):
                 return verdict.problem
-            if verdict.action == "keep":
-                return ""
-            if existing is None and (wait := self._deleted(roots.role)):
+            if verdict.action == "issue" and (wait := self._too_soon(roots.role, verdict.reason)):
                 return wait
             self.guard()
             try:
-                _write(self.api, verdict, existing, self.namespace)
+                if verdict.action == "issue" and (problem := self._write_secret(verdict, roots.role)):
+                    return problem
+                self._write_record(verdict)
             except Conflict:
-                continue
+                continue  # the record changed in between: read it and decide again
             except NotFound:
-                if verdict.action == "create":
-                    return (f"member {member}: namespace {self.namespace} does not exist there (install "
-                            "tls-injector in the member first)")
-                continue  # deleted in between: decide again
-            self.issued[(member, roots.role)] = self.clock()
-            self.outcome.writes["update" if verdict.action == "replace" else verdict.action] += 1
+                return (f"member {member}: namespace {self.namespace} does not exist there (install "
+                        "tls-injector in the member first)")
             self.outcome.reasons += (f"{roots.role}:{verdict.reason}",)
             log.info("member intermediate written", extra={"member": member, "role": roots.role,
                                                            "action": verdict.action, "reason": verdict.reason})
             return ""
-        return f"member {member}: Secret {self.namespace}/{name} kept changing under the hub; next pass"
+        return (f"member {member}: ConfigMap {self.namespace}/{INTERMEDIATE_RECORDS[roots.role]} kept changing "
+                "under the hub; next pass")
 
-
-    def _deleted(self, role: CaRole) -> str:
-        """Why an intermediate this hub wrote, now missing (deleted in the member), is not issued again yet."""
+    def _too_soon(self, role: CaRole, reason: str) -> str:
+        """Why a new intermediate is not issued yet: this hub issued that member's intermediate of this role
+        less than REISSUE_INTERVAL ago, so whatever the record says now (missing, deleted, or a member
+        lying in it) waits. The bound on what a member can make the hub do with its record."""
         last = self.issued.get((self.member.name, role))
         if last is None or (due := last + REISSUE_INTERVAL) <= self.clock():
             return ""
-        return (f"member {self.member.name}: its {role} intermediate, which the hub wrote at {last:%Y-%m-%d %H:%M} "
-                f"UTC, was deleted there; a deleted intermediate is re-issued at most once every "
+        why = {"issued": "its record there is missing (deleted?)",
+               "unrecorded": "its record there does not name an intermediate of the hub's roots"}.get(
+            reason, f"its record there asks for one ({reason})")
+        return (f"member {self.member.name}: the hub issued its {role} intermediate at {last:%Y-%m-%d %H:%M} UTC, "
+                f"and {why}; the hub issues a member's intermediate at most once every "
                 f"{REISSUE_INTERVAL.total_seconds() / 3600:g} h: next at {due:%H:%M} UTC")
 
+    def _write_secret(self, verdict: Verdict, role: CaRole) -> str:
+        """The new intermediate's Secret, written without reading the one there: create, or overwrite (PUT
+        with no resourceVersion) when one exists; the member's tls-injector.hub-reach lets the hub overwrite
+        only a Secret labelled ours or annotated force-replace, and a Forbidden says which was refused. A
+        Secret of another type (its type cannot change) is deleted, which the policy allows for a
+        force-replace one only, and created again. Why the write was refused, or ""."""
+        body = verdict.secret or {}
+        where = f"Secret {self.namespace}/{INTERMEDIATE_SECRETS[role]} in member {self.member.name}"
+        try:
+            self._put_secret(body, known=verdict.known)
+        except Invalid as e:
+            if "type" not in str(e):  # not the one case a delete and a create resolve
+                return f"member {self.member.name}: {where} not written: {_short(e)}"
+            try:
+                self.api.delete(SECRETS, body["metadata"]["name"], namespace=self.namespace)
+            except Forbidden:
+                return not_ours(where)
+            self.outcome.writes["delete"] += 1
+            self.api.create(SECRETS, body, namespace=self.namespace)
+            self.outcome.writes["create"] += 1
+        except Forbidden as e:
+            return f"{not_ours(where)} (the member said: {_short(e)[:200]})"
+        self.issued[(self.member.name, role)] = self.clock()
+        return ""
 
-def _write(api: KubeApi, verdict: Verdict, existing: dict[str, object] | None, namespace: str) -> None:
-    body = verdict.body or {}
-    if verdict.action == "create":
-        api.create(SECRETS, body, namespace=namespace)
-    elif verdict.action == "replace" and existing is not None and existing.get("type") != body.get("type"):
-        # A Secret's type is immutable: a forced replacement of another type is a delete (at the version
-        # decided on) and a create; in between the member signs with what its CA set already holds.
-        meta = body["metadata"]
-        api.delete(SECRETS, meta["name"], namespace=namespace, resource_version=meta.get("resourceVersion", ""))
-        api.create(SECRETS, {**body, "metadata": {k: v for k, v in meta.items() if k != "resourceVersion"}},
-                   namespace=namespace)
-    else:
-        api.replace(SECRETS, body)
+    def _put_secret(self, body: dict[str, object], *, known: bool) -> None:
+        if known:  # the record names one of ours: it is there, unless someone deleted it since
+            try:
+                self.api.overwrite(SECRETS, body)
+                self.outcome.writes["update"] += 1
+                return
+            except NotFound:
+                pass
+        try:
+            self.api.create(SECRETS, body, namespace=self.namespace)
+            self.outcome.writes["create"] += 1
+        except AlreadyExists:
+            self.api.overwrite(SECRETS, body)
+            self.outcome.writes["update"] += 1
+
+    def _write_record(self, verdict: Verdict) -> None:
+        """The record, at the resourceVersion read (a Conflict: someone wrote it in between)."""
+        body = verdict.record or {}
+        if body["metadata"].get("resourceVersion"):
+            self.api.replace(CONFIG_MAPS, body)
+            self.outcome.writes["update"] += 1
+        else:
+            self.api.create(CONFIG_MAPS, body, namespace=self.namespace)
+            self.outcome.writes["create"] += 1
 
 
 def _short(error: Exception) -> str:

@@ -10,22 +10,25 @@ from datetime import datetime
 from typing import Any
 
 from app import names
-from app.kube import NAMESPACES, SECRETS, KubeError
+from app.kube import CONFIG_MAPS, NAMESPACES, SECRETS, KubeError
 from app.pki import CaRole, CaSet, CertKey, TrustFacts
 from app.reconcile import hub
 from app.reconcile.discover import WorkloadRef
 from app.reconcile.federation import (
+    INTERMEDIATE_RECORDS,
     INTERMEDIATE_SECRETS,
     Intermediate,
     MemberAck,
     gate_roots,
     load_intermediate,
     members_from,
+    names_another,
     roots_of,
     rotation_excluded,
     same_cluster,
 )
 from app.reconcile.hub import converge_member
+from app.reconcile.ownership import is_owned
 from app.reconcile.reports import Reports
 from app.reconcile.state import PassReport
 
@@ -61,20 +64,47 @@ class Members(Reports):
         for role, name in INTERMEDIATE_SECRETS.items():
             obj = self._read_optional(SECRETS, name)
             if obj is None:
+                if role in self._intermediates:  # held at the last pass: deleted here since
+                    self._drop_record(role, report)
                 continue
             if role in self._user:
                 log.warning("the hub's intermediate is not used: your own CA of that role takes precedence",
                             extra={"role": role, "secret": name, "user_secret": self._user_secret(role)})
                 continue
+            record = self._read_optional(CONFIG_MAPS, INTERMEDIATE_RECORDS[role])
+            if names_another(record, obj):
+                self._drop_record(role, report)
+                record = None
             try:
                 found[role] = load_intermediate(obj, now=now, trust_domain=self.settings.trust_domain or
-                                                self.settings.cluster_domain)
+                                                self.settings.cluster_domain, record=record)
             except ValueError as e:
                 report.federation[f"intermediate-{role}"] = str(e)
                 log.error("the hub's intermediate cannot be used", extra={"role": role, "reason": str(e)})
         for role in ("serving", "client"):
             self.metrics.member_intermediate.labels(role).set(int(role in found))
         return found
+
+    def _drop_record(self, role: CaRole, report: PassReport) -> None:
+        """The hub's intermediate Secret of `role`, used at the last pass, is gone (or the hub's record names
+        another than it holds): delete the hub's record (at the version read), since the hub, which may not
+        read a member's Secrets, decides from the record alone, and a record naming what is not here would
+        leave this cluster without its intermediate until the hub's next renewal. The hub then issues a new
+        one (at most once an hour)."""
+        record = self._read_optional(CONFIG_MAPS, INTERMEDIATE_RECORDS[role])
+        if record is None or not is_owned(record, "intermediate-record"):
+            return
+        try:
+            self.api.delete(CONFIG_MAPS, INTERMEDIATE_RECORDS[role], namespace=self.settings.namespace,
+                            resource_version=str(record["metadata"].get("resourceVersion") or ""))
+        except KubeError as e:
+            log.warning("the hub's record of a deleted intermediate was not deleted", extra={"role": role,
+                                                                                            "error": str(e)})
+            return
+        report.writes["delete"] += 1
+        report.reasons["intermediate-record-dropped"] += 1
+        log.warning("the hub's intermediate was deleted here: its record deleted, so the hub issues a new one",
+                    extra={"role": role, "secret": INTERMEDIATE_SECRETS[role]})
 
     def _member_ca(self, role: CaRole) -> CertKey | None:
         found = self._intermediates.get(role)

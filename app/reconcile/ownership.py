@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from app.names import MANAGED_BY_LABEL, MANAGER, ROLE_LABEL
 
-Role = Literal["leaf", "bundle", "ca", "webhook", "intermediate", "federation-status"]
+Role = Literal["leaf", "bundle", "ca", "webhook", "intermediate", "intermediate-record", "federation-status"]
 
 
 def owned_selector(role: Role) -> str:

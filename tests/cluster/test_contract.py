@@ -209,6 +209,34 @@ def case_replacing_a_missing_secret_is_not_found(s: Server) -> Verdict:
     return put(s, "secrets", {**leaf_secret(s), "metadata": {"name": "web-tls", "resourceVersion": "1"}}).verdict()
 
 
+# ---- the hub's writes in a member: Secrets written without reading them (app.kube.KubeApi.overwrite) --
+
+
+def _blind(body: Obj) -> Obj:
+    return {**body, "metadata": {k: v for k, v in body["metadata"].items() if k != "resourceVersion"}}
+
+
+@case(200)
+def case_a_secret_is_overwritten_without_a_resource_version(s: Server) -> Verdict:
+    stored = created(s, "secrets", leaf_secret(s))
+    put(s, "secrets", {**stored, "metadata": {**stored["metadata"], "labels": {
+        **stored["metadata"]["labels"], "touched": "yes"}}})  # someone wrote it since: no conflict
+    reply = put(s, "secrets", _blind({**leaf_secret(s), "data": {**leaf_secret(s)["data"],
+                                                                  "tls.crt": b64(OTHER_CA.cert_pem)}}))
+    return reply.verdict(seen=(reply.body.get("data") or {}).get("tls.crt") == b64(OTHER_CA.cert_pem))
+
+
+@case(404)
+def case_overwriting_a_missing_secret_is_not_found(s: Server) -> Verdict:
+    return put(s, "secrets", _blind(leaf_secret(s, "gone-tls"))).verdict()
+
+
+@case(422)
+def case_overwriting_a_secret_of_another_type_is_invalid(s: Server) -> Verdict:
+    created(s, "secrets", secret("web-tls", type="Opaque", data={"x": b64(b"someone's")}))
+    return put(s, "secrets", _blind(leaf_secret(s))).verdict()
+
+
 @case(422)
 def case_a_tls_secret_needs_its_certificate_and_key(s: Server) -> Verdict:
     return s.send("POST", namespaced(s, "secrets"), secret("half", type="kubernetes.io/tls",

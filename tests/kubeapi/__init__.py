@@ -53,6 +53,10 @@ class Emulator:
         self.faults = Faults()
         self.bookmark_interval = bookmark_interval
         self.refusing = False
+        # When set, a username (`system:serviceaccount:<ns>:<name>`): every API request is authorized as that
+        # user by the stored Roles and bindings (authz.py), 403 Forbidden otherwise, as kube-apiserver's RBAC
+        # authorizer answers a client holding that account's token. None: every request is allowed.
+        self.acting_as: str | None = None
         self._address = (host, port)
         self._server: EmulatorHTTPServer | None = None
         self._thread: threading.Thread | None = None

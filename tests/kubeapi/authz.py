@@ -80,3 +80,18 @@ def _allows(rule: Obj, attributes: Obj) -> bool:
         return False
     names = rule.get("resourceNames") or []
     return not names or attributes.get("name") in names
+
+
+def authorize(store: Store, user: str, *, verb: str, res: resources.Resource, namespace: str | None,
+              name: str | None) -> None:
+    """Raise the apiserver's 403 unless the RBAC in the store lets `user` make this request (a create, a
+    list or a watch names no object to RBAC)."""
+    attributes = {"verb": verb, "group": res.group, "resource": res.plural, "namespace": namespace or "",
+                  "name": "" if verb in ("create", "list", "watch", "deletecollection") else (name or "")}
+    if any(_allows(rule, attributes) for rule in _rules(store, {"user": user}, namespace)):
+        return
+    target = f'{res.qualified} "{name}"' if attributes["name"] else res.qualified
+    where = f' in the namespace "{namespace}"' if namespace else " at the cluster scope"
+    raise errors.ApiError(403, "Forbidden", f'{target} is forbidden: User "{user}" cannot {verb} resource '
+                                            f'"{res.plural}" in API group "{res.group}"{where}',
+                          {"name": name or "", "kind": res.plural, **({"group": res.group} if res.group else {})})

@@ -158,6 +158,9 @@ class Handler(BaseHTTPRequestHandler):
             if verb not in VERBS or (r.res.namespaced and r.namespace is None and verb not in ("list", "watch")):
                 raise errors.method_not_allowed()
             target = _body_name(body) if verb == "create" else r.name
+            if emulator.acting_as is not None and r.res.plural != "subjectaccessreviews":
+                authz.authorize(emulator.store, emulator.acting_as, verb=verb, res=r.res, namespace=r.namespace,
+                                name=r.name)
             emulator.faults.check(verb, r.res, r.namespace, target,
                                   lambda: emulator.store.touch(r.res, r.namespace, r.name or "",
                                                                annotation=emulator.touch_annotation))

@@ -89,30 +89,30 @@ def test_a_client_intermediate_issued_before_the_pin_or_for_another_trust_domain
     hub = roots()
     unpinned = decide_intermediate(None, roots=hub, member="east", namespace=OWN_NS, now=NOW,
                                    trust_domain="east.mesh")
-    assert unpinned.body is not None
-    assert decide_intermediate(stored(unpinned.body), roots=hub, member="east", namespace=OWN_NS, now=NOW,
+    assert unpinned.record is not None
+    assert decide_intermediate(stored(unpinned.record), roots=hub, member="east", namespace=OWN_NS, now=NOW,
                                trust_domain="east.mesh").action == "keep"
-    moved = decide_intermediate(stored(unpinned.body), roots=hub, member="east", namespace=OWN_NS, now=NOW,
+    moved = decide_intermediate(stored(unpinned.record), roots=hub, member="east", namespace=OWN_NS, now=NOW,
                                 trust_domain="east.example.org")
-    assert (moved.action, moved.reason) == ("update", "renewed:trust-domain")
-    assert moved.body is not None
-    cert = load_certificates(base64.b64decode(moved.body["data"]["tls.crt"]))[0]
+    assert (moved.action, moved.reason) == ("issue", "renewed:trust-domain")
+    assert moved.secret is not None
+    cert = load_certificates(base64.b64decode(moved.secret["data"]["tls.crt"]))[0]
     assert permitted_uri(cert) == ("east.example.org",)
     # A serving intermediate names no URI: none pinned.
     serving_root = make_root("serving", now=NOW)
     serving = decide_intermediate(None, roots=Roots("serving", serving_root, (serving_root.cert,)), member="east",
                                   namespace=OWN_NS, now=NOW)
-    assert serving.body is not None
-    assert permitted_uri(load_certificates(base64.b64decode(serving.body["data"]["tls.crt"]))[0]) == ()
+    assert serving.secret is not None
+    assert permitted_uri(load_certificates(base64.b64decode(serving.secret["data"]["tls.crt"]))[0]) == ()
 
 
 def test_a_member_running_with_another_trust_domain_does_not_use_the_client_intermediate() -> None:
     """Its client certificates would be refused by every peer: said, with the flag to set."""
     made = decide_intermediate(None, roots=roots(), member="east", namespace=OWN_NS, now=NOW)
-    assert made.body is not None
+    assert made.secret is not None
     with pytest.raises(ValueError, match=r"run it with --trust-domain east\.mesh"):
-        load_intermediate(made.body, now=NOW, trust_domain="cluster.local")
-    assert load_intermediate(made.body, now=NOW, trust_domain="east.mesh").ca is not None
+        load_intermediate(made.secret, now=NOW, trust_domain="cluster.local")
+    assert load_intermediate(made.secret, now=NOW, trust_domain="east.mesh").ca is not None
 
 
 def registration(name: str, trust_domain: str = "") -> dict[str, Any]:
@@ -139,5 +139,5 @@ def test_a_trust_domain_of_the_longest_form_is_taken() -> None:
     _, problems = members_from([registration("east", longest + "a")])
     assert "is not a SPIFFE trust domain" in problems["east"]
     made = decide_intermediate(None, roots=roots(), member="east", namespace=OWN_NS, now=NOW, trust_domain=longest)
-    assert made.body is not None
-    assert permitted_uri(load_certificates(base64.b64decode(made.body["data"]["tls.crt"]))[0]) == (longest,)
+    assert made.secret is not None
+    assert permitted_uri(load_certificates(base64.b64decode(made.secret["data"]["tls.crt"]))[0]) == (longest,)

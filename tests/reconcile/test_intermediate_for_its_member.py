@@ -26,18 +26,21 @@ def stored(body: dict, version: str = "7") -> dict:
 def test_an_intermediate_copied_from_another_member_is_reissued_for_this_one() -> None:
     hub = roots()
     east = decide_intermediate(None, roots=hub, member="east", namespace=NS, now=NOW)
-    assert east.action == "create"
-    # Kept where it belongs.
-    assert decide_intermediate(stored(east.body), roots=hub, member="east", namespace=NS, now=NOW).action == "keep"
-    # The same Secret found in west: re-issued, at its resourceVersion, with a key of west's own.
-    west = decide_intermediate(stored(east.body), roots=hub, member="west", namespace=NS, now=NOW)
-    assert (west.action, west.reason) == ("update", "renewed:another-member")
-    assert west.body["metadata"]["resourceVersion"] == "7"
-    cert = load_certificates(base64.b64decode(west.body["data"]["tls.crt"]))[0]
+    assert (east.action, east.known) == ("issue", False)
+    # Kept where it belongs (decided from the hub's record there: the member's Secret is never read).
+    assert decide_intermediate(stored(east.record), roots=hub, member="east", namespace=NS, now=NOW).action == "keep"
+    # The same record found in west: re-issued, the Secret overwritten with a key of west's own, the record
+    # at its resourceVersion.
+    west = decide_intermediate(stored(east.record), roots=hub, member="west", namespace=NS, now=NOW)
+    assert (west.action, west.reason, west.known) == ("issue", "renewed:another-member", True)
+    assert west.record["metadata"]["resourceVersion"] == "7"
+    assert "resourceVersion" not in west.secret["metadata"]
+    cert = load_certificates(base64.b64decode(west.secret["data"]["tls.crt"]))[0]
     assert "west serving intermediate" in cert.subject.rfc4514_string()
-    assert west.body["data"]["tls.key"] != east.body["data"]["tls.key"]
+    assert west.secret["data"]["tls.key"] != east.secret["data"]["tls.key"]
+    assert "tls.key" not in west.record["data"]
     # doctor --hub says the same, before the hub's next pass.
-    problem, note = check_intermediate(stored(east.body), roots=hub, member="west", namespace=NS, now=NOW)
+    problem, note = check_intermediate(stored(east.record), roots=hub, member="west", namespace=NS, now=NOW)
     assert problem == ""
     assert note == "due: it was made for another member; the hub re-issues it on its next pass"
 
@@ -45,5 +48,5 @@ def test_an_intermediate_copied_from_another_member_is_reissued_for_this_one() -
 def test_a_member_whose_name_extends_another_is_not_taken_for_it() -> None:
     hub = roots()
     made = decide_intermediate(None, roots=hub, member="east", namespace=NS, now=NOW)
-    assert decide_intermediate(stored(made.body), roots=hub, member="east-2", namespace=NS,
+    assert decide_intermediate(stored(made.record), roots=hub, member="east-2", namespace=NS,
                                now=NOW).reason == "renewed:another-member"

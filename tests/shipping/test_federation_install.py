@@ -19,9 +19,11 @@ import yaml
 from app.cli.parser import build_parser
 from app.kube.config import member_client
 from app.names import (
+    CLIENT_INTERMEDIATE_CA_RECORD,
     CLIENT_INTERMEDIATE_CA_SECRET,
     FEDERATION_STATUS_CONFIGMAP,
     FORCE_REPLACE_ANNOTATION,
+    INTERMEDIATE_CA_RECORD,
     INTERMEDIATE_CA_SECRET,
     MEMBER_KUBECONFIG_KEY,
     MEMBER_LABEL,
@@ -41,6 +43,7 @@ HUB_ACCOUNT = "tls-injector-hub"
 HUB = f"system:serviceaccount:{NAMESPACE}:{HUB_ACCOUNT}"
 # What the hub writes into a member (app/reconcile/hub.py; docs/multicluster.md).
 INTERMEDIATES = (INTERMEDIATE_CA_SECRET, CLIENT_INTERMEDIATE_CA_SECRET)
+RECORDS = (INTERMEDIATE_CA_RECORD, CLIENT_INTERMEDIATE_CA_RECORD)  # its public records of them, beside
 
 
 def member() -> list[Obj]:
@@ -80,15 +83,19 @@ def test_the_hubs_token_is_for_the_hubs_account_and_no_pod_mounts_that_account()
 
 
 HUB_MAY = [Call(verb, "", "secrets", NAMESPACE, name) for name in INTERMEDIATES
-           for verb in ("get", "create", "update", "delete")]
+           for verb in ("create", "update", "delete")]
+HUB_MAY += [Call(verb, "", "configmaps", NAMESPACE, name) for name in RECORDS for verb in ("get", "create", "update")]
 HUB_MAY.append(Call("get", "", "configmaps", NAMESPACE, FEDERATION_STATUS_CONFIGMAP))
 HUB_MAY_NOT = [
+    # No read of any Secret, its own intermediates' included (their keys), and no patch (it answers with
+    # the whole object, so it reads as well).
+    *(Call(verb, "", "secrets", NAMESPACE, name) for name in INTERMEDIATES for verb in ("get", "patch")),
+    *(Call("patch", "", "configmaps", NAMESPACE, name) for name in RECORDS),
     Call("get", "", "secrets", NAMESPACE, "tls-injector-ca"),
     Call("get", "", "secrets", NAMESPACE, "tls-injector-hub-token"),
     Call("delete", "", "secrets", NAMESPACE, "tls-injector-ca"),
     Call("list", "", "secrets", NAMESPACE, None),
     Call("watch", "", "secrets", NAMESPACE, None),
-    Call("create", "", "configmaps", NAMESPACE, None),
     Call("update", "", "configmaps", NAMESPACE, FEDERATION_STATUS_CONFIGMAP),
     Call("get", "", "configmaps", NAMESPACE, "tls-injector-trust-bundle"),
     Call("update", "", "configmaps", NAMESPACE, "tls-injector-trust-bundle"),
@@ -113,10 +120,13 @@ def test_the_hubs_grants_are_in_its_namespace_only_and_pinned_by_name_except_cre
     grants = grants_for(member(), namespace=NAMESPACE, account=HUB_ACCOUNT)
     assert grants
     assert {g.namespace for g in grants} == {NAMESPACE}
-    assert {(g.resource, g.verb) for g in grants if g.names is None} == {("secrets", "create")}
+    assert {(g.resource, g.verb) for g in grants if g.names is None} == {("secrets", "create"),
+                                                                         ("configmaps", "create")}
     assert {(g.resource, g.verb, n) for g in grants if g.names is not None for n in g.names} == {
-        *(("secrets", verb, name) for name in INTERMEDIATES for verb in ("get", "update", "delete")),
+        *(("secrets", verb, name) for name in INTERMEDIATES for verb in ("update", "delete")),
+        *(("configmaps", verb, name) for name in RECORDS for verb in ("get", "update")),
         ("configmaps", "get", FEDERATION_STATUS_CONFIGMAP)}
+    assert not [g for g in grants if g.resource == "secrets" and g.verb in ("get", "list", "watch", "patch")]
 
 
 OURS = owner_labels("intermediate")
@@ -125,6 +135,8 @@ INTERMEDIATE = thing("Secret", INTERMEDIATES[0], NAMESPACE, OURS, secret_type=TL
 CLIENT_INTERMEDIATE = thing("Secret", INTERMEDIATES[1], NAMESPACE, OURS, secret_type=TLS)
 FOREIGN = thing("Secret", INTERMEDIATES[0], NAMESPACE, secret_type=TLS)  # someone else's, not labelled ours
 REPLACE = {FORCE_REPLACE_ANNOTATION: "1"}
+RECORD = thing("ConfigMap", RECORDS[0], NAMESPACE, owner_labels("intermediate-record"))
+CLIENT_RECORD = thing("ConfigMap", RECORDS[1], NAMESPACE, owner_labels("intermediate-record"))
 
 HUB_WRITES = [
     ("creates the serving intermediate", request("CREATE", HUB, new=INTERMEDIATE)),
@@ -135,6 +147,9 @@ HUB_WRITES = [
      request("UPDATE", HUB, new=INTERMEDIATE, old=changed(FOREIGN, annotations=REPLACE))),
     ("deletes an intermediate of another type annotated force-replace",
      request("DELETE", HUB, old=changed(FOREIGN, annotations=REPLACE))),
+    ("creates its record of the serving intermediate", request("CREATE", HUB, new=RECORD)),
+    ("updates its record of the client intermediate",
+     request("UPDATE", HUB, new=changed(CLIENT_RECORD, annotations={"x": "1"}), old=CLIENT_RECORD)),
 ]
 HUB_REFUSED = [
     ("plants a CA Secret of another name", request("CREATE", HUB, new=thing("Secret", "tls-injector-ca", NAMESPACE,
@@ -153,6 +168,11 @@ HUB_REFUSED = [
         "ConfigMap", INTERMEDIATES[0], NAMESPACE, owner_labels("bundle")))),
     ("writes an unlabelled Secret of its own", request("CREATE", HUB, new=thing("Secret", "x", NAMESPACE))),
     ("deletes an intermediate nobody asked to replace", request("DELETE", HUB, old=INTERMEDIATE)),
+    ("overwrites a ConfigMap squatting its record's name",
+     request("UPDATE", HUB, new=RECORD, old=thing("ConfigMap", RECORDS[0], NAMESPACE))),
+    ("deletes its record", request("DELETE", HUB, old=changed(RECORD, annotations=REPLACE))),
+    ("creates its record in another namespace",
+     request("CREATE", HUB, new=thing("ConfigMap", RECORDS[0], "team-a", owner_labels("intermediate-record")))),
     ("deletes another Secret annotated force-replace",
      request("DELETE", HUB, old=changed(thing("Secret", "tls-injector-ca", NAMESPACE, owner_labels("ca")),
                                         annotations=REPLACE))),
@@ -270,16 +290,18 @@ def test_every_call_and_write_the_real_hub_makes_in_a_member_is_allowed_by_the_m
         assert after[("Secret", NAMESPACE, INTERMEDIATES[0])]["type"] == "kubernetes.io/tls"
         writes = _writes(before, after)
         assert {(w["operation"], w["name"]) for w in writes} == {
-            ("DELETE", INTERMEDIATES[0]), ("CREATE", INTERMEDIATES[0]), ("CREATE", INTERMEDIATES[1])}
-        # Someone changes the client intermediate's roots behind the hub's back: the next pass updates it.
-        tampered = after[("Secret", NAMESPACE, INTERMEDIATES[1])]
-        tampered["data"]["ca.crt"] = base64.b64encode(b"not the roots").decode()
-        east.store.update(east.resource("secrets"), NAMESPACE, INTERMEDIATES[1], tampered)
+            ("DELETE", INTERMEDIATES[0]), ("CREATE", INTERMEDIATES[0]), ("CREATE", INTERMEDIATES[1]),
+            *(("CREATE", name) for name in RECORDS)}
+        # Someone changes the client intermediate's roots in the hub's record: the next pass updates the
+        # record only (a roots change rewrites no key).
+        tampered = after[("ConfigMap", NAMESPACE, RECORDS[1])]
+        tampered["data"]["ca.crt"] = "not the roots"
+        east.store.update(east.resource("configmaps"), NAMESPACE, RECORDS[1], tampered)
         before = _stored(east)
         code, out, err = finished(cli(hub.url, "--hub"))[0]
         assert code == 0, (out, err)
         second = _writes(before, _stored(east))
-        assert [(w["operation"], w["name"]) for w in second] == [("UPDATE", INTERMEDIATES[1])]
+        assert [(w["operation"], w["name"]) for w in second] == [("UPDATE", RECORDS[1])]
         writes += second
         assert [(w["operation"], w["name"], refusals(w, policies(member()))) for w in writes
                 if refusals(w, policies(member()))] == []
