@@ -331,9 +331,13 @@ def test_bad_members_are_each_refused_with_a_reason_and_the_good_one_is_served(f
                                                    "cluster": {"server": f"http://127.0.0.1:{closed_port()}"}}]}
         plugin = {**east.kubeconfig(), "users": [{"name": "kubeapi-emulator", "user": {
             "exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "/bin/sh", "args": ["-c", "id"]}}}]}
+        # An https server with no certificate-authority-data: no fallback to the system's public CAs, which
+        # would trust any server with a public certificate for that name with the hub's bearer token.
+        noca = {**east.kubeconfig(), "clusters": [{"name": "kubeapi-emulator",
+                                                   "cluster": {"server": f"https://127.0.0.1:{closed_port()}"}}]}
         register(hub, "broken", b"{{{ this is not a kubeconfig")
         for name, config in (("gone", gone), ("plugin", plugin), ("nons", no_namespace.kubeconfig()),
-                             ("skewed", skewed.kubeconfig())):
+                             ("skewed", skewed.kubeconfig()), ("noca", noca)):
             register(hub, name, config)
         hub.add({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "member-bad", "namespace": OWN_NS,
                                                                   "labels": {MEMBER_LABEL: "Not_A_Name"}}})
@@ -348,6 +352,7 @@ def test_bad_members_are_each_refused_with_a_reason_and_the_good_one_is_served(f
             "plugin": "uses 'exec', which a member kubeconfig may not",
             "nons": f"namespace {OWN_NS} does not exist there",
             "skewed": "s ahead of the hub's (more than 300s",
+            "noca": "has no certificate-authority-data",
             "secret/member-bad": "is not a DNS-1123 label",
         }
         logged = {line["member"]: line["reason"] for line in map(json.loads, err.splitlines())
