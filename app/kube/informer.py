@@ -14,14 +14,18 @@ in `oversized`, as a list does). Nothing else is kept: no event history, no copy
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from app.kube.api import KubeApi, Oversized, Resource, WatchEvent
 from app.kube.errors import Gone, KubeError
 
+log = logging.getLogger("tls_injector.informer")
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name); "" for a cluster-scoped object's namespace
 # (key, what the cache held before, what it holds now): None on either side for an add or a removal.
@@ -55,15 +59,46 @@ class Informer:
     max_object_bytes: int | None = None
     on_change: Change = _ignore
     version: str = ""
-    lists: int = 0  # lists made: one at the start, one more per 410 Gone
-    oversized: tuple[Oversized, ...] = ()
+    lists: int = 0  # lists made: one at the start, one more per 410 Gone, one per refill
+    # Set once the first list is in the cache: a reader that needs the whole resource waits for it.
+    synced: threading.Event = field(default_factory=threading.Event)
     _objects: dict[Key, Obj] = field(default_factory=dict)
+    _names: dict[str, set[str]] = field(default_factory=dict)  # namespace -> the names held there
+    _oversized: dict[Key, Oversized] = field(default_factory=dict)
+    # Keys a watch event touched while a refill's list was under way, one set per refill (see refill).
+    _touched: list[set[Key]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def objects(self) -> list[Obj]:
-        """What the cache holds now (a copy of the index; the objects themselves are shared, never changed)."""
+    @property
+    def oversized(self) -> tuple[Oversized, ...]:
+        """The objects left out as over `max_object_bytes` once shaped, as the list or the watch last saw them."""
         with self._lock:
-            return list(self._objects.values())
+            return tuple(self._oversized.values())
+
+    def objects(self, namespaces: Iterable[str] | None = None) -> list[Obj]:
+        """What the cache holds now, of `namespaces` only when given (a copy of the index; the objects
+        themselves are shared, never changed). A few namespaces cost what they hold, not the cluster."""
+        with self._lock:
+            if namespaces is None:
+                return list(self._objects.values())
+            return [self._objects[ns, name] for ns in namespaces for name in self._names.get(ns, ())]
+
+    def oversized_in(self, namespaces: Iterable[str] | None = None) -> list[Oversized]:
+        found = self.oversized
+        return list(found) if namespaces is None else [o for o in found if o.namespace in set(namespaces)]
+
+    def _put(self, key: Key, obj: Obj | None) -> None:
+        """Hold `obj` under `key` (None: hold nothing), the namespace index with it; under the lock."""
+        if obj is None:
+            if self._objects.pop(key, None) is not None:
+                held = self._names.get(key[0])
+                if held is not None:
+                    held.discard(key[1])
+                    if not held:
+                        del self._names[key[0]]
+            return
+        self._objects[key] = obj
+        self._names.setdefault(key[0], set()).add(key[1])
 
     def get(self, key: Key) -> Obj | None:
         with self._lock:
@@ -76,30 +111,92 @@ class Informer:
                                        field_selector=self.field_selector, shape=self.shape,
                                        max_object_bytes=self.max_object_bytes)
         fresh = {key_of(obj): obj for obj in listed.items}
+        names: dict[str, set[str]] = {}
+        for ns, name in fresh:
+            names.setdefault(ns, set()).add(name)
         with self._lock:
-            old, self._objects = self._objects, fresh
-            self.version, self.oversized = listed.resource_version, listed.oversized
+            old, self._objects, self._names = self._objects, fresh, names
+            self.version = listed.resource_version
+            self._oversized = {(o.namespace, o.name): o for o in listed.oversized}
             self.lists += 1
         for key in old.keys() | fresh.keys():
             if old.get(key) != fresh.get(key):
                 self.on_change(key, old.get(key), fresh.get(key))
+        self.synced.set()  # after the changes are told: what they derive is in place when a reader starts
+
+    def refill(self, namespace: str) -> None:
+        """List one namespace again and keep what the watch has not told since: for a `shape` that keeps
+        more of a namespace's objects from now on (it opted in), the objects it kept less of before.
+
+        The watch goes on meanwhile. A key it touches while the list is under way keeps the watch's word
+        (a deletion the list predates must not bring the object back); any other listed object replaces
+        what the cache holds, which is at worst older than the list, and the watch's later events for it
+        come after in order. So once the watch has caught up, the cache is what the watch says."""
+        touched: set[Key] = set()
+        with self._lock:
+            self._touched.append(touched)
+        try:
+            listed = self.api.list_objects(self.resource, namespace=namespace, label_selector=self.label_selector,
+                                           field_selector=self.field_selector, shape=self.shape,
+                                           max_object_bytes=self.max_object_bytes)
+        finally:
+            with self._lock:
+                self._touched.remove(touched)
+        changes = []
+        with self._lock:
+            self.lists += 1
+            for obj in listed.items:
+                key = key_of(obj)
+                old = self._objects.get(key)
+                if key not in touched and old != obj:
+                    self._put(key, obj)
+                    changes.append((key, old, obj))
+        for key, old, new in changes:
+            self.on_change(key, old, new)
+
+    def assume(self, key: Key, obj: Obj | None, *, was: str) -> None:
+        """What our own write left (the server's answer, shaped here; None after a delete), put in the cache
+        before its watch event comes, so that a decision made meanwhile does not decide the same write
+        again. Only when the cache still holds the version the write was made on (`was`: its
+        resourceVersion, "" for a create): otherwise the watch has told something newer, and keeps its word.
+        The watch event of the write itself then finds the cache as it says, and tells no one."""
+        shaped = None if obj is None else (self.shape(obj) if self.shape else obj)
+        with self._lock:
+            held = self._objects.get(key)
+            if str(((held or {}).get("metadata") or {}).get("resourceVersion") or "") != was:
+                return
+            self._put(key, shaped)
 
     def apply(self, event: WatchEvent) -> None:
         """One watch event into the cache; a change the shape cannot see (a status update of a pod whose
         metadata is kept, say) is no change, and calls no one."""
-        self.version = str((event.object.get("metadata") or {}).get("resourceVersion") or self.version)
+        meta = event.object.get("metadata")
+        if not isinstance(meta, dict):  # no object the API server sends; nothing to keep of it
+            return
+        self.version = str(meta.get("resourceVersion") or self.version)
         if event.type == "BOOKMARK":
             return
         shaped = None if event.type == "DELETED" else (self.shape(event.object) if self.shape else event.object)
         key = key_of(event.object)
+        over = self._over(key, shaped)
         with self._lock:
+            for touched in self._touched:
+                touched.add(key)
             old = self._objects.get(key)
-            if shaped is None:
-                self._objects.pop(key, None)
-            else:
-                self._objects[key] = shaped
+            self._oversized.pop(key, None)
+            if over is not None:
+                self._oversized[key] = over
+                shaped = None
+            self._put(key, shaped)
         if old != shaped:
             self.on_change(key, old, shaped)
+
+    def _over(self, key: Key, shaped: Obj | None) -> Oversized | None:
+        """An object the watch brings that is over `max_object_bytes` once shaped: left out, as a list would."""
+        if shaped is None or self.max_object_bytes is None:
+            return None
+        size = len(orjson.dumps(shaped))
+        return Oversized(key[0], key[1], size) if size > self.max_object_bytes else None
 
     def watch_once(self, timeout_seconds: int = WATCH_TIMEOUT_SECONDS, stop: threading.Event | None = None) -> None:
         """List if the cache holds no version, then one watch until the server ends it (or `stop` is set
@@ -121,5 +218,10 @@ class Informer:
         while not stop.is_set():
             try:
                 self.watch_once(timeout_seconds, stop)
-            except KubeError:
+            except KubeError as e:
+                log.warning("watch failed; retrying", extra={"resource": self.resource.plural, "error": str(e)})
+                stop.wait(RETRY_SECONDS)
+            except Exception:  # a bug in a shape or a callback must not end the cache's updates for good
+                log.exception("informer failed; listing anew", extra={"resource": self.resource.plural})
+                self.version = ""
                 stop.wait(RETRY_SECONDS)

@@ -1,36 +1,29 @@
-"""The long-running loop: lead, watch, reconcile on change and at least every 10 minutes.
+"""The long-running loop: lead, keep the cache, reconcile what a change touches, and the whole cluster at
+start, on a CA event and at least every 10 minutes.
 
-Watches only what can change the plan: workloads (their pod templates cannot be selected server-side),
-Pods, opted-in Namespaces, and our own Secrets and ConfigMaps selected by the ownership label, so the
-process never holds every Secret of the cluster. Pods are watched whole, because a bare pod or a pod of
-an unknown controller in an opted-in namespace needs no label, but only those (not run by a listed
-kind, not opted out) wake a pass: the pods of Deployments and the like are covered by their templates.
-Events only wake the loop; every pass re-reads, so a missed or reordered event costs nothing but
-latency, and the resync catches anything a watch dropped.
+The cache (app/reconcile/cache.py) lists each resource a pass reads once, then follows its watch; a pass
+reads the cache, never lists. A change queues the namespace it concerns (a workload, pod, Service, or
+our Secret or bundle there), and a keyed pass converges the queued namespaces alone, on the CA sets as the
+last full pass stepped them. A full pass reads the whole cache: at start, when a change concerns the
+whole cluster (a CA's Secret, our other Secrets and ConfigMaps, the user's CA), when a CA step's time
+comes, and at the resync, which also brings each certificate's renewal. A write that failed is retried by
+a keyed pass of its namespace when its backoff ends.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from app import names
 from app.kube import (
     CONFIG_MAPS,
-    CRON_JOBS,
-    DAEMON_SETS,
-    DEPLOYMENTS,
-    JOBS,
-    NAMESPACES,
-    PODS,
-    REPLICA_SETS,
     SECRETS,
-    SERVICES,
-    STATEFUL_SETS,
     Gone,
     KubeApi,
     KubeError,
@@ -40,7 +33,7 @@ from app.kube import (
 )
 from app.kube.lease import RETRY_PERIOD
 from app.names import MANAGED_BY_LABEL, MANAGER
-from app.reconcile.discover import pod_may_need_a_secret
+from app.reconcile.cache import CLUSTER, ClusterCache
 from app.reconcile.reconciler import PassReport, Reconciler
 from app.reconcile.status import Status
 
@@ -52,31 +45,31 @@ RESYNC_SECONDS = 600.0
 DEBOUNCE_SECONDS = 1.0
 # After a failed pass, retry soon but not in a tight loop against a struggling API server.
 RETRY_SECONDS = 10.0
-# The floor between the end of one full pass and the start of the next, whatever wakes the loop: at least
-# this long, and at least as long as the last pass took. A pass lists the whole cluster; without a floor,
-# anyone who can change an object every second (any tenant) makes the reconciler list everything every
-# second. With it the loop spends at most half its time in passes, and a change waits at most one pass.
+# The floor between the end of one full pass and the start of the next, whatever calls for one: at least
+# this long, and at least as long as the last pass took. A full pass decides on the whole cluster (from the
+# cache: seconds of CPU at 100,000 workloads); without a floor, anyone who can change one of our Secrets or
+# ConfigMaps every second would have it run every second. With it the loop spends at most half its time in
+# full passes; a change in a namespace never waits for one (a keyed pass takes it).
 MIN_PASS_GAP_SECONDS = 5.0
 # A lease round is at most two API calls of up to 30 s each (app.kube.api's timeout) plus the 2 s wait:
 # a loop that has not come round in 90 s is stuck, not slow. (An unreachable API server does not count
 # as stuck: the round fails fast or times out and comes round again, and a restart would not help.)
 STUCK_AFTER_SECONDS = 90.0
 
-WATCHED: tuple[tuple[Resource, str | None], ...] = (
-    (DEPLOYMENTS, None),
-    (STATEFUL_SETS, None),
-    (DAEMON_SETS, None),
-    (REPLICA_SETS, None),
-    (JOBS, None),
-    (CRON_JOBS, None),
-    (NAMESPACES, f"{names.INJECT_LABEL}={names.NAMESPACE_OPT_IN}"),
-    (PODS, None),
-    (SERVICES, None),  # a Service added or changed may name a workload's pods: its certificate is re-issued
-    (SECRETS, f"{MANAGED_BY_LABEL}={MANAGER}"),
-    (CONFIG_MAPS, f"{MANAGED_BY_LABEL}={MANAGER}"),
-)
-# Which events of a watched kind wake a pass (all, for the kinds not named here).
-WAKES: Mapping[str, Callable[[dict[str, object]], bool]] = {PODS.kind: pod_may_need_a_secret}
+# After the first change of a burst, wait this long for more before a keyed pass: a rollout's objects
+# come within a fraction of a second of each other, and a new workload still has its Secret within ~1 s.
+KEY_DEBOUNCE_SECONDS = 0.25
+
+
+def _on_stop(stop: threading.Event, wake: threading.Event) -> None:
+    """The loop waits on `wake`, which `stop` must end at once too."""
+    stop.wait()
+    wake.set()
+
+
+def _is_bundle(obj: dict[str, object]) -> bool:
+    meta = obj.get("metadata")
+    return isinstance(meta, dict) and meta.get("name") == names.TRUST_BUNDLE_CONFIGMAP
 
 
 @dataclass
@@ -92,6 +85,11 @@ class Controller:
     # Monotonic time the loop last came round (lease round or loop turn); None before run() starts.
     heartbeat: float | None = None
     passes: int = 0  # full passes run, for tests and logs
+    keyed_passes: int = 0  # keyed passes run (of the namespaces a change touched)
+    _keys: set[str] = field(default_factory=set)  # queued namespaces; CLUSTER for a full pass
+    _later: list[tuple[float, str]] = field(default_factory=list)  # (monotonic time, namespace) to retry
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _wake: threading.Event | None = None
 
     def alive(self, now: float | None = None) -> bool:
         """For a liveness probe: running, and came round within STUCK_AFTER_SECONDS."""
@@ -99,45 +97,113 @@ class Controller:
         return beat is not None and (time.monotonic() if now is None else now) - beat < STUCK_AFTER_SECONDS
 
     def run(self, stop: threading.Event) -> None:
-        """Until `stop` is set: renew the lease every 2 s, reconcile when woken or when the resync is due."""
+        """Until `stop` is set: renew the lease every 2 s; a full pass when due, a keyed one when queued."""
         self.heartbeat = time.monotonic()
-        wake = threading.Event()
-        for resource, selector in WATCHED:
-            threading.Thread(target=self._watch, args=(resource, selector, wake, stop), daemon=True,
-                             name=f"watch-{resource.plural}").start()
+        self._wake = wake = threading.Event()
+        threading.Thread(target=_on_stop, args=(stop, wake), daemon=True, name="stop-wakes").start()
+        cache = ClusterCache(self.api, on_key=self._queue)
+        self.reconciler.cache = cache
+        threading.Thread(target=cache.run, args=(stop, self.watch_timeout_seconds), daemon=True,
+                         name="cache").start()
+        # Our ConfigMaps other than the bundles (a member's report, a hub's record): only their change is told.
+        threading.Thread(target=self._watch, args=(CONFIG_MAPS, f"{MANAGED_BY_LABEL}={MANAGER}", stop),
+                         kwargs={"on_event": lambda o: None if _is_bundle(o) else self._queue(CLUSTER)},
+                         daemon=True, name="watch-configmaps-ours").start()
         sign = threading.Event()  # only a pod certificate request changed: the signer alone is enough
         self._watch_pod_certificates(sign, stop)
-        self._watch_user_ca(wake, stop)
+        self._watch_user_ca(stop)
         if self.elector:
             self.reconciler.metrics.follow(self._leading)
             # Renewal runs beside the passes: a long pass must not let the lease lapse.
             threading.Thread(target=self._lead, args=(self.elector, stop), daemon=True, name="lease").start()
-        due = 0.0  # monotonic time of the next pass; 0 = at once
+        due = 0.0  # monotonic time of the next full pass; 0 = at once
         floor = 0.0  # no full pass starts before this monotonic time
         clock = time.monotonic
         while not stop.is_set():
             if self.elector is None:
                 self.heartbeat = clock()
-            if self._leading():
-                if sign.is_set() and not wake.is_set() and due:
+            wake.clear()
+            if not self._leading():
+                due = 0.0  # whoever leads next starts with a full pass
+                self.reconciler.forget()  # what it saw is the leader's to say now (cheap: drops references)
+            elif not cache.synced():
+                pass  # the first lists are still under way: nothing to decide on yet
+            else:
+                if sign.is_set() and due:
                     stop.wait(self.debounce_seconds)
                     sign.clear()
                     self._signer_pass()
-                if wake.is_set():
+                if self._take(CLUSTER):
                     stop.wait(self.debounce_seconds)
-                    wake.clear()
                     due = max(floor, 0.0)
                 if clock() >= due:
                     sign.clear()  # a full pass answers the requests too
+                    self._take_all()  # a full pass reads every namespace's changes so far
                     started = clock()
                     due = clock() + self._pass_and_next_delay()
                     self.passes += 1
                     floor = clock() + max(self.min_pass_gap_seconds, clock() - started)
-            else:
-                due = 0.0  # whoever leads next starts with a full pass
-                self.reconciler.forget()  # what it saw is the leader's to say now (cheap: drops references)
-            stop.wait(min(RETRY_PERIOD.total_seconds(), max(0.05, due - clock())) if due else 0.05)
+                elif self._keys_ready(clock()):
+                    stop.wait(KEY_DEBOUNCE_SECONDS)
+                    if self._keyed_pass(clock()) is None:
+                        due = max(floor, 0.0)  # only a full pass can decide what was queued
+                    continue
+            waits = [RETRY_PERIOD.total_seconds(), *([due - clock()] if due else []),
+                     *([self._later[0][0] - clock()] if self._later else [])]
+            wake.wait(max(0.02, min(waits)) if self._leading() and cache.synced() else 0.05)
         self.heartbeat = None  # stopped: a probe must see it at once, not 90 s later
+
+    def _queue(self, key: str) -> None:
+        """A change concerns namespace `key` (CLUSTER: all of them): queued, and the loop woken."""
+        with self._lock:
+            self._keys.add(key)
+        if self._wake is not None:
+            self._wake.set()
+
+    def _take(self, key: str) -> bool:
+        with self._lock:
+            found = key in self._keys
+            self._keys.discard(key)
+            return found
+
+    def _take_all(self) -> set[str]:
+        with self._lock:
+            keys, self._keys, self._later = self._keys, set(), []
+            return keys - {CLUSTER}
+
+    def _keys_ready(self, now: float) -> bool:
+        """Anything queued, or a retry whose time came (moved to the queue)."""
+        with self._lock:
+            while self._later and self._later[0][0] <= now:
+                self._keys.add(heapq.heappop(self._later)[1])
+            return bool(self._keys)
+
+    def _keyed_pass(self, now: float) -> PassReport | None:
+        """The queued namespaces (CLUSTER excepted: the loop takes it first); None when a full pass must
+        decide instead. A namespace whose pass failed comes back after RETRY_SECONDS; one whose write
+        failed, when its backoff ends."""
+        with self._lock:
+            keys, self._keys = self._keys - {CLUSTER}, self._keys & {CLUSTER}
+        if not keys:
+            return PassReport()
+        try:
+            report = self.reconciler.run_namespaces_pass(keys)
+        except Exception:
+            log.exception("keyed pass crashed; the namespaces are tried again")
+            report = PassReport(aborted="crashed")
+        if report is None:
+            return None
+        self.keyed_passes += 1
+        self._after_writes(report)
+        retries: dict[str, float] = {ns: now + RETRY_SECONDS for ns in keys} if report.aborted else {}
+        wall = self.reconciler.clock()
+        for ns, retry_at in self.reconciler.retries(keys).items():
+            at = now + max(0.0, (retry_at - wall).total_seconds())
+            retries[ns] = min(retries.get(ns, at), at)
+        with self._lock:
+            for ns, at in retries.items():
+                heapq.heappush(self._later, (at, ns))
+        return report
 
     def _pass_and_next_delay(self) -> float:
         """A pass; the loop must outlive anything one pass runs into, so a bug is logged and retried."""
@@ -146,7 +212,13 @@ class Controller:
         except Exception:
             log.exception("reconcile pass crashed; retrying")
             return RETRY_SECONDS
+        self._after_writes(report)
         return next_pass_delay(report, now=self.reconciler.clock(), resync_seconds=self.resync_seconds)
+
+    def _after_writes(self, report: PassReport) -> None:
+        """Mid-rotation, a pass's writes are facts the next CA step waits on: a full pass (at the floor)."""
+        if report.write_count and self.reconciler.rotating():
+            self._queue(CLUSTER)
 
     def _signer_pass(self) -> None:
         try:
@@ -179,11 +251,12 @@ class Controller:
                         extra={"error": str(e)})
             return
         if version is not None:
-            threading.Thread(target=self._watch, args=(pod_certificate_requests(version), None, wake, stop),
-                             kwargs={"field_selector": f"spec.signerName={names.SIGNER_NAME}"}, daemon=True,
+            threading.Thread(target=self._watch, args=(pod_certificate_requests(version), None, stop),
+                             kwargs={"field_selector": f"spec.signerName={names.SIGNER_NAME}",
+                                     "on_event": lambda _: self._signal(wake)}, daemon=True,
                              name="watch-podcertificaterequests").start()
 
-    def _watch_user_ca(self, wake: threading.Event, stop: threading.Event) -> None:
+    def _watch_user_ca(self, stop: threading.Event) -> None:
         """The Secrets of the user's own CAs (`--ca-secret`, `--client-ca-secret`) are not ours, so no label
         selects them: each watched by name, so that a replaced CA starts rotating in at once, not at the
         next resync."""
@@ -191,11 +264,18 @@ class Controller:
         for role, name in (("serving", settings.user_ca_secret), ("client", settings.user_client_ca_secret)):
             if name:
                 selector = f"metadata.namespace={settings.namespace},metadata.name={name}"
-                threading.Thread(target=self._watch, args=(SECRETS, None, wake, stop), daemon=True,
-                                 kwargs={"field_selector": selector}, name=f"watch-user-{role}-ca").start()
+                threading.Thread(target=self._watch, args=(SECRETS, None, stop), daemon=True,
+                                 kwargs={"field_selector": selector, "on_event": lambda _: self._queue(CLUSTER)},
+                                 name=f"watch-user-{role}-ca").start()
 
-    def _watch(self, resource: Resource, selector: str | None, wake: threading.Event, stop: threading.Event, *,
-               field_selector: str | None = None) -> None:
+    def _signal(self, event: threading.Event) -> None:
+        event.set()
+        if self._wake is not None:
+            self._wake.set()
+
+    def _watch(self, resource: Resource, selector: str | None, stop: threading.Event, *,
+               on_event: Callable[[dict[str, object]], None], field_selector: str | None = None) -> None:
+        """Only told, not cached: `on_event` for each change (a relist after 410 Gone counts as one)."""
         version = ""
         while not stop.is_set():
             try:
@@ -205,18 +285,16 @@ class Controller:
                 for event in self.api.watch(resource, resource_version=version, label_selector=selector,
                                             field_selector=field_selector, timeout_seconds=self.watch_timeout_seconds):
                     version = event.object.get("metadata", {}).get("resourceVersion") or version
-                    if event.type != "BOOKMARK" and WAKES.get(resource.kind, _always)(event.object):
-                        wake.set()
+                    if event.type != "BOOKMARK":
+                        on_event(event.object)
                     if stop.is_set():
                         return
             except Gone:
-                version = ""  # too old: list again (and reconcile, something may have been missed)
-                wake.set()
+                version = ""  # too old: from now on, and a full pass (something may have been missed)
+                on_event({})
             except KubeError as e:
                 log.warning("watch failed; retrying", extra={"resource": resource.plural, "error": str(e)})
                 stop.wait(RETRY_SECONDS)
-
-
 
 
 def next_pass_delay(report: PassReport, *, now: datetime, resync_seconds: float) -> float:

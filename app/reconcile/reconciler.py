@@ -22,6 +22,7 @@ from app import names
 from app.kube import CONFIG_MAPS, NAMESPACES, SECRETS, SERVICE_ACCOUNTS, KubeError, NotFound
 from app.pki import CaSet, load_certificates
 from app.reconcile import keystores, podcerts, signer
+from app.reconcile import ownership as own
 from app.reconcile import status as st
 from app.reconcile.ca import CaUnusable, load_ca_set
 from app.reconcile.discover import (
@@ -33,7 +34,7 @@ from app.reconcile.discover import (
     trust_only_split,
     truststore_namespaces,
 )
-from app.reconcile.plan import CLIENT_PREFIX, Obj, Observed, Signing, plan
+from app.reconcile.plan import CLIENT_PREFIX, Item, Obj, Observed, Signing, leaf_expiry, plan
 from app.reconcile.profile import report_profiles
 from app.reconcile.read import read_candidate_pods, read_cluster
 from app.reconcile.served import fetch_served
@@ -54,6 +55,14 @@ __all__ = ["BACKOFF_FIRST", "BACKOFF_MAX", "MAX_ATTEMPTS", "UNAVAILABLE_STREAK",
            "ReconcileSettings", "Reconciler", "WorkloadsPassed", "collector_paused"]
 
 log = logging.getLogger("tls_injector.reconcile")
+
+
+# A keyed pass that only a full pass can replace (reconciler.run_namespaces_pass): not a failure.
+_NEEDS_FULL = "a full pass is needed"
+
+
+class _FullPassNeeded(Exception):
+    """A keyed pass met what only a full pass decides."""
 
 
 def _after(observed: Observed, stored: dict[tuple[str, str, str], Obj | None]) -> Observed:
@@ -96,9 +105,41 @@ class Reconciler(Trust):
                                     members=members)
         return report
 
+    def run_namespaces_pass(self, namespaces: set[str]) -> PassReport | None:
+        """A keyed pass: only the certificate Secrets and bundles of `namespaces`, decided from the cache on
+        the CA sets as the last full pass stepped them (no CA set is stepped here: that needs the facts of
+        every namespace). None when only a full pass can decide: none ran yet, or a workload here asks for
+        a client certificate while no client CA set exists."""
+        if self.cache is None or self._signing is None:
+            return None
+        report = self._guarded(lambda report, now: self._namespaces_pass(namespaces, report, now), keyed=True)
+        return None if report.aborted == _NEEDS_FULL else report
+
+    def _namespaces_pass(self, namespaces: set[str], report: PassReport, now: datetime) -> None:
+        assert self.cache is not None
+        assert self._signing is not None
+        observed = self.cache.observed(namespaces)
+        targets = self._targets(observed, self._native_served, report, now)
+        signing = self._signing
+        client = None if signing.client is None else dataclasses.replace(signing.client, now=now)
+        if client is None and any(t.client_wanted for t in targets):
+            raise _FullPassNeeded(_NEEDS_FULL)
+        signing = dataclasses.replace(signing, now=now, client=client)
+        expiries = {}
+        for item in plan(targets, observed, signing):
+            stored = self._converge_cached(item, observed.lookup(item), report, now)
+            if item.resource is SECRETS and not item.client and own.is_owned(stored, "leaf"):
+                target = next(t for t in targets if (t.namespace, t.secret_name) == (item.namespace, item.name))
+                if (expiry := leaf_expiry(target, stored, signing)) is not None:
+                    expiries[item.namespace, item.name] = expiry
+        if self.status is not None:  # the status API's workloads of these namespaces, as this pass left them
+            kept = tuple(w for w in self.status.workloads if w.namespace not in namespaces)
+            fresh = st.workload_statuses(targets, expiries, report.waiting, self._facts)
+            self.status = dataclasses.replace(self.status, workloads=kept + tuple(fresh))
+
     def forget(self) -> None:
         """Drop what the last pass saw (status and gauges): this replica no longer leads."""
-        self.status = None
+        self.status, self._signing = None, None
         self.metrics.forget()
 
     def run_signer_pass(self) -> PassReport:
@@ -112,22 +153,29 @@ class Reconciler(Trust):
         """Only the webhook's serving certificate and caBundle (what `tls-injector bootstrap` does)."""
         return self._guarded(lambda report, now: self.converge_webhook(ws, report, now))
 
-    def _guarded(self, work: Callable[[PassReport, datetime], object]) -> PassReport:
+    def _guarded(self, work: Callable[[PassReport, datetime], object], *, keyed: bool = False) -> PassReport:
+        """Run one pass; `keyed`: a pass of a few namespaces, which sees only their conditions and counts."""
         report, started, now = PassReport(), time.monotonic(), self.clock()
         self._lasting, self._facts = set(), {}
         try:
             with collector_paused():
                 work(report, now)
+        except _FullPassNeeded as e:
+            report.aborted = str(e)
+            return report
         except (KubeError, CaUnusable, NotLeader, ValueError) as e:
             report.aborted = f"{type(e).__name__}: {e}"
             self.metrics.failures.labels("pass-aborted").inc()
             log.error("reconcile pass stopped", extra={"error": report.aborted})
         self.metrics.duration.observe(time.monotonic() - started)
-        self.metrics.conflicts.set(len(report.conflicts))
-        self.metrics.waiting.set(len(report.waiting))
-        # A condition that ended and starts again is announced again; an aborted pass saw only part of them.
-        self._told = self._lasting if not report.aborted else self._told | self._lasting
-        log.info("reconcile pass done", extra={"writes": dict(report.writes), "conflicts": len(report.conflicts),
+        if not keyed:  # the gauges count the whole cluster: a full pass sets them
+            self.metrics.conflicts.set(len(report.conflicts))
+            self.metrics.waiting.set(len(report.waiting))
+        # A condition that ended and starts again is announced again; an aborted pass saw only part of them,
+        # and a keyed pass only those of its namespaces (the next full pass forgets the ended ones).
+        self._told = self._lasting if not (report.aborted or keyed) else self._told | self._lasting
+        log.info("reconcile pass done", extra={"keyed": keyed, "writes": dict(report.writes),
+                                               "conflicts": len(report.conflicts),
                                                "names_refused": len(report.names_refused),
                                                "clients_refused": len(report.clients_refused),
                                                "oversized": len(report.oversized), "nameless": len(report.nameless),
@@ -139,7 +187,7 @@ class Reconciler(Trust):
         """A full pass: the three passes of docs/reconcile.md, on one reading of the cluster."""
         # Requests before pods: a request's pod was created before it, so it is in the pod list read next.
         native = signer.observe(self.api, self.native)
-        observed = read_cluster(self.api)
+        observed = self.cache.observed() if self.cache is not None else read_cluster(self.api)
         workloads = self.converge_workloads(observed, native, report, now)
         if self.settings.hub:
             self.converge_members(report)
@@ -158,22 +206,7 @@ class Reconciler(Trust):
         """Workload certificates and bundles: discover the Secrets the cluster needs, step the workload CA
         on the bundles and leaves in use, then plan and write every leaf Secret and trust bundle. Returns
         the CA set as stepped (the pod-certificate signer signs with it), the Secrets and their expiries."""
-        workloads, pods = observed.workloads, observed.pods
-        if native is not None:  # pod certificates served: who asked for them gets no Secret
-            workloads, pods = secret_users(workloads, pods)
-        observed.truststores = truststore_namespaces(workloads, pods, enabled=observed.enabled)
-        # Who asked for trust alone gets no Secret; their namespaces get the bundle (names.MODE_TRUST_ONLY).
-        workloads, pods, observed.trust_only = trust_only_split(workloads, pods, enabled=observed.enabled)
-        targets = discover(workloads, pods, enabled=observed.enabled, cluster_domain=self.settings.cluster_domain,
-                           services=observed.services, own_namespace=self.settings.namespace,
-                           trust_domain=self.settings.trust_domain, profiles=self.settings.profiles)
-        targets = self._accounts_checked(targets)
-        observed.keystores = self._keystores(workloads, pods, targets, observed=observed, report=report, now=now)
-        self._report_refused_names(targets, report, now)
-        report_profiles(targets, report.profiles_refused, self.metrics,
-                        lambda t, m: self._announce(t.workloads, f"{t.namespace}/{t.secret_name}",
-                                                    reason="ProfileRefused", message=m, now=now))
-        self._report_oversized(observed, report, now)
+        targets = self._targets(observed, native is not None, report, now)
         # Before anything is stepped or written: a user CA that cannot be used stops the pass here.
         self._user = self._user_cas(now)
         self._intermediates, self._ack_scope, self._held = self._read_intermediates(report, now), {}, {}
@@ -192,13 +225,43 @@ class Reconciler(Trust):
             signing = dataclasses.replace(signing, client=Signing.of(client.cas, now=now, waiting=client.waiting,
                                                                      prefix=CLIENT_PREFIX,
                                                                      anchors=self._roots("client")))
+        self._signing, self._native_served = signing, native is not None
         for item in plan(targets, observed, signing):
-            stored[item.key] = self._converge(item, observed.lookup(item), report, now)
+            stored[item.key] = self._converge_cached(item, observed.lookup(item), report, now)
         if self._intermediates:
             self._report_roots(_after(observed, stored), targets, native, report, now)
         expiries = self._cert_metrics(targets, stored, signing)
         self.metrics.not_issued.set(sum((t.namespace, t.secret_name) not in expiries for t in targets))
         return WorkloadsPassed(step.cas, targets, expiries)
+
+    def _targets(self, observed: Observed, native_served: bool, report: PassReport, now: datetime) -> list[Target]:
+        """The certificate Secrets the observed workloads and pods need (discover), with what is refused
+        of them reported; fills in the observed namespaces' truststores, trust-only asks and keystores."""
+        workloads, pods = observed.workloads, observed.pods
+        if native_served:  # pod certificates served: who asked for them gets no Secret
+            workloads, pods = secret_users(workloads, pods)
+        observed.truststores = truststore_namespaces(workloads, pods, enabled=observed.enabled)
+        # Who asked for trust alone gets no Secret; their namespaces get the bundle (names.MODE_TRUST_ONLY).
+        workloads, pods, observed.trust_only = trust_only_split(workloads, pods, enabled=observed.enabled)
+        targets = discover(workloads, pods, enabled=observed.enabled, cluster_domain=self.settings.cluster_domain,
+                           services=observed.services, own_namespace=self.settings.namespace,
+                           trust_domain=self.settings.trust_domain, profiles=self.settings.profiles)
+        targets = self._accounts_checked(targets)
+        observed.keystores = self._keystores(workloads, pods, targets, observed=observed, report=report, now=now)
+        self._report_refused_names(targets, report, now)
+        report_profiles(targets, report.profiles_refused, self.metrics,
+                        lambda t, m: self._announce(t.workloads, f"{t.namespace}/{t.secret_name}",
+                                                    reason="ProfileRefused", message=m, now=now))
+        self._report_oversized(observed, report, now)
+        return targets
+
+    def _converge_cached(self, item: Item, existing: Obj | None, report: PassReport, now: datetime) -> Obj | None:
+        """_converge, then what it wrote into the cache at once (ClusterCache.assume), when there is one."""
+        stored = self._converge(item, existing, report, now)
+        if self.cache is not None and stored is not existing:
+            was = str(((existing or {}).get("metadata") or {}).get("resourceVersion") or "")
+            self.cache.assume(item.resource.kind, (item.namespace, item.name), stored, was=was)
+        return stored
 
     def _accounts_checked(self, targets: list[Target]) -> list[Target]:
         """A client certificate names its workload's service account (its SPIFFE ID): one that does not
@@ -285,10 +348,13 @@ class Reconciler(Trust):
         # A member's intermediate as the last full pass found it (the key is never in the CA Secret).
         cas = load_ca_set(self._read_optional(SECRETS, self.settings.ca.secret_name),
                           user_ca=self._user_ca(now, "serving") or self._member_ca("serving"))
-        observed = Observed()
-        selector = f"{names.INJECT_LABEL}={names.NAMESPACE_OPT_IN}"
-        observed.enabled = enabled_namespaces(self.api.list_objects(NAMESPACES, label_selector=selector).items)
-        observed.pods = read_candidate_pods(self.api, observed.enabled)
+        if self.cache is not None:
+            observed = self.cache.observed()
+        else:
+            observed = Observed()
+            selector = f"{names.INJECT_LABEL}={names.NAMESPACE_OPT_IN}"
+            observed.enabled = enabled_namespaces(self.api.list_objects(NAMESPACES, label_selector=selector).items)
+            observed.pods = read_candidate_pods(self.api, observed.enabled)
         self._answer_requests(native, cas, observed, report, now)
 
     def converge_webhook(self, ws: WebhookSettings, report: PassReport,
@@ -310,7 +376,7 @@ class Reconciler(Trust):
         stored = dict(configs)
         for item in webhook_items(ws, self.settings.namespace, configs, Signing.of(step.cas, now=now)):
             existing = serving if item.resource is SECRETS else configs.get((item.resource.kind, item.name))
-            result = self._converge(item, existing, report, now)
+            result = self._converge_cached(item, existing, report, now)
             if item.resource is not SECRETS and result is not None:
                 stored[item.resource.kind, item.name] = result
         return stored

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from app import names
 from app.injection.profile import ProfileBounds
@@ -24,8 +25,11 @@ from app.reconcile.ca import CaPolicy, CaStep
 from app.reconcile.discover import Target, WorkloadRef
 from app.reconcile.federation import Hold, Intermediate, MemberAck
 from app.reconcile.metrics import ReconcileMetrics
-from app.reconcile.plan import Obj
+from app.reconcile.plan import Obj, Signing
 from app.reconcile.webhook_plan import WebhookSettings
+
+if TYPE_CHECKING:
+    from app.reconcile.cache import ClusterCache
 
 
 class NotLeader(Exception):
@@ -163,6 +167,13 @@ class ReconcilerState:
         # was stepped this pass); the report is made from what the pass leaves there.
         self._ack_scope: dict[CaRole, set[str]] = {}
         self._seen: tuple[list[st.WorkloadStatus], list[st.PodStatus]] | None = None
+        # The long-running loop's cache (app/reconcile/cache.py): a pass reads it instead of listing, and
+        # our writes go into it at once. None for `reconcile --once` and the other one-shot commands.
+        self.cache: ClusterCache | None = None
+        # What the last full pass signed with, and whether the cluster served pod certificates then: a
+        # keyed pass (run_namespaces_pass) signs with the same, stepping no CA set (None: no full pass yet).
+        self._signing: Signing | None = None
+        self._native_served = False
 
     @property
     def workload_ca_policy(self) -> CaPolicy:

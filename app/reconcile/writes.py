@@ -29,6 +29,14 @@ BACKOFF_MAX = timedelta(minutes=10)
 class Writes(ReconcilerState):
     """One object at a time: its write, its backoff, its Events."""
 
+    def retries(self, namespaces: set[str]) -> dict[str, datetime]:
+        """When the next write of each of `namespaces` that failed may be tried again (its backoff's end)."""
+        due: dict[str, datetime] = {}
+        for (_kind, namespace, _name), (_failures, retry_at) in self._backoff.items():
+            if namespace in namespaces:
+                due[namespace] = min(retry_at, due.get(namespace, retry_at))
+        return due
+
     def _converge(self, item: Item, existing: Obj | None, report: PassReport, now: datetime) -> Obj | None:
         """Decide and write one object, re-reading after a 409; returns what is stored at the end."""
         failures, retry_at = self._backoff.get(item.key, (0, now))

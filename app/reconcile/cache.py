@@ -1,0 +1,243 @@
+"""What the long-running reconciler knows of the cluster: one informer per resource a pass reads
+(app/kube/informer.py), each listed once and then kept current by its watch, holding only what a pass
+reads of each object; and which namespace (or the whole cluster) each change concerns.
+
+A pass reads the cache (`observed`), never lists: a full pass reads all of it, a keyed pass the few
+namespaces a change touched. Each object is kept as read.py keeps it from a list, so a pass decides the
+same on either. What is kept depends on the namespace: an opted-in workload keeps its template's labels,
+our annotations and its service account, any other its opt-in label alone; a pod is kept only when
+labelled in or in an enabled namespace. So a namespace that opts in is listed again (`refill`: its
+workloads of each kind and its pods, seven calls) before its key is queued.
+
+Memory, per object held (measured with bench.reconcile_live, sizes of CPython objects): a workload as
+kept ~1.5 KiB, a leaf Secret ~3 KiB (its ca.crt text is shared between Secrets that hold the same one),
+a namespace ~0.5 KiB. A Service or a workload over read.py's caps is not held, and is reported.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from app import names
+from app.injection import template_of
+from app.kube import (
+    CONFIG_MAPS,
+    NAMESPACES,
+    PODS,
+    SECRETS,
+    SERVICES,
+    KubeApi,
+    KubeError,
+)
+from app.kube.informer import WATCH_TIMEOUT_SECONDS, Informer, Key
+from app.names import MANAGED_BY_LABEL, MANAGER
+from app.reconcile import ownership as own
+from app.reconcile.discover import enabled_namespaces, opted_in, pod_may_need_a_secret, public_roots_namespaces
+from app.reconcile.plan import Obj, Observed
+from app.reconcile.read import (
+    MAX_SERVICE_BYTES,
+    MAX_WORKLOAD_BYTES,
+    WORKLOAD_KINDS,
+    bundle_shape,
+    service_shape,
+    workload_shape,
+)
+
+log = logging.getLogger("tls_injector.reconcile")
+# A change that concerns the whole cluster (a CA Secret, a hub's member, a relist of our own Secrets):
+# only a full pass decides on it.
+CLUSTER = ""
+_OURS = f"{names.DOMAIN}/"
+# A workload kept while its namespace was not enabled: only its opt-in label. Once the namespace is
+# enabled it is not read until the refill (or its own next event) brings it whole.
+_PARTIAL = "tls-injector.partial"
+# Distinct ca.crt texts shared between the cached leaf Secrets: a CA set has at most a few at once, so
+# 64 covers any rotation; past it (someone writing junk into our Secrets) texts are simply not shared.
+_SHARED_TEXTS = 64
+
+
+class ClusterCache:
+    """The informers of a pass's reads; `on_key` is told the namespace a change concerns (CLUSTER: all)."""
+
+    def __init__(self, api: KubeApi, *, on_key: Callable[[str], None]) -> None:
+        self.on_key = on_key
+        self._enabled: frozenset[str] = frozenset()
+        self._texts: dict[str, str] = {}
+        self.namespaces = Informer(api, NAMESPACES, shape=_namespace_shape, on_change=self._namespace_changed)
+        self.workloads = {kind: Informer(api, resource, shape=functools.partial(self._workload_shape, kind),
+                                         max_object_bytes=MAX_WORKLOAD_BYTES, on_change=self._changed)
+                          for kind, resource in WORKLOAD_KINDS}
+        self.pods = Informer(api, PODS, shape=self._pod_shape, on_change=self._pod_changed)
+        self.services = Informer(api, SERVICES, shape=service_shape, max_object_bytes=MAX_SERVICE_BYTES,
+                                 on_change=self._changed)
+        self.secrets = Informer(api, SECRETS, label_selector=f"{MANAGED_BY_LABEL}={MANAGER}",
+                                shape=self._secret_shape, on_change=self._secret_changed)
+        self.bundles = Informer(api, CONFIG_MAPS, field_selector=f"metadata.name={names.TRUST_BUNDLE_CONFIGMAP}",
+                                shape=_bundle_shape, on_change=self._changed)
+
+    @property
+    def informers(self) -> list[Informer]:
+        """The namespaces' first: what the others keep depends on which namespaces are enabled."""
+        return [self.namespaces, *self.workloads.values(), self.pods, self.services, self.secrets, self.bundles]
+
+    def synced(self) -> bool:
+        return all(informer.synced.is_set() for informer in self.informers)
+
+    def run(self, stop: threading.Event, timeout_seconds: int = WATCH_TIMEOUT_SECONDS) -> None:
+        """Every informer in its own thread until `stop` (each watch ends after `timeout_seconds` and is
+        resumed); the namespaces' listed first, in this thread, before the others start."""
+        first, *rest = self.informers
+        threading.Thread(target=first.run, args=(stop, timeout_seconds), daemon=True, name="watch-namespaces").start()
+        while not first.synced.wait(0.1):
+            if stop.is_set():
+                return
+        for informer in rest:
+            threading.Thread(target=informer.run, args=(stop, timeout_seconds), daemon=True,
+                             name=f"watch-{informer.resource.plural}").start()
+
+    def observed(self, namespaces: Iterable[str] | None = None) -> Observed:
+        """What a pass decides on, as read.read_cluster would list it: the whole cluster, or only
+        `namespaces` (a keyed pass: every object outside them is absent, so nothing outside is planned)."""
+        scope = None if namespaces is None else sorted(set(namespaces))
+        observed = Observed()
+        if scope is None:
+            held = self.namespaces.objects()
+        else:
+            held = [ns for name in scope if (ns := self.namespaces.get(("", name))) is not None]
+        observed.enabled = enabled_namespaces(held)
+        opted: set[str] = set(observed.enabled)
+        for kind, informer in self.workloads.items():
+            for obj in informer.objects(scope):
+                namespace = obj["metadata"].get("namespace") or ""
+                if obj.get(_PARTIAL) and namespace in observed.enabled:
+                    continue  # its namespace opted in; the refill brings it whole
+                observed.workloads.append((kind, obj))
+                template = _template_labels(kind, obj)
+                if opted_in(template, namespace_enabled=namespace in observed.enabled):
+                    opted.add(namespace)
+            observed.oversized += [(kind, o, MAX_WORKLOAD_BYTES) for o in informer.oversized_in(scope)]
+        observed.pods = [p for p in self.pods.objects(scope) if _candidate(p, observed.enabled)]
+        labelled = [ns for ns in held if (ns["metadata"].get("labels") or {}).get(names.PUBLIC_ROOTS)
+                    == names.PUBLIC_ROOTS_ON]
+        observed.public_roots = public_roots_namespaces(observed.workloads, observed.pods, enabled=observed.enabled,
+                                                        labelled=labelled)
+        opted |= {str(p["metadata"].get("namespace") or "") for p in observed.pods}
+        observed.services = [s for s in self.services.objects(scope) if s["metadata"].get("namespace") in opted]
+        observed.oversized += [("Service", o, MAX_SERVICE_BYTES) for o in self.services.oversized_in(scope)
+                               if o.namespace in opted]
+        for obj in self.secrets.objects(scope):
+            if own.is_owned(obj, "leaf"):
+                observed.leaves[obj["metadata"]["namespace"], obj["metadata"]["name"]] = obj
+        for obj in self.bundles.objects(scope):
+            if own.is_owned(obj, "bundle"):
+                observed.bundles[obj["metadata"]["namespace"]] = obj
+            else:
+                observed.squatted.add(obj["metadata"]["namespace"])
+        return observed
+
+    def assume(self, kind: str, key: Key, stored: Obj | None, *, was: str) -> None:
+        """Our own write of a leaf Secret or a bundle, into the cache before its watch event (Informer.assume)."""
+        informer = self.secrets if kind == SECRETS.kind else self.bundles if kind == CONFIG_MAPS.kind else None
+        if informer is not None:
+            informer.assume(key, stored, was=was)
+
+    def _workload_shape(self, kind: str, obj: Obj) -> Obj:
+        namespace = str((obj.get("metadata") or {}).get("namespace") or "")
+        opted: set[str] = set()
+        shaped = workload_shape(kind, obj, enabled=set(self._enabled) & {namespace}, opted=opted)
+        return shaped if opted else {**shaped, _PARTIAL: True}
+
+    def _pod_shape(self, pod: Obj) -> Obj | None:
+        """A pod as a pass reads it (discover, the signer, the status's pods missing injection), or None for
+        a pod that cannot concern a pass while its namespace is not enabled."""
+        meta, spec = _map(pod, "metadata"), _map(pod, "spec")
+        labels = _map(meta, "labels")
+        namespace = str(meta.get("namespace") or "")
+        if labels.get(names.INJECT_LABEL) != names.POD_OPT_IN and namespace not in self._enabled:
+            return None
+        kept: Obj = {k: meta[k] for k in ("name", "namespace", "uid", "generateName", "labels", "ownerReferences",
+                                     "deletionTimestamp") if k in meta}
+        kept["annotations"] = {k: v for k, v in _map(meta, "annotations").items() if k.startswith(_OURS)}
+        return {"metadata": kept,
+                "spec": {k: spec[k] for k in ("serviceAccountName", "serviceAccount", "nodeName", "hostname",
+                                              "subdomain") if k in spec},
+                "status": {k: v for k, v in _map(pod, "status").items() if k == "phase"}}
+
+    def _secret_shape(self, secret: Obj) -> Obj:
+        """A leaf Secret whole but for managedFields (which an update leaves as they are), its ca.crt text
+        shared; any other Secret of ours (a CA's, a hub's) only as which one: its change calls a full pass,
+        which reads it, so no CA key is held here between passes."""
+        meta = {k: v for k, v in _map(secret, "metadata").items() if k != "managedFields"}
+        if not own.is_owned(secret, "leaf"):
+            return {"metadata": {k: meta[k] for k in ("name", "namespace", "labels", "resourceVersion") if k in meta}}
+        data = _map(secret, "data")
+        ca = data.get("ca.crt")
+        if isinstance(ca, str):
+            shared = self._texts.get(ca)
+            if shared is None and len(self._texts) < _SHARED_TEXTS:
+                shared = self._texts[ca] = ca
+            data = {**data, "ca.crt": shared or ca}
+        return {**secret, "metadata": meta, "data": data}
+
+    def _namespace_changed(self, key: Key, old: Obj | None, new: Obj | None) -> None:
+        name = key[1]
+        was, now = name in self._enabled, bool(new is not None and enabled_namespaces([new]))
+        if now != was:
+            self._enabled = self._enabled | {name} if now else self._enabled - {name}
+        if now and not was and self.namespaces.synced.is_set():
+            self._refill(name)
+        self.on_key(name)
+
+    def _refill(self, namespace: str) -> None:
+        for informer in [*self.workloads.values(), self.pods]:
+            if not informer.synced.is_set():
+                continue  # its first list, still to come, reads the namespace as enabled
+            try:
+                informer.refill(namespace)
+            except KubeError as e:  # its objects come whole with their next event, or the next relist
+                log.warning("namespace not read again", extra={"namespace": namespace,
+                                                               "resource": informer.resource.plural,
+                                                               "error": str(e)})
+
+    def _changed(self, key: Key, _old: Obj | None, _new: Obj | None) -> None:
+        self.on_key(key[0])
+
+    def _pod_changed(self, key: Key, old: Obj | None, new: Obj | None) -> None:
+        """Only a pod whose Secret comes from itself (bare, or of an unlisted controller) queues its
+        namespace: the pods of Deployments and the like are covered by their templates."""
+        if any(pod is not None and pod_may_need_a_secret(pod) for pod in (old, new)):
+            self.on_key(key[0])
+
+    def _secret_changed(self, key: Key, old: Obj | None, new: Obj | None) -> None:
+        leaf = any(obj is not None and own.is_owned(obj, "leaf") for obj in (old, new))
+        self.on_key(key[0] if leaf else CLUSTER)
+
+
+def _namespace_shape(namespace: Obj) -> Obj:
+    meta = _map(namespace, "metadata")
+    labels = {k: v for k, v in _map(meta, "labels").items() if k in (names.INJECT_LABEL, names.PUBLIC_ROOTS)}
+    return {"metadata": {"name": meta.get("name"), "labels": labels}}
+
+
+def _bundle_shape(config_map: Obj) -> Obj:
+    meta = {k: v for k, v in _map(config_map, "metadata").items() if k != "managedFields"}
+    return bundle_shape({**config_map, "metadata": meta})
+
+
+def _candidate(pod: Obj, enabled: set[str]) -> bool:
+    """As read.read_candidate_pods lists them: labelled in anywhere, or any pod of an enabled namespace."""
+    meta = pod["metadata"]
+    return _map(meta, "labels").get(names.INJECT_LABEL) == names.POD_OPT_IN or meta.get("namespace") in enabled
+
+
+def _template_labels(kind: str, obj: Obj) -> dict[str, Any]:
+    return _map(_map(template_of(kind, obj) or {}, "metadata"), "labels")
+
+
+def _map(obj: Any, key: str) -> dict[str, Any]:
+    value = obj.get(key) if isinstance(obj, dict) else None
+    return value if isinstance(value, dict) else {}
