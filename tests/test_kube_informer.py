@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from app.kube import CONFIG_MAPS, KubeApi
+from app.kube.api import WatchEvent
 from app.kube.informer import Informer, Key
 from tests.kubeapi import Emulator
 
@@ -83,3 +84,37 @@ def test_a_watch_from_a_forgotten_version_lists_anew_and_tells_what_the_lost_eve
     assert sorted((key[1], old is None, new is None) for key, old, new in changes) == [
         ("gone", False, True), ("new", True, False)]
     assert {o["metadata"]["name"] for o in informer.objects()} == {"a", "new"}
+
+
+def test_an_object_the_watch_brings_over_the_cap_is_left_out_and_named_until_it_is_small_again(
+        kubeapi: Emulator) -> None:
+    changes: list[tuple[Key, Obj | None, Obj | None]] = []
+    informer = _informer(kubeapi, changes)
+    informer.max_object_bytes = 1024
+    informer.apply(WatchEvent("ADDED", _cm("big", "x" * 2000)))
+    assert informer.get(("default", "big")) is None
+    assert [(o.name, o.size > 1024) for o in informer.oversized] == [("big", True)]
+    assert changes == []
+    informer.apply(WatchEvent("MODIFIED", _cm("big", "small")))
+    assert informer.get(("default", "big")) is not None
+    assert informer.oversized == ()
+
+
+def test_our_own_write_is_assumed_only_over_the_version_it_was_made_on(kubeapi: Emulator) -> None:
+    """A write's answer goes into the cache at once (its watch event then changes nothing and calls no one),
+    but never over something newer the watch told meanwhile."""
+    changes: list[tuple[Key, Obj | None, Obj | None]] = []
+    informer = Informer(KubeApi(kubeapi.api_client()), CONFIG_MAPS,
+                        on_change=lambda key, old, new: changes.append((key, old, new)))
+    api = KubeApi(kubeapi.api_client())
+    created = api.create(CONFIG_MAPS, _cm("a", "1"), namespace="default")
+    informer.assume(("default", "a"), created, was="")
+    assert informer.get(("default", "a")) == created
+    informer.apply(WatchEvent("ADDED", created))  # the write's own event
+    assert changes == []
+    someone = api.replace(CONFIG_MAPS, {**created, "data": {"v": "theirs"}})
+    informer.apply(WatchEvent("MODIFIED", someone))
+    informer.assume(("default", "a"), {**created, "data": {"v": "stale"}}, was=created["metadata"]["resourceVersion"])
+    assert informer.get(("default", "a")) == someone
+    informer.assume(("default", "a"), None, was=someone["metadata"]["resourceVersion"])  # our delete
+    assert informer.get(("default", "a")) is None

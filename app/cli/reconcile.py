@@ -36,6 +36,10 @@ def add(reconcile: argparse.ArgumentParser) -> None:
                            help="also serve the status of the last pass on the operator port (/api/v1/status and "
                                 "the page /): it names every opted-in namespace, workload and Secret to whoever "
                                 "reaches the port, so it is off unless asked, like --metrics-per-object")
+    reconcile.add_argument("--resync-period", type=flags.duration, metavar="DURATION",
+                           help="the loop's full pass from its cache, at least this often (default 10m): it renews "
+                                "certificates whose time came and repairs anything a watch missed; a change is "
+                                "reconciled when it happens, not at the resync")
     reconcile.add_argument("--log-level", default="info", choices=LOG_LEVELS, help="least severe level logged")
 
 
@@ -59,6 +63,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 return EXIT_OK if report.converged else EXIT_FINDINGS
             probe = (args.metrics_host, args.metrics_port) if args.metrics_port else None
             runner.run_until_signalled(cluster, settings, probe_address=probe, status=args.status,
+                                       **({"resync_seconds": args.resync_period} if args.resync_period else {}),
                                        on_started=start.started)
         except OSError as error:  # the metrics port is taken or not ours to bind
             return start.failed("reconcile", f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: "

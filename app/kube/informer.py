@@ -142,15 +142,24 @@ class Informer:
         finally:
             with self._lock:
                 self._touched.remove(touched)
-        changes = []
+        changes: list[tuple[Key, Obj | None, Obj | None]] = []
         with self._lock:
             self.lists += 1
             for obj in listed.items:
                 key = key_of(obj)
                 old = self._objects.get(key)
-                if key not in touched and old != obj:
-                    self._put(key, obj)
-                    changes.append((key, old, obj))
+                if key not in touched:
+                    self._oversized.pop(key, None)
+                    if old != obj:
+                        self._put(key, obj)
+                        changes.append((key, old, obj))
+            for over in listed.oversized:
+                key = (over.namespace, over.name)
+                if key not in touched:
+                    self._oversized[key] = over
+                    if (old := self._objects.get(key)) is not None:
+                        self._put(key, None)
+                        changes.append((key, old, None))
         for key, old, new in changes:
             self.on_change(key, old, new)
 

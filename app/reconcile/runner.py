@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from app.kube import ClusterConfig, KubeApi, KubeError, LeaderElector, api_client, find_cluster
 from app.names import DEFAULT_CLUSTER_DOMAIN
 from app.pki import cluster_domain_from_resolv_conf
-from app.reconcile.controller import Controller
+from app.reconcile.controller import RESYNC_SECONDS, Controller
 from app.reconcile.metrics import ReconcileMetrics
 from app.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
 from app.reconcile.signer import NativeApis
@@ -97,12 +97,12 @@ def run_once(cluster: ClusterConfig, settings: ReconcileSettings, *, metrics: Re
 
 
 def controller(cluster: ClusterConfig, settings: ReconcileSettings, *, metrics: ReconcileMetrics,
-               identity: str | None = None) -> Controller:
+               identity: str | None = None, resync_seconds: float = RESYNC_SECONDS) -> Controller:
     api = connect(cluster, metrics)
     elector = LeaderElector(api, settings.namespace, identity or default_identity())
     reconciler = Reconciler(api, settings, metrics=metrics,
                             may_write=lambda: elector.is_leader(datetime.now(UTC)))
-    return Controller(api, reconciler, elector)
+    return Controller(api, reconciler, elector, resync_seconds=resync_seconds)
 
 
 def run_forever(cluster: ClusterConfig, settings: ReconcileSettings, stop: threading.Event, *,
@@ -113,7 +113,7 @@ def run_forever(cluster: ClusterConfig, settings: ReconcileSettings, stop: threa
 def run_until_signalled(cluster: ClusterConfig, settings: ReconcileSettings, *,
                         probe_address: tuple[str, int] | None = None, stop: threading.Event | None = None,
                         status: bool = False, on_started: Callable[[], None] | None = None,
-                        identity: str | None = None) -> None:
+                        identity: str | None = None, resync_seconds: float = RESYNC_SECONDS) -> None:
     """`tls-injector reconcile` without --once: until SIGTERM or SIGINT (or `stop`, for tests). With
     `probe_address`, the operator port is served there on plain HTTP while the loop runs: /healthz,
     /readyz, /metrics and, with `status`, the status API and page (app.web.operator, app.web.status).
@@ -126,7 +126,7 @@ def run_until_signalled(cluster: ClusterConfig, settings: ReconcileSettings, *,
     server = None
     try:
         metrics = ReconcileMetrics()
-        loop = controller(cluster, settings, metrics=metrics, identity=identity)
+        loop = controller(cluster, settings, metrics=metrics, identity=identity, resync_seconds=resync_seconds)
         if probe_address is not None:
             host, port = probe_address
             sock = listen(host, port)

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from app.kube import CRON_JOBS, DEPLOYMENTS, PODS, KubeApi, LeaderElector
-from app.kube.lease import lease_step
 from app.kube.api import WatchEvent
+from app.kube.lease import lease_step
 from app.reconcile.cache import ClusterCache
 from app.reconcile.controller import Controller
 from tests.kubeapi import Emulator

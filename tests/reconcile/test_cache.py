@@ -1,0 +1,149 @@
+"""The reconciler's cache (app/reconcile/cache.py) decides what the lists decide (read.read_cluster), on a
+cluster with every kind of thing a pass reads: enabled and labelled namespaces, every workload kind,
+bare pods and pods of other controllers, Services, our Secrets and bundles, someone else's bundle,
+objects over the caps, the public-roots label; for the whole cluster and for a few namespaces (a keyed
+pass); and after a namespace opts in once the cache is filled (its objects are read again whole)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.kube import NAMESPACES, KubeApi
+from app.kube.api import WatchEvent
+from app.reconcile.cache import CLUSTER, ClusterCache
+from app.reconcile.discover import Target, discover
+from app.reconcile.plan import Observed
+from app.reconcile.read import read_cluster
+from tests.kubeapi import Emulator
+from tests.reconcile.cluster import OWN_NS, Clock, deployment, namespace, reconciler
+
+INJECT = "tls-injector.io/inject"
+BIG = {f"k{i}": "v" * 60 for i in range(600)}  # ~45 KB of labels: over both caps (4 KiB, 32 KiB)
+
+
+def _pod(emu: Emulator, name: str, ns: str, *, labels: dict[str, str] | None = None,
+         owner: dict[str, Any] | None = None, phase: str = "Running") -> None:
+    emu.add({"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": name, "namespace": ns, "labels": labels or {},
+                          "annotations": {"tls-injector.io/service-names": name, "other.io/x": "y"},
+                          "ownerReferences": [owner] if owner else []},
+             "spec": {"serviceAccountName": "default", "nodeName": "n1", "containers": [{"name": "c", "image": "i"}]},
+             "status": {"phase": phase, "podIP": "10.0.0.1"}})
+
+
+def _service(emu: Emulator, name: str, ns: str, selector: dict[str, str]) -> None:
+    emu.add({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": ns},
+             "spec": {"selector": selector, "ports": [{"port": 443}]}})
+
+
+def _cluster(emu: Emulator) -> None:
+    namespace(emu, OWN_NS)
+    namespace(emu, "on", enabled=True)
+    namespace(emu, "off")
+    namespace(emu, "roots")
+    emu.add({"apiVersion": "v1", "kind": "Namespace",
+             "metadata": {"name": "public", "labels": {INJECT: "enabled", "tls-injector.io/public-roots": "true"}}})
+    for kind in ("Deployment", "StatefulSet", "DaemonSet"):
+        deployment(emu, f"{kind.lower()}-in", "on", labels={}, kind=kind)
+        deployment(emu, f"{kind.lower()}-labelled", "off", kind=kind)
+        deployment(emu, f"{kind.lower()}-not", "off", labels={})
+    deployment(emu, "opted-out", "on", labels={INJECT: "false"})
+    deployment(emu, "roots-asker", "roots", annotations={"tls-injector.io/public-roots": "true"})
+    deployment(emu, "big", "on", labels=BIG)
+    deployment(emu, "big-not", "off", labels=BIG)  # not opted in: kept small, so not over the cap
+    deployment(emu, "web", "public", labels={})
+    _pod(emu, "bare", "on")
+    _pod(emu, "bare-labelled", "off", labels={INJECT: "true"})
+    _pod(emu, "bare-not", "off")
+    _pod(emu, "done", "on", phase="Succeeded")
+    _pod(emu, "of-operator", "on", owner={"apiVersion": "example.com/v1", "kind": "Cluster", "name": "pg",
+                                          "uid": "u1", "controller": True})
+    _pod(emu, "of-rs", "on", owner={"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u2",
+                                    "controller": True})
+    _service(emu, "svc", "on", {"app": "deployment-in"})
+    _service(emu, "svc-off", "off", {"app": "deployment-labelled"})
+    _service(emu, "svc-nowhere", "roots", {"app": "nothing"})
+    _service(emu, "svc-big", "on", BIG)
+    emu.add({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "tls-injector-trust-bundle",
+                                                                   "namespace": "off"}, "data": {"x": "y"}})
+
+
+def _filled(emu: Emulator, keys: list[str] | None = None) -> ClusterCache:
+    cache = ClusterCache(KubeApi(emu.api_client()), on_key=(keys.append if keys is not None else lambda _: None))
+    for informer in cache.informers:
+        informer.relist()
+    return cache
+
+
+def _targets(observed: Observed) -> list[Target]:
+    found = discover(observed.workloads, observed.pods, enabled=observed.enabled, cluster_domain="cluster.local",
+                     services=observed.services, own_namespace=OWN_NS, trust_domain="", profiles=None)
+    return sorted(found, key=lambda t: (t.namespace, t.secret_name))
+
+
+def _facts(observed: Observed) -> dict[str, Any]:
+    """What a pass decides on, comparable between a list's reading and the cache's."""
+    return {"enabled": observed.enabled, "leaves": set(observed.leaves), "bundles": set(observed.bundles),
+            "squatted": observed.squatted, "public_roots": observed.public_roots,
+            "services": sorted((s["metadata"]["namespace"], s["metadata"]["name"], str(s["spec"]))
+                               for s in observed.services),
+            "oversized": sorted((kind, o.namespace, o.name) for kind, o, _ in observed.oversized),
+            "pods": sorted((p["metadata"]["namespace"], p["metadata"]["name"]) for p in observed.pods),
+            "targets": _targets(observed)}
+
+
+def _in(observed: Observed, namespaces: set[str]) -> Observed:
+    """What the lists read, cut to `namespaces`: what a keyed pass of them must see."""
+    cut = Observed(enabled=observed.enabled & namespaces, squatted=observed.squatted & namespaces,
+                   public_roots=observed.public_roots & namespaces)
+    cut.workloads = [(k, w) for k, w in observed.workloads if w["metadata"]["namespace"] in namespaces]
+    cut.pods = [p for p in observed.pods if p["metadata"]["namespace"] in namespaces]
+    cut.services = [s for s in observed.services if s["metadata"]["namespace"] in namespaces]
+    cut.leaves = {k: v for k, v in observed.leaves.items() if k[0] in namespaces}
+    cut.bundles = {k: v for k, v in observed.bundles.items() if k in namespaces}
+    cut.oversized = [(kind, o, cap) for kind, o, cap in observed.oversized if o.namespace in namespaces]
+    return cut
+
+
+@pytest.fixture
+def cluster(kubeapi: Emulator) -> Emulator:
+    _cluster(kubeapi)
+    # A pass's writes, so that our Secrets and bundles are there to read too.
+    assert reconciler(kubeapi, Clock()).run_pass().write_count > 0
+    return kubeapi
+
+
+def test_the_cache_reads_the_whole_cluster_as_the_lists_do(cluster: Emulator) -> None:
+    listed = read_cluster(KubeApi(cluster.api_client()))
+    cached = _filled(cluster).observed()
+    assert _facts(cached) == _facts(listed)
+    assert listed.oversized
+    assert listed.squatted
+    assert listed.public_roots >= {"public", "roots"}
+    assert {"bare", "bare-labelled", "of-operator"} <= {n for _, n in _facts(cached)["pods"]}
+
+
+@pytest.mark.parametrize("namespaces", [{"on"}, {"off"}, {"roots", "public"}, {"on", "off", "nowhere"}, set()])
+def test_a_keyed_reading_is_the_lists_reading_of_those_namespaces(cluster: Emulator, namespaces: set[str]) -> None:
+    listed = _in(read_cluster(KubeApi(cluster.api_client())), namespaces)
+    assert _facts(_filled(cluster).observed(namespaces)) == _facts(listed)
+
+
+def test_a_namespace_that_opts_in_after_the_cache_is_filled_is_read_again_whole(cluster: Emulator) -> None:
+    keys: list[str] = []
+    cache = _filled(cluster, keys)
+    keys.clear()
+    api = KubeApi(cluster.api_client())
+    before = cluster.calls("list")
+    labelled = api.get(NAMESPACES, "off")
+    labelled["metadata"]["labels"] = {INJECT: "enabled"}
+    # What the watch brings (told here by hand, so that no watch races the count of lists)
+    cache.namespaces.apply(WatchEvent("MODIFIED", api.replace(NAMESPACES, labelled)))
+    assert keys[-1] == "off"
+    assert CLUSTER not in keys
+    assert cluster.calls("list") - before == 7  # its workloads of each kind, and its pods: read again
+    assert _facts(cache.observed()) == _facts(read_cluster(api))
+    assert "deployment-not" in {w["metadata"]["name"] for _, w in cache.observed({"off"}).workloads
+                                if w["spec"]["template"]["metadata"]["labels"].get("app")}
