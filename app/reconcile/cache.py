@@ -54,7 +54,7 @@ CLUSTER = ""
 _OURS = f"{names.DOMAIN}/"
 # A workload kept while its namespace was not enabled: only its opt-in label. Once the namespace is
 # enabled it is not read until the refill (or its own next event) brings it whole.
-_PARTIAL = "tls-injector.partial"
+_PARTIAL = "_partial"  # not a field of any Kubernetes object: it cannot clash with one
 # Distinct ca.crt texts shared between the cached leaf Secrets: a CA set has at most a few at once, so
 # 64 covers any rotation; past it (someone writing junk into our Secrets) texts are simply not shared.
 _SHARED_TEXTS = 64
