@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 from app import names
 from app.kube import CONFIG_MAPS, SECRETS, Conflict, KubeError, NotFound
 from app.names import BUNDLE_KEY, CLIENT_BUNDLE_KEY
-from app.pki import CaRole, CaSet, CaState, CertKey, TrustFacts, bundle_certificates, load_certificates, load_user_ca
+from app.pki import CaRole, CaSet, CertKey, TrustFacts, bundle_certificates, load_certificates, load_user_ca
 from app.reconcile import podcerts, signer
 from app.reconcile.ca import CaPolicy, CaStep, CaUnusable, decide_ca, other_role, shared_key_problem
 from app.reconcile.discover import Target, WorkloadRef
@@ -34,11 +34,11 @@ class Trust(Members):
     """Stepping the CA sets of a pass."""
 
     def rotating(self) -> bool:
-        """A CA set of the last full pass is mid-rotation (more than its one signing CA, or none may sign):
-        then what a pass writes (a bundle with the new CA, a leaf from it) is a fact its next step waits
-        on, and the loop calls a full pass after any write instead of waiting for the resync."""
-        return any(step.waiting or len(step.cas.records) != 1 or step.cas.records[0].state is not CaState.TRUSTED_USED
-                   for step in self._steps.values())
+        """A CA set of the last full pass is mid-rotation (more than one CA, or none may sign): then what a
+        pass writes (a bundle with the new CA, a leaf from it) is a fact its next step waits on, and the
+        loop calls a full pass after any write instead of waiting for the resync. (A set with no CA at all,
+        the webhook's before its configurations exist, waits on nothing a pass writes.)"""
+        return any(step.waiting or len(step.cas.records) > 1 for step in self._steps.values())
 
     def _step_ca(self, policy: CaPolicy, *, bundles: Sequence[Sequence[Any]], leaves: Sequence[Sequence[Any]],
                  user_ca: CertKey | None, now: datetime, report: PassReport,

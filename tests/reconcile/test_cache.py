@@ -12,6 +12,9 @@ import pytest
 
 from app.kube import NAMESPACES, KubeApi
 from app.kube.api import WatchEvent
+from app.pki import CaSet, make_ca
+from app.pki.trust import add_ca
+from app.reconcile.ca import CaStep
 from app.reconcile.cache import CLUSTER, ClusterCache
 from app.reconcile.discover import Target, discover
 from app.reconcile.plan import Observed
@@ -147,3 +150,17 @@ def test_a_namespace_that_opts_in_after_the_cache_is_filled_is_read_again_whole(
     assert _facts(cache.observed()) == _facts(read_cluster(api))
     assert "deployment-not" in {w["metadata"]["name"] for _, w in cache.observed({"off"}).workloads
                                 if w["spec"]["template"]["metadata"]["labels"].get("app")}
+
+
+def test_only_a_ca_set_mid_rotation_calls_a_full_pass_after_writes(kubeapi: Emulator) -> None:
+    """A keyed pass's writes call a full pass only while a CA set is rotating (its facts changed); a set
+    with no CA yet (the webhook's, before its configurations exist) or with its one CA does not."""
+    rec = reconciler(kubeapi, Clock())
+    now = Clock().now
+    one = add_ca(CaSet(), make_ca(common_name="one", now=now), now=now)
+    rec._steps = {"empty": CaStep(CaSet(), None), "steady": CaStep(one, None)}
+    assert not rec.rotating()
+    rec._steps["steady"] = CaStep(add_ca(one, make_ca(common_name="two", now=now), now=now), None)
+    assert rec.rotating()
+    rec._steps = {"steady": CaStep(one, None, waiting="the user's CA is not trusted everywhere yet")}
+    assert rec.rotating()
