@@ -118,3 +118,18 @@ def test_our_own_write_is_assumed_only_over_the_version_it_was_made_on(kubeapi: 
     assert informer.get(("default", "a")) == someone
     informer.assume(("default", "a"), None, was=someone["metadata"]["resourceVersion"])  # our delete
     assert informer.get(("default", "a")) is None
+
+
+def test_the_watch_event_of_our_own_write_updates_the_cache_and_calls_no_one_even_before_the_answer(
+        kubeapi: Emulator) -> None:
+    changes: list[tuple[Key, Obj | None, Obj | None]] = []
+    informer = Informer(KubeApi(kubeapi.api_client()), CONFIG_MAPS,
+                        on_change=lambda key, old, new: changes.append((key, old, new)))
+    api = KubeApi(kubeapi.api_client())
+    with informer.writing(("default", "a")), informer.writing(("default", "a")):  # nested: counted
+        created = api.create(CONFIG_MAPS, _cm("a", "1"), namespace="default")
+        informer.apply(WatchEvent("ADDED", created))  # the event came first
+    assert informer.get(("default", "a")) == created
+    assert changes == []
+    informer.apply(WatchEvent("MODIFIED", {**created, "data": {"v": "theirs"}}))  # after: someone else's
+    assert [key for key, _, _ in changes] == [("default", "a")]

@@ -14,9 +14,10 @@ in `oversized`, as a list does). Nothing else is kept: no event history, no copy
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +68,7 @@ class Informer:
     _oversized: dict[Key, Oversized] = field(default_factory=dict)
     # Keys a watch event touched while a refill's list was under way, one set per refill (see refill).
     _touched: list[set[Key]] = field(default_factory=list)
+    _quiet: dict[Key, int] = field(default_factory=dict)  # keys being written by us (see writing), how often
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -163,6 +165,22 @@ class Informer:
         for key, old, new in changes:
             self.on_change(key, old, new)
 
+    @contextlib.contextmanager
+    def writing(self, key: Key) -> Iterator[None]:
+        """While we write the object at `key`: its watch events still update the cache, but call no one. A
+        write's own event may come before the writer has its answer (and `assume`s it); it is our own
+        change, and must not queue work. Someone else's write to the same object within those milliseconds
+        is not told either: it met our write (a 409 for one of the two), and the resync reads it."""
+        with self._lock:
+            self._quiet[key] = self._quiet.get(key, 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                left = self._quiet.pop(key) - 1
+                if left:
+                    self._quiet[key] = left
+
     def assume(self, key: Key, obj: Obj | None, *, was: str) -> None:
         """What our own write left (the server's answer, shaped here; None after a delete), put in the cache
         before its watch event comes, so that a decision made meanwhile does not decide the same write
@@ -197,7 +215,8 @@ class Informer:
                 self._oversized[key] = over
                 shaped = None
             self._put(key, shaped)
-        if old != shaped:
+            quiet = key in self._quiet
+        if old != shaped and not quiet:
             self.on_change(key, old, shaped)
 
     def _over(self, key: Key, shaped: Obj | None) -> Oversized | None:

@@ -16,10 +16,12 @@ a namespace ~0.5 KiB. A Service or a workload over read.py's caps is not held, a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from app import names
@@ -138,6 +140,13 @@ class ClusterCache:
             else:
                 observed.squatted.add(obj["metadata"]["namespace"])
         return observed
+
+    def writing(self, kind: str, key: Key) -> AbstractContextManager[None]:
+        """While we write a leaf Secret, a bundle or our CA's Secret: its watch events update the cache but
+        call no one (Informer.writing), so our own write never queues work, whichever comes first, the
+        server's answer or the watch event."""
+        informer = self.secrets if kind == SECRETS.kind else self.bundles if kind == CONFIG_MAPS.kind else None
+        return informer.writing(key) if informer is not None else contextlib.nullcontext()
 
     def assume(self, kind: str, key: Key, stored: Obj | None, *, was: str) -> None:
         """Our own write of a leaf Secret or a bundle, into the cache before its watch event (Informer.assume)."""

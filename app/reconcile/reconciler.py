@@ -126,12 +126,14 @@ class Reconciler(Trust):
             raise _FullPassNeeded(_NEEDS_FULL)
         signing = dataclasses.replace(signing, now=now, client=client)
         expiries = {}
+        by_secret = {(t.namespace, t.secret_name): t for t in targets}
         for item in plan(targets, observed, signing):
             stored = self._converge_cached(item, observed.lookup(item), report, now)
-            if item.resource is SECRETS and not item.client and own.is_owned(stored, "leaf"):
-                target = next(t for t in targets if (t.namespace, t.secret_name) == (item.namespace, item.name))
-                if (expiry := leaf_expiry(target, stored, signing)) is not None:
-                    expiries[item.namespace, item.name] = expiry
+            serving = item.resource is SECRETS and not item.client
+            target = by_secret.get((item.namespace, item.name)) if serving else None
+            if target is not None and own.is_owned(stored, "leaf") and \
+                    (expiry := leaf_expiry(target, stored, signing)) is not None:
+                expiries[item.namespace, item.name] = expiry
         if self.status is not None:  # the status API's workloads of these namespaces, as this pass left them
             kept = tuple(w for w in self.status.workloads if w.namespace not in namespaces)
             fresh = st.workload_statuses(targets, expiries, report.waiting, self._facts)
@@ -257,8 +259,11 @@ class Reconciler(Trust):
 
     def _converge_cached(self, item: Item, existing: Obj | None, report: PassReport, now: datetime) -> Obj | None:
         """_converge, then what it wrote into the cache at once (ClusterCache.assume), when there is one."""
-        stored = self._converge(item, existing, report, now)
-        if self.cache is not None and stored is not existing:
+        if self.cache is None:
+            return self._converge(item, existing, report, now)
+        with self.cache.writing(item.resource.kind, (item.namespace, item.name)):
+            stored = self._converge(item, existing, report, now)
+        if stored is not existing:
             was = str(((existing or {}).get("metadata") or {}).get("resourceVersion") or "")
             self.cache.assume(item.resource.kind, (item.namespace, item.name), stored, was=was)
         return stored

@@ -8,9 +8,11 @@ state (this), writes (writes, backoff, Events), reports (what a pass says), memb
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections import Counter
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -185,6 +187,10 @@ class ReconcilerState:
         if policy.permitted_dns:
             return policy
         return dataclasses.replace(policy, permitted_dns=service_name_constraints(self.settings.cluster_domain))
+
+    def _writing(self, kind: str, key: tuple[str, str]) -> AbstractContextManager[None]:
+        """While we write this object, its watch events are our own write's (ClusterCache.writing)."""
+        return self.cache.writing(kind, key) if self.cache is not None else contextlib.nullcontext()
 
     def _guard(self) -> None:
         if not self.may_write():

@@ -50,7 +50,8 @@ class Trust(Members):
                                      now=now, policy=policy, user_ca=user_ca, external=external)
             if step.write is not None:
                 try:
-                    stored = self._write(step.write, report)
+                    with self._writing(SECRETS.kind, (self.settings.namespace, policy.secret_name)):
+                        stored = self._write(step.write, report)
                 except Conflict:
                     continue  # another reconciler stepped first: use what it stored
                 if self.cache is not None:  # our own write: no call for a full pass when its event comes
