@@ -148,11 +148,16 @@ class ClusterCache:
         informer = self.secrets if kind == SECRETS.kind else self.bundles if kind == CONFIG_MAPS.kind else None
         return informer.writing(key) if informer is not None else contextlib.nullcontext()
 
-    def assume(self, kind: str, key: Key, stored: Obj | None, *, was: str) -> None:
-        """Our own write of a leaf Secret or a bundle, into the cache before its watch event (Informer.assume)."""
+    def assume(self, kind: str, key: Key, stored: Obj | None, *, was: str) -> Obj | None:
+        """Our own write of a leaf Secret or a bundle, into the cache before its watch event (Informer.assume);
+        returns what the cache holds of it now (None: nothing, or not a kind it holds)."""
         informer = self.secrets if kind == SECRETS.kind else self.bundles if kind == CONFIG_MAPS.kind else None
-        if informer is not None:
-            informer.assume(key, stored, was=was)
+        if informer is None:
+            return None
+        informer.assume(key, stored, was=was)
+        held = informer.get(key)
+        # Held whole, as a pass reads it: a bundle, a leaf (our other Secrets are held as which one only).
+        return held if informer is self.bundles or own.is_owned(held, "leaf") else None
 
     def _workload_shape(self, kind: str, obj: Obj) -> Obj:
         namespace = str((obj.get("metadata") or {}).get("namespace") or "")

@@ -34,6 +34,7 @@ from app.kube import (
 from app.kube.lease import RETRY_PERIOD
 from app.names import MANAGED_BY_LABEL, MANAGER
 from app.reconcile.cache import CLUSTER, ClusterCache
+from app.reconcile.events import Outbox
 from app.reconcile.reconciler import PassReport, Reconciler
 from app.reconcile.status import Status
 
@@ -103,6 +104,7 @@ class Controller:
         threading.Thread(target=_on_stop, args=(stop, wake), daemon=True, name="stop-wakes").start()
         cache = ClusterCache(self.api, on_key=self._queue)
         self.reconciler.cache = cache
+        self.reconciler.outbox = Outbox(self.api)
         threading.Thread(target=cache.run, args=(stop, self.watch_timeout_seconds), daemon=True,
                          name="cache").start()
         # Our ConfigMaps other than the bundles (a member's report, a hub's record): only their change is told.

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import queue
 import secrets
+import threading
 from datetime import datetime
 from typing import Literal
 
@@ -57,3 +59,49 @@ def emit(api: KubeApi, refs: tuple[WorkloadRef, ...], *, reason: str, message: s
                        namespace=ref.namespace)
         except KubeError as e:
             log.debug("event not recorded", extra={"workload": str(ref), "reason": reason, "error": str(e)})
+
+
+# Events the loop's outbox holds before a pass writing faster than they are posted waits: ~1 KiB each, so
+# at most ~1 MiB; a pass issuing 100,000 certificates posts one Event each beside its Secret writes.
+OUTBOX_SIZE = 1000
+
+
+class Outbox:
+    """The long-running loop's Events, posted by a thread of their own while the pass goes on writing
+    Secrets: each is a call the API server takes its time to answer, and the pass need not wait for it
+    (half the calls of a first pass are Events). Best effort as `emit`; `flush` waits until all are
+    posted, so a pass ends with its Events written, as without an outbox."""
+
+    def __init__(self, api: KubeApi, size: int = OUTBOX_SIZE) -> None:
+        self._api = api
+        self._queue: queue.Queue[tuple[WorkloadRef, dict[str, object]]] = queue.Queue(maxsize=size)
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def emit(self, refs: tuple[WorkloadRef, ...], *, reason: str, message: str,
+             kind: Literal["Normal", "Warning"], now: datetime) -> None:
+        self._start()
+        for ref in refs:
+            self._queue.put((ref, event_body(ref, reason=reason, message=message, kind=kind, now=now)))
+
+    def flush(self) -> None:
+        self._queue.join()
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._post_all, daemon=True, name="events")
+                self._thread.start()
+
+    def _post_all(self) -> None:
+        while True:
+            ref, body = self._queue.get()
+            try:
+                self._api.create(EVENTS, body, namespace=ref.namespace)
+            except KubeError as e:
+                log.debug("event not recorded", extra={"workload": str(ref), "reason": body.get("reason"),
+                                                       "error": str(e)})
+            except Exception:  # the thread must outlive anything one Event meets
+                log.exception("event not recorded")
+            finally:
+                self._queue.task_done()

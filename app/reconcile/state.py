@@ -21,7 +21,7 @@ from app import names
 from app.injection.profile import ProfileBounds
 from app.kube import KubeApi, NotFound, Resource
 from app.pki import CaRole, CaSet, CertKey, service_name_constraints
-from app.reconcile import signer
+from app.reconcile import events, signer
 from app.reconcile import status as st
 from app.reconcile.ca import CaPolicy, CaStep
 from app.reconcile.discover import Target, WorkloadRef
@@ -176,6 +176,8 @@ class ReconcilerState:
         # keyed pass (run_namespaces_pass) signs with the same, stepping no CA set (None: no full pass yet).
         self._signing: Signing | None = None
         self._native_served = False
+        # The loop's Events, posted beside the pass (events.Outbox); None: each posted at once.
+        self.outbox: events.Outbox | None = None
 
     @property
     def workload_ca_policy(self) -> CaPolicy:

@@ -128,8 +128,16 @@ class Writes(ReconcilerState):
             what = "client certificate" if item.client else "certificate"
             self.metrics.rotations.labels("client-leaf" if item.client else "leaf", why).inc()
             reason = f"{'Client' if item.client else ''}Certificate{verb.capitalize()}"
-            events.emit(self.api, item.workloads, reason=reason, kind="Normal", now=now,
-                        message=f"Secret {item.name}: {what} {verb} ({why})")
+            self._emit(item.workloads, reason=reason, kind="Normal", now=now,
+                       message=f"Secret {item.name}: {what} {verb} ({why})")
+
+    def _emit(self, refs: tuple[WorkloadRef, ...], *, reason: str, message: str,
+              kind: Literal["Normal", "Warning"], now: datetime) -> None:
+        """Through the loop's outbox when there is one (posted beside the pass), else at once."""
+        if self.outbox is not None:
+            self.outbox.emit(refs, reason=reason, kind=kind, message=message, now=now)
+        else:
+            events.emit(self.api, refs, reason=reason, kind=kind, message=message, now=now)
 
     def _refused(self, item: Item, refused: Refused, report: PassReport, now: datetime) -> None:
         report.conflicts.append(refused.message)
@@ -155,7 +163,7 @@ class Writes(ReconcilerState):
             self._facts.setdefault(ref, []).append((reason, message))
         if condition not in self._told:
             self._told.add(condition)
-            events.emit(self.api, refs, reason=reason, kind=kind, message=message, now=now)
+            self._emit(refs, reason=reason, kind=kind, message=message, now=now)
 
     def _failed(self, item: Item, why: str, report: PassReport, now: datetime) -> None:
         report.failed.append(f"{item.resource.kind} {item.namespace}/{item.name}: {why}")
