@@ -21,7 +21,7 @@ import functools
 import logging
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -37,7 +37,7 @@ from app.kube import (
     KubeError,
 )
 from app.kube.informer import WATCH_TIMEOUT_SECONDS, Informer, Key
-from app.names import MANAGED_BY_LABEL, MANAGER
+from app.names import MANAGED_BY_LABEL, MANAGER, ROLE_LABEL
 from app.reconcile import ownership as own
 from app.reconcile.discover import enabled_namespaces, opted_in, pod_may_need_a_secret, public_roots_namespaces
 from app.reconcile.plan import Obj, Observed
@@ -58,9 +58,6 @@ _OURS = f"{names.DOMAIN}/"
 # A workload kept while its namespace was not enabled: only its opt-in label. Once the namespace is
 # enabled it is not read until the refill (or its own next event) brings it whole.
 _PARTIAL = "_partial"  # not a field of any Kubernetes object: it cannot clash with one
-# Distinct ca.crt texts shared between the cached leaf Secrets: a CA set has at most a few at once, so
-# 64 covers any rotation; past it (someone writing junk into our Secrets) texts are simply not shared.
-_SHARED_TEXTS = 64
 
 
 class ClusterCache:
@@ -69,7 +66,6 @@ class ClusterCache:
     def __init__(self, api: KubeApi, *, on_key: Callable[[str], None]) -> None:
         self.on_key = on_key
         self._enabled: frozenset[str] = frozenset()
-        self._texts: dict[str, str] = {}
         self.namespaces = Informer(api, NAMESPACES, shape=_namespace_shape, on_change=self._namespace_changed)
         self.workloads = {kind: Informer(api, resource, shape=functools.partial(self._workload_shape, kind),
                                          max_object_bytes=MAX_WORKLOAD_BYTES, on_change=self._changed)
@@ -77,15 +73,21 @@ class ClusterCache:
         self.pods = Informer(api, PODS, shape=self._pod_shape, on_change=self._pod_changed)
         self.services = Informer(api, SERVICES, shape=service_shape, max_object_bytes=MAX_SERVICE_BYTES,
                                  on_change=self._changed)
-        self.secrets = Informer(api, SECRETS, label_selector=f"{MANAGED_BY_LABEL}={MANAGER}",
-                                shape=self._secret_shape, on_change=self._secret_changed)
+        # Our leaf Secrets, packed (Informer.packed): at 100,000 workloads they are most of what is held.
+        self.leaves = Informer(api, SECRETS, label_selector=own.owned_selector("leaf"), shape=_leaf_shape,
+                               packed=True, on_change=self._changed)
+        # Our other Secrets (the CAs', the webhook's, a hub's): as which one only; a change calls a full pass,
+        # which reads them, so no CA key is held here between passes.
+        self.secrets = Informer(api, SECRETS, label_selector=f"{MANAGED_BY_LABEL}={MANAGER},{ROLE_LABEL}!=leaf",
+                                shape=_which_secret, on_change=self._cluster_changed)
         self.bundles = Informer(api, CONFIG_MAPS, field_selector=f"metadata.name={names.TRUST_BUNDLE_CONFIGMAP}",
                                 shape=_bundle_shape, on_change=self._changed)
 
     @property
     def informers(self) -> list[Informer]:
         """The namespaces' first: what the others keep depends on which namespaces are enabled."""
-        return [self.namespaces, *self.workloads.values(), self.pods, self.services, self.secrets, self.bundles]
+        return [self.namespaces, *self.workloads.values(), self.pods, self.services, self.leaves, self.secrets,
+                self.bundles]
 
     def synced(self) -> bool:
         return all(informer.synced.is_set() for informer in self.informers)
@@ -132,9 +134,7 @@ class ClusterCache:
         observed.services = [s for s in self.services.objects(scope) if s["metadata"].get("namespace") in opted]
         observed.oversized += [("Service", o, MAX_SERVICE_BYTES) for o in self.services.oversized_in(scope)
                                if o.namespace in opted]
-        for obj in self.secrets.objects(scope):
-            if own.is_owned(obj, "leaf"):
-                observed.leaves[obj["metadata"]["namespace"], obj["metadata"]["name"]] = obj
+        observed.leaves = Packed(self.leaves, self.leaves.keys(scope))
         for obj in self.bundles.objects(scope):
             if own.is_owned(obj, "bundle"):
                 observed.bundles[obj["metadata"]["namespace"]] = obj
@@ -146,19 +146,22 @@ class ClusterCache:
         """While we write a leaf Secret, a bundle or our CA's Secret: its watch events update the cache but
         call no one (Informer.writing), so our own write never queues work, whichever comes first, the
         server's answer or the watch event."""
-        informer = self.secrets if kind == SECRETS.kind else self.bundles if kind == CONFIG_MAPS.kind else None
-        return informer.writing(key) if informer is not None else contextlib.nullcontext()
+        informers = {SECRETS.kind: [self.leaves, self.secrets], CONFIG_MAPS.kind: [self.bundles]}.get(kind, [])
+        return _all_writing(informers, key)
 
     def assume(self, kind: str, key: Key, stored: Obj | None, *, was: str) -> Obj | None:
         """Our own write of a leaf Secret or a bundle, into the cache before its watch event (Informer.assume);
         returns what the cache holds of it now (None: nothing, or not a kind it holds)."""
-        informer = self.secrets if kind == SECRETS.kind else self.bundles if kind == CONFIG_MAPS.kind else None
-        if informer is None:
+        if kind == CONFIG_MAPS.kind:
+            informer = self.bundles
+        elif kind == SECRETS.kind:
+            # Where it was held, or where it goes (a delete's answer is None: wherever it was).
+            informer = self.leaves if own.is_owned(stored, "leaf") or self.leaves.get(key) is not None else self.secrets
+        else:
             return None
         informer.assume(key, stored, was=was)
-        held = informer.get(key)
         # Held whole, as a pass reads it: a bundle, a leaf (our other Secrets are held as which one only).
-        return held if informer is self.bundles or own.is_owned(held, "leaf") else None
+        return informer.get(key) if informer is not self.secrets else None
 
     def _workload_shape(self, kind: str, obj: Obj) -> Obj:
         namespace = str((obj.get("metadata") or {}).get("namespace") or "")
@@ -185,27 +188,6 @@ class ClusterCache:
                 "spec": {k: spec[k] for k in ("serviceAccountName", "serviceAccount", "nodeName", "hostname",
                                               "subdomain") if k in spec},
                 "status": {k: v for k, v in _map(pod, "status").items() if k == "phase"}}
-
-    def _secret_shape(self, secret: Obj) -> Obj:
-        """A leaf Secret whole but for managedFields (which an update leaves as they are), in place (the
-        decoded object is the cache's alone), its repeated texts shared; any other Secret of ours (a CA's,
-        a hub's) only as which one: its change calls a full pass, which reads it, so no CA key is held here
-        between passes."""
-        meta = _map(secret, "metadata")
-        if not own.is_owned(secret, "leaf"):
-            return {"metadata": {k: meta[k] for k in ("name", "namespace", "labels", "resourceVersion") if k in meta}}
-        meta.pop("managedFields", None)
-        _share_meta(meta)
-        if isinstance(kind := secret.get("type"), str):
-            secret["type"] = sys.intern(kind)
-        data = _map(secret, "data")
-        ca = data.get("ca.crt")
-        if isinstance(ca, str):
-            shared = self._texts.get(ca)
-            if shared is None and len(self._texts) < _SHARED_TEXTS:
-                shared = self._texts[ca] = ca
-            data["ca.crt"] = shared or ca
-        return secret
 
     def _namespace_changed(self, key: Key, old: Obj | None, new: Obj | None) -> None:
         name = key[1]
@@ -236,9 +218,51 @@ class ClusterCache:
         if any(pod is not None and pod_may_need_a_secret(pod) for pod in (old, new)):
             self.on_key(key[0])
 
-    def _secret_changed(self, key: Key, old: Obj | None, new: Obj | None) -> None:
-        leaf = any(obj is not None and own.is_owned(obj, "leaf") for obj in (old, new))
-        self.on_key(key[0] if leaf else CLUSTER)
+    def _cluster_changed(self, _key: Key, _old: Obj | None, _new: Obj | None) -> None:
+        self.on_key(CLUSTER)
+
+
+@contextlib.contextmanager
+def _all_writing(informers: list[Informer], key: Key) -> Iterator[None]:
+    with contextlib.ExitStack() as quiet:
+        for informer in informers:
+            quiet.enter_context(informer.writing(key))
+        yield
+
+
+class Packed(Mapping[Key, Obj]):
+    """Objects of a packed informer by key, each decoded when read: a pass reads one leaf Secret at a time
+    and lets it go, so the whole set is never held decoded (100,000 of them are ~700 MiB decoded)."""
+
+    def __init__(self, informer: Informer, keys: Iterable[Key]) -> None:
+        self._informer, self._keys = informer, set(keys)
+
+    def __getitem__(self, key: Key) -> Obj:
+        obj = self._informer.get(key) if key in self._keys else None
+        if obj is None:
+            raise KeyError(key)
+        return obj
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys  # without reading it
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
+def _leaf_shape(secret: Obj) -> Obj:
+    """A leaf Secret whole but for managedFields (which an update leaves as they are)."""
+    meta = _map(secret, "metadata")
+    meta.pop("managedFields", None)
+    return secret
+
+
+def _which_secret(secret: Obj) -> Obj:
+    meta = _map(secret, "metadata")
+    return {"metadata": {k: meta[k] for k in ("name", "namespace", "labels", "resourceVersion") if k in meta}}
 
 
 # Texts held many times over in a big cluster, shared between the objects that hold them (sys.intern):

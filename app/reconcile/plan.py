@@ -11,7 +11,7 @@ import base64
 import functools
 import hashlib
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
@@ -150,7 +150,8 @@ class Observed:
     workloads: list[tuple[str, Obj]] = field(default_factory=list)
     pods: list[Obj] = field(default_factory=list)
     enabled: set[str] = field(default_factory=set)
-    leaves: dict[tuple[str, str], Obj] = field(default_factory=dict)
+    # Our leaf Secrets by (namespace, name): a dict from a list; the loop's cache reads each when asked.
+    leaves: Mapping[tuple[str, str], Obj] = field(default_factory=dict)
     bundles: dict[str, Obj] = field(default_factory=dict)
     # Namespaces where a ConfigMap of the bundle's name exists that is not ours: never written, and left
     # out of the CA's rotation facts (docs/security.md), so one tenant cannot hold every rotation back.

@@ -83,8 +83,8 @@ def read_cluster(api: KubeApi) -> Observed:
         listed = api.list_objects(SERVICES, namespace=ns, shape=shape, max_object_bytes=MAX_SERVICE_BYTES)
         observed.services += listed.items
         observed.oversized += [("Service", o, MAX_SERVICE_BYTES) for o in listed.oversized]
-    for obj in api.list_objects(SECRETS, label_selector=own.owned_selector("leaf")).items:
-        observed.leaves[obj["metadata"]["namespace"], obj["metadata"]["name"]] = obj
+    observed.leaves = {(obj["metadata"]["namespace"], obj["metadata"]["name"]): obj
+                       for obj in api.list_objects(SECRETS, label_selector=own.owned_selector("leaf")).items}
     # By name, not by our label: a ConfigMap of that name that is not ours must be seen too (it decides
     # which namespaces cannot get a bundle), and the list costs the same one call.
     selector = f"metadata.name={names.TRUST_BUNDLE_CONFIGMAP}"

@@ -22,7 +22,6 @@ from app import names
 from app.kube import CONFIG_MAPS, NAMESPACES, SECRETS, SERVICE_ACCOUNTS, KubeError, NotFound
 from app.pki import CaSet, load_certificates
 from app.reconcile import keystores, podcerts, signer
-from app.reconcile import ownership as own
 from app.reconcile import status as st
 from app.reconcile.ca import CaUnusable, load_ca_set
 from app.reconcile.discover import (
@@ -34,9 +33,10 @@ from app.reconcile.discover import (
     trust_only_split,
     truststore_namespaces,
 )
-from app.reconcile.plan import CLIENT_PREFIX, Item, Obj, Observed, Signing, leaf_expiry, plan
+from app.reconcile.plan import CLIENT_PREFIX, Item, Obj, Observed, Signing, plan
 from app.reconcile.profile import report_profiles
 from app.reconcile.read import read_candidate_pods, read_cluster
+from app.reconcile.reports import Expiries
 from app.reconcile.served import fetch_served
 from app.reconcile.state import NotLeader, PassReport, ReconcileSettings, WorkloadsPassed
 from app.reconcile.trust import Trust
@@ -125,15 +125,10 @@ class Reconciler(Trust):
         if client is None and any(t.client_wanted for t in targets):
             raise _FullPassNeeded(_NEEDS_FULL)
         signing = dataclasses.replace(signing, now=now, client=client, opened={})  # its own seals: none kept
-        expiries = {}
-        by_secret = {(t.namespace, t.secret_name): t for t in targets}
+        found = Expiries({(t.namespace, t.secret_name): t for t in targets}, signing)
         for item in plan(targets, observed, signing):
-            stored = self._converge_cached(item, observed.lookup(item), report, now)
-            serving = item.resource is SECRETS and not item.client
-            target = by_secret.get((item.namespace, item.name)) if serving else None
-            if target is not None and own.is_owned(stored, "leaf") and \
-                    (expiry := leaf_expiry(target, stored, signing)) is not None:
-                expiries[item.namespace, item.name] = expiry
+            found.note(item, self._converge_cached(item, observed.lookup(item), report, now))
+        expiries = found.leaves
         if self.status is not None:  # the status API's workloads of these namespaces, as this pass left them
             kept = tuple(w for w in self.status.workloads if w.namespace not in namespaces)
             fresh = st.workload_statuses(targets, expiries, report.waiting, self._facts)
@@ -233,11 +228,16 @@ class Reconciler(Trust):
         self._signing = dataclasses.replace(signing, opened={}, client=signing.client and dataclasses.replace(
             signing.client, opened={}))
         self._native_served = native is not None
+        found = Expiries({(t.namespace, t.secret_name): t for t in targets}, signing)
         for item in plan(targets, observed, signing):
-            stored[item.key] = self._converge_cached(item, observed.lookup(item), report, now)
+            obj = self._converge_cached(item, observed.lookup(item), report, now)
+            if self._intermediates:  # a member's report reads what the pass left
+                stored[item.key] = obj
+            found.note(item, obj)
         if self._intermediates:
             self._report_roots(_after(observed, stored), targets, native, report, now)
-        expiries = self._cert_metrics(targets, stored, signing)
+        self._cert_metrics(found)
+        expiries = found.leaves
         self.metrics.not_issued.set(sum((t.namespace, t.secret_name) not in expiries for t in targets))
         return WorkloadsPassed(step.cas, targets, expiries)
 

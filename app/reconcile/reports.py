@@ -4,6 +4,7 @@ read, and the gauges of CA and certificate expiry."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from app import names
@@ -11,7 +12,7 @@ from app.kube import SECRETS
 from app.pki import CaSet, load_certificates
 from app.reconcile.discover import LISTED_KINDS, Target, WorkloadRef
 from app.reconcile.ownership import is_owned
-from app.reconcile.plan import Obj, Observed, Signing, client_secrets, leaf_expiry, secret_data
+from app.reconcile.plan import Item, Obj, Observed, Signing, leaf_expiry, secret_data
 from app.reconcile.state import PassReport
 from app.reconcile.writes import Writes
 
@@ -20,6 +21,32 @@ _OVERSIZED_HINT = (f"a Service is read as its name and selector, a workload as i
 
 log = logging.getLogger("tls_injector.reconcile")
 
+
+
+@dataclass
+class Expiries:
+    """The expiries of the Secrets a pass leaves, noted as it goes (`note`): a pass need not hold every
+    Secret it wrote until its end (at 100,000 workloads, hundreds of MiB)."""
+
+    targets: dict[tuple[str, str], Target]
+    signing: Signing
+    leaves: dict[tuple[str, str], datetime] = field(default_factory=dict)
+    clients: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    def note(self, item: Item, obj: Obj | None) -> None:
+        if item.resource is not SECRETS:
+            return
+        key = (item.namespace, item.name)
+        if item.client:
+            chain = load_certificates(secret_data(obj, keys=("tls.crt",)).get("tls.crt", b""))
+            if chain:
+                self.clients[key] = chain[0].not_valid_after_utc.timestamp()
+            return
+        target = self.targets.get(key)
+        # Someone else's Secret in the way is no certificate of ours, whatever it holds.
+        if target is not None and is_owned(obj, "leaf") and \
+                (expiry := leaf_expiry(target, obj, self.signing)) is not None:
+            self.leaves[key] = expiry
 
 
 class Reports(Writes):
@@ -68,22 +95,8 @@ class Reports(Writes):
         for record in cas.records:
             gauge.labels(record.fingerprint[:16], str(record.state)).set(record.cert.not_valid_after_utc.timestamp())
 
-    def _cert_metrics(self, targets: list[Target], stored: dict[tuple[str, str, str], Obj | None],
-                      signing: Signing) -> dict[tuple[str, str], datetime]:
-        """Each stored leaf's expiry, into the metric; returned for the status snapshot."""
-        expiries = {}
-        for target in targets:
-            obj = stored.get((SECRETS.kind, target.namespace, target.secret_name))
-            # Someone else's Secret in the way is no certificate of ours, whatever it holds.
-            if is_owned(obj, "leaf") and (expiry := leaf_expiry(target, obj, signing)) is not None:
-                expiries[target.namespace, target.secret_name] = expiry
-        self.metrics.cert_expiry.replace({key: expiry.timestamp() for key, expiry in expiries.items()},
+    def _cert_metrics(self, found: Expiries) -> None:
+        """Each stored leaf's expiry into the metric (the status snapshot reads them too)."""
+        self.metrics.cert_expiry.replace({key: expiry.timestamp() for key, expiry in found.leaves.items()},
                                          per_object=self.settings.per_object_metrics)
-        clients = {}
-        for key in client_secrets(targets):
-            chain = load_certificates(secret_data(stored.get((SECRETS.kind, *key)), keys=("tls.crt",))
-                                      .get("tls.crt", b""))
-            if chain:
-                clients[key] = chain[0].not_valid_after_utc.timestamp()
-        self.metrics.client_cert_expiry.replace(clients, per_object=self.settings.per_object_metrics)
-        return expiries
+        self.metrics.client_cert_expiry.replace(found.clients, per_object=self.settings.per_object_metrics)

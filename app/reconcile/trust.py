@@ -128,19 +128,20 @@ class Trust(Members):
         # Client Secrets too: their ca.crt is a bundle of the serving CAs in use (their tls.crt chains to no
         # serving CA, so it changes no fact about one).
         wanted = {(t.namespace, t.secret_name) for t in targets} | client_secrets(targets)
-        in_use = [obj for key, obj in observed.leaves.items() if key in wanted]
-        leaves = [load_certificates(secret_data(obj, keys=("tls.crt",)).get("tls.crt", b"")) for obj in in_use]
-        # A leaf Secret whose last write failed keeps serving (its leaf counts), but its ca.crt cannot be
-        # brought up to date, so it is no bundle the new CA must wait for.
-        in_use = [obj for obj in in_use if (SECRETS.kind, obj["metadata"]["namespace"], obj["metadata"]["name"])
-                  not in self._backoff]
+        leaves, held = [], set()
+        for key in [key for key in observed.leaves if key in wanted]:  # each read once, and let go
+            data = secret_data(observed.leaves[key], keys=("tls.crt", "ca.crt"))
+            leaves.append(load_certificates(data.get("tls.crt", b"")))
+            # A leaf Secret whose last write failed keeps serving (its leaf counts), but its ca.crt cannot
+            # be brought up to date, so it is no bundle the new CA must wait for.
+            if (SECRETS.kind, *key) not in self._backoff:
+                held.add(data.get("ca.crt", b""))
         # The facts depend on which distinct bundles are in use, not on how many hold each: the bundles of
         # all namespaces, and every leaf Secret's ca.crt, are nearly always one and the same text.
         # (A leaf Secret's ca.crt is a bundle too: a client may trust its peers through its own mount.)
         bundles = [bundle_certificates({BUNDLE_KEY: pem}) for pem in
                    {((observed.bundles.get(ns) or {}).get("data") or {}).get(BUNDLE_KEY, "") for ns in namespaces}]
-        bundles += [load_certificates(pem) for pem in
-                    {secret_data(obj, keys=("ca.crt",)).get("ca.crt", b"") for obj in in_use}]
+        bundles += [load_certificates(pem) for pem in held]
         if native is not None:  # the ClusterTrustBundle is a bundle in use; issued pod certificates are leaves
             bundles.append(load_certificates(str(((native.bundle or {}).get("spec") or {}).get("trustBundle") or "")
                                         .encode()))
@@ -179,8 +180,8 @@ class Trust(Members):
         pems = {((observed.bundles.get(ns) or {}).get("data") or {}).get(CLIENT_BUNDLE_KEY, "") for ns in namespaces}
         bundles = [bundle_certificates({CLIENT_BUNDLE_KEY: pem}, prefix=CLIENT_PREFIX) for pem in pems]
         wanted = client_secrets(targets)
-        leaves = [load_certificates(secret_data(obj, keys=("tls.crt",)).get("tls.crt", b""))
-                  for key, obj in observed.leaves.items() if key in wanted]
+        leaves = [load_certificates(secret_data(observed.leaves[key], keys=("tls.crt",)).get("tls.crt", b""))
+                  for key in wanted if key in observed.leaves]
         return bundles, leaves
 
     def _unwritable_bundles(self, namespaces: set[str], observed: Observed, targets: list[Target],
