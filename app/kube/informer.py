@@ -237,7 +237,8 @@ class Informer:
             self._oversized.pop(key, None)
             if over is not None:
                 self._oversized[key] = over
-            self._put(key, held)
+            if old != held:  # the same again (our own write's event after its answer): keep what is held
+                self._put(key, held)
             quiet = key in self._quiet
         if old != held and not quiet:
             self.on_change(key, self._unpack(old), shaped)
