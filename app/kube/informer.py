@@ -59,14 +59,11 @@ class Informer:
     field_selector: str | None = None
     max_object_bytes: int | None = None
     on_change: Change = _ignore
-    # Hold each object as its JSON bytes, decoded when read: one allocation instead of dozens of small
-    # ones that a long-lived cache scatters over the allocator's arenas (see app/reconcile/cache.py).
-    packed: bool = False
     version: str = ""
     lists: int = 0  # lists made: one at the start, one more per 410 Gone, one per refill
     # Set once the first list is in the cache: a reader that needs the whole resource waits for it.
     synced: threading.Event = field(default_factory=threading.Event)
-    _objects: dict[Key, Any] = field(default_factory=dict)  # Obj, or its JSON when packed
+    _objects: dict[Key, Obj] = field(default_factory=dict)
     _names: dict[str, set[str]] = field(default_factory=dict)  # namespace -> the names held there
     _oversized: dict[Key, Oversized] = field(default_factory=dict)
     # Keys a watch event touched while a refill's list was under way, one set per refill (see refill).
@@ -85,30 +82,14 @@ class Informer:
         themselves are shared, never changed). A few namespaces cost what they hold, not the cluster."""
         with self._lock:
             if namespaces is None:
-                held = list(self._objects.values())
-            else:
-                held = [self._objects[ns, name] for ns in namespaces for name in self._names.get(ns, ())]
-        return [orjson.loads(o) for o in held] if self.packed else held
-
-    def keys(self, namespaces: Iterable[str] | None = None) -> list[Key]:
-        """The keys held (of `namespaces` only when given), without reading the objects."""
-        with self._lock:
-            if namespaces is None:
-                return list(self._objects)
-            return [(ns, name) for ns in namespaces for name in self._names.get(ns, ())]
-
-    def _pack(self, obj: Obj | None) -> Any:
-        return orjson.dumps(obj) if self.packed and obj is not None else obj
-
-    def _unpack(self, held: Any) -> Obj | None:
-        obj: Obj | None = orjson.loads(held) if self.packed and held is not None else held
-        return obj
+                return list(self._objects.values())
+            return [self._objects[ns, name] for ns in namespaces for name in self._names.get(ns, ())]
 
     def oversized_in(self, namespaces: Iterable[str] | None = None) -> list[Oversized]:
         found = self.oversized
         return list(found) if namespaces is None else [o for o in found if o.namespace in set(namespaces)]
 
-    def _put(self, key: Key, obj: Any) -> None:
+    def _put(self, key: Key, obj: Obj | None) -> None:
         """Hold `obj` under `key` (None: hold nothing), the namespace index with it; under the lock."""
         if obj is None:
             if self._objects.pop(key, None) is not None:
@@ -123,8 +104,7 @@ class Informer:
 
     def get(self, key: Key) -> Obj | None:
         with self._lock:
-            held = self._objects.get(key)
-        return self._unpack(held)
+            return self._objects.get(key)
 
     def relist(self) -> None:
         """List anew; every difference from what the cache held is a change (a relist after a 410 may
@@ -132,7 +112,7 @@ class Informer:
         listed = self.api.list_objects(self.resource, label_selector=self.label_selector,
                                        field_selector=self.field_selector, shape=self.shape,
                                        max_object_bytes=self.max_object_bytes)
-        fresh = {key_of(obj): self._pack(obj) for obj in listed.items}
+        fresh = {key_of(obj): obj for obj in listed.items}
         names: dict[str, set[str]] = {}
         for ns, name in fresh:
             names.setdefault(ns, set()).add(name)
@@ -143,7 +123,7 @@ class Informer:
             self.lists += 1
         for key in old.keys() | fresh.keys():
             if old.get(key) != fresh.get(key):
-                self.on_change(key, self._unpack(old.get(key)), self._unpack(fresh.get(key)))
+                self.on_change(key, old.get(key), fresh.get(key))
         self.synced.set()  # after the changes are told: what they derive is in place when a reader starts
 
     def refill(self, namespace: str) -> None:
@@ -168,20 +148,20 @@ class Informer:
         with self._lock:
             self.lists += 1
             for obj in listed.items:
-                key, held = key_of(obj), self._pack(obj)
+                key = key_of(obj)
                 old = self._objects.get(key)
                 if key not in touched:
                     self._oversized.pop(key, None)
-                    if old != held:
-                        self._put(key, held)
-                        changes.append((key, self._unpack(old), obj))
+                    if old != obj:
+                        self._put(key, obj)
+                        changes.append((key, old, obj))
             for over in listed.oversized:
                 key = (over.namespace, over.name)
                 if key not in touched:
                     self._oversized[key] = over
                     if (old := self._objects.get(key)) is not None:
                         self._put(key, None)
-                        changes.append((key, self._unpack(old), None))
+                        changes.append((key, old, None))
         for key, old, new in changes:
             self.on_change(key, old, new)
 
@@ -208,12 +188,11 @@ class Informer:
         resourceVersion, "" for a create): otherwise the watch has told something newer, and keeps its word.
         The watch event of the write itself then finds the cache as it says, and tells no one."""
         shaped = None if obj is None else (self.shape(obj) if self.shape else obj)
-        packed = self._pack(shaped)
         with self._lock:
-            held = self._unpack(self._objects.get(key))
+            held = self._objects.get(key)
             if str(((held or {}).get("metadata") or {}).get("resourceVersion") or "") != was:
                 return
-            self._put(key, packed)
+            self._put(key, shaped)
 
     def apply(self, event: WatchEvent) -> None:
         """One watch event into the cache; a change the shape cannot see (a status update of a pod whose
@@ -229,7 +208,6 @@ class Informer:
         over = self._over(key, shaped)
         if over is not None:
             shaped = None
-        held = self._pack(shaped)
         with self._lock:
             for touched in self._touched:
                 touched.add(key)
@@ -237,11 +215,11 @@ class Informer:
             self._oversized.pop(key, None)
             if over is not None:
                 self._oversized[key] = over
-            if old != held:  # the same again (our own write's event after its answer): keep what is held
-                self._put(key, held)
+            if old != shaped:  # the same again (our own write's event after its answer): keep what is held
+                self._put(key, shaped)
             quiet = key in self._quiet
-        if old != held and not quiet:
-            self.on_change(key, self._unpack(old), shaped)
+        if old != shaped and not quiet:
+            self.on_change(key, old, shaped)
 
     def _over(self, key: Key, shaped: Obj | None) -> Oversized | None:
         """An object the watch brings that is over `max_object_bytes` once shaped: left out, as a list would."""

@@ -9,9 +9,10 @@ our annotations and its service account, any other its opt-in label alone; a pod
 labelled in or in an enabled namespace. So a namespace that opts in is listed again (`refill`: its
 workloads of each kind and its pods, seven calls) before its key is queued.
 
-Memory, per object held (measured with bench.reconcile_live, sizes of CPython objects): a workload as
-kept ~1.5 KiB, a leaf Secret ~3 KiB (its ca.crt text is shared between Secrets that hold the same one),
-a namespace ~0.5 KiB. A Service or a workload over read.py's caps is not held, and is reported.
+Memory (tracemalloc at 5,000 workloads): a workload as kept ~1 KiB, a leaf Secret ~3 KiB (decoded as
+the server sent it, less managedFields), a namespace ~0.3 KiB; the process's resident size grows by
+~11 KiB per workload with all it allocates around them (bench/results/reconcile-live.md). A Service or
+a workload over read.py's caps is not held, and is reported.
 """
 
 from __future__ import annotations
@@ -19,9 +20,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -73,9 +73,9 @@ class ClusterCache:
         self.pods = Informer(api, PODS, shape=self._pod_shape, on_change=self._pod_changed)
         self.services = Informer(api, SERVICES, shape=service_shape, max_object_bytes=MAX_SERVICE_BYTES,
                                  on_change=self._changed)
-        # Our leaf Secrets, packed (Informer.packed): at 100,000 workloads they are most of what is held.
+        # Our leaf Secrets: at 100,000 workloads they are most of what is held (see "Memory" above).
         self.leaves = Informer(api, SECRETS, label_selector=own.owned_selector("leaf"), shape=_leaf_shape,
-                               packed=True, on_change=self._changed)
+                               on_change=self._changed)
         # Our other Secrets (the CAs', the webhook's, a hub's): as which one only; a change calls a full pass,
         # which reads them, so no CA key is held here between passes.
         self.secrets = Informer(api, SECRETS, label_selector=f"{MANAGED_BY_LABEL}={MANAGER},{ROLE_LABEL}!=leaf",
@@ -134,7 +134,8 @@ class ClusterCache:
         observed.services = [s for s in self.services.objects(scope) if s["metadata"].get("namespace") in opted]
         observed.oversized += [("Service", o, MAX_SERVICE_BYTES) for o in self.services.oversized_in(scope)
                                if o.namespace in opted]
-        observed.leaves = Packed(self.leaves, self.leaves.keys(scope))
+        observed.leaves = {(obj["metadata"]["namespace"], obj["metadata"]["name"]): obj
+                           for obj in self.leaves.objects(scope)}
         for obj in self.bundles.objects(scope):
             if own.is_owned(obj, "bundle"):
                 observed.bundles[obj["metadata"]["namespace"]] = obj
@@ -167,10 +168,6 @@ class ClusterCache:
         namespace = str((obj.get("metadata") or {}).get("namespace") or "")
         opted: set[str] = set()
         shaped = workload_shape(kind, obj, enabled=set(self._enabled) & {namespace}, opted=opted)
-        _share_meta(shaped["metadata"])
-        if isinstance(version := shaped.get("apiVersion"), str):
-            shaped["apiVersion"] = sys.intern(version)
-        _share_values(_map(_map(template_of(kind, shaped) or {}, "metadata"), "labels"))
         return shaped if opted else {**shaped, _PARTIAL: True}
 
     def _pod_shape(self, pod: Obj) -> Obj | None:
@@ -230,29 +227,6 @@ def _all_writing(informers: list[Informer], key: Key) -> Iterator[None]:
         yield
 
 
-class Packed(Mapping[Key, Obj]):
-    """Objects of a packed informer by key, each decoded when read: a pass reads one leaf Secret at a time
-    and lets it go, so the whole set is never held decoded (100,000 of them are ~700 MiB decoded)."""
-
-    def __init__(self, informer: Informer, keys: Iterable[Key]) -> None:
-        self._informer, self._keys = informer, set(keys)
-
-    def __getitem__(self, key: Key) -> Obj:
-        obj = self._informer.get(key) if key in self._keys else None
-        if obj is None:
-            raise KeyError(key)
-        return obj
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._keys  # without reading it
-
-    def __iter__(self) -> Iterator[Key]:
-        return iter(self._keys)
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-
 def _leaf_shape(secret: Obj) -> Obj:
     """A leaf Secret whole but for managedFields (which an update leaves as they are)."""
     meta = _map(secret, "metadata")
@@ -263,37 +237,6 @@ def _leaf_shape(secret: Obj) -> Obj:
 def _which_secret(secret: Obj) -> Obj:
     meta = _map(secret, "metadata")
     return {"metadata": {k: meta[k] for k in ("name", "namespace", "labels", "resourceVersion") if k in meta}}
-
-
-# Texts held many times over in a big cluster, shared between the objects that hold them (sys.intern):
-# namespaces, label values, the apiVersion and kind of owners, timestamps to the second, and of our own
-# annotations those every Secret of a CA holds alike. Measured at 5,000 workloads: ~1 KiB of 3 less per
-# leaf Secret held. Unique texts (names, uids, versions, keys and certificates) are left as they are.
-_SHARED_ANNOTATIONS = frozenset({names.ISSUER_ANNOTATION, names.PROFILE_ANNOTATION})
-_SHARED_LENGTH = 128  # what is longer is not a label value (63) nor a namespace (63): not worth a lookup
-
-
-def _share_meta(meta: dict[str, Any]) -> None:
-    for key in ("namespace", "creationTimestamp"):
-        if isinstance(value := meta.get(key), str):
-            meta[key] = sys.intern(value)
-    _share_values(_map(meta, "labels"))
-    annotations = _map(meta, "annotations")
-    for key in _SHARED_ANNOTATIONS & annotations.keys():
-        if isinstance(value := annotations[key], str) and len(value) <= _SHARED_LENGTH:
-            annotations[key] = sys.intern(value)
-    owners = meta.get("ownerReferences")
-    for owner in owners if isinstance(owners, list) else ():
-        if isinstance(owner, dict):
-            for key in ("apiVersion", "kind"):
-                if isinstance(value := owner.get(key), str):
-                    owner[key] = sys.intern(value)
-
-
-def _share_values(labels: dict[str, Any]) -> None:
-    for key, value in labels.items():
-        if isinstance(value, str) and len(value) <= _SHARED_LENGTH:
-            labels[key] = sys.intern(value)
 
 
 def _namespace_shape(namespace: Obj) -> Obj:
