@@ -222,10 +222,7 @@ class ApiserverCluster:
         calls = []
         for line in lines:
             if line.strip():
-                event = json.loads(line)
-                ref = event.get("objectRef") or {}
-                resource = ref.get("resource", "") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
-                calls.append((event.get("verb", ""), resource + (f".{ref['apiGroup']}" if ref.get("apiGroup") else "")))
+                calls.append(_call(json.loads(line)))
         return calls
 
     def server_cpu(self) -> dict[str, float]:
@@ -242,6 +239,16 @@ class ApiserverCluster:
                 break
             before = now
         return time.monotonic() - started
+
+
+def _call(event: dict[str, Any]) -> tuple[str, str]:
+    """An audit event as (verb, resource) named as the emulator logs it: `deployments.apps`,
+    `pods/status`; a request for no resource (discovery, /version) by its path."""
+    ref = event.get("objectRef") or {}
+    if not ref.get("resource"):
+        return event.get("verb", ""), urlsplit(event.get("requestURI", "")).path
+    resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+    return event.get("verb", ""), resource + (f".{ref['apiGroup']}" if ref.get("apiGroup") else "")
 
 
 @contextmanager

@@ -35,7 +35,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -475,6 +475,7 @@ def main(argv: list[str] | None = None) -> None:
     plan = plan_of(args)
     with tempfile.TemporaryDirectory(prefix="reconcile-live-") as tmp:
         folder = Path(tmp)
+        context: AbstractContextManager[Cluster]
         if args.apiserver:
             from bench.live_apiserver import running_apiserver
             context = running_apiserver(folder, workloads=plan.workloads, namespaces=plan.namespaces)
