@@ -53,6 +53,7 @@ DURATION_ANNOTATION = "tls-injector.io/duration"
 BURST_DURATION = "1000h"
 WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 LEASES = "leases.coordination.k8s.io"
+KIND_RESOURCES = {kind: f"{kind.lower()}s.apps" for kind in KINDS}
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -93,6 +94,8 @@ class EmulatorCluster:
     def __init__(self, emu: Emulator) -> None:
         self.emu = emu
         self._seen = 0
+        # Emulator.resource scans the resource table: once per name, not once per target per look.
+        self._resources = {name: emu.resource(name) for name in ("secrets", "configmaps", *KIND_RESOURCES.values())}
 
     def reconciler_args(self) -> list[str]:
         return ["--server", self.emu.url]
@@ -101,7 +104,7 @@ class EmulatorCluster:
         return {t for t in targets if not self._present(t)}
 
     def _present(self, target: Target) -> bool:
-        found = self.emu.store.find(self.emu.resource(target.resource), target.namespace, target.name)
+        found = self.emu.store.find(self._resources[target.resource], target.namespace, target.name)
         if found is None:
             return False
         return not target.needs or target.needs in (found.obj["metadata"].get("annotations") or {}).get(
@@ -122,7 +125,7 @@ class EmulatorCluster:
     def annotate_templates(self, workloads: list[tuple[str, str, str]], key: str, value: str) -> None:
         patch = {"spec": {"template": {"metadata": {"annotations": {key: value}}}}}
         for kind, namespace, name in workloads:
-            res = self.emu.resource(f"{kind.lower()}s.apps")
+            res = self._resources[KIND_RESOURCES[kind]]
             self.emu.store.patch(res, namespace, name, content_type=MERGE_PATCH, body=patch)
 
     def server_cpu(self) -> dict[str, float]:
