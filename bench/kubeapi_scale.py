@@ -14,6 +14,7 @@ import argparse
 import http.client
 import threading
 import time
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 import orjson
@@ -26,13 +27,13 @@ PAGE = 500
 WATCH_DEADLINE = 300.0  # seconds a watch may take to deliver every change before the run gives up
 
 
-def get(emu: Emulator, path: str) -> dict[str, object]:
+def get(emu: Emulator, path: str) -> dict[str, Any]:
     url = urlsplit(emu.url)
     conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port, timeout=120)
     try:
         conn.request("GET", path)
         answer = conn.getresponse()
-        body: dict[str, object] = orjson.loads(answer.read())
+        body: dict[str, Any] = orjson.loads(answer.read())
         return body
     finally:
         conn.close()
@@ -45,8 +46,8 @@ def timed_list(emu: Emulator, path: str, *, page: int = PAGE) -> str:
     for _ in range(1_000_000):  # pages; bounded by the cluster's size anyway
         sep = "&" if "?" in path else "?"
         body = get(emu, f"{path}{sep}limit={page}" + (f"&continue={quote(token)}" if token else ""))
-        pages, items = pages + 1, items + len(body["items"])  # type: ignore[arg-type]
-        token = str((body.get("metadata") or {}).get("continue") or "")  # type: ignore[union-attr]
+        pages, items = pages + 1, items + len(body["items"])
+        token = str((body.get("metadata") or {}).get("continue") or "")
         if not token or page == 1:
             break
     return (f"list {path} (limit {page}): {items} items in {pages} pages, {time.perf_counter() - started:.2f} s wall, "
