@@ -182,9 +182,11 @@ class ApiserverCluster:
 
     # ---- reading it ---------------------------------------------------------------------------------
 
-    def missing(self, targets: set[Target]) -> set[Target]:
+    def missing(self, targets: list[Target], *, exhaustive: bool) -> list[Target]:
+        """Every look is exhaustive: one metadata-only list of all the leaf Secrets (or bundles) costs the
+        apiserver less than a get for each, until only a few are left."""
         if len(targets) <= GET_AT_MOST:
-            return {t for t in targets if not self._get_present(t)}
+            return [t for t in targets if not self._get_present(t)]
         notes: dict[Target, str] = {}
         for resource in {t.resource for t in targets}:
             selector = (f"labelSelector={quote(ROLE_LABEL + '=leaf')}" if resource == "secrets"
@@ -192,7 +194,7 @@ class ApiserverCluster:
             for meta in self._metadata(f"/api/v1/{resource}?{selector}"):
                 notes[Target(resource, meta["namespace"], meta["name"])] = (meta.get("annotations") or {}).get(
                     PROFILE_ANNOTATION, "")
-        return {t for t in targets if _lacks(t, notes.get(Target(t.resource, t.namespace, t.name)))}
+        return [t for t in targets if _lacks(t, notes.get(Target(t.resource, t.namespace, t.name)))]
 
     def _get_present(self, target: Target) -> bool:
         status, obj = self.rest.call("GET", f"/api/v1/namespaces/{target.namespace}/{target.resource}/{target.name}",
