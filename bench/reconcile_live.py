@@ -28,6 +28,7 @@ apart and do not break "no write". Events count as writes.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -428,9 +429,23 @@ def run_phases(cluster: Cluster, plan: Plan, folder: Path, *, resync_seconds: fl
         rss = peak_rss_mib(reconciler.process.pid) if reconciler.alive() else None
         figures.values["rss_mib"] = rss
         figures.say(f"peak RSS of the reconciler: {'-' if rss is None else f'{rss:.0f} MiB'}")
-        warnings = reconciler.log.read_text(errors="replace").count('"level":"warning"')
-        figures.say(f"reconciler log: {warnings} warnings (in {reconciler.log.name})")
+        figures.say(log_summary(reconciler.log))
     return figures
+
+
+def log_summary(log: Path) -> str:
+    """The reconciler's log (JSON lines at --log-level warning): how many, and the most frequent messages."""
+    messages: Counter[str] = Counter()
+    for line in log.read_text(errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            entry = {"msg": line[:120]}
+        if isinstance(entry, dict):
+            detail = str(entry.get("resource") or entry.get("error") or "")[:80]
+            messages[f"{entry.get('level', '?')}: {entry.get('msg', '')}" + (f" ({detail})" if detail else "")] += 1
+    top = "; ".join(f"{n}x {text}" for text, n in messages.most_common(6))
+    return f"reconciler log: {sum(messages.values())} lines" + (f": {top}" if top else "")
 
 
 def _by_resource(window: Window) -> str:
