@@ -36,7 +36,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -164,10 +164,14 @@ class Reconciler:
     process: subprocess.Popen[bytes]
     log: Path
     started: float
+    last_cpu: float = 0.0
 
     @property
     def cpu(self) -> float:
-        return proc_cpu(self.process.pid)
+        """Its CPU so far; once it has exited (and been reaped), the last figure read."""
+        with suppress(FileNotFoundError, ProcessLookupError):
+            self.last_cpu = proc_cpu(self.process.pid)
+        return self.last_cpu
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -334,7 +338,7 @@ def describe(window: Window, outcome: Outcome | None = None) -> str:
     text = "; ".join(p for p in parts if p)
     if outcome is not None and outcome.missing:
         shown = ", ".join(f"{t.resource} {t.namespace}/{t.name}" for t in sorted(outcome.missing)[:5])
-        text += f"; TIMED OUT: {len(outcome.missing)} missing, e.g. {shown}"
+        text += f"; NOT CONVERGED (timed out, or the reconciler exited): {len(outcome.missing)} missing, e.g. {shown}"
     return text
 
 

@@ -48,7 +48,7 @@ def test_every_phase_converges_and_is_counted(tmp_path: Path, capsys: pytest.Cap
     out = capsys.readouterr().out
     for label in ("a. first convergence", "b. quiet 2 s", "c1.", "c2.", "d. burst of 5", "e. resync", "peak RSS"):
         assert label in out
-    assert "TIMED OUT" not in out
+    assert "NOT CONVERGED" not in out
 
 
 @pytest.fixture
@@ -71,3 +71,23 @@ def test_a_wait_that_times_out_says_what_is_missing(tmp_path: Path, idle_process
     assert outcome.converged is None
     assert outcome.present is None
     assert outcome.missing == expected(plan)
+
+
+class _Refused(EmulatorCluster):
+    def reconciler_args(self) -> list[str]:
+        return [*super().reconciler_args(), "--no-such-flag"]
+
+
+def test_a_reconciler_that_exits_is_reported_and_stops_the_run(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    plan = Plan(2, 1, timeout=20.0, settle=0.2, quiet=1.0, burst=1)
+    with running_populated_emulator(plan) as cluster:
+        started = time.monotonic()
+        figures = run_phases(_Refused(cluster.emu), plan, tmp_path)
+        assert time.monotonic() - started < 15  # not the phases' timeouts, one after another
+    out = capsys.readouterr().out
+    assert "NOT CONVERGED" in out
+    assert "the reconciler exited with 2" in out
+    assert "--no-such-flag" in out
+    assert figures.values["first_s"] is None
+    assert "c1." not in out
