@@ -154,6 +154,9 @@ class _Collector:
 
 
 class ApiserverCluster:
+    """bench.reconcile_live's Cluster on the real apiserver: the harness acts as admin, the audit log
+    holds the reconciler's calls."""
+
     poll_seconds = 0.2
 
     def __init__(self, plane: AuditedControlPlane) -> None:
