@@ -1,0 +1,93 @@
+"""bench.reconcile_live's phases end to end on a small cluster, so the benchmark cannot rot: the real
+`reconcile` command against the emulator, 20 workloads, every phase converging and counted."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bench.reconcile_live import (
+    EmulatorCluster,
+    Plan,
+    Reconciler,
+    Target,
+    expected,
+    leaf,
+    open_window,
+    run_phases,
+    running_populated_emulator,
+    wait_for,
+)
+
+
+def test_every_phase_converges_and_is_counted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # settle 0.5 s and quiet 2 s keep it short; today's loop waits at least 5 s between passes, so each
+    # change phase takes about 5 s whatever the harness does.
+    plan = Plan(20, 5, timeout=30.0, settle=0.5, quiet=2.0, burst=5)
+    with running_populated_emulator(plan) as cluster:
+        figures = run_phases(cluster, plan, tmp_path)
+        secrets = {Target("secrets", s["metadata"]["namespace"], s["metadata"]["name"])
+                   for s in cluster.emu.objects("secrets")}
+        profiles = [(s["metadata"].get("annotations") or {}).get("tls-injector.io/profile", "")
+                    for s in cluster.emu.objects("secrets")]
+    values = figures.values
+    for key in ("first_s", "new_ns_s", "existing_ns_s", "burst_s", "rss_mib"):
+        assert values[key] is not None, (key, figures.lines)
+    assert {t for t in expected(plan) if t.resource == "secrets"} <= secrets
+    assert leaf("live-new", "live-new-app") in secrets
+    assert leaf("ns1", "live-app-b") in secrets
+    # The burst re-issued the 5 changed workloads' certificates, and the window counted those writes.
+    assert sum("duration=1000h" in p for p in profiles) == 5
+    assert (values["burst_calls"] or 0) >= 5
+    assert (values["rss_mib"] or 0) > 10
+    out = capsys.readouterr().out
+    for label in ("a. first convergence", "b. quiet 2 s", "c1.", "c2.", "d. burst of 5", "e. resync", "peak RSS"):
+        assert label in out
+    assert "NOT CONVERGED" not in out
+
+
+@pytest.fixture
+def idle_process() -> Iterator[subprocess.Popen[bytes]]:
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield process
+    process.kill()
+    process.wait()
+
+
+def test_a_wait_that_times_out_says_what_is_missing(tmp_path: Path, idle_process: subprocess.Popen[bytes]) -> None:
+    plan = Plan(2, 1, timeout=10.0)
+    with running_populated_emulator(plan) as cluster:
+        assert isinstance(cluster, EmulatorCluster)
+        reconciler = Reconciler(idle_process, tmp_path / "log", time.monotonic())
+        window = open_window(cluster, reconciler)
+        started = time.monotonic()
+        outcome = wait_for(window, expected(plan), timeout=0.5, settle=0.1)
+        assert time.monotonic() - started < 3
+    assert outcome.converged is None
+    assert outcome.present is None
+    assert outcome.missing == expected(plan)
+
+
+class _Refused(EmulatorCluster):
+    def reconciler_args(self) -> list[str]:
+        return [*super().reconciler_args(), "--no-such-flag"]
+
+
+def test_a_reconciler_that_exits_is_reported_and_stops_the_run(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    plan = Plan(2, 1, timeout=20.0, settle=0.2, quiet=1.0, burst=1)
+    with running_populated_emulator(plan) as cluster:
+        started = time.monotonic()
+        figures = run_phases(_Refused(cluster.emu), plan, tmp_path)
+        assert time.monotonic() - started < 15  # not the phases' timeouts, one after another
+    out = capsys.readouterr().out
+    assert "NOT CONVERGED" in out
+    assert "the reconciler exited with 2" in out
+    assert "--no-such-flag" in out
+    assert figures.values["first_s"] is None
+    assert "c1." not in out
