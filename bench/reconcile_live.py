@@ -17,7 +17,7 @@ calls it made, counted server side by verb and resource:
   d. a burst of --burst workload changes: pod templates get a new certificate duration, which each
      needs a re-issue (one write each), so convergence is visible on every affected Secret;
   e. a resync: CPU, lists and writes over --resync-window seconds (which must include one; with
-     --resync S the reconciler is started with `--resync-seconds S`), else the quiet minute's CPU.
+     --resync S the reconciler is started with `--resync-period S`), else the quiet minute's CPU.
 Then peak RSS (VmHWM) and the cost per change. Every wait is bounded by --timeout; a phase that times
 out prints what is still missing and the run goes on.
 
@@ -185,7 +185,7 @@ def running_reconciler(cluster: Cluster, folder: Path, *, resync: float | None) 
     command = [sys.executable, "-m", "app", "reconcile", *cluster.reconciler_args(), "--namespace", OWN_NS,
                "--log-level", "warning", "--metrics-port", "0"]
     if resync is not None:
-        command += ["--resync-seconds", f"{resync:g}"]  # the informer branch's hidden flag
+        command += ["--resync-period", f"{resync:g}s"]
     log = folder / "reconciler.log"
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
@@ -476,7 +476,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--settle", type=float, default=5.0, help="no write for this long: converged")
     parser.add_argument("--quiet-seconds", type=float, default=60.0)
     parser.add_argument("--burst", type=int, default=1000, help="workloads changed at once in phase d")
-    parser.add_argument("--resync", type=float, help="start the reconciler with --resync-seconds RESYNC")
+    parser.add_argument("--resync", type=float, help="start the reconciler with --resync-period RESYNC (seconds)")
     parser.add_argument("--resync-window", type=float,
                         help="seconds measured after the burst, to include one resync (off by default)")
     return parser.parse_args(argv)
