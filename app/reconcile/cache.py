@@ -51,6 +51,13 @@ from app.reconcile.read import (
 )
 
 log = logging.getLogger("tls_injector.reconcile")
+# What a tenant could make every replica hold for good by labelling its own objects as ours: a leaf
+# Secret of ours is a few KiB (a chain, a key, the CAs in use, a keystore: ~20 KiB with six RSA-3072
+# CAs); past the cap one is left out (a leaf of that name is then created, meets a 409, is read by name
+# and decided on). A bundle holds the public roots (~180 KB) when asked, and the apiserver takes no
+# ConfigMap over 1 MiB of data: its cap only bounds what a server we do not control could send.
+MAX_LEAF_BYTES = 256 * 1024
+MAX_BUNDLE_BYTES = 1024 * 1024 + 64 * 1024  # a ConfigMap's 1 MiB of data, and its metadata
 # A change that concerns the whole cluster (a CA Secret, a hub's member, a relist of our own Secrets):
 # only a full pass decides on it.
 CLUSTER = ""
@@ -66,6 +73,8 @@ class ClusterCache:
     def __init__(self, api: KubeApi, *, on_key: Callable[[str], None]) -> None:
         self.on_key = on_key
         self._enabled: frozenset[str] = frozenset()
+        self._unfilled: set[str] = set()  # enabled namespaces whose objects are not all held whole yet
+        self._lock = threading.Lock()
         self.namespaces = Informer(api, NAMESPACES, shape=_namespace_shape, on_change=self._namespace_changed)
         self.workloads = {kind: Informer(api, resource, shape=functools.partial(self._workload_shape, kind),
                                          max_object_bytes=MAX_WORKLOAD_BYTES, on_change=self._changed)
@@ -75,13 +84,13 @@ class ClusterCache:
                                  on_change=self._changed)
         # Our leaf Secrets: at 100,000 workloads they are most of what is held (see "Memory" above).
         self.leaves = Informer(api, SECRETS, label_selector=own.owned_selector("leaf"), shape=_leaf_shape,
-                               on_change=self._changed)
+                               max_object_bytes=MAX_LEAF_BYTES, on_change=self._changed)
         # Our other Secrets (the CAs', the webhook's, a hub's): as which one only; a change calls a full pass,
         # which reads them, so no CA key is held here between passes.
         self.secrets = Informer(api, SECRETS, label_selector=f"{MANAGED_BY_LABEL}={MANAGER},{ROLE_LABEL}!=leaf",
                                 shape=_which_secret, on_change=self._cluster_changed)
         self.bundles = Informer(api, CONFIG_MAPS, field_selector=f"metadata.name={names.TRUST_BUNDLE_CONFIGMAP}",
-                                shape=_bundle_shape, on_change=self._changed)
+                                shape=_bundle_shape, max_object_bytes=MAX_BUNDLE_BYTES, on_change=self._changed)
 
     @property
     def informers(self) -> list[Informer]:
@@ -119,6 +128,7 @@ class ClusterCache:
             for obj in informer.objects(scope):
                 namespace = obj["metadata"].get("namespace") or ""
                 if obj.get(_PARTIAL) and namespace in observed.enabled:
+                    self._unfilled.add(namespace)  # a refill failed or raced a relist: `refill_missing` reads it
                     continue  # its namespace opted in; the refill brings it whole
                 observed.workloads.append((kind, obj))
                 template = _template_labels(kind, obj)
@@ -195,16 +205,29 @@ class ClusterCache:
             self._refill(name)
         self.on_key(name)
 
+    def refill_missing(self) -> None:
+        """Read again the enabled namespaces a pass found objects of that were kept as not enabled (a refill
+        that failed, or a relist shaped before the namespace opted in), and queue each read; the loop calls
+        this before its passes, so such a namespace waits at most for the next one, not for ever."""
+        with self._lock:
+            missing, self._unfilled = self._unfilled, set()
+        for namespace in sorted(missing):
+            if namespace in self._enabled:
+                self._refill(namespace)
+                self.on_key(namespace)
+
     def _refill(self, namespace: str) -> None:
         for informer in [*self.workloads.values(), self.pods]:
             if not informer.synced.is_set():
-                continue  # its first list, still to come, reads the namespace as enabled
+                continue  # its first list, still to come: a pass that finds it partial asks again
             try:
                 informer.refill(namespace)
-            except KubeError as e:  # its objects come whole with their next event, or the next relist
+            except KubeError as e:  # tried again once a pass finds it partial (refill_missing)
                 log.warning("namespace not read again", extra={"namespace": namespace,
                                                                "resource": informer.resource.plural,
                                                                "error": str(e)})
+                with self._lock:
+                    self._unfilled.add(namespace)
 
     def _changed(self, key: Key, _old: Obj | None, _new: Obj | None) -> None:
         self.on_key(key[0])
@@ -246,7 +269,11 @@ def _namespace_shape(namespace: Obj) -> Obj:
 
 
 def _bundle_shape(config_map: Obj) -> Obj:
+    """Ours as read.bundle_shape keeps it; someone else's of that name only as which one: that it exists
+    is all a pass reads of it (it keeps that namespace out of the bundle's writes)."""
     meta = {k: v for k, v in _map(config_map, "metadata").items() if k != "managedFields"}
+    if not own.is_owned(config_map, "bundle"):
+        return {"metadata": {k: meta[k] for k in ("name", "namespace", "labels", "resourceVersion") if k in meta}}
     return bundle_shape({**config_map, "metadata": meta})
 
 

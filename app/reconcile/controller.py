@@ -102,18 +102,9 @@ class Controller:
         self.heartbeat = time.monotonic()
         self._wake = wake = threading.Event()
         threading.Thread(target=_on_stop, args=(stop, wake), daemon=True, name="stop-wakes").start()
-        cache = ClusterCache(self.api, on_key=self._queue)
-        self.reconciler.cache = cache
-        self.reconciler.outbox = Outbox(self.api)
-        threading.Thread(target=cache.run, args=(stop, self.watch_timeout_seconds), daemon=True,
-                         name="cache").start()
-        # Our ConfigMaps other than the bundles (a member's report, a hub's record): only their change is told.
-        threading.Thread(target=self._watch, args=(CONFIG_MAPS, f"{MANAGED_BY_LABEL}={MANAGER}", stop),
-                         kwargs={"on_event": lambda o: None if _is_bundle(o) else self._queue(CLUSTER)},
-                         daemon=True, name="watch-configmaps-ours").start()
+        cache = self._start_watches(stop)
         sign = threading.Event()  # only a pod certificate request changed: the signer alone is enough
         self._watch_pod_certificates(sign, stop)
-        self._watch_user_ca(stop)
         if self.elector:
             self.reconciler.metrics.follow(self._leading)
             # Renewal runs beside the passes: a long pass must not let the lease lapse.
@@ -131,6 +122,7 @@ class Controller:
             elif not cache.synced():
                 pass  # the first lists are still under way: nothing to decide on yet
             else:
+                cache.refill_missing()
                 if sign.is_set() and due:
                     stop.wait(self.debounce_seconds)
                     sign.clear()
@@ -155,6 +147,20 @@ class Controller:
             wake.wait(max(0.02, min(waits)) if self._leading() and cache.synced() else 0.05)
         self.heartbeat = None  # stopped: a probe must see it at once, not 90 s later
 
+    def _start_watches(self, stop: threading.Event) -> ClusterCache:
+        """The cache's informers, and the watches that only tell: our other ConfigMaps and the user's CAs."""
+        cache = ClusterCache(self.api, on_key=self._queue)
+        self.reconciler.cache = cache
+        self.reconciler.outbox = Outbox(self.api)
+        threading.Thread(target=cache.run, args=(stop, self.watch_timeout_seconds), daemon=True,
+                         name="cache").start()
+        # Our ConfigMaps other than the bundles (a member's report, a hub's record): only their change is told.
+        threading.Thread(target=self._watch, args=(CONFIG_MAPS, f"{MANAGED_BY_LABEL}={MANAGER}", stop),
+                         kwargs={"on_event": lambda o: None if _is_bundle(o) else self._queue(CLUSTER)},
+                         daemon=True, name="watch-configmaps-ours").start()
+        self._watch_user_ca(stop)
+        return cache
+
     def _queue(self, key: str) -> None:
         """A change concerns namespace `key` (CLUSTER: all of them): queued, and the loop woken."""
         with self._lock:
@@ -170,7 +176,7 @@ class Controller:
 
     def _take_all(self) -> set[str]:
         with self._lock:
-            keys, self._keys, self._later = self._keys, set(), []
+            keys, self._keys = self._keys, set()  # retries still pending (`_later`) stay
             return keys - {CLUSTER}
 
     def _keys_ready(self, now: float) -> bool:
@@ -197,15 +203,23 @@ class Controller:
             return None
         self.keyed_passes += 1
         self._after_writes(report)
-        retries: dict[str, float] = {ns: now + RETRY_SECONDS for ns in keys} if report.aborted else {}
+        self._retry(keys, now, aborted=bool(report.aborted))
+        return report
+
+    def _retry(self, keys: set[str] | None, now: float, *, aborted: bool = False) -> None:
+        """Queue `keys` again after RETRY_SECONDS when their pass failed, and each namespace whose write
+        failed when its backoff ends (of `keys`, or of any namespace after a full pass). Only a time still
+        to come: a backoff entry whose object left the plan stays past its time, and must not queue its
+        namespace at once, again and again."""
+        retries: dict[str, float] = {ns: now + RETRY_SECONDS for ns in keys or ()} if aborted else {}
         wall = self.reconciler.clock()
         for ns, retry_at in self.reconciler.retries(keys).items():
-            at = now + max(0.0, (retry_at - wall).total_seconds())
-            retries[ns] = min(retries.get(ns, at), at)
+            if retry_at > wall:
+                at = now + (retry_at - wall).total_seconds()
+                retries[ns] = min(retries.get(ns, at), at)
         with self._lock:
             for ns, at in retries.items():
                 heapq.heappush(self._later, (at, ns))
-        return report
 
     def _pass_and_next_delay(self) -> float:
         """A pass; the loop must outlive anything one pass runs into, so a bug is logged and retried."""
@@ -215,6 +229,7 @@ class Controller:
             log.exception("reconcile pass crashed; retrying")
             return RETRY_SECONDS
         self._after_writes(report)
+        self._retry(None, time.monotonic())
         return next_pass_delay(report, now=self.reconciler.clock(), resync_seconds=self.resync_seconds)
 
     def _after_writes(self, report: PassReport) -> None:

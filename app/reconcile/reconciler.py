@@ -90,6 +90,9 @@ class Reconciler(Trust):
     def run_pass(self) -> PassReport:
         """Workloads, their CA and bundles, then the webhook's own certificate when configured."""
         self._steps, self._members, now = {}, {}, self.clock()
+        # Keyed passes sign with what this pass steps; one that stops before (a user CA that cannot be
+        # used, say) leaves them nothing to sign with, so they wait for a full pass that succeeds.
+        self._signing = None
         report = self._guarded(self._pass)
         seen, self._seen = self._seen, None  # set by a pass that got as far as the workloads
         if seen is None:

@@ -29,11 +29,12 @@ BACKOFF_MAX = timedelta(minutes=10)
 class Writes(ReconcilerState):
     """One object at a time: its write, its backoff, its Events."""
 
-    def retries(self, namespaces: set[str]) -> dict[str, datetime]:
-        """When the next write of each of `namespaces` that failed may be tried again (its backoff's end)."""
+    def retries(self, namespaces: set[str] | None = None) -> dict[str, datetime]:
+        """When the next write of each of `namespaces` (None: any) that failed may be tried again (its
+        backoff's end)."""
         due: dict[str, datetime] = {}
         for (_kind, namespace, _name), (_failures, retry_at) in self._backoff.items():
-            if namespace in namespaces:
+            if namespaces is None or namespace in namespaces:
                 due[namespace] = min(retry_at, due.get(namespace, retry_at))
         return due
 

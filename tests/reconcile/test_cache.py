@@ -6,6 +6,8 @@ pass); and after a namespace opts in once the cache is filled (its objects are r
 
 from __future__ import annotations
 
+import dataclasses
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -16,6 +18,7 @@ from app.pki import CaSet, make_ca
 from app.pki.trust import add_ca
 from app.reconcile.ca import CaStep
 from app.reconcile.cache import CLUSTER, ClusterCache
+from app.reconcile.controller import Controller
 from app.reconcile.discover import Target, discover
 from app.reconcile.plan import Observed
 from app.reconcile.read import read_cluster
@@ -164,3 +167,50 @@ def test_only_a_ca_set_mid_rotation_calls_a_full_pass_after_writes(kubeapi: Emul
     assert rec.rotating()
     rec._steps = {"steady": CaStep(one, None, waiting="the user's CA is not trusted everywhere yet")}
     assert rec.rotating()
+
+
+def test_a_namespace_whose_refill_failed_is_read_again_before_the_next_pass(cluster: Emulator) -> None:
+    """The refill's list fails (a 503): the workloads of the namespace that opted in are not held whole,
+    and a pass finds them so; `refill_missing`, which the loop calls before its passes, reads them again
+    instead of leaving them out until a relist."""
+    keys: list[str] = []
+    cache = _filled(cluster, keys)
+    api = KubeApi(cluster.api_client())
+    labelled = api.get(NAMESPACES, "off")
+    labelled["metadata"]["labels"] = {INJECT: "enabled"}
+    cluster.fail_next("list", "deployments.apps", code=503)
+    cache.namespaces.apply(WatchEvent("MODIFIED", api.replace(NAMESPACES, labelled)))
+    missing = {w["metadata"]["name"] for _, w in cache.observed({"off"}).workloads}
+    assert "deployment-not" not in missing  # held as not enabled, so left out
+    keys.clear()
+    cache.refill_missing()
+    assert set(keys) == {"off"}
+    assert _facts(cache.observed()) == _facts(read_cluster(api))
+
+
+def test_keyed_passes_wait_for_a_full_pass_once_one_stopped_before_stepping_the_ca(kubeapi: Emulator) -> None:
+    """A full pass that stops before the CA sets are stepped (the user's CA Secret is gone) leaves keyed
+    passes nothing to sign with: they defer to a full pass instead of issuing from the CA set of before."""
+    _cluster(kubeapi)
+    rec = reconciler(kubeapi, Clock())
+    rec.cache = _filled(kubeapi)
+    assert not rec.run_pass().aborted
+    assert rec.run_namespaces_pass({"on"}) is not None
+    rec.settings = dataclasses.replace(rec.settings, user_ca_secret="gone")
+    assert rec.run_pass().aborted
+    assert rec.run_namespaces_pass({"on"}) is None
+
+
+def test_a_write_backoff_past_its_time_does_not_queue_its_namespace_again_and_again(kubeapi: Emulator) -> None:
+    """An object whose write failed and that then left the plan keeps its backoff entry past its time: the
+    loop must not queue its namespace at once after every pass (a tight loop of keyed passes), only a
+    backoff still to come."""
+    rec = reconciler(kubeapi, Clock())
+    loop = Controller(rec.api, rec, None)
+    now = rec.clock()
+    rec._backoff = {("Secret", "gone", "web-tls"): (1, now - timedelta(seconds=1)),
+                    ("Secret", "soon", "web-tls"): (1, now + timedelta(seconds=30))}
+    loop._retry({"gone", "soon"}, 100.0)
+    assert [(round(at), ns) for at, ns in loop._later] == [(130, "soon")]
+    loop._retry(None, 100.0)  # after a full pass: every namespace's
+    assert sorted(ns for _, ns in loop._later) == ["soon", "soon"]
