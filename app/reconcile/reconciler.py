@@ -269,12 +269,13 @@ class Reconciler(Trust):
         """_converge, then what it wrote into the cache at once (ClusterCache.assume), when there is one."""
         if self.cache is None:
             return self._converge(item, existing, report, now)
+        # Assumed before the write's own watch event is let through: one that came between would queue work.
         with self.cache.writing(item.resource.kind, (item.namespace, item.name)):
             stored = self._converge(item, existing, report, now)
-        if stored is not existing:
-            was = str(((existing or {}).get("metadata") or {}).get("resourceVersion") or "")
-            kept = self.cache.assume(item.resource.kind, (item.namespace, item.name), stored, was=was)
-            return stored if kept is None else kept  # the cache's copy: the answer's own is freed at once
+            if stored is not existing:
+                was = str(((existing or {}).get("metadata") or {}).get("resourceVersion") or "")
+                kept = self.cache.assume(item.resource.kind, (item.namespace, item.name), stored, was=was)
+                return stored if kept is None else kept  # the cache's copy: the answer's own is freed at once
         return stored
 
     def _accounts_checked(self, targets: list[Target]) -> list[Target]:

@@ -49,14 +49,15 @@ class Trust(Members):
             step: CaStep = decide_ca(existing, namespace=self.settings.namespace, bundles=bundles, leaves=leaves,
                                      now=now, policy=policy, user_ca=user_ca, external=external)
             if step.write is not None:
+                key = (self.settings.namespace, policy.secret_name)
                 try:
-                    with self._writing(SECRETS.kind, (self.settings.namespace, policy.secret_name)):
+                    with self._writing(SECRETS.kind, key):
                         stored = self._write(step.write, report)
+                        if self.cache is not None:  # our own write: its event calls for no full pass
+                            was = str(((existing or {}).get("metadata") or {}).get("resourceVersion") or "")
+                            self.cache.assume(SECRETS.kind, key, stored, was=was)
                 except Conflict:
                     continue  # another reconciler stepped first: use what it stored
-                if self.cache is not None:  # our own write: no call for a full pass when its event comes
-                    was = str(((existing or {}).get("metadata") or {}).get("resourceVersion") or "")
-                    self.cache.assume(SECRETS.kind, (self.settings.namespace, policy.secret_name), stored, was=was)
                 kind = "client-ca" if policy.secret_name == names.CLIENT_CA_SECRET else "ca"
                 self.metrics.rotations.labels(kind, step.write.reason.partition(":")[0]).inc()
                 log.info("CA set stored", extra={"secret": policy.secret_name, "reason": step.write.reason,
