@@ -4,6 +4,7 @@ compacted away, when every watch's resourceVersion is too old (410 Gone) and mus
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -57,10 +58,27 @@ def test_the_loop_keeps_issuing_after_a_restarted_apiserver_and_a_410(
 def test_the_real_apiserver_sends_bookmarks_that_our_watch_reads_as_such(cluster: ControlPlane) -> None:
     """allowWatchBookmarks: the watch cache sends one every minute (and 2 s before the watch's end); our
     client passes them on as BOOKMARK with a resourceVersion to resume from, which wakes no pass. A minute
-    is the apiserver's own period (measured here: bookmarks at 59.6 s and 73.1 s of a 75 s watch)."""
+    is the apiserver's own period (measured here: bookmarks at 59.6 s and 73.1 s of a 75 s watch).
+
+    Only with a resourceVersion newer than the watch's: the Secrets' watch cache learns of one from a
+    Secret's change, or from etcd's progress notification, which a consistent list asks for. Nothing
+    lists Secrets here any more (the installed reconciler watches them from its cache: no bookmark came
+    in 64 s), so the test lists them, every 10 s, while it watches."""
     api = KubeApi(api_client(ClusterConfig(kubeconfig=cluster.admin_kubeconfig)))
     start = api.current_version(SECRETS)
-    bookmarks = [event for event in api.watch(SECRETS, resource_version=start, timeout_seconds=64)
-                 if event.type == "BOOKMARK"]
+    done = threading.Event()
+
+    def list_now_and_then() -> None:
+        while not done.wait(10):
+            api.current_version(SECRETS)
+
+    lister = threading.Thread(target=list_now_and_then, daemon=True)
+    lister.start()
+    try:
+        bookmarks = [event for event in api.watch(SECRETS, resource_version=start, timeout_seconds=64)
+                     if event.type == "BOOKMARK"]
+    finally:
+        done.set()
+        lister.join(15)
     assert bookmarks, "no bookmark in 64 s"
     assert int(bookmarks[-1].object["metadata"]["resourceVersion"]) >= int(start)
