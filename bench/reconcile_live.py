@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from bench.admission import stop
 from bench.reconcile import KINDS, OWN_NS, populate
 from tests.kubeapi import Emulator, running_emulator
 from tests.kubeapi.patches import MERGE_PATCH
@@ -192,13 +193,7 @@ def running_reconciler(cluster: Cluster, folder: Path, *, resync: float | None) 
     try:
         yield Reconciler(process, log, time.monotonic())
     finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop(process)
 
 
 # ---- measuring ------------------------------------------------------------------------------------

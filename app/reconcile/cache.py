@@ -128,7 +128,8 @@ class ClusterCache:
             for obj in informer.objects(scope):
                 namespace = obj["metadata"].get("namespace") or ""
                 if obj.get(_PARTIAL) and namespace in observed.enabled:
-                    self._unfilled.add(namespace)  # a refill failed or raced a relist: `refill_missing` reads it
+                    with self._lock:  # a refill failed or raced a relist: `refill_missing` reads it
+                        self._unfilled.add(namespace)
                     continue  # its namespace opted in; the refill brings it whole
                 observed.workloads.append((kind, obj))
                 template = _template_labels(kind, obj)

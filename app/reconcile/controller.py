@@ -132,7 +132,7 @@ class Controller:
                     due = max(floor, 0.0)
                 if clock() >= due:
                     sign.clear()  # a full pass answers the requests too
-                    self._take_all()  # a full pass reads every namespace's changes so far
+                    self._clear_keys()  # a full pass reads every namespace's changes so far
                     started = clock()
                     due = clock() + self._pass_and_next_delay()
                     self.passes += 1
@@ -174,10 +174,9 @@ class Controller:
             self._keys.discard(key)
             return found
 
-    def _take_all(self) -> set[str]:
+    def _clear_keys(self) -> None:
         with self._lock:
-            keys, self._keys = self._keys, set()  # retries still pending (`_later`) stay
-            return keys - {CLUSTER}
+            self._keys = set()  # retries still pending (`_later`) stay
 
     def _keys_ready(self, now: float) -> bool:
         """Anything queued, or a retry whose time came (moved to the queue)."""
