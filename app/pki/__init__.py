@@ -83,7 +83,7 @@ from app.pki.renewal import (
     load_user_ca,
     sealed_leaf_renewal,
 )
-from app.pki.seal import Sealed, SealedLeaf, open_seal, seal, seal_key
+from app.pki.seal import Sealed, SealedLeaf, open_seal, seal, seal_key, sealed_window
 from app.pki.trust import (
     SETTLE,
     CaRecord,
@@ -192,6 +192,7 @@ __all__ = [
     "seal",
     "seal_key",
     "sealed_leaf_renewal",
+    "sealed_window",
     "service_name_constraints",
     "service_name_problem",
     "spiffe_id",

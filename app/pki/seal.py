@@ -73,14 +73,34 @@ def seal(key: bytes, leaf: SealedLeaf, *, not_before: datetime, not_after: datet
 
 def open_seal(key: bytes, leaf: SealedLeaf, value: str | None) -> Sealed | None:
     """The sealed window when `value` is a seal of exactly `leaf` under `key`; None otherwise."""
+    parts = _parts(value)
+    if parts is None:
+        return None
+    window, mac = parts
+    if not hmac.compare_digest(mac, _mac(key, leaf, window)):
+        return None
+    return _sealed(window)
+
+
+def sealed_window(value: str) -> Sealed:
+    """The window of a seal `seal` just made (so it is known to open): what open_seal would return for it,
+    without computing its HMAC again."""
+    parts = _parts(value)
+    if parts is None:
+        raise ValueError("not a seal")
+    return _sealed(parts[0])
+
+
+def _parts(value: str | None) -> tuple[tuple[int, int], str] | None:
     if not value or len(value) > _MAX_LENGTH:
         return None
     parts = value.split(" ")
     if len(parts) != 4 or parts[0] != _VERSION or not (parts[1].isdigit() and parts[2].isdigit()):
         return None
-    window = (int(parts[1]), int(parts[2]))
-    if not hmac.compare_digest(parts[3], _mac(key, leaf, window)):
-        return None
+    return (int(parts[1]), int(parts[2])), parts[3]
+
+
+def _sealed(window: tuple[int, int]) -> Sealed:
     return Sealed(datetime.fromtimestamp(window[0], UTC), datetime.fromtimestamp(window[1], UTC))
 
 
@@ -89,9 +109,9 @@ def _mac(key: bytes, leaf: SealedLeaf, window: tuple[int, int]) -> str:
               ",".join(sorted(set(leaf.dns_names))).encode(), str(window[0]).encode(), str(window[1]).encode(),
               *((leaf.profile.encode(),) if leaf.profile else ()))
     mac = _keyed(key).copy()
-    for f in fields:  # length-prefixed, so no two different field lists give the same message
-        mac.update(len(f).to_bytes(4, "big"))
-        mac.update(f)
+    # Length-prefixed, so no two different field lists give the same message; one update of the whole
+    # message (the same HMAC as one per piece, at a third of the Python calls).
+    mac.update(b"".join(len(f).to_bytes(4, "big") + f for f in fields))
     return mac.hexdigest()
 
 

@@ -36,6 +36,7 @@ from app.pki import (
     seal,
     seal_key,
     sealed_leaf_renewal,
+    sealed_window,
     to_truststore,
     trust_bundle,
     truststore_fingerprints,
@@ -119,7 +120,8 @@ class Signing:
     now: datetime
     waiting: str = ""
     seal_key: bytes | None = None  # the signer's key for leaf seals (app/pki/seal.py)
-    # Seals opened in this pass, by what they were opened on: a pass decides a leaf, then reports its expiry.
+    # Seals opened in this pass, by what they were opened on: a pass decides a leaf, then reports its expiry
+    # (or decides it again after a 409), so only the last few are read again; at most MAX_OPENED are held.
     opened: dict[tuple[Any, ...], Sealed | None] = field(default_factory=dict, compare=False, repr=False)
     # The client CA set's bundle keys (`client-ca-bundle.crt`, ...) the trust bundle ConfigMap carries too,
     # and the client CA set itself (None while no workload asks for a client certificate; docs/mtls.md).
@@ -309,6 +311,9 @@ def decide_leaf(target: Target, existing: Obj | None, signing: Signing, *, role:
     body = _leaf_body(target, existing, ours, issuer, role=role, keystore=keystore)
     if sealed_as:
         body["metadata"]["annotations"][names.SEAL_ANNOTATION] = sealed_as
+        if sealed_as != _annotations(existing).get(names.SEAL_ANNOTATION):  # sealed just now: leaf_expiry
+            # reads it next, and need not compute its HMAC again
+            _remember_seal(target, body, sealed_as, signing)
     _note_profile(body, target.profile)
     return _write_if_changed(SECRETS, existing, body, reason=reason or "refreshed")
 
@@ -342,11 +347,28 @@ def _open_seal(target: Target, existing: Obj | None, signing: Signing) -> Sealed
         return None
     memo = (target.namespace, target.secret_name, target.dns_names, value, cert, key, target.profile)
     if memo not in signing.opened:
+        if len(signing.opened) >= MAX_OPENED:
+            signing.opened.clear()
         data = secret_data(existing, keys=_LEAF_KEYS)
         leaf = SealedLeaf(target.namespace, target.secret_name, data.get("tls.crt", b""), data.get("tls.key", b""),
                           target.dns_names, _sealed_profile(target))
         signing.opened[memo] = open_seal(signing.seal_key, leaf, value) if len(data) == len(_LEAF_KEYS) else None
     return signing.opened[memo]
+
+
+# Seals a pass holds opened (Signing.opened): each ~0.4 KiB with its key, so a pass over 100,000 leaves
+# that kept them all held ~40 MB more at its peak; a leaf's seal is read again right after its decision.
+MAX_OPENED = 1024
+
+
+def _remember_seal(target: Target, body: Obj, value: str, signing: Signing) -> None:
+    """What _open_seal will find for the Secret as written (`body`'s data, as the server stores it)."""
+    data = body["data"]
+    memo = (target.namespace, target.secret_name, target.dns_names, value, data["tls.crt"], data["tls.key"],
+            target.profile)
+    if len(signing.opened) >= MAX_OPENED:
+        signing.opened.clear()
+    signing.opened[memo] = sealed_window(value)
 
 
 def leaf_expiry(target: Target, secret: Obj | None, signing: Signing) -> datetime | None:

@@ -19,6 +19,7 @@ from app.pki import (
     seal,
     seal_key,
     sealed_leaf_renewal,
+    sealed_window,
 )
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -87,3 +88,12 @@ def test_no_string_opens_a_seal_or_raises(value: str) -> None:
 ])
 def test_an_opened_seal_leaves_only_the_time_to_judge(now: datetime, expected: Decision) -> None:
     assert sealed_leaf_renewal(Sealed(**WINDOW), now=now) == expected
+
+
+def test_the_window_of_a_seal_just_made_is_what_opening_it_gives(ca: CertKey) -> None:
+    key = seal_key(ca)
+    value = seal(key, LEAF, **WINDOW)
+    assert sealed_window(value) == open_seal(key, LEAF, value) == Sealed(**WINDOW)
+    for no_seal in ("", "v1 1 2", "v2 1 2 ab", "v1 x 2 ab", "v1 1 2 " + "a" * 200):
+        with pytest.raises(ValueError, match="not a seal"):
+            sealed_window(no_seal)

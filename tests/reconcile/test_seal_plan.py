@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import dataclasses
 from datetime import timedelta
 from typing import Any
 
@@ -26,9 +27,10 @@ from app.pki import (
     seal,
     seal_key,
 )
+from app.reconcile import plan
 from app.reconcile.discover import Target, WorkloadRef
 from app.reconcile.metrics import ReconcileMetrics
-from app.reconcile.plan import Signing, Write, decide_leaf, secret_data
+from app.reconcile.plan import Signing, Write, decide_leaf, leaf_expiry, secret_data
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import Clock, data, reconciler, small_cluster
 from tests.reconcile.test_plan import NOW, TARGET, stored_from
@@ -162,3 +164,24 @@ def test_by_default_metrics_name_no_namespace_or_secret_only_the_earliest_expiry
     registry = rec.metrics.registry
     assert registry.get_sample_value("tls_injector_certificates_earliest_expiry_timestamp_seconds") == min(ends)
     assert registry.get_sample_value("tls_injector_certificates") == len(secrets)
+
+
+def test_the_expiry_of_a_leaf_just_issued_is_read_from_its_seal_without_opening_it_again(
+        sign: Signing, monkeypatch: pytest.MonkeyPatch) -> None:
+    fresh = dataclasses.replace(sign, opened={})
+    stored = stored_from(decide_leaf(TARGET, None, fresh))
+    cert = load_certificates(secret_data(stored)["tls.crt"])[0]
+    monkeypatch.setattr(plan, "open_seal", lambda *_: pytest.fail("a seal made in this pass was opened again"))
+    assert leaf_expiry(TARGET, stored, fresh) == cert.not_valid_after_utc
+    # What it remembered is what opening it gives: a pass that did not make it opens it, to the same end.
+    monkeypatch.undo()
+    assert leaf_expiry(TARGET, stored, dataclasses.replace(sign, opened={})) == cert.not_valid_after_utc
+
+
+def test_a_pass_holds_at_most_max_opened_seals_whatever_the_number_of_leaves(sign: Signing) -> None:
+    fresh = dataclasses.replace(sign, opened={})
+    for n in range(plan.MAX_OPENED + 50):
+        target = dataclasses.replace(TARGET, secret_name=f"web-{n}-tls")
+        stored = stored_from(decide_leaf(target, None, fresh))
+        assert leaf_expiry(target, stored, fresh) is not None
+        assert len(fresh.opened) <= plan.MAX_OPENED
