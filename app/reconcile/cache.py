@@ -17,12 +17,11 @@ a workload over read.py's caps is not held, and is reported.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
+import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from app import names
@@ -36,7 +35,7 @@ from app.kube import (
     KubeApi,
     KubeError,
 )
-from app.kube.informer import WATCH_TIMEOUT_SECONDS, Informer, Key
+from app.kube.informer import WATCH_TIMEOUT_SECONDS, Informer, Key, Writing
 from app.names import MANAGED_BY_LABEL, MANAGER, ROLE_LABEL
 from app.reconcile import ownership as own
 from app.reconcile.discover import enabled_namespaces, opted_in, pod_may_need_a_secret, public_roots_namespaces
@@ -154,12 +153,12 @@ class ClusterCache:
                 observed.squatted.add(obj["metadata"]["namespace"])
         return observed
 
-    def writing(self, kind: str, key: Key) -> AbstractContextManager[None]:
+    def writing(self, kind: str, key: Key) -> Writing:
         """While we write a leaf Secret, a bundle or our CA's Secret: its watch events update the cache but
         call no one (Informer.writing), so our own write never queues work, whichever comes first, the
         server's answer or the watch event."""
         informers = {SECRETS.kind: [self.leaves, self.secrets], CONFIG_MAPS.kind: [self.bundles]}.get(kind, [])
-        return _all_writing(informers, key)
+        return Writing(informers, key)
 
     def assume(self, kind: str, key: Key, stored: Obj | None, *, was: str) -> Obj | None:
         """Our own write of a leaf Secret or a bundle, into the cache before its watch event (Informer.assume);
@@ -178,7 +177,7 @@ class ClusterCache:
     def _workload_shape(self, kind: str, obj: Obj) -> Obj:
         namespace = str((obj.get("metadata") or {}).get("namespace") or "")
         opted: set[str] = set()
-        shaped = workload_shape(kind, obj, enabled=set(self._enabled) & {namespace}, opted=opted)
+        shaped = _shared(workload_shape(kind, obj, enabled=set(self._enabled) & {namespace}, opted=opted))
         return shaped if opted else {**shaped, _PARTIAL: True}
 
     def _pod_shape(self, pod: Obj) -> Obj | None:
@@ -243,19 +242,67 @@ class ClusterCache:
         self.on_key(CLUSTER)
 
 
-@contextlib.contextmanager
-def _all_writing(informers: list[Informer], key: Key) -> Iterator[None]:
-    with contextlib.ExitStack() as quiet:
-        for informer in informers:
-            quiet.enter_context(informer.writing(key))
-        yield
-
-
 def _leaf_shape(secret: Obj) -> Obj:
-    """A leaf Secret whole but for managedFields (which an update leaves as they are)."""
+    """A leaf Secret whole but for managedFields (which an update leaves as they are), with what every leaf
+    repeats held once (`_shared`)."""
     meta = _map(secret, "metadata")
     meta.pop("managedFields", None)
+    for key in ("namespace", "creationTimestamp"):
+        if isinstance(meta.get(key), str):
+            meta[key] = sys.intern(meta[key])
+    if isinstance(meta.get("labels"), dict):
+        meta["labels"] = _label_set(meta["labels"])
+    if isinstance(meta.get("annotations"), dict):
+        meta["annotations"] = {k: v if k == names.SEAL_ANNOTATION else _shared(v)
+                               for k, v in meta["annotations"].items()}
+    if isinstance(meta.get("ownerReferences"), list):
+        meta["ownerReferences"] = [_shared(ref) for ref in meta["ownerReferences"]]
+    if isinstance(secret.get("type"), str):
+        secret["type"] = sys.intern(secret["type"])
+    data = secret.get("data")
+    if isinstance(data, dict) and isinstance(data.get(_CA_KEY), str):
+        data[_CA_KEY] = sys.intern(data[_CA_KEY])
     return secret
+
+
+# A leaf's ca.crt is the bundle of the CAs in use, the same ~1 KiB (one EC CA; ~3 KiB with three RSA ones)
+# in every leaf of the cluster.
+_CA_KEY = "ca.crt"
+
+
+# Label sets held once, as one dict read by every leaf that has it (each leaf of ours has the same two
+# labels: a dict of ~230 B each). Nothing that reads the cache changes what it reads (plan copies what it
+# writes). Bounded: a tenant's Secret labelled as ours may carry any labels; past this many sets, a leaf's
+# labels are its own.
+MAX_LABEL_SETS = 64
+_label_sets: dict[frozenset[tuple[str, Any]], dict[str, Any]] = {}
+
+
+def _label_set(labels: dict[str, Any]) -> dict[str, Any]:
+    try:
+        key = frozenset(labels.items())
+    except TypeError:  # a value that is no string (no server sends one): kept as it came
+        return labels
+    held = _label_sets.get(key)
+    if held is None:
+        held = _shared(labels)
+        if len(_label_sets) < MAX_LABEL_SETS:
+            held = _label_sets.setdefault(key, held)
+    return held
+
+
+def _shared(value: Any) -> Any:
+    """`value` with its strings interned (sys.intern): a string every object of a kind repeats (a namespace,
+    a label's value, an owner's kind, the bundle of CAs in every leaf and bundle) is then held once, not once
+    per object. Measured at 2,000 leaf Secrets: 4.9 KiB each as decoded, of which ~1.5 KiB such copies.
+    Interned strings are freed with their last user (CPython's interning is not immortal before 3.12)."""
+    if isinstance(value, str):
+        return sys.intern(value)
+    if isinstance(value, dict):
+        return {k: _shared(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shared(v) for v in value]
+    return value
 
 
 def _which_secret(secret: Obj) -> Obj:
@@ -275,7 +322,9 @@ def _bundle_shape(config_map: Obj) -> Obj:
     meta = {k: v for k, v in _map(config_map, "metadata").items() if k != "managedFields"}
     if not own.is_owned(config_map, "bundle"):
         return {"metadata": {k: meta[k] for k in ("name", "namespace", "labels", "resourceVersion") if k in meta}}
-    return bundle_shape({**config_map, "metadata": meta})
+    shaped = bundle_shape({**config_map, "metadata": meta})
+    data = shaped.get("data")  # each namespace's bundle holds the same CAs: held once
+    return {**shaped, "data": _shared(data)} if isinstance(data, dict) else shaped
 
 
 def _candidate(pod: Obj, enabled: set[str]) -> bool:
