@@ -10,17 +10,15 @@ because nothing that follows could be trusted or written.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import logging
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from app import names
 from app.kube import CONFIG_MAPS, NAMESPACES, SECRETS, SERVICE_ACCOUNTS, KubeError, NotFound
-from app.pki import CaSet, load_certificates
+from app.pki import CaSet
 from app.reconcile import keystores, podcerts, signer
 from app.reconcile import status as st
 from app.reconcile.ca import CaUnusable, load_ca_set
@@ -33,20 +31,14 @@ from app.reconcile.discover import (
     trust_only_split,
     truststore_namespaces,
 )
-from app.reconcile.plan import CLIENT_PREFIX, Item, Obj, Observed, Signing, plan
+from app.reconcile.plan import CLIENT_PREFIX, Obj, Observed, Signing, plan
 from app.reconcile.profile import report_profiles
 from app.reconcile.read import read_candidate_pods, read_cluster
 from app.reconcile.reports import Expiries
-from app.reconcile.served import fetch_served
-from app.reconcile.state import NotLeader, PassReport, ReconcileSettings, WorkloadsPassed
-from app.reconcile.trust import Trust
+from app.reconcile.state import NotLeader, PassReport, ReconcileSettings, WorkloadsPassed, collector_paused
+from app.reconcile.webhook_pass import WebhookPass
 from app.reconcile.webhook_plan import (
-    WEBHOOK_KINDS,
     WebhookSettings,
-    bundles_in_use,
-    configurations_trusting,
-    leaves_in_use,
-    webhook_items,
 )
 from app.reconcile.writes import BACKOFF_FIRST, BACKOFF_MAX, MAX_ATTEMPTS, UNAVAILABLE_STREAK
 
@@ -84,8 +76,9 @@ def _after(observed: Observed, stored: dict[tuple[str, str, str], Obj | None]) -
     return dataclasses.replace(observed, leaves=leaves, bundles=bundles)
 
 
-class Reconciler(Trust):
-    """The passes of docs/reconcile.md, composed of the layers below (state, writes, reports, members, trust)."""
+class Reconciler(WebhookPass):
+    """The passes of docs/reconcile.md, composed of the layers below (state, writes, reports, members, trust,
+    the webhook's pass)."""
 
     def run_pass(self) -> PassReport:
         """Workloads, their CA and bundles, then the webhook's own certificate when configured."""
@@ -265,19 +258,6 @@ class Reconciler(Trust):
         self._report_oversized(observed, report, now)
         return targets
 
-    def _converge_cached(self, item: Item, existing: Obj | None, report: PassReport, now: datetime) -> Obj | None:
-        """_converge, then what it wrote into the cache at once (ClusterCache.assume), when there is one."""
-        if self.cache is None:
-            return self._converge(item, existing, report, now)
-        # Assumed before the write's own watch event is let through: one that came between would queue work.
-        with self.cache.writing(item.resource.kind, (item.namespace, item.name)):
-            stored = self._converge(item, existing, report, now)
-            if stored is not existing:
-                was = str(((existing or {}).get("metadata") or {}).get("resourceVersion") or "")
-                kept = self.cache.assume(item.resource.kind, (item.namespace, item.name), stored, was=was)
-                return stored if kept is None else kept  # the cache's copy: the answer's own is freed at once
-        return stored
-
     def _accounts_checked(self, targets: list[Target]) -> list[Target]:
         """A client certificate names its workload's service account (its SPIFFE ID): one that does not
         exist is no identity to vouch for, and whoever creates it later gets a certificate already made
@@ -371,65 +351,3 @@ class Reconciler(Trust):
             observed.enabled = enabled_namespaces(self.api.list_objects(NAMESPACES, label_selector=selector).items)
             observed.pods = read_candidate_pods(self.api, observed.enabled)
         self._answer_requests(native, cas, observed, report, now)
-
-    def converge_webhook(self, ws: WebhookSettings, report: PassReport,
-                         now: datetime) -> dict[tuple[str, str], Obj]:
-        """The webhook's serving Secret and the caBundle of both configurations (see webhook_plan);
-        returns the configurations as stored at the end, keyed by (kind, name)."""
-        configs: dict[tuple[str, str], Obj] = {}
-        for resource in WEBHOOK_KINDS:
-            for name in ws.configurations:
-                found = self._read_optional(resource, name)
-                if found is not None:
-                    configs[resource.kind, name] = found
-        if not configs:
-            log.warning("no webhook configuration found; only the serving certificate is kept",
-                        extra={"configurations": list(ws.configurations)})
-        serving = self._read_optional(SECRETS, ws.secret_name)
-        step = self._step_ca(ws.ca, bundles=bundles_in_use(configs.values()), leaves=leaves_in_use(serving),
-                             user_ca=None, now=now, report=report)
-        stored = dict(configs)
-        for item in webhook_items(ws, self.settings.namespace, configs, Signing.of(step.cas, now=now)):
-            existing = serving if item.resource is SECRETS else configs.get((item.resource.kind, item.name))
-            result = self._converge_cached(item, existing, report, now)
-            if item.resource is not SECRETS and result is not None:
-                stored[item.resource.kind, item.name] = result
-        return stored
-
-    def _served_verdict(self, ws: WebhookSettings, configs: dict[tuple[str, str], Obj], now: datetime) -> bool | None:
-        """Does every caBundle trust the certificate the webhook serves now? One TLS handshake per pass
-        (no API call: the configurations were just read); None when not checked or unreachable."""
-        self.metrics.serving_trusted.clear()
-        if ws.served_address is None or not configs:
-            return None
-        dns_name = f"{ws.service}.{self.settings.namespace}.svc"
-        served = fetch_served(*ws.served_address, server_name=dns_name, explicit=True)
-        chain = load_certificates(served.chain_pem)
-        if not chain:
-            log.warning("cannot check the served certificate", extra={"address": served.address, "error": served.error})
-            return None
-        trusted = configurations_trusting(configs, chain, default_dns=dns_name, now=now)
-        for name, verdict in trusted.items():
-            self.metrics.serving_trusted.labels(name).set(int(verdict))
-        if not all(trusted.values()):
-            log.error("a caBundle does not trust the certificate the webhook serves: admission calls fail",
-                      extra={"address": served.address, "configurations": [n for n, v in trusted.items() if not v]})
-        return all(trusted.values())
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off for the length of a pass.
-
-    A pass decodes the cluster's lists into about a million small dicts and strings that all live until
-    it ends. The collector's full sweeps over them free nothing (decoded JSON holds no cycles, and
-    reference counting frees it all when the pass is over) and cost a fifth of a converged pass at
-    10,000 workloads. Whatever cycles a pass does make are collected as usual once it is over.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()

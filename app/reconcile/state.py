@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 from collections import Counter
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -208,3 +209,21 @@ class ReconcilerState:
             return self.api.get(resource, name, namespace=namespace or self.settings.namespace)
         except NotFound:
             return None
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the length of a pass.
+
+    A pass decodes the cluster's lists into about a million small dicts and strings that all live until
+    it ends. The collector's full sweeps over them free nothing (decoded JSON holds no cycles, and
+    reference counting frees it all when the pass is over) and cost a fifth of a converged pass at
+    10,000 workloads. Whatever cycles a pass does make are collected as usual once it is over.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

@@ -38,6 +38,19 @@ class Writes(ReconcilerState):
                 due[namespace] = min(retry_at, due.get(namespace, retry_at))
         return due
 
+    def _converge_cached(self, item: Item, existing: Obj | None, report: PassReport, now: datetime) -> Obj | None:
+        """_converge, then what it wrote into the cache at once (ClusterCache.assume), when there is one."""
+        if self.cache is None:
+            return self._converge(item, existing, report, now)
+        # Assumed before the write's own watch event is let through: one that came between would queue work.
+        with self.cache.writing(item.resource.kind, (item.namespace, item.name)):
+            stored = self._converge(item, existing, report, now)
+            if stored is not existing:
+                was = str(((existing or {}).get("metadata") or {}).get("resourceVersion") or "")
+                kept = self.cache.assume(item.resource.kind, (item.namespace, item.name), stored, was=was)
+                return stored if kept is None else kept  # the cache's copy: the answer's own is freed at once
+        return stored
+
     def _converge(self, item: Item, existing: Obj | None, report: PassReport, now: datetime) -> Obj | None:
         """Decide and write one object, re-reading after a 409; returns what is stored at the end."""
         failures, retry_at = self._backoff.get(item.key, (0, now))

@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from app.reconcile.reconciler import collector_paused
+from app.reconcile.state import collector_paused
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import Clock, reconciler, small_cluster
 

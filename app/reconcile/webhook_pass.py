@@ -1,0 +1,72 @@
+"""The webhook's own pass: its serving certificate, the caBundle of both its configurations, and whether
+what it serves is trusted by them (docs/reconcile.md, "The webhook's certificate")."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from app.kube import SECRETS
+from app.pki import load_certificates
+from app.reconcile.plan import Obj, Signing
+from app.reconcile.served import fetch_served
+from app.reconcile.state import PassReport
+from app.reconcile.trust import Trust
+from app.reconcile.webhook_plan import (
+    WEBHOOK_KINDS,
+    WebhookSettings,
+    bundles_in_use,
+    configurations_trusting,
+    leaves_in_use,
+    webhook_items,
+)
+
+log = logging.getLogger("tls_injector.reconcile")
+
+
+class WebhookPass(Trust):
+    """The webhook's certificate and caBundles, as the last of a full pass or alone (`bootstrap`)."""
+
+    def converge_webhook(self, ws: WebhookSettings, report: PassReport,
+                         now: datetime) -> dict[tuple[str, str], Obj]:
+        """The webhook's serving Secret and the caBundle of both configurations (see webhook_plan);
+        returns the configurations as stored at the end, keyed by (kind, name)."""
+        configs: dict[tuple[str, str], Obj] = {}
+        for resource in WEBHOOK_KINDS:
+            for name in ws.configurations:
+                found = self._read_optional(resource, name)
+                if found is not None:
+                    configs[resource.kind, name] = found
+        if not configs:
+            log.warning("no webhook configuration found; only the serving certificate is kept",
+                        extra={"configurations": list(ws.configurations)})
+        serving = self._read_optional(SECRETS, ws.secret_name)
+        step = self._step_ca(ws.ca, bundles=bundles_in_use(configs.values()), leaves=leaves_in_use(serving),
+                             user_ca=None, now=now, report=report)
+        stored = dict(configs)
+        for item in webhook_items(ws, self.settings.namespace, configs, Signing.of(step.cas, now=now)):
+            existing = serving if item.resource is SECRETS else configs.get((item.resource.kind, item.name))
+            result = self._converge_cached(item, existing, report, now)
+            if item.resource is not SECRETS and result is not None:
+                stored[item.resource.kind, item.name] = result
+        return stored
+
+    def _served_verdict(self, ws: WebhookSettings, configs: dict[tuple[str, str], Obj], now: datetime) -> bool | None:
+        """Does every caBundle trust the certificate the webhook serves now? One TLS handshake per pass
+        (no API call: the configurations were just read); None when not checked or unreachable."""
+        self.metrics.serving_trusted.clear()
+        if ws.served_address is None or not configs:
+            return None
+        dns_name = f"{ws.service}.{self.settings.namespace}.svc"
+        served = fetch_served(*ws.served_address, server_name=dns_name, explicit=True)
+        chain = load_certificates(served.chain_pem)
+        if not chain:
+            log.warning("cannot check the served certificate", extra={"address": served.address, "error": served.error})
+            return None
+        trusted = configurations_trusting(configs, chain, default_dns=dns_name, now=now)
+        for name, verdict in trusted.items():
+            self.metrics.serving_trusted.labels(name).set(int(verdict))
+        if not all(trusted.values()):
+            log.error("a caBundle does not trust the certificate the webhook serves: admission calls fail",
+                      extra={"address": served.address, "configurations": [n for n, v in trusted.items() if not v]})
+        return all(trusted.values())
