@@ -7,11 +7,13 @@ critical basic constraints and key usage, SKI on every certificate, AKI and SAN 
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import ipaddress
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import overload
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -193,6 +195,55 @@ def fingerprint(cert: x509.Certificate) -> str:
 
 def to_pem(certs: Iterable[x509.Certificate]) -> bytes:
     return b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certs)
+
+
+class Chains(Sequence[list[x509.Certificate]]):
+    """Served chains, each parsed when first read and then kept: from a Secret's `tls.crt` as the API
+    carries it (base64, `encoded`) or from PEM. A full pass hands the trust state machine every leaf in
+    use (100,000 at 100,000 workloads); with one CA, the first chain settles whether a leaf chains to it,
+    so the others are never decoded (parsing them all was ~8% of a converged pass, and ~1 KiB each held
+    to its end). Only a rotation, asking of an old CA, reads them all. Undecodable data is no chain ([]),
+    as load_certificates makes of it."""
+
+    def __init__(self, encoded: Sequence[object] = (), pem: Sequence[bytes] = ()) -> None:
+        self._sources: list[object] = [*encoded, *pem]
+        self._encoded = len(encoded)
+        self._parsed: list[list[x509.Certificate]] = []
+
+    def __len__(self) -> int:
+        return len(self._sources)
+
+    @overload
+    def __getitem__(self, index: int) -> list[x509.Certificate]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[list[x509.Certificate]]: ...
+
+    def __getitem__(self, index: int | slice) -> list[x509.Certificate] | list[list[x509.Certificate]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        position = index + len(self) if index < 0 else index
+        if not 0 <= position < len(self):
+            raise IndexError(index)
+        while len(self._parsed) <= position:
+            at = len(self._parsed)
+            self._parsed.append(self._parse(self._sources[at], encoded=at < self._encoded))
+        return self._parsed[position]
+
+    def __iter__(self) -> Iterator[list[x509.Certificate]]:
+        for index in range(len(self)):
+            yield self[index]
+
+    @staticmethod
+    def _parse(source: object, *, encoded: bool) -> list[x509.Certificate]:
+        if not isinstance(source, (str, bytes)):
+            return []
+        if encoded:
+            try:
+                source = base64.b64decode(source, validate=True)
+            except ValueError:
+                return []
+        return load_certificates(source.encode() if isinstance(source, str) else source)
 
 
 def load_certificates(pem: bytes) -> list[x509.Certificate]:

@@ -109,7 +109,7 @@ def observe(
 ) -> TrustFacts:
     """Facts from the bundles and served chains (leaf + intermediates) found in the cluster."""
     bundle_fps = [{fingerprint(c) for c in b} for b in bundles]
-    chains = list(leaves)
+    chains = _readable(leaves)
     every = {r.fingerprint for r in cas.records if all(fingerprint(r.anchor) in b for b in bundle_fps)}
     used = {r.fingerprint for r in cas.records if any(_chains_to(chain, r.cert) for chain in chains)}
     return TrustFacts(frozenset(every), frozenset(used))
@@ -164,7 +164,7 @@ def adopt_orphans(
     and then leaves them like any replaced CA. Expired CAs verify nothing and are not adopted.
     """
     known = {r.fingerprint for r in cas.records}
-    chains = list(leaves)
+    chains = _readable(leaves)
     found: dict[str, x509.Certificate] = {}
     for bundle in bundles:
         for ca in bundle:
@@ -226,6 +226,12 @@ def _next_state(  # noqa: PLR0911 - one return per transition reads like the tab
 
 def _ordered(records: Iterable[CaRecord]) -> CaSet:
     return CaSet(tuple(sorted(records, key=lambda r: (r.cert.not_valid_before_utc, r.fingerprint))))
+
+
+def _readable(leaves: Iterable[Sequence[x509.Certificate]]) -> Sequence[Sequence[x509.Certificate]]:
+    """Chains read more than once (once per CA): a sequence as it is (certs.Chains parses each only when
+    it is first read, which with one CA is the first alone), anything else listed."""
+    return leaves if isinstance(leaves, Sequence) else list(leaves)
 
 
 def _chains_to(chain: Sequence[x509.Certificate], ca: x509.Certificate) -> bool:

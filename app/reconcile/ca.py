@@ -130,7 +130,8 @@ def decide_ca(
     """
     stored = load_ca_set(existing, user_ca=user_ca)
     forced = names.FORCE_REPLACE_ANNOTATION in _annotations(existing)
-    bundles, leaves = [list(b) for b in bundles], [list(c) for c in leaves]
+    # The leaves as given when a sequence (a pass's Chains, parsed only as far as they are read).
+    bundles, leaves = [list(b) for b in bundles], leaves if isinstance(leaves, Sequence) else list(leaves)
     cas, reason = _with_new_ca(stored, now=now, policy=policy, user_ca=user_ca, forced=forced)
     if not stored.records and policy.adopt_orphans:  # lost: keep trusting what is still served
         cas = adopt_orphans(cas, bundles=bundles, leaves=leaves, now=now)

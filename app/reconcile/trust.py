@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 from app import names
 from app.kube import CONFIG_MAPS, SECRETS, Conflict, KubeError, NotFound
 from app.names import BUNDLE_KEY, CLIENT_BUNDLE_KEY
-from app.pki import CaRole, CaSet, CertKey, TrustFacts, bundle_certificates, load_certificates, load_user_ca
+from app.pki import CaRole, CaSet, CertKey, Chains, TrustFacts, bundle_certificates, load_certificates, load_user_ca
 from app.reconcile import podcerts, signer
 from app.reconcile.ca import CaPolicy, CaStep, CaUnusable, decide_ca, other_role, shared_key_problem
 from app.reconcile.discover import Target, WorkloadRef
@@ -124,30 +124,31 @@ class Trust(Members):
                              report=report, external=self._gate("serving", now))
 
     def _serving_facts(self, observed: Observed, targets: list[Target], namespaces: set[str],
-                       native: signer.NativeView | None, now: datetime) -> tuple[list[list[Any]], list[list[Any]]]:
+                       native: signer.NativeView | None, now: datetime) -> tuple[list[list[Any]], Sequence[list[Any]]]:
         """The serving bundles and leaves in use: what the workload CA is stepped on, and a member's report."""
         # Client Secrets too: their ca.crt is a bundle of the serving CAs in use (their tls.crt chains to no
         # serving CA, so it changes no fact about one).
         wanted = {(t.namespace, t.secret_name) for t in targets} | client_secrets(targets)
-        leaves, held = [], set()
-        for key in [key for key in observed.leaves if key in wanted]:  # each read once, and let go
-            data = secret_data(observed.leaves[key], keys=("tls.crt", "ca.crt"))
-            leaves.append(load_certificates(data.get("tls.crt", b"")))
+        served, held = [], set()
+        for key in [key for key in observed.leaves if key in wanted]:
+            data = observed.leaves[key].get("data") or {}
+            served.append(data.get("tls.crt"))  # decoded and parsed only when read (Chains)
             # A leaf Secret whose last write failed keeps serving (its leaf counts), but its ca.crt cannot
             # be brought up to date, so it is no bundle the new CA must wait for.
             if (SECRETS.kind, *key) not in self._backoff:
-                held.add(data.get("ca.crt", b""))
+                held.add(data.get("ca.crt"))  # as stored: nearly always one text, decoded once below
         # The facts depend on which distinct bundles are in use, not on how many hold each: the bundles of
         # all namespaces, and every leaf Secret's ca.crt, are nearly always one and the same text.
         # (A leaf Secret's ca.crt is a bundle too: a client may trust its peers through its own mount.)
         bundles = [bundle_certificates({BUNDLE_KEY: pem}) for pem in
                    {((observed.bundles.get(ns) or {}).get("data") or {}).get(BUNDLE_KEY, "") for ns in namespaces}]
-        bundles += [load_certificates(pem) for pem in held]
+        bundles += [load_certificates(secret_data({"data": {"ca.crt": pem}}).get("ca.crt", b"")) for pem in held]
+        pod_chains: list[bytes] = []
         if native is not None:  # the ClusterTrustBundle is a bundle in use; issued pod certificates are leaves
             bundles.append(load_certificates(str(((native.bundle or {}).get("spec") or {}).get("trustBundle") or "")
                                         .encode()))
-            leaves += [load_certificates(chain) for chain in podcerts.issued_chains(native.requests, now=now)]
-        return bundles, leaves
+            pod_chains = podcerts.issued_chains(native.requests, now=now)
+        return bundles, Chains(encoded=served, pem=pod_chains)
 
     def _ensure_client_ca(self, observed: Observed, targets: list[Target], now: datetime,
                           report: PassReport) -> CaStep:
