@@ -220,7 +220,7 @@ def discover(
         _want(wanted, namespace, _pod_user(pod, namespace, owner),
               Use(workload, _client_id(pod, namespace, trust_domain or cluster_domain),
                   _selected(workload, pod, selectors.get(namespace, ())), (), _profile(pod, bounds)))
-    return _clashes_refused([_profiled(_target(ns, secret, users, cluster_domain), users, bounds)
+    return _clashes_refused([_target(ns, secret, users, cluster_domain, bounds)
                              for (ns, secret), users in sorted(wanted.items())])
 
 
@@ -228,14 +228,14 @@ def _profile(template: Obj, bounds: ProfileBounds) -> Resolved:
     return resolve_profile(_map(_map(template, "metadata"), "annotations"), bounds)
 
 
-def _profiled(target: Target, users: Mapping[WorkloadRef, Use], bounds: ProfileBounds) -> Target:
-    """The target with the profile its users agree on (each refused value replaced by the default), or the
+def _profiled(users: Mapping[WorkloadRef, Use], bounds: ProfileBounds) -> tuple[Profile, tuple[tuple[str, str], ...]]:
+    """The profile a Secret's users agree on (each refused value replaced by the default), or the
     operator's default when they differ (profile.shared_profile), and every refusal with who made it."""
     problems = [(str(ref), use.profile.reason()) for ref, use in sorted(users.items()) if use.profile.refused]
     profile, conflict = shared_profile([(str(ref), use.profile) for ref, use in users.items()], bounds)
     if conflict:
         problems.append((", ".join(str(ref) for ref in sorted(users)[:_LISTED]), conflict))
-    return dataclasses.replace(target, profile=profile, profile_problems=tuple(problems))
+    return profile, tuple(problems)
 
 
 def _clashes_refused(targets: list[Target]) -> list[Target]:
@@ -342,7 +342,8 @@ def _client_id(template: Obj, namespace: str, trust_domain: str) -> str:
     return spiffe_id(trust_domain, namespace, account)
 
 
-def _target(namespace: str, secret: str, users: Mapping[WorkloadRef, Use], domain: str) -> Target:
+def _target(namespace: str, secret: str, users: Mapping[WorkloadRef, Use], domain: str,
+            bounds: ProfileBounds) -> Target:
     services, refused = service_names(users.values())
     peers = sorted({peer for use in users.values() for peer in use.peers})[:MAX_SERVICES]
     dns = sorted({*dns_names_for_services(services, namespace, cluster_domain=domain),
@@ -350,7 +351,9 @@ def _target(namespace: str, secret: str, users: Mapping[WorkloadRef, Use], domai
     client_ids = tuple(sorted({use.client_id for use in users.values() if use.client_id}))
     own = tuple((str(ref), why) for ref, use in sorted(users.items())
                 if (why := service_name_problem(use.workload.name)))
-    return Target(namespace, secret, tuple(dns), tuple(sorted(users)), refused, client_ids, own_names=own)
+    profile, problems = _profiled(users, bounds)
+    return Target(namespace, secret, tuple(dns), tuple(sorted(users)), refused, client_ids, own_names=own,
+                  profile=profile, profile_problems=problems)
 
 
 def service_names(uses: Iterable[Use]) -> tuple[list[str], tuple[tuple[str, str], ...]]:
