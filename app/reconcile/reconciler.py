@@ -31,7 +31,7 @@ from app.reconcile.discover import (
     trust_only_split,
     truststore_namespaces,
 )
-from app.reconcile.plan import CLIENT_PREFIX, Obj, Observed, Signing, plan
+from app.reconcile.plan import CLIENT_PREFIX, Item, Obj, Observed, Signing, plan
 from app.reconcile.profile import report_profiles
 from app.reconcile.read import read_candidate_pods, read_cluster
 from app.reconcile.reports import Expiries
@@ -122,8 +122,8 @@ class Reconciler(WebhookPass):
             raise _FullPassNeeded(_NEEDS_FULL)
         signing = dataclasses.replace(signing, now=now, client=client, opened={})  # its own seals: none kept
         found = Expiries({(t.namespace, t.secret_name): t for t in targets}, signing)
-        for item in plan(targets, observed, signing):
-            found.note(item, self._converge_cached(item, observed.lookup(item), report, now))
+        self.converge_all(((item, observed.lookup(item)) for item in plan(targets, observed, signing)), report, now,
+                          found.note)
         expiries = found.leaves
         if self.status is not None:  # the status API's workloads of these namespaces, as this pass left them
             kept = tuple(w for w in self.status.workloads if w.namespace not in namespaces)
@@ -225,11 +225,14 @@ class Reconciler(WebhookPass):
             signing.client, opened={}))
         self._native_served = native is not None
         found = Expiries({(t.namespace, t.secret_name): t for t in targets}, signing)
-        for item in plan(targets, observed, signing):
-            obj = self._converge_cached(item, observed.lookup(item), report, now)
+
+        def done(item: Item, obj: Obj | None) -> None:
             if self._intermediates:  # a member's report reads what the pass left
                 stored[item.key] = obj
             found.note(item, obj)
+
+        self.converge_all(((item, observed.lookup(item)) for item in plan(targets, observed, signing)), report, now,
+                          done)
         if self._intermediates:
             self._report_roots(_after(observed, stored), targets, native, report, now)
         self._cert_metrics(found)

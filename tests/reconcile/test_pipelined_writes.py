@@ -1,0 +1,91 @@
+"""A pass sends its creates while it decides the next objects (Writes.converge_all): at most IN_FLIGHT
+unanswered, each answer taken up as a create made at once would be (a failure backs off after one try, a
+lost lease sends nothing more), and every object's writing guard in the cache let go, whatever happens."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from app.kube import KubeApi
+from app.reconcile import writes
+from app.reconcile.cache import ClusterCache
+from tests.kubeapi import Emulator
+from tests.reconcile.cluster import Clock, reconciler, small_cluster
+
+
+def _cached(emu: Emulator, **kwargs: Any) -> tuple[Any, ClusterCache]:
+    rec = reconciler(emu, Clock(), **kwargs)
+    cache = ClusterCache(KubeApi(emu.api_client()), on_key=lambda _: None)
+    for informer in cache.informers:
+        informer.relist()
+    rec.cache = cache
+    return rec, cache
+
+
+def _quiet_keys(cache: ClusterCache) -> list[Any]:
+    return [key for informer in cache.informers for key in informer._quiet]
+
+
+def test_creates_are_sent_at_most_in_flight_at_once_and_all_land(kubeapi: Emulator,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    secrets = small_cluster(kubeapi, namespaces=4, per_namespace=10)
+    rec, cache = _cached(kubeapi)
+    flying, most, lock = 0, 0, threading.Lock()
+    real = writes.Writes._send
+
+    def slow_send(self: Any, write: Any) -> Any:
+        nonlocal flying, most
+        with lock:
+            flying += 1
+            most = max(most, flying)
+        time.sleep(0.01)  # an API server slower than the decisions: sends pile up to the bound
+        try:
+            return real(self, write)
+        finally:
+            with lock:
+                flying -= 1
+
+    monkeypatch.setattr(writes.Writes, "_send", slow_send)
+    report = rec.run_pass()
+    assert not report.aborted
+    assert all(kubeapi.get("secrets", name, ns) for ns, name in secrets)
+    assert 1 < most <= writes.WRITERS <= writes.IN_FLIGHT
+    assert report.writes["create"] == len([r for r in kubeapi.faults.writes() if r.resource != "events"])
+    assert _quiet_keys(cache) == []
+    assert rec.run_pass().write_count == 0
+
+
+def test_a_failed_create_is_tried_once_and_backs_off_while_the_rest_are_written(kubeapi: Emulator) -> None:
+    secrets = small_cluster(kubeapi, namespaces=2, per_namespace=5)
+    rec, cache = _cached(kubeapi)
+    failing_ns, failing = secrets[3]
+    kubeapi.fail_next("create", "secrets", failing, count=5, code=500, namespace=failing_ns)
+    report = rec.run_pass()
+    # The emulator logs an injected fault's create without its name (it fails before reading the body).
+    tries = [r for r in kubeapi.faults.writes()
+             if r.verb == "create" and r.namespace == failing_ns and r.name in (failing, None)]
+    assert [r.code for r in tries] == [500]
+    assert any(failing in message for message in report.failed)
+    assert all(kubeapi.get("secrets", name, ns) for ns, name in secrets if name != failing or ns != failing_ns)
+    assert (rec._backoff[("Secret", failing_ns, failing)][0]) == 1
+    assert _quiet_keys(cache) == []
+
+
+def test_a_pass_that_loses_its_lease_sends_nothing_more_and_lets_every_guard_go(kubeapi: Emulator) -> None:
+    small_cluster(kubeapi, namespaces=3, per_namespace=10)
+    allowed = {"left": 12}
+
+    def may_write() -> bool:
+        allowed["left"] -= 1
+        return allowed["left"] >= 0
+
+    rec, cache = _cached(kubeapi, may_write=may_write)
+    report = rec.run_pass()
+    assert "NotLeader" in (report.aborted or "")
+    # The CA Secret's write and each create sent were allowed; nothing was sent after the first refusal.
+    assert len([r for r in kubeapi.faults.writes() if r.resource != "events"]) <= 12
+    assert _quiet_keys(cache) == []
