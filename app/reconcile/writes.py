@@ -85,7 +85,7 @@ class Writes(ReconcilerState):
                 for item, existing in items:
                     while len(flying) >= IN_FLIGHT or (flying and flying[0].sent.done()):
                         done(*self._landed(flying.popleft(), report, now))
-                    first = self._first(item, existing, report, now)
+                    first = self._first(item, existing, now)
                     if isinstance(first, Write) and first.action == "create":
                         if not self.may_write():
                             raise NotLeader("lost the leader lease")
@@ -102,7 +102,7 @@ class Writes(ReconcilerState):
                         left.sent.result()
                     left.quiet.__exit__(None, None, None)
 
-    def _first(self, item: Item, existing: Obj | None, report: PassReport, now: datetime) -> _Outcome | _Undecided:
+    def _first(self, item: Item, existing: Obj | None, now: datetime) -> _Outcome | _Undecided:
         """What to write first: decided here unless a backoff holds the object back (_converge says so)."""
         if self._backoff.get(item.key, (0, now))[1] > now:
             return _UNDECIDED
