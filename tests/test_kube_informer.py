@@ -131,5 +131,29 @@ def test_the_watch_event_of_our_own_write_updates_the_cache_and_calls_no_one_eve
         informer.apply(WatchEvent("ADDED", created))  # the event came first
     assert informer.get(("default", "a")) == created
     assert changes == []
-    informer.apply(WatchEvent("MODIFIED", {**created, "data": {"v": "theirs"}}))  # after: someone else's
+    theirs = {**created, "metadata": {**created["metadata"], "resourceVersion": "999999"}, "data": {"v": "theirs"}}
+    informer.apply(WatchEvent("MODIFIED", theirs))  # after: someone else's write, at a version of its own
+    assert [key for key, _, _ in changes] == [("default", "a")]
+
+
+def test_the_event_of_a_version_already_held_is_neither_shaped_nor_told(kubeapi: Emulator) -> None:
+    changes: list[tuple[Key, Obj | None, Obj | None]] = []
+    shaped: list[Obj] = []
+
+    def counting(obj: Obj) -> Obj | None:
+        shaped.append(obj)
+        return obj
+
+    informer = Informer(KubeApi(kubeapi.api_client()), CONFIG_MAPS, shape=counting,
+                        on_change=lambda key, old, new: changes.append((key, old, new)))
+    created = KubeApi(kubeapi.api_client()).create(CONFIG_MAPS, _cm("a", "1"), namespace="default")
+    informer.assume(("default", "a"), created, was="")
+    assert len(shaped) == 1
+    informer.apply(WatchEvent("ADDED", created))  # our own write's event, after its answer
+    assert len(shaped) == 1
+    assert changes == []
+    assert informer.version == created["metadata"]["resourceVersion"]
+    newer = {**created, "metadata": {**created["metadata"], "resourceVersion": "999999"}, "data": {"v": "2"}}
+    informer.apply(WatchEvent("MODIFIED", newer))  # anything at another version is shaped and told
+    assert len(shaped) == 2
     assert [key for key, _, _ in changes] == [("default", "a")]

@@ -203,8 +203,10 @@ class Informer:
         self.version = str(meta.get("resourceVersion") or self.version)
         if event.type == "BOOKMARK":
             return
-        shaped = None if event.type == "DELETED" else (self.shape(event.object) if self.shape else event.object)
         key = key_of(event.object)
+        if event.type != "DELETED" and self._holds(key, meta.get("resourceVersion")):
+            return
+        shaped = None if event.type == "DELETED" else (self.shape(event.object) if self.shape else event.object)
         over = self._over(key, shaped)
         if over is not None:
             shaped = None
@@ -220,6 +222,18 @@ class Informer:
             quiet = key in self._quiet
         if old != shaped and not quiet:
             self.on_change(key, old, shaped)
+
+    def _holds(self, key: Key, version: object) -> bool:
+        """Is the object held at this very resourceVersion already? Then the event is our own write's, whose
+        answer was assumed: nothing to shape, compare or tell (a first pass's 100,000 creates come back as
+        100,000 such events). A shape that keeps no resourceVersion is never held so."""
+        with self._lock:
+            held = self._objects.get(key)
+            if not version or held is None or (held.get("metadata") or {}).get("resourceVersion") != version:
+                return False
+            for touched in self._touched:  # as for any event: a refill in progress keeps it
+                touched.add(key)
+            return True
 
     def _over(self, key: Key, shaped: Obj | None) -> Oversized | None:
         """An object the watch brings that is over `max_object_bytes` once shaped: left out, as a list would."""
