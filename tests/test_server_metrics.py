@@ -23,6 +23,7 @@ def _without_created(text: bytes) -> list[bytes]:
 
 def test_observe_leaves_what_counter_inc_and_histogram_observe_leave() -> None:
     direct, wrapped = ServerMetrics(), ServerMetrics()
+    assert direct.observe == direct._add  # one process: the additions made to prometheus_client's floats
     for endpoint, outcome, seconds in CALLS:
         direct.observe(endpoint, outcome, seconds)
         wrapped.requests.labels(endpoint, outcome).inc()
@@ -38,6 +39,7 @@ from app.web.metrics import ServerMetrics, render_shared
 from tests.test_server_metrics import CALLS
 metrics = ServerMetrics()
 assert metrics.shared_dir is not None
+assert metrics.observe == metrics._inc  # a worker: each value's own inc writes its slot of the file
 for endpoint, outcome, seconds in CALLS:
     if sys.argv[1] == "direct":
         metrics.observe(endpoint, outcome, seconds)

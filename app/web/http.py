@@ -117,11 +117,15 @@ _READ_HEADERS = {b"content-type": _CONTENT_TYPE, b"content-length": _CONTENT_LEN
 # The names as clients spell them most (Go's canonical form, as the apiserver and wrk send them, and lower
 # case), the others among them marked _OTHER: found as sent, without lowering them first.
 _OTHER = "other"
-_AS_SENT = {**_READ_HEADERS, **{name.title(): read for name, read in _READ_HEADERS.items()},
+_AS_SENT: dict[bytes, str] = {**_READ_HEADERS, **{name.title(): read for name, read in _READ_HEADERS.items()},
             **{name: _OTHER for name in (b"accept", b"accept-encoding", b"user-agent", b"connection", b"authorization",
                                          b"content-encoding", b"traceparent")},
             **{name.title(): _OTHER for name in (b"accept", b"accept-encoding", b"user-agent", b"connection",
                                                  b"authorization", b"content-encoding", b"traceparent")}}
+
+
+# Bound once: `_AS_SENT.get(name)` looks the method up on every call (~500 instructions of ~950).
+_as_sent = _AS_SENT.get
 
 
 # Connection phases; each has its own deadline.
@@ -240,6 +244,10 @@ def _without_upgrade(method: bytes, url: bytes, version: str, fields: list[tuple
     return b"%s %s HTTP/%s\r\n%s\r\n" % (method, url, version.encode(), b"".join(kept))
 
 
+def _expects_continue(expect: bytes) -> bool:
+    return expect.lower() == b"100-continue"
+
+
 def source_of(peername: object) -> str:
     """The client's address without its port: what the per-source cap counts. An IPv4 address seen
     through an IPv6 socket (::ffff:a.b.c.d) is the IPv4 address, so one client is one source either way."""
@@ -257,6 +265,8 @@ class HttpConnection(asyncio.BufferedProtocol):
         # Read for every request: kept here rather than looked up through `limits` each time.
         self.max_head_bytes, self.max_headers = self.limits.max_head_bytes, self.limits.max_headers
         self.max_body_bytes = self.limits.max_body_bytes
+        self.max_body_digits = len(str(self.max_body_bytes))  # a length of fewer digits is under the cap
+        self.admission = routes.admission
         self.head_seconds, self.body_seconds = self.limits.head_seconds, self.limits.body_seconds
         self.idle_seconds = self.limits.idle_seconds
         self.now = 0.0  # when the bytes being parsed were read
@@ -404,11 +414,39 @@ class HttpConnection(asyncio.BufferedProtocol):
 
     def _read_head(self) -> tuple[bytes, bytes, int, bytes, bool] | None:
         """(content type, content length, Host fields, Expect, chunked) of the head read so far, or None
-        when the head breaks a limit, which is then answered. The fields are walked in the order they were
-        sent, each limit checked as the field arrives, so the first broken is the one answered: the head's
-        size (the target, then each field as `name: value` and CRLF), the number of fields, a transfer
-        coding other than chunked (RFC 9112 6.1: a 501). Called when the head is complete, when a read ends
-        inside it, and when a field passes the count or is a Transfer-Encoding."""
+        when the head breaks a limit, which is then answered. Called when the head is complete, when a read
+        ends inside it, and when a field passes the count or is a Transfer-Encoding.
+
+        One loop takes the values (the last of each) and sums the head's size; only a head that breaks a
+        limit, or has a Transfer-Encoding, is walked again (`_walk_head`), to answer the limit it breaks
+        first: ~1.3k instructions less for wrk's three fields than checking every limit at every field."""
+        fields = self.fields
+        size = len(self.url) + 4 * len(fields)  # each field is `name: value` and CRLF
+        content_type = content_length = expect = coding = b""
+        hosts = 0
+        for name, value in fields:
+            size += len(name) + len(value)
+            read = _as_sent(name)
+            if read is None:
+                read = _READ_HEADERS.get(name.lower())
+            if read is _CONTENT_TYPE:
+                content_type = value
+            elif read is _CONTENT_LENGTH:
+                content_length = value
+            elif read is _HOST:
+                hosts += 1
+            elif read is _EXPECT:
+                expect = value
+            elif read is _TRANSFER_ENCODING:
+                coding = b"?"  # each value is checked by the walk
+        if coding or size > self.max_head_bytes or len(fields) > self.max_headers:
+            return self._walk_head()
+        return content_type, content_length, hosts, expect, False
+
+    def _walk_head(self) -> tuple[bytes, bytes, int, bytes, bool] | None:
+        """`_read_head`, each limit checked as its field arrives, in the order they were sent, so the first
+        broken is the one answered: the head's size (the target, then each field as `name: value` and
+        CRLF), the number of fields, a transfer coding other than chunked (RFC 9112 6.1: a 501)."""
         limit = self.max_head_bytes
         size = len(self.url)
         if size > limit:
@@ -454,39 +492,44 @@ class HttpConnection(asyncio.BufferedProtocol):
         if head is None:
             raise _Stop
         content_type, content_length, hosts, expect, chunked = head
-        version = self.parser.get_http_version()
+        parser = self.parser
+        version = parser.get_http_version()
         if version not in ("1.1", "1.0"):
             self._fail(HttpError(505, "HTTP/1.1 only"))
             raise _Stop
-        if hosts > 1 or (hosts == 0 and version == "1.1"):  # RFC 9112 3.2
+        if hosts != 1 and (hosts or version == "1.1"):  # RFC 9112 3.2
             self._fail(HttpError(400, "exactly one Host header is required"))
             raise _Stop
         # One C call for a request with a body (~100 instructions of a review's ~280k).
-        if (chunked or content_length not in (b"", b"0")) and self.parser.should_upgrade():
-            self.replay = _without_upgrade(self.parser.get_method(), self.url, version, self.fields)
+        if (chunked or content_length not in (b"", b"0")) and parser.should_upgrade():
+            self.replay = _without_upgrade(parser.get_method(), self.url, version, self.fields)
         url, self.url, self.fields = self.url, b"", []  # nothing of a head is kept past it
         self.path = path = (url if url[:1] == b"/" else _absolute_path(url)).split(b"?", 1)[0]
-        self.method = method = self.parser.get_method()
+        self.method = method = parser.get_method()
         self.content_type = content_type
-        self.endpoint = endpoint = self.routes.admission.get(path)
-        expect_continue = bool(expect) and expect.lower() == b"100-continue"
+        self.endpoint = endpoint = self.admission.get(path)
         if endpoint is None:
-            if expect_continue and (content_length not in (b"", b"0") or chunked):
+            if expect and _expects_continue(expect) and (content_length not in (b"", b"0") or chunked):
                 # Its body would only be dropped: the final answer now rather than 100 Continue (RFC 9110 10.1.1).
                 self._linger(self._plain(True, path, method))
                 raise _Stop
             return
-        try:
-            if method != b"POST" or content_type != JSON_TYPE:  # the head every client sends, without a call
-                check_call(method, content_type)
-            if content_length and (not content_length.isdigit() or int(content_length) > self.max_body_bytes):
-                raise HttpError(413 if content_length.isdigit() else 400,
-                                "body larger than the limit or invalid length")
-        except HttpError as error:
-            self._answer_early(endpoint, error)
-            raise _Stop from None
-        if expect_continue:
+        # The head every client sends is checked without a call: a POST of JSON, a length of fewer digits
+        # than the cap's (so under it; int() of it cost ~1k instructions).
+        if method != b"POST" or content_type != JSON_TYPE or len(content_length) >= self.max_body_digits \
+                or (content_length and not content_length.isdigit()):
+            try:
+                self._check_head(method, content_type, content_length)
+            except HttpError as error:
+                self._answer_early(endpoint, error)
+                raise _Stop from None
+        if expect and _expects_continue(expect):
             self._write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def _check_head(self, method: bytes, content_type: bytes, content_length: bytes) -> None:
+        check_call(method, content_type)
+        if content_length and (not content_length.isdigit() or int(content_length) > self.max_body_bytes):
+            raise HttpError(413 if content_length.isdigit() else 400, "body larger than the limit or invalid length")
 
     def on_body(self, chunk: bytes) -> None:
         self.body_size = size = self.body_size + len(chunk)
@@ -515,7 +558,9 @@ class HttpConnection(asyncio.BufferedProtocol):
         else:
             self.phase = IDLE
         parsed = (self.endpoint, self.path, self.method, self.content_type, body, close)
-        if self.waiting or self.writing_paused or self.batch_left <= 0 or _monotonic() > self.batch_ends:
+        # The first request of a read begins its batch: answered without reading the clock.
+        if self.waiting or self.writing_paused or self.batch_left <= 0 or \
+                (self.batch_left < BATCH_REQUESTS and _monotonic() > self.batch_ends):
             self.waiting.append(parsed)
         else:
             self.batch_left -= 1
