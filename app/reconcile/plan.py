@@ -345,14 +345,12 @@ def _open_seal(target: Target, existing: Obj | None, signing: Signing) -> Sealed
     cert, key = raw.get("tls.crt"), raw.get("tls.key")
     if signing.seal_key is None or not value or not isinstance(cert, str) or not isinstance(key, str):
         return None
-    memo = (target.namespace, target.secret_name, target.dns_names, value, cert, key, target.profile)
+    memo = _seal_memo(target, value, cert, key)
     if memo not in signing.opened:
-        if len(signing.opened) >= MAX_OPENED:
-            signing.opened.clear()
         data = secret_data(existing, keys=_LEAF_KEYS)
         leaf = SealedLeaf(target.namespace, target.secret_name, data.get("tls.crt", b""), data.get("tls.key", b""),
                           target.dns_names, _sealed_profile(target))
-        signing.opened[memo] = open_seal(signing.seal_key, leaf, value) if len(data) == len(_LEAF_KEYS) else None
+        _keep_opened(signing, memo, open_seal(signing.seal_key, leaf, value) if len(data) == len(_LEAF_KEYS) else None)
     return signing.opened[memo]
 
 
@@ -363,12 +361,19 @@ MAX_OPENED = 1024
 
 def _remember_seal(target: Target, body: Obj, value: str, signing: Signing) -> None:
     """What _open_seal will find for the Secret as written (`body`'s data, as the server stores it)."""
-    data = body["data"]
-    memo = (target.namespace, target.secret_name, target.dns_names, value, data["tls.crt"], data["tls.key"],
-            target.profile)
+    _keep_opened(signing, _seal_memo(target, value, body["data"]["tls.crt"], body["data"]["tls.key"]),
+                 sealed_window(value))
+
+
+def _seal_memo(target: Target, value: str, cert: str, key: str) -> tuple[Any, ...]:
+    """What an opened seal is kept by: everything the seal covers, as the Secret carries it."""
+    return target.namespace, target.secret_name, target.dns_names, value, cert, key, target.profile
+
+
+def _keep_opened(signing: Signing, memo: tuple[Any, ...], sealed: Sealed | None) -> None:
     if len(signing.opened) >= MAX_OPENED:
         signing.opened.clear()
-    signing.opened[memo] = sealed_window(value)
+    signing.opened[memo] = sealed
 
 
 def leaf_expiry(target: Target, secret: Obj | None, signing: Signing) -> datetime | None:

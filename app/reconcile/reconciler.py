@@ -37,9 +37,7 @@ from app.reconcile.read import read_candidate_pods, read_cluster
 from app.reconcile.reports import Expiries
 from app.reconcile.state import NotLeader, PassReport, ReconcileSettings, WorkloadsPassed, collector_paused
 from app.reconcile.webhook_pass import WebhookPass
-from app.reconcile.webhook_plan import (
-    WebhookSettings,
-)
+from app.reconcile.webhook_plan import WebhookSettings
 from app.reconcile.writes import BACKOFF_FIRST, BACKOFF_MAX, MAX_ATTEMPTS, UNAVAILABLE_STREAK
 
 # What callers import from here, as before the layers were split out.
