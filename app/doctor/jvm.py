@@ -13,7 +13,7 @@ from app.doctor.model import Result, error, ok, warning
 from app.doctor.snapshot import Snapshot
 from app.pki import keystore_holds, public_roots
 from app.reconcile.discover import Target
-from app.reconcile.keystores import keystore_asks
+from app.reconcile.keystores import keystore_asks, password_name_problem
 from app.reconcile.plan import secret_data
 
 CATEGORY = "workloads"
@@ -27,7 +27,8 @@ def check_keystores(snap: Snapshot, wanted: list[Target]) -> Result:
     problems = []
     for (namespace, secret), ask in sorted(asks.items()):
         stored = secret_data(snap.secret(namespace, secret))
-        problem = _problem(stored, generated=ask.password_secrets == frozenset({""}))
+        named = next((why for n in sorted(ask.password_secrets) if n and (why := password_name_problem(n))), "")
+        problem = named or _problem(stored, generated=ask.password_secrets == frozenset({""}))
         if problem:
             problems.append(f"{namespace}/{secret} ({', '.join(ask.workloads)}): {problem}")
     if problems:

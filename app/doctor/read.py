@@ -28,6 +28,7 @@ from app.kube import (
     Unauthorized,
     Unavailable,
 )
+from app.kubenames import subdomain_problem
 from app.names import CLIENT_CA_SECRET, MEMBER_LABEL
 from app.pki import SETTLE, CaRole
 from app.reconcile.ca import CaUnusable, load_ca_set
@@ -162,6 +163,8 @@ def _cluster(api: KubeApi, snap: Snapshot) -> None:
 
 
 def _by_name(api: KubeApi, snap: Snapshot, kind: str, namespace: str, name: str) -> None:
+    if subdomain_problem(name):  # a pod's volume names it, as its author wrote it: not read (it is missing)
+        return
     if kind == "Secret":
         if (namespace, name) not in snap.observed.leaves and (namespace, name) not in snap.secrets:
             snap.secrets[namespace, name] = _optional(api, SECRETS, name, namespace)

@@ -30,6 +30,7 @@ from app.reconcile import ownership as own
 from app.reconcile.discover import (
     Target,
     discover,
+    legal_targets,
     missing_injection,
     should_be_injected,
     trust_only_split,
@@ -42,7 +43,13 @@ _RENEW = "kubectl -n {ns} annotate secret {name} " + names.FORCE_RENEW_ANNOTATIO
 
 
 def targets(snap: Snapshot) -> list[Target]:
-    """The Secrets the reconciler issues, decided as its pass decides them."""
+    """The Secrets the reconciler issues, decided as its pass decides them: never one whose name is none
+    (those are refused, and nothing is read under their name: `check_secret_names`)."""
+    return legal_targets(discovered(snap))[0]
+
+
+def discovered(snap: Snapshot) -> list[Target]:
+    """Every Secret the opted-in workloads ask for, those with a name that is none included."""
     workloads, pods = snap.observed.workloads, snap.observed.pods
     if snap.pod_certificates:
         workloads = [(k, w) for k, w in workloads if not wants_pod_certificates(template_of(k, w) or {})]
@@ -136,6 +143,18 @@ def check_service_names(snap: Snapshot, wanted: list[Target]) -> Result:
                           "whose names changed on its next pass; to force it: "
                           + _RENEW.format(ns=bad[0].namespace, name=bad[0].secret_name))
     return ok(CATEGORY, title, f"{checked} certificates")
+
+
+def check_secret_names(snap: Snapshot) -> Result:
+    title = "every workload's Secret name is a Secret name"
+    refused = legal_targets(discovered(snap))[1]
+    if refused:
+        return error(CATEGORY, title, f"{len(refused)} workload Secrets refused",
+                     details=[t.secret_name_refusal() for t in refused],
+                     hint=f"{names.SECRET_NAME_ANNOTATION} names a Secret of the workload's own namespace by its name "
+                          "alone (a DNS-1123 subdomain); no certificate is issued and nothing is read under any "
+                          "other value. docs/security.md")
+    return ok(CATEGORY, title, "all valid")
 
 
 def check_names_accepted(wanted: list[Target]) -> Result:
@@ -266,7 +285,7 @@ def checks(snap: Snapshot) -> list[Result]:
                       hint="doctor needs list on namespaces, pods, Services, Deployments, StatefulSets, DaemonSets "
                            "and the Secrets and ConfigMaps tls-injector manages")]
     wanted = targets(snap)
-    return [check_secrets_exist(snap, wanted), check_trusted_by_bundle(snap, wanted),
+    return [check_secret_names(snap), check_secrets_exist(snap, wanted), check_trusted_by_bundle(snap, wanted),
             check_service_names(snap, wanted), check_names_accepted(wanted), check_names_given(wanted),
             check_profiles_accepted(wanted), check_profiles_applied(snap, wanted), check_profiles_apply(snap),
             check_trust_only_bundles(snap), check_bundles_writable(snap, wanted),

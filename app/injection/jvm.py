@@ -10,6 +10,7 @@ from typing import Any
 
 from app import names
 from app.injection.choices import Choices, shown
+from app.kubenames import subdomain_problem
 
 
 def keystore_warnings(annotations: Mapping[str, Any], choices: Choices) -> list[str]:
@@ -24,13 +25,19 @@ def keystore_warnings(annotations: Mapping[str, Any], choices: Choices) -> list[
     if choices.mode != names.MODE_SECRET:
         return [f"{names.KEYSTORE_ANNOTATION}: no keystore in the {choices.mode} mode: it is written into the "
                 f"workload's Secret, which this pod does not mount"]
+    password = annotations.get(names.KEYSTORE_PASSWORD_SECRET_ANNOTATION)
+    why = subdomain_problem(password.strip()) if isinstance(password, str) and password.strip() else ""
+    if why:  # the reconciler refuses it by name and reads nothing (app/reconcile/keystores.py)
+        return [f"{names.KEYSTORE_PASSWORD_SECRET_ANNOTATION}: {shown(password)} is no Secret name ({why}); no "
+                "keystore is written: name a Secret of this namespace by its name alone"]
     return []
 
 
 def keystore_line(annotations: Mapping[str, Any], choices: Choices) -> str:
     """The preview's line for a pod that will find a keystore ("" for one that will not)."""
     asked = annotations.get(names.KEYSTORE_ANNOTATION)
-    if not isinstance(asked, str) or asked.strip() != names.KEYSTORE_PKCS12 or choices.mode != names.MODE_SECRET:
+    if not isinstance(asked, str) or asked.strip() != names.KEYSTORE_PKCS12 or choices.mode != names.MODE_SECRET \
+            or keystore_warnings(annotations, choices):
         return ""
     password = annotations.get(names.KEYSTORE_PASSWORD_SECRET_ANNOTATION)
     source = (f"the password in key {names.KEYSTORE_PASSWORD_KEY} of your Secret {shown(password.strip())}"

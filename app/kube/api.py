@@ -24,7 +24,8 @@ from kubernetes.client import rest
 from kubernetes.client.exceptions import ApiException
 
 from app.kube.bounded import Deadline, read_capped
-from app.kube.errors import KubeError, NotFound, Unavailable, error_for
+from app.kube.errors import IllegalName, KubeError, NotFound, Unavailable, error_for
+from app.kubenames import label_problem, path_segment_problem, shown
 from app.settings import API_TIMEOUT_SECONDS
 
 Obj = dict[str, Any]
@@ -50,8 +51,24 @@ class Resource:
     namespaced: bool = True
 
     def path(self, namespace: str | None = None, name: str | None = None) -> str:
-        scope = f"/namespaces/{namespace}" if self.namespaced and namespace else ""
-        return f"{self.prefix}{scope}/{self.plural}" + (f"/{name}" if name else "")
+        """The collection's path (all namespaces when `namespace` is None), or one object's when `name` is
+        given. IllegalName, before any request, for a namespace that is no DNS-1123 label, a name that
+        cannot be one path segment (`..`, `a/b`, "", ...), or a namespaced object named without its
+        namespace: each would make the path name something else (`secrets/../../../secrets` is every
+        Secret of the cluster, `secrets/` the namespace's list)."""
+        scope = ""
+        if self.namespaced and namespace is not None:
+            if why := label_problem(namespace):
+                raise IllegalName(f"{self.kind} namespace {shown(namespace)}: {why}; no request made")
+            scope = f"/namespaces/{namespace}"
+        if name is None:
+            return f"{self.prefix}{scope}/{self.plural}"
+        if why := path_segment_problem(name):
+            raise IllegalName(f"{self.kind} name {shown(name)}: {why}; no request made")
+        if self.namespaced and not scope:
+            raise IllegalName(f"{self.kind} {shown(name)}: a {self.kind} is named within a namespace, and none "
+                              "was given; no request made")
+        return f"{self.prefix}{scope}/{self.plural}/{name}"
 
 
 SECRETS = Resource("Secret", "/api/v1", "secrets")
@@ -320,6 +337,7 @@ class KubeApi:
 
     def _call(self, verb: str, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
               body: Obj | None = None, timeout: float | tuple[float, float] | None = None) -> Any:
+        _check_path(path)
         # identity: no compressed answers (an inflating one weighs far more than its bytes on the wire)
         headers = {"Accept": "application/json", "Content-Type": "application/json", "Accept-Encoding": "identity"}
         # The body is not handed to the client: it would walk it (sanitize_for_serialization) and encode it
@@ -374,6 +392,17 @@ class KubeApi:
                 self.errors[outcome] += 1
         if self.on_call and verb:
             self.on_call(verb, outcome)
+
+
+def _check_path(path: str) -> None:
+    """The last fence before a request: every segment of `path` can be one (no `..`, `%`, `?`, empty...),
+    whatever built it. Resource.path checks each name where it goes in, with what it is; this holds the
+    paths built elsewhere (discovery's `/apis/<group>/<version>`, a subresource) to the same rule."""
+    head, _, rest = path.partition("/")
+    problems = [why for segment in rest.split("/") if (why := path_segment_problem(segment))]
+    if head or not rest or problems:
+        raise IllegalName(f"request path {shown(path)}: {problems[0] if problems else 'not absolute'}; "
+                          "no request made")
 
 
 def _kept(items: list[Obj], shape: Callable[[Obj], Obj | None] | None,

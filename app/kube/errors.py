@@ -46,6 +46,12 @@ class AnswerRefused(KubeError):
     """An answer the client will not read: compressed though not asked to be, or over the size cap."""
 
 
+class IllegalName(KubeError):
+    """A name or namespace that cannot be one segment of a request path (empty, `.`, `..`, holding `/`, `%`,
+    `?`, `#` ...): refused before any request is made (app/kubenames.py). A value a tenant wrote reached the
+    client without being vetted where it was read: the call fails, and nothing is sent."""
+
+
 class Unavailable(KubeError):
     """The API server could not be reached or answered 5xx/429: nothing is known; try later."""
 

@@ -23,6 +23,7 @@ from typing import Any
 from app import names
 from app.injection import Workload, client_secret_name_for, controller_of, pod_workload, template_of, template_workload
 from app.injection.profile import BUILT_IN, Profile, ProfileBounds, Resolved, resolve_profile, shared_profile
+from app.kubenames import shown, subdomain_problem
 from app.pki import (
     MAX_SERVICES,
     ServiceNames,
@@ -87,6 +88,18 @@ class Target:
     # users sharing the Secret by the whole default profile; never a reason not to issue.
     profile: Profile = BUILT_IN
     profile_problems: tuple[tuple[str, str], ...] = ()
+    # Why `secret_name` (from names.SECRET_NAME_ANNOTATION, a value the workload's author writes) is no
+    # Secret name ("" when it is one): such a target is refused whole (`secret_name_refusal`), and nothing is
+    # read or written under that name (`../../../secrets` would be a path to every Secret of the cluster).
+    name_problem: str = ""
+
+    def secret_name_refusal(self) -> str:
+        """Why no certificate is issued under this name, for a person ("" when one is)."""
+        if not self.name_problem:
+            return ""
+        return (f"Secret {self.namespace}/{shown(self.secret_name)} of {', '.join(str(w) for w in self.workloads)}: "
+                f"not issued, {self.name_problem}; set {names.SECRET_NAME_ANNOTATION} to a Secret name of "
+                "the workload's own namespace (a DNS-1123 subdomain)")
 
     def profile_refusal(self) -> str:
         """The refused profile values for a person ("" when none)."""
@@ -352,8 +365,19 @@ def _target(namespace: str, secret: str, users: Mapping[WorkloadRef, Use], domai
     own = tuple((str(ref), why) for ref, use in sorted(users.items())
                 if (why := service_name_problem(use.workload.name)))
     profile, problems = _profiled(users, bounds)
+    why = subdomain_problem(secret)
     return Target(namespace, secret, tuple(dns), tuple(sorted(users)), refused, client_ids, own_names=own,
-                  profile=profile, profile_problems=problems)
+                  profile=profile, profile_problems=problems, name_problem=f"no Secret name: {why}" if why else "")
+
+
+def legal_targets(targets: Iterable[Target]) -> tuple[list[Target], list[Target]]:
+    """The targets whose Secret name is one, and those refused for it (Target.secret_name_refusal): only the
+    first may be read, planned or written."""
+    kept: list[Target] = []
+    refused: list[Target] = []
+    for target in targets:
+        (refused if target.name_problem else kept).append(target)
+    return kept, refused
 
 
 def service_names(uses: Iterable[Use]) -> tuple[list[str], tuple[tuple[str, str], ...]]:

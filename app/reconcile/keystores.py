@@ -24,6 +24,7 @@ from typing import Any
 
 from app import names
 from app.injection import pod_workload, template_of, template_workload
+from app.kubenames import shown, subdomain_problem
 from app.pki import fingerprint, keystore_holds, keystore_of, load_certificates, to_truststore, truststore_fingerprints
 from app.reconcile.discover import opted_in
 
@@ -72,8 +73,8 @@ def keystore_asks(workloads: Iterable[tuple[str, Obj]], pods: Iterable[Obj], *, 
             continue
         name = str(_map(obj, "metadata").get("name") or "")
         workload = pod_workload(meta) if kind == "Pod" else template_workload(kind, name, meta)
-        if not workload.secret_name:
-            continue
+        if not workload.secret_name or subdomain_problem(workload.secret_name):
+            continue  # no Secret, or a name that is none (refused with its target: discover.legal_targets)
         users, passwords = found.setdefault((namespace, workload.secret_name), ([], set()))
         users.append(f"{workload.kind}/{workload.name}")
         passwords.add(_text(annotations, names.KEYSTORE_PASSWORD_SECRET_ANNOTATION))
@@ -114,11 +115,22 @@ def _resolve(key: Key, ask: Ask, read: Reader, own_namespace: str) -> Keystore:
 
 def _refused_name(name: str, namespace: str, secret: str, own_namespace: str) -> str:
     """Why a password Secret may not be read at all, by name alone ("" when it may)."""
+    if why := password_name_problem(name):
+        return why
     if namespace == own_namespace:
         return (f"{names.KEYSTORE_PASSWORD_SECRET_ANNOTATION} is not read in the injector's own namespace "
                 f"{own_namespace}, where its CA keys live")
     if name == secret:
         return f"{names.KEYSTORE_PASSWORD_SECRET_ANNOTATION} names the workload's own certificate Secret"
+    return ""
+
+
+def password_name_problem(name: str) -> str:
+    """Why the value of KEYSTORE_PASSWORD_SECRET_ANNOTATION is no Secret name ("" when it is one): checked
+    before anything is read, as `../../../secrets` in a path would be a read of every Secret of the cluster."""
+    if why := subdomain_problem(name):
+        return (f"{names.KEYSTORE_PASSWORD_SECRET_ANNOTATION} {shown(name)} is no Secret name: {why}; it names a "
+                "Secret of the workload's own namespace by its name alone")
     return ""
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from app import names
 from app.kube import CONFIG_MAPS, NAMESPACES, SECRETS, SERVICE_ACCOUNTS, KubeError, NotFound
+from app.kubenames import shown, subdomain_problem
 from app.pki import CaSet
 from app.reconcile import keystores, podcerts, signer
 from app.reconcile import status as st
@@ -26,6 +27,7 @@ from app.reconcile.discover import (
     Target,
     discover,
     enabled_namespaces,
+    legal_targets,
     missing_injection,
     secret_users,
     trust_only_split,
@@ -250,6 +252,8 @@ class Reconciler(WebhookPass):
         targets = discover(workloads, pods, enabled=observed.enabled, cluster_domain=self.settings.cluster_domain,
                            services=observed.services, own_namespace=self.settings.namespace,
                            trust_domain=self.settings.trust_domain, profiles=self.settings.profiles)
+        targets, illegal = legal_targets(targets)
+        self._report_secret_names(illegal, report, now)
         targets = self._accounts_checked(targets)
         observed.keystores = self._keystores(workloads, pods, targets, observed=observed, report=report, now=now)
         self._report_refused_names(targets, report, now)
@@ -268,6 +272,10 @@ class Reconciler(WebhookPass):
         checked = []
         for target in targets:
             key = (target.namespace, target.client_ids[0].rsplit("/sa/", 1)[-1]) if target.client_wanted else None
+            if key is not None and (why := subdomain_problem(key[1])):  # the pod spec's, as its author wrote it
+                checked.append(target.client_refused(f"its service account {shown(key[1])} is no ServiceAccount "
+                                                     f"name: {why}"))
+                continue
             if key is not None and key not in exists:
                 exists[key] = self._account_exists(*key)
             checked.append(target if key is None or exists[key] else target.client_refused(

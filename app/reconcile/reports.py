@@ -52,6 +52,16 @@ class Expiries:
 class Reports(Writes):
     """The pass's findings about its targets, in the log, the report, Events and metrics."""
 
+    def _report_secret_names(self, illegal: list[Target], report: PassReport, now: datetime) -> None:
+        """Targets refused whole because their Secret name is none (discover.legal_targets): said in the log
+        and the report at every pass, in a `SecretNameRefused` Event on the workloads once while it lasts."""
+        for target in illegal:
+            message = target.secret_name_refusal()
+            report.secret_names_refused.append(message)
+            log.warning("secret name refused", extra={"namespace": target.namespace, "reason": message})
+            self._announce(target.workloads, f"{target.namespace}/{target.secret_name}", reason="SecretNameRefused",
+                           message=message, now=now)
+
     def _report_refused_names(self, targets: list[Target], report: PassReport, now: datetime) -> None:
         """Names a workload asked for that no certificate may carry: the rest are issued; these are said
         in the log and the report at every pass, and in an Event on the workload once while it lasts."""

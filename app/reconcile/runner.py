@@ -61,6 +61,7 @@ def summary(report: PassReport) -> str:
     counted = ((report.conflicts, "object in the way, not ours", "objects in the way, not ours"),
                (report.oversized, "object too large, left out", "objects too large, left out"),
                (report.names_refused, "Secret with service names refused", "Secrets with service names refused"),
+               (report.secret_names_refused, "Secret name refused", "Secret names refused"),
                (report.clients_refused, "client certificate refused", "client certificates refused"),
                (report.profiles_refused, "Secret with its certificate profile refused",
                 "Secrets with their certificate profiles refused"),

@@ -29,6 +29,7 @@ from app.kube import (
     pod_certificate_requests,
 )
 from app.kube.api import CERTIFICATES_GROUP
+from app.kubenames import subdomain_problem
 from app.pki import CaSet, CertKey
 from app.reconcile import events, podcerts
 from app.reconcile.discover import WorkloadRef
@@ -228,7 +229,9 @@ def _get_optional(api: KubeApi, resource: Resource, name: str) -> Obj | None:
 
 
 def _get_named(api: KubeApi, resource: Resource, name: object, namespace: str | None) -> Obj | None:
-    if not isinstance(name, str) or not name:
+    """The object a request's spec names (a Node, a ServiceAccount: DNS-1123 subdomains), None when there is
+    none or the name is none, which is not read (the decision then denies the request)."""
+    if not isinstance(name, str) or subdomain_problem(name):
         return None
     try:
         return api.get(resource, name, namespace=namespace)

@@ -83,6 +83,8 @@ class PassReport:
     # take (read.py: a workload gets no certificate, a Service names none).
     conflicts: list[str] = field(default_factory=list)
     names_refused: list[str] = field(default_factory=list)
+    # Workloads whose Secret name (names.SECRET_NAME_ANNOTATION) is no Secret name: nothing read or written.
+    secret_names_refused: list[str] = field(default_factory=list)
     clients_refused: list[str] = field(default_factory=list)
     keystores_refused: list[str] = field(default_factory=list)  # keystores.Keystore.problem, one per Secret
     oversized: list[str] = field(default_factory=list)
@@ -107,7 +109,7 @@ class PassReport:
     def refused(self) -> list[str]:
         """Every refusal of the pass, of any kind (the log, and `converged`)."""
         return [*self.conflicts, *self.names_refused, *self.clients_refused, *self.oversized, *self.profiles_refused,
-                *self.keystores_refused]
+                *self.keystores_refused, *self.secret_names_refused]
 
     @property
     def write_count(self) -> int:
