@@ -18,6 +18,14 @@ _SERVICE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # 16 Services (32 names, ~1.5 KiB) is more than any workload we know serves, and far below what clients
 # and the Secret's size tolerate. A list longer than that is a mistake or an attack, not a design.
 MAX_SERVICES = 16
+# The Services Kubernetes itself serves in-cluster, by namespace: a certificate our CA signs for one of them
+# is believed by every client whose only trust is our bundle (SSL_CERT_FILE), so none is ever issued, whoever
+# asks. `kubernetes` in `default` is the API server (the apiserver makes and keeps that Service itself), and
+# `kube-dns` in `kube-system` the cluster DNS (the name every installer gives it, CoreDNS included). The
+# other namespaces Kubernetes makes for itself (`kube-system`, `kube-public`, `kube-node-lease`: every
+# `kube-` namespace is reserved for it) hold only the cluster's own Services: none of their names is issued.
+_KUBERNETES_SERVES = {"default": frozenset({"kubernetes"})}
+_KUBERNETES_NAMESPACE_PREFIX = "kube-"
 # Names quoted back in a reason are cut here, and at most this many refusals are listed one by one.
 _SHOWN = 80
 _LISTED = 5
@@ -88,8 +96,9 @@ class ServiceNames:
         return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
 
 
-def vet_service_names(asked: Iterable[str], *, limit: int = MAX_SERVICES) -> ServiceNames:
-    """Keep what can be a Service of the workload's own namespace; refuse the rest, each with a reason.
+def vet_service_names(asked: Iterable[str], *, namespace: str, limit: int = MAX_SERVICES) -> ServiceNames:
+    """Keep what can be a Service of the workload's own namespace `namespace`; refuse the rest, each with a
+    reason (a name Kubernetes itself serves there included: `served_by_kubernetes`).
 
     Order is kept (the caller sorts); past `limit` valid names the rest are refused as over the limit.
     """
@@ -97,7 +106,7 @@ def vet_service_names(asked: Iterable[str], *, limit: int = MAX_SERVICES) -> Ser
     refused: list[tuple[str, str]] = []
     for raw in asked:
         name = raw.strip()
-        why = service_name_problem(name)
+        why = service_name_problem(name) or served_by_kubernetes(name, namespace)
         if not why and len(kept) >= limit:
             why = f"over the limit of {limit} Services per certificate"
         if why:
@@ -120,6 +129,17 @@ def service_name_problem(name: str) -> str:
          "letter or digit)"),
     )
     return next((why for failed, why in checks if failed), "")
+
+
+def served_by_kubernetes(service: str, namespace: str) -> str:
+    """Why Service `service` of `namespace` is a name Kubernetes itself serves in-cluster, or "" (it is not):
+    `kubernetes` in `default` (the API server), and every Service of a `kube-` namespace (the cluster DNS
+    `kube-dns.kube-system.svc` among them)."""
+    if service in _KUBERNETES_SERVES.get(namespace, ()):
+        return f"the API server's own name in namespace {namespace}; Kubernetes serves it, no workload may"
+    if namespace.startswith(_KUBERNETES_NAMESPACE_PREFIX):
+        return f"namespace {namespace} is Kubernetes' own: its Services are the cluster's, no workload's"
+    return ""
 
 
 def _is_ip(name: str) -> bool:

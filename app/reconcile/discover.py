@@ -29,6 +29,7 @@ from app.pki import (
     ServiceNames,
     dns_names_for_services,
     peer_dns_names,
+    served_by_kubernetes,
     service_name_problem,
     spiffe_id,
     vet_service_names,
@@ -357,8 +358,9 @@ def _client_id(template: Obj, namespace: str, trust_domain: str) -> str:
 
 def _target(namespace: str, secret: str, users: Mapping[WorkloadRef, Use], domain: str,
             bounds: ProfileBounds) -> Target:
-    services, refused = service_names(users.values())
-    peers = sorted({peer for use in users.values() for peer in use.peers})[:MAX_SERVICES]
+    services, refused = service_names(users.values(), namespace=namespace)
+    peers = sorted({peer for use in users.values() for peer in use.peers
+                    if not served_by_kubernetes(peer, namespace)})[:MAX_SERVICES]
     dns = sorted({*dns_names_for_services(services, namespace, cluster_domain=domain),
                   *(name for peer in peers for name in peer_dns_names(peer, namespace, cluster_domain=domain))})
     client_ids = tuple(sorted({use.client_id for use in users.values() if use.client_id}))
@@ -380,7 +382,7 @@ def legal_targets(targets: Iterable[Target]) -> tuple[list[Target], list[Target]
     return kept, refused
 
 
-def service_names(uses: Iterable[Use]) -> tuple[list[str], tuple[tuple[str, str], ...]]:
+def service_names(uses: Iterable[Use], *, namespace: str) -> tuple[list[str], tuple[tuple[str, str], ...]]:
     """The Services a Secret's certificate names, and those refused with why (sorted, unique).
 
     Each workload's asked-for list is checked, and refusals reported; one with nothing valid left falls back
@@ -394,11 +396,12 @@ def service_names(uses: Iterable[Use]) -> tuple[list[str], tuple[tuple[str, str]
     for use in uses:
         own: tuple[str, ...] = () if service_name_problem(use.workload.name) else (use.workload.name,)
         if use.workload.asked:
-            checked = vet_service_names(use.workload.service_names)
+            checked = vet_service_names(use.workload.service_names, namespace=namespace)
             refused.update(dict.fromkeys(checked.refused))
             own = checked.kept or own
         kept.update(own, use.selected)
-    final = vet_service_names(sorted(kept))
+    # Its own name too is refused when Kubernetes serves it there (a Deployment `kubernetes` in `default`).
+    final = vet_service_names(sorted(kept), namespace=namespace)
     refused.update(dict.fromkeys(final.refused))
     return list(final.kept), tuple(sorted(refused))
 

@@ -30,6 +30,7 @@ from app.pki import (
     issue_for_key,
     pod_cert_times,
     requested_key,
+    served_by_kubernetes,
     service_name_problem,
     trust_bundle,
     vet_key_type,
@@ -221,8 +222,10 @@ def _dns_names(pod: Mapping[str, Any], namespace: str, domain: str) -> tuple[str
     peers = _peer_names(pod, namespace, domain)
     if not workload.asked:  # its own name, when that is a Service name; else none, and the pod starts all the
         own = [] if service_name_problem(workload.name) else [workload.name]  # same (docs/injection.md)
+        if own and (why := served_by_kubernetes(workload.name, namespace)):  # as discover.service_names
+            return Deny("InvalidNames", f"the workload's own name {workload.name}: {why}")
         return workload.name, sorted({*dns_names_for_services(own, namespace, cluster_domain=domain), *peers})
-    checked = vet_service_names(workload.service_names)
+    checked = vet_service_names(workload.service_names, namespace=namespace)
     if checked.refused:
         return Deny("InvalidNames", f"{names.SERVICE_NAMES_ANNOTATION}: {checked.reason()}; a certificate names "
                                     f"only Services of its own namespace")
@@ -242,7 +245,7 @@ def _peer_names(pod: Mapping[str, Any], namespace: str, domain: str) -> list[str
         return []
     hostname, subdomain = spec.get("hostname"), spec.get("subdomain")
     if hostname != meta.get("name") or not is_dns_label(hostname) or not isinstance(subdomain, str) \
-            or service_name_problem(subdomain):
+            or service_name_problem(subdomain) or served_by_kubernetes(subdomain, namespace):
         return []
     return [f"{hostname}.{name}" for name in dns_names_for_services([subdomain], namespace, cluster_domain=domain)]
 
