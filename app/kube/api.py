@@ -103,11 +103,19 @@ CERTIFICATES_GROUP = "certificates.k8s.io"
 
 def pod_certificate_requests(version: str) -> Resource:
     """PodCertificateRequests in `version` of certificates.k8s.io (v1 from 1.37, v1beta1 on 1.35/1.36)."""
-    return Resource("PodCertificateRequest", f"/apis/{CERTIFICATES_GROUP}/{version}", "podcertificaterequests")
+    return Resource("PodCertificateRequest", _group_path(CERTIFICATES_GROUP, version), "podcertificaterequests")
 
 
 def cluster_trust_bundles(version: str) -> Resource:
-    return Resource("ClusterTrustBundle", f"/apis/{CERTIFICATES_GROUP}/{version}", "clustertrustbundles", False)
+    return Resource("ClusterTrustBundle", _group_path(CERTIFICATES_GROUP, version), "clustertrustbundles", False)
+
+
+def _group_path(group: str, version: str) -> str:
+    """`/apis/<group>/<version>`; IllegalName when either is no path segment (`a/b` would be two)."""
+    for what, part in (("group", group), ("version", version)):
+        if why := path_segment_problem(part):
+            raise IllegalName(f"API {what} {shown(part)}: {why}; no request made")
+    return f"/apis/{group}/{version}"
 
 
 @dataclass(frozen=True)
@@ -249,7 +257,7 @@ class KubeApi:
         """The resource names (plurals, and `x/status` subresources) a group-version serves; None when the
         server does not serve that group-version at all (discovery answers 404)."""
         try:
-            doc = self._json("get", "GET", f"/apis/{group}/{version}")
+            doc = self._json("get", "GET", _group_path(group, version))
         except NotFound:
             return None
         return {str(r.get("name")) for r in doc.get("resources") or [] if isinstance(r, dict)}
