@@ -16,7 +16,8 @@ def test_a_healthy_cluster_passes_every_check(kubeapi: Emulator, tmp_path: Path,
         code, out = run(cluster.doctor(), capsys)
     assert code == 0, out
     # The client CA's two and the client certificates' one pass too (no workload asks: "not needed"), the
-    # three of certificate profiles (none asked for), and the keystores' and the public roots' (none asked for).
-    assert sum(text.startswith("✔ ") for text in out.splitlines()) == 26, out
+    # three of certificate profiles (none asked for), the keystores' and the public roots' (none asked for), and
+    # every workload's Secret name.
+    assert sum(text.startswith("✔ ") for text in out.splitlines()) == 27, out
     assert "✖" not in out
     assert "⚠" not in out
