@@ -21,11 +21,10 @@ MAX_SERVICES = 16
 # The Services Kubernetes itself serves in-cluster, by namespace: a certificate our CA signs for one of them
 # is believed by every client whose only trust is our bundle (SSL_CERT_FILE), so none is ever issued, whoever
 # asks. `kubernetes` in `default` is the API server (the apiserver makes and keeps that Service itself), and
-# `kube-dns` in `kube-system` the cluster DNS (the name every installer gives it, CoreDNS included). The
-# other namespaces Kubernetes makes for itself (`kube-system`, `kube-public`, `kube-node-lease`: every
-# `kube-` namespace is reserved for it) hold only the cluster's own Services: none of their names is issued.
-_KUBERNETES_SERVES = {"default": frozenset({"kubernetes"})}
-_KUBERNETES_NAMESPACE_PREFIX = "kube-"
+# `kube-dns` in `kube-system` the cluster DNS (the name the DNS add-on's Service has, CoreDNS included, as
+# kubelets are told its address). Other Services of `kube-system` are the cluster operator's add-ons, in a
+# namespace no tenant may write: an operator who opts one in gets its names.
+_KUBERNETES_SERVES = {"default": frozenset({"kubernetes"}), "kube-system": frozenset({"kube-dns"})}
 # Names quoted back in a reason are cut here, and at most this many refusals are listed one by one.
 _SHOWN = 80
 _LISTED = 5
@@ -132,13 +131,11 @@ def service_name_problem(name: str) -> str:
 
 
 def served_by_kubernetes(service: str, namespace: str) -> str:
-    """Why Service `service` of `namespace` is a name Kubernetes itself serves in-cluster, or "" (it is not):
-    `kubernetes` in `default` (the API server), and every Service of a `kube-` namespace (the cluster DNS
-    `kube-dns.kube-system.svc` among them)."""
+    """Why Service `service` of `namespace` is a name Kubernetes itself serves in-cluster (`kubernetes` in
+    `default`, the API server; `kube-dns` in `kube-system`, the cluster DNS), or "" when it is not."""
     if service in _KUBERNETES_SERVES.get(namespace, ()):
-        return f"the API server's own name in namespace {namespace}; Kubernetes serves it, no workload may"
-    if namespace.startswith(_KUBERNETES_NAMESPACE_PREFIX):
-        return f"namespace {namespace} is Kubernetes' own: its Services are the cluster's, no workload's"
+        what = "the API server" if namespace == "default" else "the cluster DNS"
+        return f"{what}'s own name in namespace {namespace}; Kubernetes serves it, no workload may"
     return ""
 
 

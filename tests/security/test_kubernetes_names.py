@@ -4,8 +4,8 @@ A Deployment called `kubernetes` in `default`, or `service-names: kubernetes` th
 `kubernetes.default.svc`: the API server's name, which a client whose only trust is our bundle would then
 believe from that workload. Refused, with its reason, on every path a certificate is decided on: the
 workload's own name, `service-names`, a Service selecting the pods, a StatefulSet's governing Service and
-the pod-certificate signer; and every Service of a `kube-` namespace (the cluster DNS `kube-dns` among
-them). A team's own Service called `kubernetes` in its own namespace is its own name, and is issued.
+the pod-certificate signer; and the cluster DNS, `kube-dns` in `kube-system`. A team's own Service called
+`kubernetes` in its own namespace is its own name, and is issued.
 """
 
 from __future__ import annotations
@@ -29,19 +29,17 @@ API_SERVER = ["kubernetes.default.svc", "kubernetes.default.svc.cluster.local"]
     ("kubernetes", "team-a", False),  # team-a's own Service of that name
     ("kubernetes", "defaults", False),
     ("web", "default", False),
+    ("Kubernetes", "default", False),  # no Service name at all: refused as such, not as this
     ("kube-dns", "kube-system", True),
-    ("metrics-server", "kube-system", True),
-    ("web", "kube-public", True),
-    ("web", "kube-node-lease", True),
-    ("web", "kube-team", True),  # every kube- namespace is Kubernetes' own
+    ("metrics-server", "kube-system", False),  # the operator's add-on, in a namespace no tenant writes
+    ("kube-dns", "kube-public", False),
     ("kube-dns", "team-a", False),
     ("web", "kubeflow", False),
 ])
 def test_the_names_kubernetes_serves_are_refused_and_only_those(service: str, ns: str, refused: bool) -> None:
     assert bool(served_by_kubernetes(service, ns)) is refused
     checked = vet_service_names([service, "api"], namespace=ns)
-    assert [name for name, _ in checked.refused] == ([service, "api"] if ns.startswith("kube-") else
-                                                     [service] if refused else [])
+    assert [name for name, _ in checked.refused] == ([service] if refused or service == "Kubernetes" else [])
 
 
 def test_the_limit_counts_only_names_kept() -> None:
@@ -106,13 +104,14 @@ def test_a_statefulset_governed_by_kubernetes_in_default_gets_no_wildcard_under_
     assert not [n for n in _sans(kubeapi, "db-tls", "default") if "kubernetes" in n]
 
 
-def test_a_workload_in_kube_system_is_issued_no_service_name(kubeapi: Emulator) -> None:
+def test_a_workload_in_kube_system_is_not_issued_the_cluster_dns_name(kubeapi: Emulator) -> None:
     namespace(kubeapi, OWN_NS)
-    deployment(kubeapi, "coredns", "kube-system", annotations={SERVICE_NAMES: "kube-dns"})
+    deployment(kubeapi, "coredns", "kube-system", annotations={SERVICE_NAMES: "kube-dns, metrics"})
     _service(kubeapi, "kube-dns", "kube-system", {"app": "coredns"})
     report = reconciler(kubeapi, Clock()).run_pass()
-    assert _sans(kubeapi, "coredns-tls", "kube-system") == []
-    assert any("'kube-dns'" in m and "Kubernetes' own" in m for m in report.names_refused)
+    assert _sans(kubeapi, "coredns-tls", "kube-system") == ["metrics.kube-system.svc",
+                                                           "metrics.kube-system.svc.cluster.local"]
+    assert any("'kube-dns' (the cluster DNS's own name" in m for m in report.names_refused)
 
 
 def test_a_teams_own_service_called_kubernetes_is_its_own_name(kubeapi: Emulator) -> None:
