@@ -127,7 +127,7 @@ class Reconciler(WebhookPass):
         expiries = found.leaves
         if self.status is not None:  # the status API's workloads of these namespaces, as this pass left them
             kept = tuple(w for w in self.status.workloads if w.namespace not in namespaces)
-            fresh = st.workload_statuses(targets, expiries, report.waiting, self._facts)
+            fresh = st.workload_statuses([*targets, *self._refused_targets], expiries, report.waiting, self._facts)
             self.status = dataclasses.replace(self.status, workloads=kept + tuple(fresh))
 
     def forget(self) -> None:
@@ -190,7 +190,8 @@ class Reconciler(WebhookPass):
             self.converge_pod_certificates(native, workloads.cas, observed, report, now)
         missing = missing_injection(observed.pods, enabled=observed.enabled, own_namespace=self.settings.namespace)
         self.metrics.missing_injection.set(len(missing))
-        self._seen = (st.workload_statuses(workloads.targets, workloads.expiries, report.waiting, self._facts),
+        self._seen = (st.workload_statuses([*workloads.targets, *self._refused_targets], workloads.expiries,
+                                           report.waiting, self._facts),
                       st.pod_statuses(missing))
         if self.settings.webhook is not None:
             configs = self.converge_webhook(self.settings.webhook, report, now)
@@ -252,8 +253,8 @@ class Reconciler(WebhookPass):
         targets = discover(workloads, pods, enabled=observed.enabled, cluster_domain=self.settings.cluster_domain,
                            services=observed.services, own_namespace=self.settings.namespace,
                            trust_domain=self.settings.trust_domain, profiles=self.settings.profiles)
-        targets, illegal = legal_targets(targets)
-        self._report_secret_names(illegal, report, now)
+        targets, self._refused_targets = legal_targets(targets)
+        self._report_secret_names(self._refused_targets, report, now)
         targets = self._accounts_checked(targets)
         observed.keystores = self._keystores(workloads, pods, targets, observed=observed, report=report, now=now)
         self._report_refused_names(targets, report, now)

@@ -146,6 +146,9 @@ class ReconcilerState:
         self._lasting: set[tuple[str, str]] = set()  # the conditions of the pass under way
         # The same conditions by the workloads they are told on, (reason, message): the status's conditions.
         self._facts: dict[WorkloadRef, list[tuple[str, str]]] = {}
+        # The targets of the pass under way refused whole for a Secret name that is none: never planned,
+        # shown in the status with their SecretNameRefused condition.
+        self._refused_targets: list[Target] = []
         # Objects whose write failed: (failures in a row, not tried again before). A write the API server
         # keeps refusing is retried after 30 s, doubling up to the resync period, not at every pass.
         self._backoff: dict[tuple[str, str, str], tuple[int, datetime]] = {}

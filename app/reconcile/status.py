@@ -73,10 +73,11 @@ class WorkloadStatus:
     names_problem: str = ""
 
 
-# What keeps a certificate from being Ready, most decisive first: someone else's Secret in the way makes
+# What keeps a certificate from being Ready, most decisive first: a Secret name that is none is never issued
+# (discover.legal_targets); someone else's Secret in the way makes
 # waiting for a CA beside the point (nothing could be written there anyway), and a write refused by the
 # API server comes before a wait that a write would end.
-NOT_READY = ("SecretConflict", "CertificateFailed", "CertificateWaiting")
+NOT_READY = ("SecretNameRefused", "SecretConflict", "CertificateFailed", "CertificateWaiting")
 # Troubles that do not stop the certificate (it is issued without the refused names; one naming no Service
 # is issued all the same, so the pods start, though no client can verify it; the namespace's pods miss the
 # next CA; the client certificate is its own Secret), each a condition of its own.

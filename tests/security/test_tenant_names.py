@@ -114,6 +114,13 @@ def test_a_secret_name_that_is_none_is_refused_whole_and_nothing_is_read_or_writ
     assert "1 Secret name refused" in summary(report)
     [event] = [e for e in kubeapi.objects("events", NS) if e.get("reason") == "SecretNameRefused"]
     assert event["involvedObject"]["name"] == "web"
+    rec = reconciler(kubeapi, Clock())
+    rec.run_pass()
+    assert rec.status is not None
+    [status] = [w for w in rec.status.workloads if w.workloads == ("Deployment/web",)]
+    [ready] = [c for c in status.conditions if c.type == "Ready"]
+    assert (ready.status, ready.reason) == ("False", "SecretNameRefused")
+    assert "no Secret name" in ready.message
 
 
 def test_a_legal_secret_name_is_issued_as_before(kubeapi: Emulator) -> None:
