@@ -26,6 +26,12 @@ _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-
 # server decodes, '?' the query, '#' a fragment, '\' a separator some clients fold into '/'; and nothing
 # outside printable ASCII (controls, spaces, DEL, non-ASCII), which no object name of any kind holds.
 _PATH_BREAKERS = frozenset("/%?#\\")
+# The same as one character class (printable ASCII, 0x21-0x7e, less those five), for the fast answer on the
+# call path: one match of a request's whole path costs ~1 us, against ~9 for a walk of its characters (measured
+# here on a Secret's path), and a first pass at 100,000 workloads makes ~200,000 calls.
+_SEGMENT = r'[!"$&-.0->@-\[\]-~]+'
+_GOOD_SEGMENT = re.compile(_SEGMENT)
+_GOOD_PATH = re.compile(rf"(?:/(?!\.\.?(?:/|$)){_SEGMENT})+")
 # A reason quotes at most this much of the value (a tenant's value may be long).
 _SHOWN = 80
 
@@ -58,6 +64,8 @@ def path_segment_problem(segment: object) -> str:
     `/`, `%`, `?`, `#`, `\\` or anything outside printable ASCII. Looser than any kind's name rule (a
     ClusterTrustBundle's name holds ':'), so it holds for every kind; each kind's own rule is checked where
     a name is read."""
+    if isinstance(segment, str) and _GOOD_SEGMENT.fullmatch(segment) and segment not in (".", ".."):
+        return ""
     if not isinstance(segment, str) or not segment:
         return "empty"
     if segment in (".", ".."):
@@ -66,6 +74,15 @@ def path_segment_problem(segment: object) -> str:
     if bad is not None:
         return f"holds {bad!r}, which no object name holds"
     return ""
+
+
+def path_problem(path: str) -> str:
+    """Why the absolute request path `path` holds a segment that can be none (`path_segment_problem`), or ""."""
+    if _GOOD_PATH.fullmatch(path):
+        return ""
+    if not path.startswith("/"):
+        return "not absolute"
+    return next((why for segment in path[1:].split("/") if (why := path_segment_problem(segment))), "")
 
 
 def shown(value: object) -> str:

@@ -16,6 +16,14 @@ from typing import Any
 import pytest
 
 from app.kube import IllegalName, KubeApi, KubeError, Resource, api, cluster_trust_bundles, pod_certificate_requests
+from app.kubenames import (
+    MAX_LABEL,
+    MAX_SUBDOMAIN,
+    label_problem,
+    path_problem,
+    path_segment_problem,
+    subdomain_problem,
+)
 
 # Every Resource the code defines: the module's constants and one of each made by a function.
 RESOURCES: list[Resource] = sorted(
@@ -162,3 +170,26 @@ def test_every_resource_is_in_the_table() -> None:
     defined = {name for name, value in vars(api).items() if isinstance(value, Resource)}
     assert len(defined) == len(RESOURCES) - 2  # and the two made by functions
     assert len({r.path() for r in RESOURCES}) == len(RESOURCES)
+
+
+# The name rules themselves (app/kubenames.py), at their limits and one past.
+
+@pytest.mark.parametrize("code", range(0x110))
+def test_one_character_is_refused_exactly_when_it_breaks_a_path_or_is_no_printable_ascii(code: int) -> None:
+    char = chr(code)
+    refused = char in "/%?#\\" or not 0x21 <= code <= 0x7E
+    for segment in (f"a{char}b", char * 3):
+        assert bool(path_segment_problem(segment)) is refused, repr(segment)
+        if char != "/":  # in a whole path, '/' is where a segment ends
+            assert bool(path_problem(f"/api/v1/{segment}")) is refused, repr(segment)  # the fast path agrees
+
+
+@pytest.mark.parametrize(("check", "longest"), [(label_problem, MAX_LABEL), (subdomain_problem, MAX_SUBDOMAIN)])
+def test_a_name_rule_holds_at_its_limit_and_one_past(check: Callable[[object], str], longest: int) -> None:
+    assert check("a" * longest) == ""
+    assert "longer than" in check("a" * (longest + 1))
+    for bad in ("", "A", "a_b", "-a", "a-", "a/b", "..", None, 7):
+        assert check(bad), repr(bad)
+    assert check("0-a") == ""
+    assert bool(check("a.b")) is (check is label_problem)
+    assert [n for n in ("a..b", ".a", "a.") if not subdomain_problem(n)] == []

@@ -25,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 
 from app.kube.bounded import Deadline, read_capped
 from app.kube.errors import IllegalName, KubeError, NotFound, Unavailable, error_for
-from app.kubenames import label_problem, path_segment_problem, shown
+from app.kubenames import label_problem, path_problem, path_segment_problem, shown
 from app.settings import API_TIMEOUT_SECONDS
 
 Obj = dict[str, Any]
@@ -406,11 +406,8 @@ def _check_path(path: str) -> None:
     """The last fence before a request: every segment of `path` can be one (no `..`, `%`, `?`, empty...),
     whatever built it. Resource.path checks each name where it goes in, with what it is; this holds the
     paths built elsewhere (discovery's `/apis/<group>/<version>`, a subresource) to the same rule."""
-    head, _, rest = path.partition("/")
-    problems = [why for segment in rest.split("/") if (why := path_segment_problem(segment))]
-    if head or not rest or problems:
-        raise IllegalName(f"request path {shown(path)}: {problems[0] if problems else 'not absolute'}; "
-                          "no request made")
+    if why := path_problem(path):
+        raise IllegalName(f"request path {shown(path)}: {why}; no request made")
 
 
 def _kept(items: list[Obj], shape: Callable[[Obj], Obj | None] | None,
