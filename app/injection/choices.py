@@ -7,7 +7,6 @@ container name would otherwise give a pod without its certificate and nobody wou
 from __future__ import annotations
 
 import posixpath
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -15,10 +14,9 @@ from typing import Any, NamedTuple
 from app import names
 from app.injection.profile import ProfileBounds
 from app.injection.workload import client_secret_name_for
+from app.kubenames import MAX_SUBDOMAIN, subdomain_problem
 
 # DNS-1123 subdomain, what the apiserver requires of a Secret name (RFC 1123 labels, at most 253 chars).
-_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_MAX_SUBDOMAIN = 253
 # Enough for any real name or path (Secret names stop at 253) while a hostile value cannot flood a message.
 _SHOWN = 80
 
@@ -166,12 +164,12 @@ def _checked_secret_name(secret: str) -> str:
             f"cannot tell which workload this pod belongs to (no owner, name or generateName); "
             f"set the {names.SECRET_NAME_ANNOTATION} annotation"
         )
-    if len(secret) > _MAX_SUBDOMAIN:
+    if len(secret) > MAX_SUBDOMAIN:
         raise InjectionRefused(
-            f"the Secret name {shown(secret)} is too long: {len(secret)} characters, at most {_MAX_SUBDOMAIN}; "
+            f"the Secret name {shown(secret)} is too long: {len(secret)} characters, at most {MAX_SUBDOMAIN}; "
             f"set a shorter {names.SECRET_NAME_ANNOTATION}"
         )
-    if not _SUBDOMAIN.fullmatch(secret):
+    if subdomain_problem(secret):
         raise InjectionRefused(
             f"{shown(secret)} is not a valid Secret name (lower-case DNS subdomain); set {names.SECRET_NAME_ANNOTATION}"
         )

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from app.kubenames import MAX_SUBDOMAIN
 from app.names import POD_TEMPLATE_HASH_LABEL, SECRET_NAME_ANNOTATION, SERVICE_NAMES_ANNOTATION
 
 # Where each kind keeps the template its controller stamps pods from; a Pod is its own template.
@@ -38,7 +39,7 @@ TEMPLATE_KINDS: frozenset[str] = frozenset(TEMPLATE_PATHS) - {"Pod"}
 # A Secret's name is a DNS subdomain of at most 253 characters. A workload may be named up to 253 too (a
 # DaemonSet or a bare ReplicaSet with pods), so `<name>-tls` can be too long for the apiserver: such a
 # name is cut and made unique again with a hash of the whole name, as controllers shorten generated names.
-MAX_SECRET_NAME = 253
+MAX_SECRET_NAME = MAX_SUBDOMAIN  # a Secret's name is a DNS-1123 subdomain
 SECRET_SUFFIX = "-tls"  # noqa: S105 - a name's suffix, not a password
 CLIENT_SECRET_SUFFIX = "-client-tls"  # noqa: S105 - a name's suffix, not a password
 _HASH_CHARS = 10  # hex digits of SHA-256: 40 bits, no clash among the names one namespace can hold
