@@ -110,7 +110,7 @@ def profile_flags(command: flags.Flags) -> None:
                               ("--min-renew-before", default.min_renew_before, "the least time before its end a "
                                "certificate may be renewed; the most is 2/3 of its duration, and unset it is 35/90")):
         group.add_argument(flag, type=_profile_duration, default=format_duration(value), metavar="DURATION",
-                           help=f"{what} (hours, minutes, seconds: 2160h, 90m, 1h30m)")
+                           help=f"{what} (a Go duration, as --timeout's: 2160h, 90m, 1h30m, 1.5h)")
     group.add_argument("--default-key-algorithm", choices=names.KEY_ALGORITHMS, default=default.default_key_algorithm,
                        help=f"a certificate's key algorithm when {names.KEY_ALGORITHM_ANNOTATION} is not set")
     group.add_argument("--allowed-key-algorithms", type=_key_algorithms, default=",".join(names.KEY_ALGORITHMS),
