@@ -8,7 +8,7 @@ import dataclasses
 import sys
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app import names
 from app.cli import flags
@@ -188,13 +188,14 @@ def find_cluster(args: argparse.Namespace) -> ClusterConfig | None:
     return dataclasses.replace(found, timeout=args.timeout) if found else None
 
 
-def unverified_tls(cluster: ClusterConfig) -> str | None:
+def unverified_tls(cluster: ClusterConfig, client: Any = None) -> str | None:
     """What to say, once, when the configuration does not check the API server's certificate; else None
-    (a configuration that does not load is said by the command's own use of it)."""
+    (a configuration that does not load is said by the command's own use of it). `client`: the one
+    already made from `cluster`, if any."""
     from app.kube import KubeError, api_client, verifies_tls  # noqa: PLC0415
 
     try:
-        if verifies_tls(api_client(cluster)):
+        if verifies_tls(client or api_client(cluster)):
             return None
     except KubeError:
         return None
@@ -214,7 +215,7 @@ def unreachable(cluster: ClusterConfig, command: str, *, flag: str = "--timeout"
         client = api_client(cluster)
     except KubeError as error:
         return str(error)
-    if notice := unverified_tls(cluster):
+    if notice := unverified_tls(cluster, client):
         print(f"tls-injector {command}: {notice}", file=sys.stderr, flush=True)
     try:
         KubeApi(client, timeout=cluster.timeout).server_version()
