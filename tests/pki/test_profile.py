@@ -78,7 +78,7 @@ def test_malformed_durations_are_refused_with_why(text: str) -> None:
 
 @pytest.mark.parametrize(("duration", "refused"), [
     ("24h", False), ("23h59m59s", True), ("8760h", False), ("8760h1s", True), ("10000000h", True),
-    ("2160h", False), ("1h", True),
+    ("2160h", False), ("1h", True), ("36.5h", False), ("23.99h", True), ("8759.5h", False), ("8760.01h", True),
 ])
 def test_duration_bounds_at_the_limit_and_one_past(duration: str, refused: bool) -> None:
     resolved = resolve_profile({DURATION: duration}, BOUNDS)
