@@ -135,7 +135,8 @@ def test_the_builder_installs_only_hash_locked_dependencies_then_the_wheel_witho
     wheel = next(c for c in commands if "pip wheel" in c)
     assert "--no-build-isolation" in wheel, "an isolated build would fetch an unpinned build backend"
     assert "--no-deps" in wheel
-    assert "/opt/tls-injector/bin/pip uninstall --yes pip" in commands
+    # The venv's own pip and setuptools (a build backend) go: the built image is checked for both (tests/image).
+    assert "/opt/tls-injector/bin/pip uninstall --yes pip setuptools" in commands
 
 
 def test_the_docker_context_excludes_everything_but_the_package_sources() -> None:
