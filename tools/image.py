@@ -46,6 +46,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -62,7 +63,7 @@ BASE_RECIPE = "1"
 PYTHON_PREFIX = "/usr"
 # The build context the Dockerfile copies (.dockerignore lets exactly these in) and the Dockerfile.
 INPUTS = ("Dockerfile", ".dockerignore", "README.md", "pyproject.toml", "requirements.lock",
-          "requirements-build.lock", "tools/rootfs.sh", "app")
+          "requirements-build.lock", "tools/rootfs.sh", "app", "tools/image.py")  # and how it is built
 # Every wait is bounded. Measured on 2 busy cores: debootstrap ~4 min, the build ~5 min (docs/install.md).
 DEBOOTSTRAP_SECONDS = 1800
 BUILD_SECONDS = 2400
@@ -101,11 +102,21 @@ def _tool(name: str) -> str:
     return found
 
 
-def _run(argv: list[str], *, timeout: float, capture: bool = False, cwd: Path | None = None) -> str:
+def _run(argv: list[str], *, timeout: float, capture: bool = False, quiet: bool = False) -> str:
+    """`argv` to its end within `timeout`; past it the whole process group is killed (buildah's runc and
+    the RUN step's processes with it), so nothing of a stuck build is left running."""
     print("+ " + " ".join(argv), file=sys.stderr, flush=True)
-    done = subprocess.run(argv, check=True, timeout=timeout, cwd=cwd, text=True,
-                          stdout=subprocess.PIPE if capture else sys.stderr)
-    return done.stdout or ""
+    with subprocess.Popen(argv, text=True, stdout=subprocess.PIPE if capture else sys.stderr,
+                          stderr=subprocess.DEVNULL if quiet else None, start_new_session=True) as process:
+        try:
+            out, _ = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate(timeout=60)
+            raise
+    if process.returncode != 0:
+        raise subprocess.CalledProcessError(process.returncode, argv, out)
+    return out or ""
 
 
 # ---- the base: Debian bookworm with Debian's CPython 3.11 -------------------------------------------
@@ -192,15 +203,15 @@ def base_image(info: dict[str, str]) -> str:
 
 # ---- buildah, with storage of its own ----------------------------------------------------------------
 
-def _buildah(*argv: str, timeout: float = STEP_SECONDS, capture: bool = False) -> str:
+def _buildah(*argv: str, timeout: float = STEP_SECONDS, capture: bool = False, quiet: bool = False) -> str:
     root = cache_root()
     return _run([_tool("buildah"), "--root", str(root / "storage"), "--runroot", str(root / "run"),
-                 "--storage-driver", "overlay", *argv], timeout=timeout, capture=capture)
+                 "--storage-driver", "overlay", *argv], timeout=timeout, capture=capture, quiet=quiet)
 
 
 def _has_image(name: str) -> bool:
     try:
-        _buildah("inspect", "--type", "image", "--format", "{{.FromImageID}}", name, capture=True)
+        _buildah("inspect", "--type", "image", "--format", "{{.FromImageID}}", name, capture=True, quiet=True)
     except subprocess.CalledProcessError:
         return False
     return True
@@ -346,13 +357,17 @@ def _build_locked() -> Path:
     out = folder / f"{NAME}-{version()}.oci.tar"
     if out.is_file():
         return out
+    # Containers a killed build left behind (this storage is ours alone, and the lock is held).
+    _buildah("rm", "--all", capture=True)
     name = _import_base(info)
     tag = f"localhost/{NAME}:{version()}"
     shutil.rmtree(folder, ignore_errors=True)
     work = folder / "work"
     work.mkdir(parents=True)
     building = time.monotonic()
+    # runc named, not left to containers.conf: crun, its other choice, refuses this host's cgroups.
     _buildah("build", "--layers", "--pull=never", "--network", "host", "--isolation", "oci",
+             "--runtime", _tool("runc"),
              "--build-arg", f"PYTHON_IMAGE={name}", "--build-arg", f"PYTHON_PREFIX={PYTHON_PREFIX}",
              *_build_environment(work), "--tag", tag, "--file", str(ROOT / "Dockerfile"), str(ROOT),
              timeout=BUILD_SECONDS)
