@@ -121,7 +121,8 @@ class Mount:
     writable: bool = False
 
 
-def bundle(image: Image, rootfs: Path, where: Path, args: list[str], mounts: tuple[Mount, ...] = ()) -> Path:
+def bundle(image: Image, rootfs: Path, where: Path, args: list[str], mounts: tuple[Mount, ...] = (), *,
+           tmpfs: tuple[str, ...] = ()) -> Path:
     """A runc bundle for `args` in the image as Kubernetes' restricted profile runs it: the image's user,
     env and working directory, the root filesystem read-only, every capability dropped, no new
     privileges; the host's network namespace (the tests reach the server over loopback only)."""
@@ -143,6 +144,9 @@ def bundle(image: Image, rootfs: Path, where: Path, args: list[str], mounts: tup
         options = ["rbind", "nosuid", "nodev", "noexec", "rw" if mount.writable else "ro"]
         spec["mounts"].append({"destination": mount.destination, "type": "bind", "source": str(mount.source),
                                "options": options})
+    for destination in tmpfs:  # as an emptyDir: writable, small, the image's user's
+        spec["mounts"].append({"destination": destination, "type": "tmpfs", "source": "tmpfs",
+                               "options": ["nosuid", "nodev", "noexec", "mode=1777", "size=16m"]})
     (where / "config.json").write_text(json.dumps(spec, indent=1))
     return where
 

@@ -187,16 +187,26 @@ def cert_dir(tmp_path: Path) -> Path:
     return files.cert_file.parent
 
 
-def test_serve_on_a_read_only_root_with_its_certificate_mounted_read_only_and_nothing_writable(
+def _deployment_args(port: int, probe_port: int) -> list[str]:
+    """The webhook Deployment's container args as shipped, on ports of this test (the host's network)."""
+    deployment = yaml.safe_load((ROOT / "manifests/base/deployment.yaml").read_text())
+    args: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--port=8443" in args
+    assert "--probe-port=8081" in args
+    kept = [a for a in args if not a.startswith(("--port=", "--probe-port="))]
+    return [*kept, "--host", "127.0.0.1", f"--port={port}", f"--probe-port={probe_port}"]
+
+
+def test_serve_with_the_deployments_args_on_a_read_only_root_with_nothing_writable(
         image: Image, tree: Path, runtime: Runtime, tmp_path: Path, cert_dir: Path) -> None:
-    """The shipped Deployment's shape: the serving Secret mounted read-only. No path is writable at all
-    (not even /tmp), and the server starts and answers."""
-    port = _port()
-    where = bundle(image, tree, tmp_path / "serve", [
-        *image.run_config()["Entrypoint"], "serve", "--host", "127.0.0.1", "--port", str(port), "--no-reconciler",
-        "--tls-cert-file", "/etc/tls-injector/serving/tls.crt",
-        "--tls-private-key-file", "/etc/tls-injector/serving/tls.key", "--drain-seconds", "1"],
-        (Mount(cert_dir, "/etc/tls-injector/serving"),))
+    """The shipped Deployment's container: its args, the serving Secret and the trust bundle mounted
+    read-only where it mounts them. No path is writable at all (not even /tmp), and it answers."""
+    trust = tmp_path / "trust"
+    trust.mkdir()
+    (trust / "ca-bundle.crt").write_bytes((cert_dir / "ca.crt").read_bytes())
+    port, probe_port = _port(), _port()
+    where = bundle(image, tree, tmp_path / "serve", [*image.run_config()["Entrypoint"], *_deployment_args(
+        port, probe_port)], (Mount(cert_dir, "/etc/tls-injector/serving"), Mount(trust, "/etc/tls-injector/trust")))
     log = tmp_path / "serve.log"
     with runtime.started(where, log) as process:
         ready = _readyz(port, cert_dir / "ca.crt", log)
@@ -204,6 +214,26 @@ def test_serve_on_a_read_only_root_with_its_certificate_mounted_read_only_and_no
     assert ready["ready"] is True
     assert ready["certificate_loaded"] is True
     assert "Traceback" not in log.read_text(), log.read_text()
+
+
+def test_serve_with_workers_needs_a_writable_tmp_and_says_so_on_a_read_only_root(
+        image: Image, tree: Path, runtime: Runtime, tmp_path: Path, cert_dir: Path) -> None:
+    """`--workers` above 1 keeps its workers' state in a temp directory: the one writable path the server
+    needs (the manifests mount an emptyDir at /tmp). Without one it stops at once and says so."""
+    port = _port()
+    args = [*image.run_config()["Entrypoint"], "serve", "--host", "127.0.0.1", f"--port={port}", "--no-reconciler",
+            "--workers", "2", "--tls-cert-file", "/etc/tls-injector/serving/tls.crt",
+            "--tls-private-key-file", "/etc/tls-injector/serving/tls.key", "--drain-seconds", "1"]
+    mounts = (Mount(cert_dir, "/etc/tls-injector/serving"),)
+    code, _, err = run(image, tree, runtime, tmp_path / "no-tmp", *args, mounts=mounts)
+    assert code == 2, err
+    assert "a read-only root file system needs an emptyDir at /tmp" in err
+    where = bundle(image, tree, tmp_path / "tmp", args, mounts, tmpfs=("/tmp",))
+    log = tmp_path / "serve.log"
+    with runtime.started(where, log) as process:
+        ready = _readyz(port, cert_dir / "ca.crt", log)
+        assert process.poll() is None
+    assert ready["ready"] is True
 
 
 def test_serve_self_signed_on_a_read_only_root_writes_only_its_ca_directory(
