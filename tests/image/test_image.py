@@ -21,9 +21,11 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import socket
 import ssl
 import stat
+import subprocess
 import tarfile
 import time
 import tomllib
@@ -85,6 +87,19 @@ def test_the_archive_names_the_image_as_the_manifests_do(image: Image) -> None:
     assert annotations["org.opencontainers.image.ref.name"] == f"docker.io/library/{named}"
     assert image.archive.name == f"tls-injector-{VERSION}.oci.tar"
     assert image_tool().archive_path() == image.archive, "`tools/image.py path` names this archive"
+
+
+def test_an_oci_tool_reads_the_archive_as_this_test_does(image: Image, tmp_path: Path) -> None:
+    """buildah pulls the archive into a storage of its own: the image it finds is the config read here."""
+    buildah = [shutil.which("buildah") or "buildah", "--root", str(tmp_path / "storage"), "--runroot",
+               str(tmp_path / "run"), "--storage-driver", "vfs"]
+    pulled = subprocess.run([*buildah, "pull", "--quiet", f"oci-archive:{image.archive}"], capture_output=True,
+                            text=True, check=False, timeout=300)
+    assert pulled.returncode == 0, pulled.stderr
+    assert pulled.stdout.strip() == image.manifest["config"]["digest"].removeprefix("sha256:")
+    names = subprocess.run([*buildah, "images", "--format", "{{.Name}}:{{.Tag}}"], capture_output=True, text=True,
+                           check=True, timeout=60).stdout.split()
+    assert names == [f"docker.io/library/tls-injector:{VERSION}"]
 
 
 def test_the_config_runs_the_console_script_as_the_numeric_non_root_user(image: Image) -> None:
