@@ -121,12 +121,11 @@ def _run(argv: list[str], *, timeout: float, capture: bool = False, quiet: bool 
 
 # ---- the base: Debian bookworm with Debian's CPython 3.11 -------------------------------------------
 
-def mirror() -> str:
+def mirror(sources: Path = Path("/etc/apt")) -> str:
     """The Debian mirror this machine's apt uses for the release (its sources), else deb.debian.org."""
     configured = os.environ.get("TLS_INJECTOR_DEBIAN_MIRROR")
     if configured:
         return configured
-    sources = Path("/etc/apt")
     for path in sorted([sources / "sources.list", *sources.glob("sources.list.d/*")]):
         if not path.is_file():
             continue
@@ -232,14 +231,15 @@ def _import_base(info: dict[str, str]) -> str:
     return name
 
 
-def _pip_settings() -> tuple[dict[str, str], Path | None]:
+def pip_settings(files: list[Path] | None = None) -> tuple[dict[str, str], Path | None]:
     """What this machine's pip uses to reach PyPI: index settings and the CA file (PIP_* first, then the
     pip.conf files pip reads, the last one winning as in pip)."""
     settings: dict[str, str] = {}
-    files = [Path("/etc/xdg/pip/pip.conf"), Path("/etc/pip.conf"), Path.home() / ".pip/pip.conf",
-             Path.home() / ".config/pip/pip.conf"]
-    if os.environ.get("PIP_CONFIG_FILE"):
-        files.append(Path(os.environ["PIP_CONFIG_FILE"]))
+    if files is None:
+        files = [Path("/etc/xdg/pip/pip.conf"), Path("/etc/pip.conf"), Path.home() / ".pip/pip.conf",
+                 Path.home() / ".config/pip/pip.conf"]
+        if os.environ.get("PIP_CONFIG_FILE"):
+            files.append(Path(os.environ["PIP_CONFIG_FILE"]))
     for path in files:
         parser = configparser.ConfigParser(interpolation=None)
         try:
@@ -266,7 +266,7 @@ def _build_environment(work: Path) -> list[str]:
         for spelled in (name, name.lower()):
             if os.environ.get(spelled):
                 options += ["--build-arg", f"{spelled}={os.environ[spelled]}"]
-    settings, cert = _pip_settings()
+    settings, cert = pip_settings()
     lines = ["[global]", *(f"{key} = {value}" for key, value in settings.items())]
     if cert is not None:
         shutil.copyfile(cert, work / "ca.crt")
@@ -279,13 +279,15 @@ def _build_environment(work: Path) -> list[str]:
 
 # ---- the image -----------------------------------------------------------------------------------
 
-def _inputs_digest(info: dict[str, str]) -> str:
+def inputs_digest(info: dict[str, str], root: Path = ROOT) -> str:
+    """What the archive is keyed by: the build context's files (names, exec bits, contents), the base, the
+    build arguments (tools/image.py itself is one of the files)."""
     digest = hashlib.sha256()
     for name in INPUTS:
-        path = ROOT / name
+        path = root / name
         files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
         for file in files:
-            relative = file.relative_to(ROOT).as_posix()
+            relative = file.relative_to(root).as_posix()
             if "__pycache__" in file.parts or file.suffix == ".pyc":
                 continue  # .dockerignore keeps them out of the context
             digest.update(f"{relative}\0{file.stat().st_mode & 0o111:o}\0".encode())
@@ -300,7 +302,7 @@ def _archive_dir() -> Path | None:
     if not record.is_file():
         return None
     info = json.loads(record.read_text())
-    return cache_root() / "images" / _inputs_digest(info)[:16]
+    return cache_root() / "images" / inputs_digest(info)[:16]
 
 
 def archive_path() -> Path | None:
