@@ -130,8 +130,8 @@ def test_each_path_runs_the_rules_of_its_kind_of_namespace_and_those_of_all() ->
         "namespace-tls-transition", "enabled-namespace-workload-tls-transition",
         "enabled-namespace-cronjob-tls-transition", "enabled-namespace-workload-client-certificate-transition",
         "enabled-namespace-cronjob-client-certificate-transition", "workload-tls-mode-transition",
-        "cronjob-tls-mode-transition", "enabled-namespace-workload-trust-only-transition", "enabled-namespace-cronjob-trust-only-transition",
-        *NEW_RULES]
+        "cronjob-tls-mode-transition", "enabled-namespace-workload-trust-only-transition",
+        "enabled-namespace-cronjob-trust-only-transition", *NEW_RULES]
     assert [r.name for r in rules.scoped("other-namespaces")] == [
         "workload-tls-transition", "cronjob-tls-transition", "workload-client-certificate-transition",
         "cronjob-client-certificate-transition", "namespace-tls-transition", "workload-tls-mode-transition",
