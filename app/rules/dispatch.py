@@ -20,8 +20,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from app.admission import GroupVersionKind
-from app.rules.export import guess_resource
-from app.rules.model import SCOPE_ENABLED_NAMESPACES, SCOPE_OTHER_NAMESPACES, Rule, RuleSet
+from app.rules.model import (
+    SCOPE_ENABLED_NAMESPACES,
+    SCOPE_OTHER_NAMESPACES,
+    Rule,
+    RuleSet,
+    guess_resource,
+)
 from app.rules.paths import Path
 
 # The condition's sides: the object after the update, and before it (null on CREATE).
@@ -104,6 +109,29 @@ def entry_condition(rule_set: RuleSet, webhook: Mapping[str, Any]) -> str:
     scope = SCOPE_OF_PATH[path]
     return match_condition(rule_set, kinds=entry_kinds(rule_set, webhook), scope=scope,
                            every_create=scope == SCOPE_ENABLED_NAMESPACES)
+
+
+def condition_documents(rule_set: RuleSet) -> list[dict[str, Any]]:
+    """`export-policy --format conditions`: per kind and path that some rule judges, the matchCondition its
+    webhook entry needs (for entries of one's own, e.g. for a rules file's custom resources)."""
+    documents: list[dict[str, Any]] = []
+    seen: set[tuple[str, str, str]] = set()
+    for match in (m for rule in rule_set for m in rule.match):
+        kind = GroupVersionKind(group=match.group, version=match.version or "", kind=match.kind)
+        if (match.group, kind["version"], match.kind) in seen:
+            continue
+        seen.add((match.group, kind["version"], match.kind))
+        for path, scope in SCOPE_OF_PATH.items():
+            if not rules_for(rule_set, [kind], scope):
+                continue
+            documents.append({
+                "kind": match.kind, "group": match.group, "version": match.version or "*",
+                "resource": match.resource or guess_resource(match.kind), "path": path,
+                "rules": [rule.name for rule in rules_for(rule_set, [kind], scope)],
+                "matchConditions": [{"name": CONDITION_NAME, "expression": match_condition(
+                    rule_set, kinds=[kind], scope=scope, every_create=scope == SCOPE_ENABLED_NAMESPACES)}],
+            })
+    return documents
 
 
 def _present(root: str, paths: Sequence[Path]) -> list[str]:

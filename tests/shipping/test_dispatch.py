@@ -13,8 +13,8 @@ import yaml
 
 from app.admission import GroupVersionKind
 from app.offline.rulesfile import load_rule_set
-from app.rules import build_rule_set
-from app.rules.dispatch import CONDITION_NAME, entry_condition, match_condition, narrowable
+from app.rules import build_rule_set, export_documents
+from app.rules.dispatch import CONDITION_NAME, entry_condition, entry_kinds, match_condition, narrowable
 from tests.dispatch_matrix import CASES, KINDS, NAMESPACE_CASES, Case, expected_rule, manifest
 from tests.dispatch_matrix import Keys as KeysType
 from tests.shipping.support import ROOT, render
@@ -33,6 +33,19 @@ def _validating_entries() -> list[dict[str, Any]]:
 def test_each_shipped_entry_carries_the_condition_derived_from_the_rules(hook: dict[str, Any]) -> None:
     derived = [c["expression"] for c in hook["matchConditions"] if c["name"] == CONDITION_NAME]
     assert derived == [entry_condition(load_rule_set(None), hook)]
+
+
+@pytest.mark.parametrize("hook", _validating_entries(), ids=lambda hook: hook["name"])
+def test_export_policy_gives_each_kind_of_each_shipped_entry_its_condition(hook: dict[str, Any]) -> None:
+    """`tls-injector export-policy --format conditions`, per kind, is what the shipped entries carry."""
+    rule_set = load_rule_set(None)
+    exported = {(d["kind"], d["path"]): d["matchConditions"] for d in export_documents(rule_set, fmt="conditions")}
+    path = hook["clientConfig"]["service"]["path"]
+    shipped = [c for c in hook["matchConditions"] if c["name"] == CONDITION_NAME]
+    kinds = entry_kinds(rule_set, hook)
+    assert kinds
+    for kind in kinds:
+        assert exported[(kind["kind"], path)] == shipped
 
 
 def test_the_chart_and_the_base_hold_the_condition_as_the_tool_writes_it() -> None:
