@@ -49,13 +49,43 @@ def rules_for(rule_set: RuleSet, kinds: Iterable[GroupVersionKind], scope: str) 
 
 
 def narrowable(rule: Rule) -> bool:
-    """True when the rule allows, silently, an update where none of its fields is present on either side."""
+    """True when the rule allows, silently, an update where none of its fields is present on either side:
+    tried with `self` and `oldSelf` each empty, holding the fields' parents empty, and holding them with a
+    key no rule reads, in every pairing (so a rule reading a parent, not only its fields, is caught)."""
     if not rule.fields:
         return False
-    empty: dict[str, object] = {"self": {}, "oldSelf": {}}
-    if rule.expression.evaluate(empty) is not True:
-        return False
-    return rule.warning is None or rule.warning.when.evaluate(empty) is False
+    shapes = [{}, _parents(rule, None), _parents(rule, "x")]
+    for old_self in shapes:
+        for new_self in shapes:
+            values = {"self": new_self, "oldSelf": old_self}
+            if rule.expression.evaluate(values) is not True:
+                return False
+            if rule.warning is not None and rule.warning.when.evaluate(values) is not False:
+                return False
+    return True
+
+
+def _parents(rule: Rule, other: str | None) -> dict[str, Any]:
+    """A `self` holding every field's parent (as maps) but none of the fields; with `other`, each parent
+    also holds a key of that name that is none of the fields."""
+    root: dict[str, Any] = {}
+    for field in rule.fields:
+        node = root
+        for segment in field[:-1]:
+            node = node.setdefault(segment, {})
+    if other is not None:
+        fields = {tuple(field) for field in rule.fields}
+        _fill(root, (), other, fields)
+    return root
+
+
+def _fill(node: dict[str, Any], at: Path, other: str, fields: set[Path]) -> None:
+    for key, child in list(node.items()):
+        _fill(child, (*at, key), other, fields)
+    name = other
+    while (*at, name) in fields or name in node:
+        name += "x"
+    node[name] = other
 
 
 def read_paths(rules: Sequence[Rule]) -> tuple[Path, ...] | None:

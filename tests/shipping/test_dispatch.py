@@ -75,6 +75,8 @@ def _one_rule(**extra: Any) -> dict[str, Any]:
     ({}, "true"),  # no fields declared: nothing narrows it
     ({"fields": ['annotations["a.io/x"]'], "expression": "has(self.annotations)"}, "true"),  # refuses absent
     ({"fields": ['annotations["a.io/x"]'], "expression": "true", "warnWhen": "true", "warning": "w"}, "true"),
+    # reads the parent, not only the field: refuses when annotations exist without a.io/x
+    ({"fields": ['annotations["a.io/x"]'], "expression": "!has(self.annotations)"}, "true"),
     ({"fields": ['annotations["a.io/x"]', "spec"], "expression": "true"},
      "(has(object.spec) && has(object.spec.template) && has(object.spec.template.metadata) && "
      "has(object.spec.template.metadata.annotations) && 'a.io/x' in object.spec.template.metadata.annotations) || "
@@ -85,7 +87,7 @@ def _one_rule(**extra: Any) -> dict[str, Any]:
      "'a.io/x' in oldObject.spec.template.metadata.annotations) || "
      "(oldObject != null && has(oldObject.spec) && has(oldObject.spec.template) && "
      "has(oldObject.spec.template.metadata) && has(oldObject.spec.template.metadata.spec))"),
-], ids=["no-fields", "refuses-when-absent", "warns-when-absent", "fields"])
+], ids=["no-fields", "refuses-when-absent", "warns-when-absent", "reads-the-parent", "fields"])
 def test_a_rule_is_narrowed_by_its_fields_only_when_it_allows_them_absent(extra: dict[str, Any],
                                                                         condition: str) -> None:
     rule_set = build_rule_set(_one_rule(**extra))
