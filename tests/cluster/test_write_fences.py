@@ -3,7 +3,9 @@ token: the reconciler's, the bootstrap Job's and a member's hub account (the bas
 member component applied, as docs/install.md and docs/multicluster.md say). For each write verb on each
 resource the account holds (tests/shipping/test_write_fences.py enumerates them), its forbidden variants:
 another name, another type, another namespace, another field, a verb or group it was not given. Each is
-refused with 403, by the policy named (or by RBAC where it never granted it); and a legitimate write of each
+refused with 403, by the policy named (or by RBAC where it never granted it; an answer to a pod certificate
+request for another signer by the apiserver's own `sign` check, a 422 with a Forbidden cause); and a
+legitimate write of each
 account (a dry run) passes, so the refusals are not those of a token that works for nothing.
 
 Its own control plane: the variants are sent for real (no dry run), so a fence that failed would leave
@@ -12,6 +14,7 @@ its trace here, not in the session's cluster.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,8 +22,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import kubernetes.client
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from app.pki import make_ca
 from tests.cluster.controlplane import ControlPlane
@@ -37,6 +44,7 @@ REACH, RESERVED, HUB_REACH = "tls-injector.reconciler-reach", "tls-injector.rese
 CONFIGS = "tls-injector.webhook-configurations"
 BUNDLES = "tls-injector.trust-bundle-reach"
 RBAC = None
+SIGNER = "signer"  # the apiserver's own check of `sign` on a request's signer
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 # A trust anchor an attacker would plant (the apiserver refuses a bundle without one before any policy).
 ANCHOR = make_ca(common_name="corp roots", now=datetime.now(UTC)).cert_pem.decode()
@@ -84,6 +92,7 @@ class Cluster:
         self.plane = plane
         self.tokens = {name: Token(plane, NS, name) for name in (RECONCILER, BOOTSTRAP, HUB)}
         self.bundles = self._trust_bundle_path()
+        self.foreign_request = ""  # the status path of a PodCertificateRequest addressed to another signer
 
     def _trust_bundle_path(self) -> str | None:
         """Where this apiserver serves ClusterTrustBundles (v1 or v1beta1), if it does."""
@@ -124,9 +133,40 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             admin_apply(plane, obj)
         admin_apply(plane, {"apiVersion": "admissionregistration.k8s.io/v1",
                             "kind": "ValidatingWebhookConfiguration", "metadata": {"name": "someone-else"}})
-        yield Cluster(plane)
+        found = Cluster(plane)
+        found.foreign_request = foreign_pod_certificate_request(plane, install)
+        yield found
     finally:
         plane.stop()
+
+
+def foreign_pod_certificate_request(plane: ControlPlane, install: Installation) -> str:
+    """A PodCertificateRequest for another signer, made by a node for a pod on it as its kubelet would: the
+    reconciler's ClusterRole lets it update any request's status, and the apiserver's own `sign` check
+    on the request's signer is what narrows it."""
+    node = install.core.create_node({"metadata": {"name": "node-1"}})
+    pod = install.core.create_namespaced_pod(TENANT, {"metadata": {"name": "db-0"}, "spec": {
+        "nodeName": "node-1", "containers": [{"name": "db", "image": "registry.invalid/db:1"}],
+        "volumes": [{"name": "cert", "projected": {"sources": [{"podCertificate": {
+            "signerName": "example.com/other", "keyType": "ECDSAP256", "credentialBundlePath": "bundle.pem"}}]}}]}})
+    account = install.core.read_namespaced_service_account("default", TENANT)
+    key = ec.generate_private_key(ec.SECP256R1())
+    csr = x509.CertificateSigningRequestBuilder().subject_name(x509.Name([])).sign(key, hashes.SHA256())
+    kubelet = kubernetes.client.CertificatesV1Api(cluster_client(plane.node_kubeconfig("node-1")))
+    created = kubelet.create_namespaced_pod_certificate_request(TENANT, {
+        "apiVersion": "certificates.k8s.io/v1", "kind": "PodCertificateRequest",
+        "metadata": {"generateName": "db-0-", "namespace": TENANT},
+        "spec": {"signerName": "example.com/other", "podName": "db-0", "podUID": pod.metadata.uid,
+                 "serviceAccountName": "default", "serviceAccountUID": account.metadata.uid,
+                 "nodeName": "node-1", "nodeUID": node.metadata.uid,
+                 "stubPKCS10Request": base64.b64encode(csr.public_bytes(serialization.Encoding.DER)).decode()}})
+    return f"/apis/certificates.k8s.io/v1/namespaces/{TENANT}/podcertificaterequests/{created.metadata.name}/status"
+
+
+def denied(obj: dict[str, Any]) -> dict[str, Any]:
+    obj["status"] = {"conditions": [{"type": "Denied", "status": "True", "reason": "Planted", "message": "x",
+                                     "lastTransitionTime": "2026-12-06T00:00:00Z"}]}
+    return obj
 
 
 def with_field(field: str, value: Any) -> Any:
@@ -147,7 +187,7 @@ def first_entry_flipped(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
-def variants(bundles: str | None) -> list[Variant]:
+def variants(bundles: str | None, foreign_request: str) -> list[Variant]:
     token_secret = secret("minted", labels=OURS, kind="kubernetes.io/service-account-token",
                           annotations={"kubernetes.io/service-account.name": RECONCILER})
     found = [
@@ -222,6 +262,8 @@ def variants(bundles: str | None) -> list[Variant]:
         Variant(HUB, "update a webhook configuration", "PUT",
                 f"{ADMISSION}/validatingwebhookconfigurations/tls-injector", first_entry_flipped, RBAC),
     ]
+    found.append(Variant(RECONCILER, "answer a pod certificate request addressed to another signer", "PUT",
+                         foreign_request, denied, SIGNER))
     if bundles:
         unsigned = {"apiVersion": "certificates.k8s.io/" + bundles.split("/")[3], "kind": "ClusterTrustBundle",
                     "metadata": {"name": "corp-roots"}, "spec": {"trustBundle": ANCHOR}}
@@ -236,7 +278,7 @@ def variants(bundles: str | None) -> list[Variant]:
 
 
 def test_each_token_is_refused_every_forbidden_variant_of_every_write_it_holds(cluster: Cluster) -> None:
-    found = variants(cluster.bundles)
+    found = variants(cluster.bundles, cluster.foreign_request)
     # A new policy binding is enforced a moment after it is created: wait for the first of each.
     for fence in (REACH, RESERVED, HUB_REACH, CONFIGS):
         probe = next(v for v in found if v.fence == fence)

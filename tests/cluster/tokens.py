@@ -22,7 +22,11 @@ class Answer:
     text: str
 
     def refused_by(self, policy: str | None) -> bool:
-        """403, and by `policy` (its name in the message), or by RBAC when `policy` is None."""
+        """403, and by `policy` (its name in the message) or by RBAC when `policy` is None; or, when it is
+        "signer", the apiserver's check of `sign` on a certificate request's signer."""
+        if policy == "signer":
+            # The signer check runs in the request's validation: 422, with a Forbidden cause.
+            return self.status == 422 and "is not permitted to" in self.text and "sign" in self.text
         if self.status != 403:
             return False
         return policy in self.text if policy else "cannot" in self.text and "ValidatingAdmissionPolicy" not in self.text
