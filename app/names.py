@@ -92,7 +92,7 @@ TLS_ENV_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")
 CERT_VOLUME = "tls-injector-cert"
 # A workload's certificate profile (docs/injection.md, "Certificate profiles"), on its pod template, each
 # bounded by the operator's reconcile flags: how long the certificate lives and how long before its end it is
-# renewed (durations as `kubectl` and Go write them: `2160h`, `90m`, `1h30m`), and its key's algorithm.
+# renewed (durations as `kubectl` and Go read them: `2160h`, `90m`, `1h30m`, `1.5h`), and its key's algorithm.
 DURATION_ANNOTATION = f"{DOMAIN}/duration"
 RENEW_BEFORE_ANNOTATION = f"{DOMAIN}/renew-before"
 KEY_ALGORITHM_ANNOTATION = f"{DOMAIN}/key-algorithm"

@@ -3,6 +3,7 @@ examples that parse as written, and `serve`'s flags in groups rather than one lo
 
 from __future__ import annotations
 
+import re
 import shlex
 
 import pytest
@@ -41,10 +42,10 @@ def test_each_command_has_a_description_and_examples(capsys: pytest.CaptureFixtu
 
 @pytest.mark.parametrize("command", [c for c in COMMANDS if c.examples], ids=lambda c: c.name)
 def test_every_example_parses_as_written(command: Command) -> None:
-    """Each `tls-injector ...` part of an example (pipelines too) is accepted by the parser: no example
-    names a flag that does not exist or a value the flag refuses."""
+    """Each `tls-injector ...` part of an example (pipelines, redirections and `<(...)` too) is accepted by
+    the parser: no example names a flag that does not exist or a value the flag refuses."""
     for example in command.examples:
-        for part in example.split("#", 1)[0].split("|"):
+        for part in re.split(r"\||>|<\(|\)", example.split("#", 1)[0]):
             words = shlex.split(part)
             if words and words[0] == "tls-injector":
                 args, unknown = build_parser().parse_known_args(words[1:])

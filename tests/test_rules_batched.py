@@ -272,6 +272,7 @@ BUILT_IN: dict[str, Semantics] = {
     "enabled-namespace-workload-tls-transition": enabled_namespace_tls,
     "enabled-namespace-cronjob-tls-transition": enabled_namespace_tls,
     "namespace-tls-transition": namespace_tls, "workload-tls-mode-transition": tls_mode,
+    "cronjob-tls-mode-transition": tls_mode,
 }
 
 

@@ -82,7 +82,7 @@ BUILT_IN = ["workload-tls-transition", "cronjob-tls-transition", "workload-clien
             "enabled-namespace-workload-tls-transition", "enabled-namespace-cronjob-tls-transition",
             "enabled-namespace-workload-client-certificate-transition",
             "enabled-namespace-cronjob-client-certificate-transition", "workload-tls-mode-transition",
-            "workload-trust-only-transition", "cronjob-trust-only-transition",
+            "cronjob-tls-mode-transition", "workload-trust-only-transition", "cronjob-trust-only-transition",
             "enabled-namespace-workload-trust-only-transition", "enabled-namespace-cronjob-trust-only-transition",
             *NEW_RULES]
 APPS_KINDS = {("apps", "v1", "Deployment"), ("apps", "v1", "StatefulSet"), ("apps", "v1", "DaemonSet")}
@@ -101,7 +101,7 @@ def test_the_built_in_rules_cover_the_workload_kinds_cronjobs_and_namespaces() -
                      "cronjob-client-certificate-transition": cronjobs,
                      "enabled-namespace-workload-client-certificate-transition": APPS_KINDS,
                      "enabled-namespace-cronjob-client-certificate-transition": cronjobs,
-                     "workload-tls-mode-transition": APPS_KINDS,
+                     "workload-tls-mode-transition": APPS_KINDS, "cronjob-tls-mode-transition": cronjobs,
                      "workload-trust-only-transition": APPS_KINDS, "cronjob-trust-only-transition": cronjobs,
                      "enabled-namespace-workload-trust-only-transition": APPS_KINDS,
                      "enabled-namespace-cronjob-trust-only-transition": cronjobs,
@@ -111,6 +111,7 @@ def test_the_built_in_rules_cover_the_workload_kinds_cronjobs_and_namespaces() -
     assert {name: rule.scope for name, rule in rules.items()} == {
         "workload-tls-transition": "other-namespaces", "cronjob-tls-transition": "other-namespaces",
         "namespace-tls-transition": "all", "workload-tls-mode-transition": "all",
+        "cronjob-tls-mode-transition": "all",
         "enabled-namespace-workload-tls-transition": "enabled-namespaces",
         "enabled-namespace-cronjob-tls-transition": "enabled-namespaces",
         "workload-client-certificate-transition": "other-namespaces",
@@ -129,12 +130,12 @@ def test_each_path_runs_the_rules_of_its_kind_of_namespace_and_those_of_all() ->
         "namespace-tls-transition", "enabled-namespace-workload-tls-transition",
         "enabled-namespace-cronjob-tls-transition", "enabled-namespace-workload-client-certificate-transition",
         "enabled-namespace-cronjob-client-certificate-transition", "workload-tls-mode-transition",
-        "enabled-namespace-workload-trust-only-transition", "enabled-namespace-cronjob-trust-only-transition",
-        *NEW_RULES]
+        "cronjob-tls-mode-transition", "enabled-namespace-workload-trust-only-transition",
+        "enabled-namespace-cronjob-trust-only-transition", *NEW_RULES]
     assert [r.name for r in rules.scoped("other-namespaces")] == [
         "workload-tls-transition", "cronjob-tls-transition", "workload-client-certificate-transition",
         "cronjob-client-certificate-transition", "namespace-tls-transition", "workload-tls-mode-transition",
-        "workload-trust-only-transition", "cronjob-trust-only-transition", *NEW_RULES]
+        "cronjob-tls-mode-transition", "workload-trust-only-transition", "cronjob-trust-only-transition", *NEW_RULES]
     with pytest.raises(ValueError, match="not all"):
         rules.scoped("all")
 

@@ -4,9 +4,10 @@
     python3.11 tools/release.py set-version 0.2.0   # write the new version into pyproject and every copy
 
 Why copies at all: the Helm chart's Chart.yaml (version, appVersion), the image tag the kustomize base
-and certs-bootstrap run before an overlay pins a digest, the example chart values and the commands in
-docs/install.md cannot read pyproject.toml. Each is listed here with the pattern that finds it; the
-test suite (tests/shipping/test_release.py) runs `check`. Kept to the standard library, like dev.py.
+and certs-bootstrap run before an overlay pins a digest, the example chart values, the commands in
+docs/install.md and the local tag docs/security.md names cannot read pyproject.toml. Each is listed here
+with the pattern that finds it; the test suite (tests/shipping/test_release.py) runs `check`, and finds
+any copy no pattern here writes. Kept to the standard library, like dev.py.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ COPIES: tuple[tuple[str, str], ...] = (
     ("manifests/base/deployment.yaml", rf"image: tls-injector:{_VERSION}"),
     ("manifests/base/reconciler.yaml", rf"image: tls-injector:{_VERSION}"),
     ("certs-bootstrap/job.yaml", rf"image: tls-injector:{_VERSION}"),
-    ("docs/install.md", rf"platform/tls-injector:{_VERSION}"),
+    ("docs/install.md", rf"/tls-injector:{_VERSION}"),
+    ("docs/security.md", rf"`tls-injector:{_VERSION}`"),
     ("manifests/overlays/example/image/kustomization.yaml", rf"platform/tls-injector:{_VERSION}"),
 )
 _SEMVER = re.compile(r"\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?")

@@ -1,6 +1,7 @@
 """The `tls-injector` command: parse flags, build settings once, wire the parts together.
 
-One module per command (serve, reconcile, bootstrap, doctor, inject, check, export-policy), each with
+One module per command (serve, reconcile, bootstrap, doctor, inject, check, export-policy, status, renew,
+version, completion), each with
 `add` (its flags) and `run` (its body); `parser` wires them; `flags` holds what several commands share
 and turns those flags into settings; `handlers` builds the admission handlers `serve` and `check` run.
 

@@ -30,7 +30,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         cluster = find_cluster(args)
         if cluster is None:
             return start.failed("bootstrap", NO_CLUSTER)
-        if problem := unreachable(cluster):  # a configuration that cannot load, an API that does not answer
+        # a configuration that cannot load, an API that does not answer
+        if problem := unreachable(cluster, "bootstrap"):
             return start.failed("bootstrap", problem)
         start.started()
         try:

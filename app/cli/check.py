@@ -9,6 +9,7 @@ from pathlib import Path
 from app.cli.cluster import profile_bounds, profile_flags, profile_problem
 from app.cli.command import EXIT_FINDINGS, EXIT_OK, Command, fail
 from app.cli.handlers import admission_handlers
+from app.cli.output import output_flag, structured, wants_structure
 from app.names import INJECT_LABEL, NAMESPACE_OPT_IN
 from app.settings import ServeSettings
 
@@ -25,8 +26,7 @@ def add(check: argparse.ArgumentParser) -> None:
     check.add_argument("--allow-empty", action="store_true",
                        help="accept an OLD or NEW that holds no Kubernetes object (by default an error: a failed "
                             "`helm template` must not pass as everything deleted)")
-    check.add_argument("-o", "--output", choices=["text", "json"], default="text",
-                       help="report format: json is one object with allowed, counts and each update's verdict")
+    output_flag(check, json_help="json is one object with allowed, counts and each update's verdict")
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                        enabled=enabled)
     except InputError as error:  # a rules file's error too
         return fail("check", str(error))
-    print(render_json(report) if args.output == "json" else render(report))
+    print(structured(render_json(report), args.output).rstrip("\n") if wants_structure(args) else render(report))
     return EXIT_FINDINGS if report.rejected else EXIT_OK
 
 

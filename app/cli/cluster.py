@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
+import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app import names
 from app.cli import flags
@@ -20,21 +22,41 @@ if TYPE_CHECKING:
 NO_CLUSTER = "no cluster configured (no in-cluster account, no kubeconfig)"
 
 
-def connection_flags(command: flags.Flags) -> None:
+def connection_flags(command: flags.Flags, *, request_timeout: str = "--timeout") -> None:
+    """Where the cluster is and how long one request may take (`request_timeout` names that flag: `renew`
+    keeps --timeout for its wait, as `kubectl wait` does, and calls this one --request-timeout)."""
     command.add_argument("--kubeconfig", type=Path,
                          help="kubeconfig file (default: in-cluster service account, then $KUBECONFIG/~/.kube/config)")
-    command.add_argument("--server", type=flags.server_url,
-                         help="API server URL without credentials (for tests against an emulator)")
+    where = command.add_mutually_exclusive_group()
+    where.add_argument("--context", type=context_name,
+                       help="the kubeconfig context to use, as kubectl's --context (default: the kubeconfig's "
+                            "current context)")
+    where.add_argument("--server", type=flags.server_url,
+                       help="API server URL without credentials (for tests against an emulator)")
     command.add_argument("--namespace", type=flags.namespace,
                          help="the injector's own namespace, where its CAs live (default: the pod's service-account "
                               "namespace)")
     command.add_argument("--cluster-domain", type=flags.cluster_domain,
                          help="DNS domain of the cluster, for SANs (default: from the search path of the pod's "
                               f"/etc/resolv.conf, else {names.DEFAULT_CLUSTER_DOMAIN})")
-    command.add_argument("--timeout", type=flags.duration, default=API_TIMEOUT_SECONDS, metavar="DURATION",
+    command.add_argument(request_timeout, dest="timeout", type=flags.duration,
+                         default=flags.duration_text(API_TIMEOUT_SECONDS), metavar="DURATION",
                          help="how long one request to the API server may take before the command gives up on it "
-                              "(a Go duration such as 500ms, 10s or 1m30s, or plain seconds; kubectl's "
+                              "(a Go duration such as 500ms, 10s, 1m30s or 1.5h, or plain seconds; kubectl's "
                               "--request-timeout)")
+    command.set_defaults(timeout_flag=request_timeout)
+
+
+# A kubeconfig context is named by whoever wrote the file (kubectl allows any string); bounded only so that a
+# megabyte of argument is not carried into messages. 253 is the longest Kubernetes object name.
+MAX_CONTEXT_CHARS = 253
+
+
+def context_name(value: str) -> str:
+    if not value or len(value) > MAX_CONTEXT_CHARS or not value.isprintable():
+        raise argparse.ArgumentTypeError(f"expected a kubeconfig context's name (1-{MAX_CONTEXT_CHARS} printable "
+                                         f"characters), got {flags.quoted(value)}")
+    return value
 
 
 def webhook_flags(command: flags.Flags) -> None:
@@ -88,7 +110,7 @@ def profile_flags(command: flags.Flags) -> None:
                               ("--min-renew-before", default.min_renew_before, "the least time before its end a "
                                "certificate may be renewed; the most is 2/3 of its duration, and unset it is 35/90")):
         group.add_argument(flag, type=_profile_duration, default=format_duration(value), metavar="DURATION",
-                           help=f"{what} (hours, minutes, seconds: 2160h, 90m, 1h30m)")
+                           help=f"{what} (a Go duration, as --timeout's: 2160h, 90m, 1h30m, 1.5h)")
     group.add_argument("--default-key-algorithm", choices=names.KEY_ALGORITHMS, default=default.default_key_algorithm,
                        help=f"a certificate's key algorithm when {names.KEY_ALGORITHM_ANNOTATION} is not set")
     group.add_argument("--allowed-key-algorithms", type=_key_algorithms, default=",".join(names.KEY_ALGORITHMS),
@@ -153,29 +175,53 @@ def user_ca_flags(command: flags.Flags) -> None:
 
 
 def find_cluster(args: argparse.Namespace) -> ClusterConfig | None:
-    """The cluster --kubeconfig/--server name, else the in-cluster account or $KUBECONFIG; None: none.
-    Its requests time out after --timeout."""
-    from app.kube import find_cluster as find  # noqa: PLC0415 - only the commands that call the API load the client
+    """The cluster --kubeconfig/--server name, else the in-cluster account or $KUBECONFIG (in the
+    --context given); None: none. Its requests time out after --timeout."""
+    from app.kube import TlsUnverifiedWarning  # noqa: PLC0415 - only the commands that call the API load the client
+    from app.kube import find_cluster as find  # noqa: PLC0415
 
-    found = find(kubeconfig=args.kubeconfig, server=args.server)
+    # The HTTP library warns on every request to a server whose certificate goes unchecked (a kubeconfig's
+    # insecure-skip-tls-verify), a block of lines each time, before the report: the commands say it once
+    # instead (`unverified_tls`).
+    warnings.simplefilter("ignore", TlsUnverifiedWarning)
+    found = find(kubeconfig=args.kubeconfig, server=args.server, context=getattr(args, "context", None))
     return dataclasses.replace(found, timeout=args.timeout) if found else None
 
 
-def unreachable(cluster: ClusterConfig) -> str | None:
+def unverified_tls(cluster: ClusterConfig, client: Any = None) -> str | None:
+    """What to say, once, when the configuration does not check the API server's certificate; else None
+    (a configuration that does not load is said by the command's own use of it). `client`: the one
+    already made from `cluster`, if any."""
+    from app.kube import KubeError, api_client, verifies_tls  # noqa: PLC0415
+
+    try:
+        if verifies_tls(client or api_client(cluster)):
+            return None
+    except KubeError:
+        return None
+    return (f"warning: TLS verification is off for {cluster.describe} (insecure-skip-tls-verify): the API server's "
+            "certificate is not checked, so anyone on the path can read and answer these requests")
+
+
+def unreachable(cluster: ClusterConfig, command: str, *, flag: str = "--timeout") -> str | None:
     """Why the API cannot be used, or None: a configuration that does not load, or an API server that
-    does not answer GET /version within the timeout. One-shot commands ask this first, so an API that
-    never answers costs one --timeout and one line, not a silent wait per call. Any other answer (even
-    403) says the server is there; the command's own calls then say what they may not do."""
+    does not answer GET /version within the timeout (`flag` names the flag that set it). One-shot
+    commands ask this first, so an API that never answers costs one timeout and one line, not a silent
+    wait per call. Any other answer (even 403) says the server is there; the command's own calls then
+    say what they may not do. A configuration that skips TLS verification is said here, in one line."""
     from app.kube import KubeApi, KubeError, Unavailable, api_client  # noqa: PLC0415
 
     try:
         client = api_client(cluster)
     except KubeError as error:
         return str(error)
+    if notice := unverified_tls(cluster, client):
+        print(f"tls-injector {command}: {notice}", file=sys.stderr, flush=True)
     try:
         KubeApi(client, timeout=cluster.timeout).server_version()
     except Unavailable as error:
-        return f"cannot reach the API server ({cluster.describe}; --timeout {cluster.timeout:g}s): {error}"
+        return (f"cannot reach the API server ({cluster.describe}; {flag} "
+                f"{flags.duration_text(cluster.timeout)}): {error}")
     except KubeError:
         pass
     return None

@@ -19,6 +19,7 @@ from app.cli.cluster import (
     webhook_flags,
 )
 from app.cli.command import EXIT_FINDINGS, EXIT_OK, Command, fail
+from app.cli.output import output_flag, structured, wants_structure
 from app.logs import configure_logging
 from app.names import RECONCILER_ACCOUNT
 
@@ -40,7 +41,7 @@ def add(doctor: argparse.ArgumentParser) -> None:
     doctor.add_argument("--hub", action="store_true",
                         help="this cluster is a hub (reconcile --hub): also reach every registered member with its "
                              "kubeconfig, read-only, and check its intermediates (docs/multicluster.md)")
-    doctor.add_argument("-o", "--output", choices=["text", "json"], default="text", help="report format")
+    output_flag(doctor, json_help="json is one object per check, and is printed even when the API does not answer")
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -63,10 +64,10 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     # line and exit 2 after one --timeout, as `reconcile --once` and `bootstrap` do, not a report of one
     # failed check (exit 1 means the cluster was read and something in it is wrong). With -o json the
     # same one failed check is also the report on stdout, so a script reading it always gets JSON.
-    problem = NO_CLUSTER if cluster is None else unreachable(cluster)
+    problem = NO_CLUSTER if cluster is None else unreachable(cluster, "doctor")
     if cluster is None or problem:
-        if args.output == "json":
-            sys.stdout.write(render_json(api_unreachable(problem or NO_CLUSTER)))
+        if wants_structure(args):
+            sys.stdout.write(structured(render_json(api_unreachable(problem or NO_CLUSTER)), args.output))
         return fail("doctor", problem or NO_CLUSTER)
     if problem := profile_problem(args):
         return fail("doctor", problem)
@@ -84,7 +85,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return fail("doctor", str(error))
     except ApiUnreachable as error:
         results = api_unreachable(str(error))
-    sys.stdout.write(render_json(results) if args.output == "json" else render_text(results))
+    sys.stdout.write(structured(render_json(results), args.output) if wants_structure(args) else render_text(results))
     return EXIT_FINDINGS if any(r.status == "error" for r in results) else EXIT_OK
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import re
 import textwrap
+from datetime import timedelta
 
-import durationpy
-
+from app.injection.profile import ProfileError, format_duration, go_duration
 from app.names import MODE_ANNOTATION, MODE_SECRET, MODES
 
 # Where a command adds its flags: the parser itself or one of its groups (`serve --help` groups its own).
@@ -64,11 +64,10 @@ def server_url(value: str) -> str:
 # letters, digits and inner hyphens.
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 # kubectl's --request-timeout: a bare number is seconds, anything else a Go duration (time.ParseDuration:
-# `1m30s`, `500ms`, `1.5h`; units ns, us, µs, ms, s, m, h and nothing longer, so no `1d`). The syntax is
-# checked here, because durationpy also takes units Go does not (d, w, y) and signs inside the string
-# (`1m-1s` as 61 s); durationpy then does the arithmetic. 64 characters hold any duration a person writes.
-_SECONDS = re.compile(r"\d{1,9}(?:\.\d{1,9})?")
-_GO_DURATION = re.compile(r"(?:(?:\d+(?:\.\d*)?|\.\d+)(?:ns|us|µs|μs|ms|s|m|h))+")
+# `1m30s`, `500ms`, `1.5h`; units ns, us, µs, ms, s, m, h and nothing longer, so no `1d`), read by the one
+# reader of durations (app/injection/profile.py's go_duration), which the tls-injector.io/duration
+# annotation and the profile flags take too. 64 characters hold any duration a person writes.
+_SECONDS = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,9})?")
 MAX_DURATION_CHARS = 64
 MAX_TIMEOUT_SECONDS = 24 * 3600.0
 
@@ -81,7 +80,7 @@ def namespace(value: str) -> str:
 
 
 def duration(value: str) -> float:
-    """Seconds from `30`, `30s`, `500ms`, `1m30s` or `1h` (kubectl's --request-timeout), above zero
+    """Seconds from `30`, `30s`, `500ms`, `1m30s`, `1.5h` (kubectl's --request-timeout), above zero
     (kubectl's 0 means "wait forever", the silent wait this flag exists to end) and at most a day (a
     request unanswered for a day never will be; a bound also keeps an absurd value from overflowing the
     socket layer's timer)."""
@@ -89,15 +88,20 @@ def duration(value: str) -> float:
     seconds = 0.0
     if _SECONDS.fullmatch(text):
         seconds = float(text)
-    elif len(text) <= MAX_DURATION_CHARS and _GO_DURATION.fullmatch(text):
+    elif len(text) <= MAX_DURATION_CHARS:
         try:
-            seconds = durationpy.from_str(text).total_seconds()
-        except (durationpy.DurationError, OverflowError):  # digits past what a timedelta holds
+            seconds = round(float(go_duration(text)), 6)  # to the microsecond: the socket layer's timers
+        except ProfileError:
             seconds = 0.0
     if not 0 < seconds <= MAX_TIMEOUT_SECONDS:
         raise argparse.ArgumentTypeError(f"expected a duration above zero and at most 24h, such as 30s, 500ms, "
-                                         f"1m30s or 1h, got {quoted(value)}")
+                                         f"1m30s or 1.5h, got {quoted(value)}")
     return seconds
+
+
+def duration_text(seconds: float) -> str:
+    """Seconds as --help shows a duration flag's default and `duration` reads it back: 30s, 2m, 1.5s."""
+    return format_duration(timedelta(seconds=seconds))
 
 
 def quoted(value: str, limit: int = 100) -> str:

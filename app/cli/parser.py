@@ -5,9 +5,20 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from importlib import metadata
 
-from app.cli import bootstrap, check, doctor, export_policy, inject, reconcile, renew, serve, status
+from app.cli import (
+    bootstrap,
+    check,
+    completion,
+    doctor,
+    export_policy,
+    inject,
+    reconcile,
+    renew,
+    serve,
+    status,
+    version,
+)
 from app.cli.command import EXIT_USAGE, Command
 from app.cli.flags import HelpFormatter
 from app.names import INJECT_LABEL, NAME, NAMESPACE_OPT_IN, POD_OPT_IN
@@ -31,7 +42,8 @@ EPILOG = """a first look, without a cluster:
 """
 # In the order `tls-injector --help` lists them.
 COMMANDS: tuple[Command, ...] = (serve.COMMAND, check.COMMAND, export_policy.COMMAND, reconcile.COMMAND,
-                                 bootstrap.COMMAND, inject.COMMAND, doctor.COMMAND, status.COMMAND, renew.COMMAND)
+                                 bootstrap.COMMAND, inject.COMMAND, doctor.COMMAND, status.COMMAND, renew.COMMAND,
+                                 version.COMMAND, completion.COMMAND)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -52,19 +64,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=NAME, description=DESCRIPTION, epilog=EPILOG, formatter_class=HelpFormatter)
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    # allow_abbrev=False on every parser: a long flag is taken only as spelled (`--time` is not --timeout),
+    # as kubectl takes them, so a script that works today keeps its meaning when a flag is added tomorrow.
+    parser = argparse.ArgumentParser(prog=NAME, description=DESCRIPTION, epilog=EPILOG, formatter_class=HelpFormatter,
+                                     allow_abbrev=False)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version.installed_version()}")
     sub = parser.add_subparsers(title="commands")
     for command in COMMANDS:
         child = sub.add_parser(command.name, help=command.help, description=command.description or command.help,
-                               epilog=command.epilog, formatter_class=HelpFormatter)
+                               epilog=command.epilog, formatter_class=HelpFormatter, allow_abbrev=False)
         command.add(child)
         child.set_defaults(run=command.run, command_parser=child)
     return parser
 
-
-def _version() -> str:
-    try:
-        return metadata.version(NAME)
-    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown (not installed)"

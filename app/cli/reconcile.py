@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 
 from app import names
 from app.cli import flags
@@ -14,9 +15,12 @@ from app.cli.cluster import (
     same_ca_secrets,
     settings_for,
     unreachable,
+    unverified_tls,
 )
 from app.cli.command import EXIT_FINDINGS, EXIT_OK, LOG_LEVELS, Command
 from app.cli.startup import HeldLogs
+
+log = logging.getLogger("tls_injector")
 
 
 def add(reconcile: argparse.ArgumentParser) -> None:
@@ -52,8 +56,11 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             return start.failed("reconcile", NO_CLUSTER)
         # One pass against an API that does not answer would wait --timeout per call: ask once, first.
         # The loop instead retries (an apiserver restarting is no reason for the pod to crash).
-        if problem := same_ca_secrets(args) or profile_problem(args) or (unreachable(cluster) if args.once else None):
+        once = unreachable(cluster, "reconcile") if args.once else None
+        if problem := same_ca_secrets(args) or profile_problem(args) or once:
             return start.failed("reconcile", problem)
+        if not args.once and (notice := unverified_tls(cluster)):
+            log.warning(notice)  # once, in place of the HTTP library's warning on every request
         settings = settings_for(args)
         try:
             if args.once:

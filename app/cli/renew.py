@@ -2,7 +2,8 @@
 
 It sets the force-renew annotation on the workload's certificate Secret (what `kubectl annotate secret ...
 tls-injector.io/force-renew=now` does) and polls the Secret until it holds a certificate of another serial
-with the annotation gone (the reconciler removes it when it renews), or until --timeout.
+with the annotation gone (the reconciler removes it when it renews), or until --timeout; it prints the serial
+before and after. --request-timeout bounds each request to the API server (kubectl's name for it).
 """
 
 from __future__ import annotations
@@ -11,16 +12,16 @@ import argparse
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app import names
 from app.cli import flags
+from app.cli.cluster import connection_flags
 from app.cli.command import EXIT_FINDINGS, EXIT_OK, Command, fail
-from app.cli.status import read, split_workload
-from app.settings import API_TIMEOUT_SECONDS
+from app.cli.status import read, workload_name
 
 if TYPE_CHECKING:
+    from app.doctor.workload_status import Cluster
     from app.kube import KubeApi
 
 # How often the Secret is read while waiting: a pass takes seconds, and one GET a second costs nothing.
@@ -35,54 +36,55 @@ ATTEMPTS = 3
 
 
 def add(renew: argparse.ArgumentParser) -> None:
-    renew.add_argument("workload", metavar="NAMESPACE/WORKLOAD",
+    renew.add_argument("workload", type=workload_name, metavar="NAMESPACE/WORKLOAD",
                        help="the workload (its name, or Kind/name where names clash) whose certificate to renew")
-    renew.add_argument("--timeout", type=flags.duration, default=DEFAULT_WAIT_SECONDS, metavar="DURATION",
-                       help="how long to wait for the new certificate (seconds, or 30s, 5m); exit 1 if it is not "
-                            "in place by then (the request stays: the reconciler renews it when it can)")
-    renew.add_argument("--kubeconfig", type=Path,
-                       help="kubeconfig file (default: in-cluster service account, then $KUBECONFIG/~/.kube/config)")
-    renew.add_argument("--server", type=flags.server_url,
-                       help="API server URL without credentials (for tests against an emulator)")
-    renew.add_argument("--namespace", type=flags.namespace, help="the injector's own namespace")
-    renew.add_argument("--cluster-domain", type=flags.cluster_domain, help="DNS domain of the cluster")
-    renew.add_argument("--request-timeout", type=flags.duration, default=API_TIMEOUT_SECONDS, metavar="DURATION",
-                       help="how long one request to the API server may take")
+    renew.add_argument("--timeout", dest="wait", type=flags.duration, default=flags.duration_text(DEFAULT_WAIT_SECONDS),
+                       metavar="DURATION",
+                       help="how long to wait for the new certificate (a Go duration such as 30s, 5m or 1.5h, or "
+                            "plain seconds); exit 1 if it is not in place by then (the request stays: the reconciler "
+                            "renews it when it can)")
+    connection_flags(renew, request_timeout="--request-timeout")
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from app.doctor import workload_status as ws  # noqa: PLC0415 - only the commands that talk to a cluster load it
-    from app.kube import KubeError  # noqa: PLC0415
+    from app.kube import KubeError, Unavailable  # noqa: PLC0415
 
-    try:
-        namespace, workload = split_workload(args.workload)
-    except ValueError as error:
-        parser.error(str(error))
-    # --timeout is the wait here (as kubectl wait's); the shared reading takes args.timeout per request.
-    wait, args.timeout = args.timeout, args.request_timeout
     cluster = read(args, "renew")
     if isinstance(cluster, int):
         return cluster
     try:
-        target = ws.target_of(cluster, namespace, workload)
-        secret = cluster.snap.secret(target.namespace, target.secret_name)
-        if ws.secret_state(secret) != "ours":
-            return fail("renew", f"Secret {target.namespace}/{target.secret_name} is {ws.secret_state(secret)}: "
-                                 f"nothing of tls-injector's to renew (`tls-injector status {args.workload}` says why)")
-        before = ws.serial(secret)
-        request(cluster.api, target.namespace, target.secret_name)
-        print(f"asked for a new certificate for Secret {target.namespace}/{target.secret_name}; waiting up to "
-              f"{wait:g}s", flush=True)
-        renewed = wait_for(lambda: ws.renewed(cluster.api, target.namespace, target.secret_name, before), wait)
+        return renew(cluster, args)
     except ws.NoSuchWorkload as error:
         return fail("renew", str(error))
+    except Unavailable as error:  # the API stopped answering while we waited: the bound was the per-request one
+        return fail("renew", f"cannot reach the API server ({args.timeout_flag} "
+                             f"{flags.duration_text(args.timeout)}): {error}")
     except KubeError as error:
         return fail("renew", f"{type(error).__name__}: {error}")
+
+
+def renew(cluster: Cluster, args: argparse.Namespace) -> int:
+    """Ask, wait, and say the serial before and after."""
+    from app.doctor import workload_status as ws  # noqa: PLC0415
+
+    namespace, workload = args.workload
+    shown = f"{namespace}/{workload}"
+    target = ws.target_of(cluster, namespace, workload)
+    secret = cluster.snap.secret(target.namespace, target.secret_name)
+    if ws.secret_state(secret) != "ours":
+        return fail("renew", f"Secret {target.namespace}/{target.secret_name} is {ws.secret_state(secret)}: "
+                             f"nothing of tls-injector's to renew (`tls-injector status {shown}` says why)")
+    before = ws.serial(secret) or "none"
+    request(cluster.api, target.namespace, target.secret_name)
+    print(f"asked for a new certificate for Secret {target.namespace}/{target.secret_name} (serial {before}); "
+          f"waiting up to {flags.duration_text(args.wait)}", flush=True)
+    renewed = wait_for(lambda: ws.renewed(cluster.api, target.namespace, target.secret_name, before), args.wait)
     if renewed is None:
-        print(f"not renewed within {wait:g}s: is a reconciler leading? `tls-injector status {args.workload}` says "
-              "what it waits for; the request stays and is honoured when it can be", flush=True)
+        print(f"not renewed within {flags.duration_text(args.wait)}: is a reconciler leading? `tls-injector status "
+              f"{shown}` says what it waits for; the request stays and is honoured when it can be", flush=True)
         return EXIT_FINDINGS
-    print(f"renewed: {renewed}", flush=True)
+    print(f"renewed: serial {before} -> {renewed}", flush=True)
     return EXIT_OK
 
 

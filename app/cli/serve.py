@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("tls_injector")
 
 # (flag, Limits field, type, help): every bound of the HTTPS port; docs/serving.md gives each value's reason.
-LIMIT_FLAGS: tuple[tuple[str, str, type, str], ...] = (
+LIMIT_FLAGS: tuple[tuple[str, str, Callable[[str], float], str], ...] = (
     ("--max-connections", "max_connections", int, "open connections; when full a newcomer takes the slot of one "
                                                    "that has not completed a request, from the source holding the "
                                                    "most, or is closed"),
@@ -38,11 +39,12 @@ LIMIT_FLAGS: tuple[tuple[str, str, type, str], ...] = (
     ("--max-header-bytes", "max_head_bytes", int, "request line + headers (431 beyond)"),
     ("--max-headers", "max_headers", int, "header fields per request (431 beyond)"),
     ("--max-body-bytes", "max_body_bytes", int, "request body (413 beyond)"),
-    ("--handshake-timeout", "handshake_seconds", float, "seconds from accept to a finished TLS handshake"),
-    ("--header-timeout", "head_seconds", float, "seconds for a request's head, from the connection's start or "
-                                                "from a kept-alive request's first byte"),
-    ("--body-timeout", "body_seconds", float, "seconds for a request's body, from the end of its head"),
-    ("--idle-timeout", "idle_seconds", float, "seconds a kept-alive connection may stay idle"),
+    # The times are durations, as --timeout's (`5s`, `500ms`, or plain seconds).
+    ("--handshake-timeout", "handshake_seconds", flags.duration, "from accept to a finished TLS handshake"),
+    ("--header-timeout", "head_seconds", flags.duration, "for a request's head, from the connection's start or "
+                                                         "from a kept-alive request's first byte"),
+    ("--body-timeout", "body_seconds", flags.duration, "for a request's body, from the end of its head"),
+    ("--idle-timeout", "idle_seconds", flags.duration, "how long a kept-alive connection may stay idle"),
 )
 
 
@@ -56,8 +58,9 @@ def add(serve: argparse.ArgumentParser) -> None:
     listen.add_argument("--tls-private-key-file", type=Path, help="PEM private key; reloaded when it changes")
     listen.add_argument("--self-signed-dir", type=Path,
                         help="where to write the self-signed CA when no certificate is given (default: a temp dir)")
-    listen.add_argument("--reload-interval", type=float, default=defaults.reload_interval_seconds,
-                        help="seconds between checks of the certificate files")
+    listen.add_argument("--reload-interval", type=flags.duration, metavar="DURATION",
+                        default=flags.duration_text(defaults.reload_interval_seconds),
+                        help="time between checks of the certificate files")
     listen.add_argument("--drain-seconds", type=int, default=defaults.drain_seconds,
                         help="how long in-flight requests may finish after SIGTERM")
     listen.add_argument("--log-level", default=defaults.log_level, choices=LOG_LEVELS, help="least severe level logged")
@@ -90,7 +93,11 @@ def add(serve: argparse.ArgumentParser) -> None:
     bounds = serve.add_argument_group("limits of the HTTPS port",
                                       "Each value's reason is in docs/serving.md; the defaults suit a webhook.")
     for flag, field, kind, text in LIMIT_FLAGS:
-        bounds.add_argument(flag, type=kind, default=getattr(limits, field), help=text)
+        default = getattr(limits, field)
+        if not field.endswith("_seconds"):
+            bounds.add_argument(flag, type=kind, default=default, help=text)
+        else:  # a duration: its default as one (5s, 2m), not as a float of seconds
+            bounds.add_argument(flag, type=kind, default=flags.duration_text(default), metavar="DURATION", help=text)
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

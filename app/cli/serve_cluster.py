@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import argparse
 import functools
+import logging
 from typing import TYPE_CHECKING
 
-from app.cli.cluster import find_cluster, settings_for
+from app.cli.cluster import find_cluster, settings_for, unverified_tls
+
+log = logging.getLogger("tls_injector")
 
 if TYPE_CHECKING:
     from app.web.health import BackgroundTask, Health
@@ -55,6 +58,8 @@ def reconciler_in_background(args: argparse.Namespace, metrics: ServerMetrics,
         runner.api_client(cluster)
     except runner.KubeError as error:
         raise UnusableCluster(str(error)) from None
+    if notice := unverified_tls(cluster):
+        log.warning(notice)  # once, in place of the HTTP library's warning on every request
     from app.reconcile.metrics import ReconcileMetrics  # noqa: PLC0415
 
     settings = settings_for(args)

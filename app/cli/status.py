@@ -9,9 +9,13 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from app import names
+from app.cli import flags
 from app.cli.cluster import NO_CLUSTER, connection_flags, find_cluster, profile_bounds, profile_flags, unreachable
 from app.cli.command import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, Command, fail
+from app.cli.flags import quoted
+from app.cli.output import output_flag, structured, wants_structure
 from app.logs import configure_logging
+from app.web.page import EXPIRING_WITHIN
 
 if TYPE_CHECKING:
     from app.doctor.snapshot import DoctorSettings
@@ -19,19 +23,40 @@ if TYPE_CHECKING:
 
 
 def add(status: argparse.ArgumentParser) -> None:
-    status.add_argument("workload", nargs="?", metavar="NAMESPACE/WORKLOAD",
+    status.add_argument("workload", nargs="?", type=workload_name, metavar="NAMESPACE/WORKLOAD",
                         help="one workload (its name, or Kind/name where names clash: shop/web, "
                              "shop/statefulset/db); without it, what needs attention in the whole cluster")
     connection_flags(status)
     profile_flags(status)  # the reconciler's, to judge workloads' certificate profiles as its passes do
-    status.add_argument("-o", "--output", choices=["text", "json"], default="text", help="report format")
+    output_flag(status)
+
+
+# A workload's name (a Kubernetes object name) is at most 253 characters, and so is a Kind; longer is no
+# workload, and is refused before it is quoted in a message.
+MAX_WORKLOAD_CHARS = 2 * 253 + 1
+
+
+def workload_name(value: str) -> tuple[str, str]:
+    """NAMESPACE/WORKLOAD (WORKLOAD may be Kind/name) -> (namespace, workload): a usage error when
+    malformed, an empty argument included (it names no workload; it is not "every workload")."""
+    try:
+        return split_workload(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
 
 
 def split_workload(value: str) -> tuple[str, str]:
     """NAMESPACE/WORKLOAD (WORKLOAD may be Kind/name) -> (namespace, workload); ValueError when malformed."""
     namespace, _, workload = value.partition("/")
-    if not namespace or not workload:
-        raise ValueError(f"{value!r} is not NAMESPACE/WORKLOAD")
+    kind, _, name = workload.rpartition("/")
+    if not namespace or not name or (workload.count("/") > 1) or (workload.count("/") == 1 and not kind):
+        raise ValueError(f"{quoted(value)} is not NAMESPACE/WORKLOAD or NAMESPACE/KIND/WORKLOAD")
+    if len(workload) > MAX_WORKLOAD_CHARS:
+        raise ValueError(f"{quoted(value)} is longer than any workload's name")
+    try:
+        flags.namespace(namespace)
+    except argparse.ArgumentTypeError as error:
+        raise ValueError(str(error)) from error
     return namespace, workload
 
 
@@ -46,7 +71,7 @@ def read(args: argparse.Namespace, command: str) -> Cluster | int:
     cluster = find_cluster(args)
     if cluster is None:
         return fail(command, NO_CLUSTER)
-    if problem := unreachable(cluster):
+    if problem := unreachable(cluster, command, flag=args.timeout_flag):
         return fail(command, problem)
     try:
         return read_status(connect(cluster), doctor_settings(args), now=datetime.now(UTC))
@@ -72,27 +97,24 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from app.doctor import workload_status as ws  # noqa: PLC0415
     from app.kube import KubeError  # noqa: PLC0415
 
-    wanted = None
-    if args.workload:
-        try:
-            wanted = split_workload(args.workload)
-        except ValueError as error:
-            parser.error(str(error))
     cluster = read(args, "status")
     if isinstance(cluster, int):
         return cluster
     try:
-        if wanted is None:
+        if args.workload is None:
             items, ready = ws.summary(cluster)
-            sys.stdout.write(ws.to_json(items) if args.output == "json" else ws.render_summary(items))
+            sys.stdout.write(structured(ws.to_json(items), args.output) if wants_structure(args)
+                             else ws.render_summary(items))
             return EXIT_OK if ready and not any(level == "crit" for level, _ in items) else EXIT_FINDINGS
-        found = ws.report(cluster, ws.target_of(cluster, *wanted))
+        found = ws.report(cluster, ws.target_of(cluster, *args.workload))
     except ws.NoSuchWorkload as error:
         return fail("status", str(error))
     except KubeError as error:
         return fail("status", f"{type(error).__name__}: {error}")
-    sys.stdout.write(ws.to_json(found) if args.output == "json" else ws.render_report(found))
-    return EXIT_OK if found.ready else EXIT_FINDINGS
+    sys.stdout.write(structured(ws.to_json(found), args.output) if wants_structure(args) else ws.render_report(found))
+    # Ready alone is not enough: a certificate about to end, or past its renewal time, is what this exit
+    # status exists to catch (the attention list marks the same ones).
+    return EXIT_OK if found.ready and not found.attention else EXIT_FINDINGS
 
 
 COMMAND = Command(
@@ -102,7 +124,8 @@ COMMAND = Command(
                 "its Secret, the certificate's names, dates and issuer, the CA it chains to and that CA's state, "
                 "the conditions (Ready and any other trouble, as the status API gives them), its pods and whether "
                 "they carry the injection, its recent Events. Without it: what needs attention, in the status "
-                "page's order. Exit status as doctor's: 0 ready (every certificate Ready, nothing expiring), 1 "
-                "not (a warning alone, such as a pod without the injection, does not fail it), "
+                "page's order. Exit status as doctor's: 0 ready (every certificate Ready, none ending within "
+                f"{EXPIRING_WITHIN.days} days or past its renewal time), 1 not (a warning alone, such as a pod "
+                "without the injection, does not fail it), "
                 f"{EXIT_USAGE} for a usage error, no such workload, or an API server that does not "
                 "answer within --timeout.")

@@ -12,7 +12,7 @@ workload's last CertificateIssued or CertificateRenewed Event).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -74,6 +74,9 @@ class WorkloadReport:
     conditions: tuple[st.Condition, ...]
     pods: tuple[tuple[str, bool], ...]  # (name, carries the injection)
     events: tuple[dict[str, str], ...] = field(default=())
+    # What the attention list says of this certificate's dates: ending within EXPIRING_WITHIN, or past its
+    # renewal time. Ready stays True (the certificate is valid and in place), yet the workload needs a look.
+    attention: tuple[str, ...] = field(default=())
 
     @property
     def ready(self) -> bool:
@@ -142,10 +145,28 @@ def report(cluster: Cluster, target: Target) -> WorkloadReport:
                                renew_at=valid.renew_at if valid else None)
     pods = tuple((p["metadata"]["name"], names.INJECTED_ANNOTATION in (p["metadata"].get("annotations") or {}))
                  for p in cluster.snap.observed.pods if _runs(p, target))
-    return WorkloadReport(namespace=target.namespace, workloads=tuple(sorted(str(w) for w in target.workloads)),
-                          secret=target.secret_name, secret_state=secret_state(secret), certificate=certificate,
-                          ca=_ca(cluster.cas, secret) if ours else None, conditions=conditions, pods=pods,
-                          events=tuple(events[-EVENTS_SHOWN:]))
+    found = WorkloadReport(namespace=target.namespace, workloads=tuple(sorted(str(w) for w in target.workloads)),
+                           secret=target.secret_name, secret_state=secret_state(secret), certificate=certificate,
+                           ca=_ca(cluster.cas, secret) if ours else None, conditions=conditions, pods=pods,
+                           events=tuple(events[-EVENTS_SHOWN:]))
+    return replace(found, attention=tuple(text for _, text in _attention([_status_of(found, target)], cluster.now)))
+
+
+def _status_of(found: WorkloadReport, target: Target) -> st.WorkloadStatus:
+    """One workload as the status API records it (what the attention list reads)."""
+    cert = found.certificate
+    return st.WorkloadStatus(
+        namespace=found.namespace, workloads=found.workloads, secret=found.secret,
+        not_after=cert.not_after if cert else None, renew_at=cert.renew_at if cert else None,
+        waiting=next((c.message for c in found.conditions if c.reason == "CertificateWaiting"), ""),
+        conditions=found.conditions, names_problem=target.namelessness() or target.refusal())
+
+
+def _attention(workloads: list[st.WorkloadStatus], now: datetime) -> list[tuple[str, str]]:
+    """The page's attention items of these certificates' dates: expiring, overdue (the "crit" ones)."""
+    status = st.Status(pass_at=now, converged=True, aborted="", cas=(), workloads=tuple(workloads),
+                       pods_missing_injection=())
+    return [item for item in attention_items(status, now) if item[0] == "crit"]  # type: ignore[arg-type]
 
 
 def told_by(target: Target, secret: Obj | None, squatted: set[str], events: Sequence[dict[str, str]]) -> dict[str, str]:
@@ -190,13 +211,7 @@ def summary(cluster: Cluster) -> tuple[list[tuple[str, str]], bool]:
     snap = cluster.snap
     workloads = []
     for target in targets(snap):
-        found = report(cluster, target)
-        cert = found.certificate
-        workloads.append(st.WorkloadStatus(
-            namespace=found.namespace, workloads=found.workloads, secret=found.secret,
-            not_after=cert.not_after if cert else None, renew_at=cert.renew_at if cert else None,
-            waiting=next((c.message for c in found.conditions if c.reason == "CertificateWaiting"), ""),
-            conditions=found.conditions, names_problem=target.namelessness() or target.refusal()))
+        workloads.append(_status_of(report(cluster, target), target))
     missing = missing_injection(snap.observed.pods, enabled=snap.observed.enabled, own_namespace=cluster.namespace)
     status = st.Status(pass_at=cluster.now, converged=True, aborted="", cas=tuple(_rotating(cluster)),
                        workloads=tuple(workloads), pods_missing_injection=tuple(st.pod_statuses(missing)))
@@ -219,6 +234,7 @@ def render_report(found: WorkloadReport) -> str:
         lines.append(f"CA: {ca.fingerprint} {ca.subject}, {ca.state}{' (signs)' if ca.signs else ''}")
     lines.append("Conditions:")
     lines += [f"  {c.type}: {c.status} ({c.reason}) {c.message}" for c in found.conditions]
+    lines += [f"Attention: {text}" for text in found.attention]
     lines.append("Pods:" + ("" if found.pods else " none"))
     lines += [f"  {name}: {'injected' if injected else 'WITHOUT the injection: restart its workload'}"
               for name, injected in found.pods]
@@ -259,7 +275,7 @@ def renewed(api: KubeApi, namespace: str, name: str, before: str) -> str | None:
     found = _certificate(secret) if own.is_owned(secret, "leaf") else None
     if found is None or found.serial == before or names.FORCE_RENEW_ANNOTATION in annotations:
         return None
-    return f"serial {found.serial}, valid until {found.not_after:%Y-%m-%d %H:%M} UTC"
+    return f"{found.serial} (valid until {found.not_after:%Y-%m-%d %H:%M} UTC)"
 
 
 def _certificate(secret: Obj | None) -> Certificate | None:

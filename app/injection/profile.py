@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from fractions import Fraction
 from typing import Any, TypeVar
 
 from app import names
@@ -36,11 +37,15 @@ MAX_RENEW_SHARE = (2, 3)
 # The longest annotation value read: "8760h" is 5 characters and "2562047h47m16s" (Go's longest) 14; 32
 # leaves room for spaces and leading zeros while a megabyte of text is refused before any regex runs.
 MAX_VALUE_CHARS = 32
-# Durations as Go's time.ParseDuration writes them, restricted to whole numbers of hours, minutes and
-# seconds (ASCII digits only: Python's \d and isdigit() also take other scripts' digits, such as fullwidth digits).
-_DURATION = re.compile(r"(?:[0-9]{1,12}[hms])+", re.ASCII)
-_PART = re.compile(r"([0-9]+)([hms])", re.ASCII)
-_UNIT = {"h": 3600, "m": 60, "s": 1}
+# Durations as Go's time.ParseDuration reads them (and kubectl's --request-timeout, the commands' --timeout):
+# decimal numbers, each with a unit, `2160h`, `1h30m`, `1.5h`, `500ms`; units ns, us (µs, μs), ms, s, m, h and
+# nothing longer (no `d`); no sign (every duration here is positive). ASCII digits only: Python's \d and
+# isdigit() also take other scripts' digits, such as fullwidth digits. Go refuses what overflows its int64 of
+# nanoseconds (2562047h47m16.854775807s), and so does this.
+_DURATION = re.compile(r"(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:ns|us|µs|μs|ms|s|m|h))+")
+_PART = re.compile(r"([0-9]*\.?[0-9]*)(ns|us|µs|μs|ms|s|m|h)")
+_NANOS = {"ns": 1, "us": 10**3, "µs": 10**3, "μs": 10**3, "ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9}
+MAX_GO_NANOS = 2**63 - 1
 # Up to this many characters of a refused value are quoted in a message (the Event's note is 1 KiB).
 _SHOWN = 40
 
@@ -180,24 +185,43 @@ def _decided(value: object, key: str, refused: list[tuple[str, str]], *, default
         return default
 
 
-def parse_duration(text: str) -> timedelta:
-    """A positive duration written as Go does, in whole hours, minutes and seconds: `2160h`, `90m`, `1h30m`."""
+def go_duration(text: str) -> Fraction:
+    """Seconds, exactly, of a duration written as Go's time.ParseDuration reads it: `2160h`, `1h30m`, `1.5h`,
+    `500ms`; ProfileError when it is not one (or not above zero). The one reader of durations: the
+    annotation, the profile flags and the commands' --timeout flags all take what it takes."""
     if not text:
         raise ProfileError("is empty")
     if not _DURATION.fullmatch(text):
-        raise ProfileError("is not a duration: write it in hours, minutes and seconds, as 2160h, 90m or 1h30m")
-    seconds = sum(int(number) * _UNIT[unit] for number, unit in _PART.findall(text))
-    if seconds <= 0:
+        raise ProfileError("is not a duration: write it as Go does, a number and a unit (h, m, s, ms, us, ns) "
+                           "for each part, as 2160h, 90m, 1h30m or 1.5h")
+    nanos = sum((Fraction(number) * _NANOS[unit] for number, unit in _PART.findall(text)), Fraction(0))
+    if nanos > MAX_GO_NANOS:
+        raise ProfileError("is longer than any duration Go can hold (2562047h)")
+    if nanos <= 0:
         raise ProfileError("is not a positive duration")
-    return timedelta(seconds=seconds)  # 12 digits of hours a part: at most ~10^13 s, inside timedelta's range
+    return Fraction(int(nanos), 10**9)  # Go keeps whole nanoseconds: a finer fraction is dropped, as there
+
+
+def parse_duration(text: str) -> timedelta:
+    """A positive duration written as Go does (`go_duration`), in whole seconds as certificates count
+    time: `1.5h` is 5400 s, and a fraction of a second is dropped (`500ms` is then not positive)."""
+    seconds = int(go_duration(text))
+    if seconds <= 0:
+        raise ProfileError("is under a second: a certificate's times are whole seconds")
+    return timedelta(seconds=seconds)
 
 
 def format_duration(value: timedelta) -> str:
-    """A duration as Go writes one, its zero parts left out: 2160h, 1h30m, 90s; `parse_duration` reads it back."""
-    seconds = int(value.total_seconds())
+    """A duration as Go writes one, its zero parts left out: 2160h, 1h30m, 90s, 1.5s, 500ms; `go_duration`
+    reads it back."""
+    micros = value // timedelta(microseconds=1)
+    if 0 < micros < 1_000_000:
+        return f"{micros / 1000:g}ms"
+    seconds, fraction = divmod(micros, 1_000_000)
     hours, rest = divmod(seconds, 3600)
     minutes, seconds = divmod(rest, 60)
-    text = "".join(f"{n}{u}" for n, u in ((hours, "h"), (minutes, "m"), (seconds, "s")) if n)
+    second_text = f"{seconds}.{fraction:06d}".rstrip("0") if fraction else str(seconds)
+    text = "".join(f"{n}{u}" for n, u in ((hours, "h"), (minutes, "m"), (second_text, "s")) if n and n != "0")
     return text or "0s"
 
 

@@ -33,11 +33,13 @@ from app.kube.api import (
 from app.kube.config import (
     MEMBER_KUBECONFIG_LIMIT,
     ClusterConfig,
+    TlsUnverifiedWarning,
     api_client,
     find_cluster,
     member_api,
     member_client,
     own_namespace,
+    verifies_tls,
 )
 from app.kube.errors import (
     AlreadyExists,
@@ -92,6 +94,7 @@ __all__ = [
     "ObjectList",
     "Oversized",
     "Resource",
+    "TlsUnverifiedWarning",
     "Unauthorized",
     "Unavailable",
     "WatchEvent",
@@ -102,4 +105,5 @@ __all__ = [
     "member_client",
     "own_namespace",
     "pod_certificate_requests",
+    "verifies_tls",
 ]

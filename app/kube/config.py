@@ -23,6 +23,8 @@ from app.names import DEFAULT_NAMESPACE
 from app.settings import API_TIMEOUT_SECONDS
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+# What the HTTP library warns on every request to a server whose certificate goes unchecked (`verifies_tls`).
+TlsUnverifiedWarning = urllib3.exceptions.InsecureRequestWarning
 
 
 @dataclass(frozen=True)
@@ -33,24 +35,30 @@ class ClusterConfig:
     kubeconfig: Path | None = None
     in_cluster: bool = False
     timeout: float = API_TIMEOUT_SECONDS  # seconds one request may take (KubeApi.timeout)
+    context: str | None = None  # the kubeconfig's context to use (kubectl's --context); None: its current one
 
     @property
     def describe(self) -> str:
         if self.server:
             return f"server {self.server}"
-        return f"kubeconfig {self.kubeconfig}" if self.kubeconfig else "in-cluster service account"
+        if self.kubeconfig:
+            return f"kubeconfig {self.kubeconfig}" + (f", context {self.context}" if self.context else "")
+        return "in-cluster service account"
 
 
-def find_cluster(*, kubeconfig: Path | None = None, server: str | None = None) -> ClusterConfig | None:
-    """The first source that exists, or None when no cluster is configured (then nothing reconciles)."""
+def find_cluster(*, kubeconfig: Path | None = None, server: str | None = None,
+                 context: str | None = None) -> ClusterConfig | None:
+    """The first source that exists, or None when no cluster is configured (then nothing reconciles).
+    A context names one of a kubeconfig's, so with one the in-cluster account is passed over, as kubectl
+    does: `--context` asks for the kubeconfig (--kubeconfig, else $KUBECONFIG or ~/.kube/config)."""
     if server:
         return ClusterConfig(server=server)
     if kubeconfig:
-        return ClusterConfig(kubeconfig=kubeconfig)
-    if os.environ.get("KUBERNETES_SERVICE_HOST") and (SERVICE_ACCOUNT_DIR / "token").exists():
+        return ClusterConfig(kubeconfig=kubeconfig, context=context)
+    if not context and os.environ.get("KUBERNETES_SERVICE_HOST") and (SERVICE_ACCOUNT_DIR / "token").exists():
         return ClusterConfig(in_cluster=True)
     default = Path(os.environ.get("KUBECONFIG", "~/.kube/config").split(os.pathsep)[0]).expanduser()
-    return ClusterConfig(kubeconfig=default) if default.is_file() else None
+    return ClusterConfig(kubeconfig=default, context=context) if default.is_file() else None
 
 
 def api_client(cluster: ClusterConfig) -> client.ApiClient:
@@ -63,7 +71,7 @@ def api_client(cluster: ClusterConfig) -> client.ApiClient:
             if not cluster.kubeconfig.exists():  # the client would say "Invalid kube-config file"
                 raise FileNotFoundError("no such file")
             config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=str(cluster.kubeconfig), client_configuration=configuration
+                config_file=str(cluster.kubeconfig), context=cluster.context, client_configuration=configuration
             )
         else:
             config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
@@ -76,6 +84,14 @@ def api_client(cluster: ClusterConfig) -> client.ApiClient:
     # Our own loop retries a failed pass; urllib3's silent connection retries would only hide an outage.
     configuration.retries = False
     return client.ApiClient(configuration)
+
+
+def verifies_tls(configured: client.ApiClient) -> bool:
+    """False when the configuration skips checking the API server's certificate (a kubeconfig's
+    insecure-skip-tls-verify) on an https:// server: the commands say so once, in place of the HTTP
+    library's warning on every request (`TlsUnverifiedWarning`)."""
+    settings = configured.configuration
+    return bool(settings.verify_ssl) or not str(settings.host or "").lower().startswith("https://")
 
 
 # A kubeconfig with inline certificates and a token is a few KiB; 64 KiB bounds what a member Secret may

@@ -18,14 +18,15 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from app.names import DEFAULT_NAMESPACE, INJECT_LABEL, MANAGED_BY_LABEL, MANAGER, NAMESPACE_OPT_IN, POLICY_NAME_PREFIX
+from app.rules.dispatch import condition_documents
 from app.rules.handler import DENIED_REASON
-from app.rules.model import SCOPE_ENABLED_NAMESPACES, SCOPE_OTHER_NAMESPACES, Match, Rule, RuleSet
+from app.rules.model import SCOPE_ENABLED_NAMESPACES, SCOPE_OTHER_NAMESPACES, Match, Rule, RuleSet, guess_resource
 from app.rules.paths import cel_value_or_empty, format_path
 
 ADMISSIONREGISTRATION = "admissionregistration.k8s.io/v1"
 NAME_PREFIX = POLICY_NAME_PREFIX
 SELF_VARIABLE, OLD_SELF_VARIABLE = "selfValue", "oldSelfValue"
-ExportFormat = Literal["vap", "crd"]
+ExportFormat = Literal["vap", "crd", "conditions"]
 # The bindings skip the namespaces the webhook configurations skip: the control plane's, and the
 # injector's own (the caller names it). Matched by `kubernetes.io/metadata.name`, which the apiserver
 # sets on every Namespace and nobody can change.
@@ -40,6 +41,8 @@ def export_documents(rule_set: RuleSet, *, fmt: ExportFormat,
                      own_namespace: str = DEFAULT_OWN_NAMESPACE) -> list[dict[str, Any]]:
     if fmt == "vap":
         return validating_admission_policies(rule_set, own_namespace=own_namespace)
+    if fmt == "conditions":
+        return condition_documents(rule_set)
     return crd_validation_snippets(rule_set)
 
 
@@ -92,16 +95,6 @@ def crd_validation_snippets(rule_set: RuleSet) -> list[dict[str, Any]]:
         for rule in rule_set
         if any(_is_custom(m.group) for m in rule.match)
     ]
-
-
-def guess_resource(kind: str) -> str:
-    """The plural Kubernetes guesses for a kind (as its own UnsafeGuessKindToResource does)."""
-    lower = kind.lower()
-    if lower.endswith("s"):
-        return lower + "es"
-    if lower.endswith("y"):
-        return lower[:-1] + "ies"
-    return lower + "s"
 
 
 def _policy(rule: Rule, name: str, validation: dict[str, str]) -> dict[str, Any]:

@@ -202,6 +202,16 @@ class RuleSet:
         return RuleSet((*self.rules, *other.rules), include_defaults=other.include_defaults)
 
 
+def guess_resource(kind: str) -> str:
+    """The plural Kubernetes guesses for a kind (as its own UnsafeGuessKindToResource does)."""
+    lower = kind.lower()
+    if lower.endswith("s"):
+        return lower + "es"
+    if lower.endswith("y"):
+        return lower[:-1] + "ies"
+    return lower + "s"
+
+
 @cache
 def _batch_environment() -> Environment:
     """Where batches are compiled: the rules' own declarations, shared by rules from any file."""

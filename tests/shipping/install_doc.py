@@ -16,8 +16,9 @@ from tests.shipping.helm import helm
 from tests.shipping.support import kubectl
 
 PLACES = ("offline", "cluster", "docker", "network")
-# What the docker block of docs/install.md defines: the digest of the pushed image (any well-formed one
-# serves offline).
+# What the docker block of docs/install.md defines: the user's registry (any name but the placeholder,
+# which check-offline.sh refuses) and the digest of the pushed image (any well-formed one serves offline).
+REGISTRY = "registry.test.invalid/platform"
 DIGEST = "sha256:" + "5e" * 32
 _MARKER = re.compile(r"<!-- run: (\w+)(?:, exit (\d+))? -->\s*\n```sh\n(.*?)```", re.DOTALL)
 
@@ -39,7 +40,7 @@ def run(script: str, *, cwd: Path, **more: str) -> subprocess.CompletedProcess[s
     """`script` under bash -euo pipefail, with the suite's python, kubectl and helm first on PATH."""
     tools = os.pathsep.join([str(Path(sys.executable).parent), str(Path(kubectl()).parent),
                              str(Path(helm()).parent), os.environ.get("PATH", "")])
-    env = {**os.environ, "PATH": tools, "DIGEST": DIGEST, **more}
+    env = {**os.environ, "PATH": tools, "REGISTRY": REGISTRY, "DIGEST": DIGEST, **more}
     env.pop("KUBECONFIG", None)
     return subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=env, capture_output=True,
                           text=True, check=False, timeout=240)

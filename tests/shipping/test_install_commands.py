@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from tests.shipping import install_doc
-from tests.shipping.install_doc import DIGEST, PLACES, Block, run_block
+from tests.shipping.install_doc import DIGEST, PLACES, REGISTRY, Block, run_block
 from tests.shipping.support import ROOT, kubectl
+from tools import release
 
 DOC = ROOT / "docs" / "install.md"
 # Enough of the repository for every offline block: what the overlays, the chart and the examples name.
@@ -78,28 +79,58 @@ def test_the_copied_overlay_builds_like_the_example_with_only_the_placeholders_c
                           capture_output=True, text=True, check=True).stdout
     example = subprocess.run([kubectl(), "kustomize", str(ROOT / "manifests/overlays/example")],
                              capture_output=True, text=True, check=True).stdout
-    replaced = (example.replace("sha256:" + "0" * 64, DIGEST).replace("SET-control-plane-CIDR", "10.0.0.0/24")
+    replaced = (example.replace("sha256:" + "0" * 64, DIGEST).replace("registry.example.com/platform", REGISTRY)
+                .replace("SET-control-plane-CIDR", "10.0.0.0/24")
                 .replace("SET-API-server-endpoint-CIDR", "10.0.0.1/32"))
     assert mine == replaced
 
 
-@pytest.mark.parametrize("overlay", ["manifests/overlays/example", "manifests/overlays/example/image-only"])
-def test_the_offline_check_fails_loudly_on_each_placeholder_left(clone: Path, overlay: str) -> None:
-    """The shipped example itself; and a copy with only the image set, whose two CIDRs are still SET-."""
-    target = clone / overlay
-    if overlay.endswith("image-only"):
-        target = clone / "manifests/overlays/image-only"
-        shutil.copytree(clone / "manifests/overlays/example", target)
-        image = target / "image/kustomization.yaml"
-        image.write_text(image.read_text().replace("sha256:" + "0" * 64, DIGEST))
+ZEROS = "sha256:" + "0" * 64
+CIDRS = {"SET-control-plane-CIDR", "SET-API-server-endpoint-CIDR"}
+# Each copy of the example with some placeholders set, and what check-offline.sh must still list. The
+# image's four lines are its three containers (webhook, reconciler, bootstrap Job) and the one name.
+LEFT = {
+    "example": {ZEROS, "registry.example.com"} | CIDRS,
+    "digest-only": {"registry.example.com"} | CIDRS,
+    "image-set": CIDRS,
+    # The documented sed run with DIGEST unset: `digest: ` empty, rendered with the base's tag alone.
+    "digest-unset": {f"no digest: {REGISTRY}/tls-injector:{release.version()}"} | CIDRS,
+    "all-set": set(),
+}
+
+
+def _overlay(clone: Path, case: str) -> Path:
+    if case == "example":
+        return clone / "manifests/overlays/example"
+    target = clone / f"manifests/overlays/{case}"
+    shutil.copytree(clone / "manifests/overlays/example", target)
+    image = target / "image/kustomization.yaml"
+    digest = {"digest-unset": ""}.get(case, DIGEST)
+    text = image.read_text().replace(ZEROS, digest)
+    if case != "digest-only":
+        text = text.replace("registry.example.com/platform", REGISTRY)
+    image.write_text(text)
+    if case == "all-set":
+        network = target / "network.yaml"
+        network.write_text(network.read_text().replace("SET-control-plane-CIDR", "10.0.0.0/24")
+                           .replace("SET-API-server-endpoint-CIDR", "10.0.0.1/32"))
+    return target
+
+
+@pytest.mark.parametrize("case", sorted(LEFT))
+def test_the_offline_check_fails_loudly_on_each_placeholder_left(clone: Path, case: str) -> None:
+    """The shipped example itself, and copies with some of its placeholders set: every one left is
+    listed (the registry's placeholder name and an image without a digest too), exit 1; none left, exit 0."""
+    target = _overlay(clone, case)
     result = _run(f"sh {target.relative_to(clone)}/check-offline.sh", cwd=clone)
-    assert result.returncode == 1
-    wanted = {"SET-control-plane-CIDR", "SET-API-server-endpoint-CIDR"}
-    if not overlay.endswith("image-only"):
-        wanted.add("sha256:" + "0" * 64)
     listed = {line.strip() for line in result.stderr.splitlines()[1:]}
-    assert listed == wanted
-    assert "placeholders not set yet" in result.stderr
+    assert listed == LEFT[case], result.stderr
+    if LEFT[case]:
+        assert result.returncode == 1
+        assert "placeholders not set yet" in result.stderr
+    else:
+        assert result.returncode == 0, result.stderr
+        assert "every image pinned by digest, no placeholder left" in result.stdout
 
 
 def test_an_overlay_that_does_not_build_is_exit_2(clone: Path) -> None:

@@ -109,7 +109,14 @@ def test_the_wheel_installs_a_working_command_as_pipx_would(wheel: zipfile.ZipFi
     helped = run(bin_dir / "tls-injector", "--help")
     assert helped.returncode == 0, helped.stderr
     assert helped.stdout.startswith("usage: tls-injector "), helped.stdout
-    assert "{serve,check,export-policy,reconcile,bootstrap,inject,doctor,status,renew}" in helped.stdout
+    assert ("{serve,check,export-policy,reconcile,bootstrap,inject,doctor,status,renew,version,completion}"
+            in helped.stdout)
+    # The completion script comes from shtab, a runtime dependency the wheel must bring.
+    completion = run(bin_dir / "tls-injector", "completion", "bash")
+    assert completion.returncode == 0, completion.stderr
+    assert "complete -o bashdefault -F _shtab_tls_injector tls-injector" in completion.stdout
+    versions = run(bin_dir / "tls-injector", "version", "-o", "yaml")
+    assert (versions.returncode, versions.stdout.splitlines()[0]) == (0, f"version: {version}"), versions.stderr
     # A command that loads the rules, CEL and YAML from the installed package, data file included.
     policies = run(bin_dir / "tls-injector", "export-policy")
     assert policies.returncode == 0, policies.stderr
@@ -126,7 +133,8 @@ def test_the_install_instructions_are_the_commands_this_file_checks(wheel: zipfi
              for line in block.splitlines() if line.strip()]
     assert shown == ["cd tls-injector", "pipx install .", "tls-injector --version", "tls-injector --help",
                      "python3 -m pip wheel --no-deps --wheel-dir dist .",
-                     "pipx install dist/tls_injector-*-py3-none-any.whl"]
+                     "pipx install dist/tls_injector-*-py3-none-any.whl",
+                     "tls-injector completion bash > /dev/null", "tls-injector version -o yaml"]
     assert not re.search(r"<[a-z][^>]*>", section), "a placeholder the reader cannot run"
     assert fnmatch.fnmatch(Path(str(wheel.filename)).name, "tls_injector-*-py3-none-any.whl")
     assert "`python -m app` is the same command" in section

@@ -63,11 +63,17 @@ def request(operation: str, user: str, *, new: Obj | None = None, old: Obj | Non
 def applies(policy: Obj, review: Obj) -> bool:
     rules = policy["spec"]["matchConstraints"]["resourceRules"]
     resource = review["resource"]
-    if not any(resource["group"] in r["apiGroups"] and resource["version"] in r["apiVersions"]
-               and resource["resource"] in r["resources"] and review["operation"] in r["operations"] for r in rules):
+    if not any(_covers(r["apiGroups"], resource["group"]) and _covers(r["apiVersions"], resource["version"])
+               and _covers(r["resources"], resource["resource"]) and _covers(r["operations"], review["operation"])
+               for r in rules):
         return False
     data = cel_data(review)
     return all(ENV.compile_bool(c["expression"]).evaluate(data) is True for c in policy["spec"]["matchConditions"])
+
+
+def _covers(listed: list[str], value: str) -> bool:
+    """A resource rule's field as the apiserver reads it: `*` matches every value."""
+    return "*" in listed or value in listed
 
 
 def cel_data(review: Obj) -> dict[str, Any]:

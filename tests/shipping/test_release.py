@@ -4,6 +4,7 @@ gives an sdist and a wheel that hold the app, `helm package` a chart that render
 
 from __future__ import annotations
 
+import re
 import shutil
 import tarfile
 import zipfile
@@ -18,8 +19,8 @@ from tools import release
 
 DOC = ROOT / "docs" / "release.md"
 # What the release steps read: the project, its chart, the files tools/release.py rewrites.
-COPIED = ("pyproject.toml", "README.md", "CHANGELOG.md", "app", "charts", "tools", "manifests", "certs-bootstrap",
-          "docs")
+COPIED = ("pyproject.toml", "README.md", "CHANGELOG.md", "LICENSE", "NOTICE", "app", "charts", "tools", "manifests",
+          "certs-bootstrap", "docs")
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -49,6 +50,19 @@ def test_set_version_writes_every_copy_and_check_finds_one_left_behind(tmp_path:
     job = root / "certs-bootstrap/job.yaml"
     job.write_text(job.read_text().replace("tls-injector:7.8.9", "tls-injector:7.8.8"))
     assert release.mismatches(root) == ["certs-bootstrap/job.yaml: 7.8.8, not 7.8.9"]
+
+
+def test_after_set_version_no_file_of_the_release_names_the_old_version(tmp_path: Path) -> None:
+    """Whatever copy nobody listed in COPIES yet is found here: after set-version, the old version is
+    left only in the changelog's history."""
+    root = _tree(tmp_path)
+    old = release.version(root)
+    release.set_version("7.8.9", root)
+    left = [f"{path.relative_to(root)}:{n}" for path in sorted(root.rglob("*")) if path.is_file()
+            and path.name != "CHANGELOG.md" and path.suffix not in {".tgz", ".png"}
+            for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+            if re.search(rf"(?<![\d.]){re.escape(old)}(?![\d])", line)]
+    assert left == []
 
 
 @pytest.mark.parametrize("bad", ["1.2", "v1.2.3", "1.2.3; rm -rf /"])
@@ -84,11 +98,16 @@ def test_the_sdist_holds_the_project_and_the_wheel_the_app(built: Path) -> None:
     version = release.version()
     with tarfile.open(built / f"tls_injector-{version}.tar.gz") as sdist:
         names = {n.split("/", 1)[1] for n in sdist.getnames() if "/" in n}
-    assert {"pyproject.toml", "README.md", "app/__init__.py", "app/rules/defaults.yaml"} <= names
+    assert {"pyproject.toml", "README.md", "LICENSE", "NOTICE", "app/__init__.py", "app/rules/defaults.yaml"} <= names
     with zipfile.ZipFile(built / f"tls_injector-{version}-py3-none-any.whl") as wheel:
         listed = set(wheel.namelist())
         metadata = wheel.read(f"tls_injector-{version}.dist-info/METADATA").decode()
     assert {"app/__init__.py", "app/rules/defaults.yaml", "app/py.typed"} <= listed
+    licenses = f"tls_injector-{version}.dist-info/licenses/"
+    assert {licenses + "LICENSE", licenses + "NOTICE"} <= listed
+    with zipfile.ZipFile(built / f"tls_injector-{version}-py3-none-any.whl") as wheel:
+        assert b"Apache License" in wheel.read(licenses + "LICENSE")
+    assert "\nLicense-Expression: Apache-2.0\n" in metadata
     assert f"\nVersion: {version}\n" in metadata
     assert "Requires-Dist: durationpy" in metadata
 
