@@ -21,6 +21,7 @@ from app.injection.profile import BUILT_IN, Profile
 from app.kube import CONFIG_MAPS, SECRETS, Oversized, Resource
 from app.names import BUNDLE_KEY, CLIENT_BUNDLE_KEY, CLIENT_TRUSTSTORE_KEY, TRUST_BUNDLE_CONFIGMAP, TRUSTSTORE_KEY
 from app.pki import (
+    LEAF_VALIDITY,
     CaSet,
     CertKey,
     Decision,
@@ -33,6 +34,7 @@ from app.pki import (
     load_certificates,
     open_seal,
     public_roots,
+    renewal_time,
     seal,
     seal_key,
     sealed_leaf_renewal,
@@ -225,7 +227,8 @@ def decide_client_leaf(target: Target, existing: Obj | None, signing: Signing) -
     signer = client.signer
     decision = leaf_renewal(cert_pem=data.get("tls.crt"), key_pem=data.get("tls.key"), desired_dns=(),
                             trusted=client.cas.bundle(), now=signing.now, issuer=signer.cert if signer else None,
-                            client=True)
+                            client=True, duration=LEAF_VALIDITY)  # issue_client's: one its CA's end cut short
+                            # is renewed at the share of the life it got (renewal.granted_renew_before)
     why: str = decision.reason or ""
     if not decision.renew and uri_sans(load_certificates(data["tls.crt"])[0]) != [identity]:
         why = "sans-changed"
@@ -332,7 +335,8 @@ def _leaf_decision(target: Target, data: dict[str, bytes], signing: Signing, sea
     """From the seal when it opens (the time is all that is left to judge), else the full check."""
     profile = target.profile
     if sealed is not None:
-        return sealed_leaf_renewal(sealed, now=signing.now, lookahead=profile.renew_before, duration=profile.duration)
+        return sealed_leaf_renewal(sealed, now=signing.now, lookahead=profile.renew_before, duration=profile.duration,
+                                   ca_end=_signer_end(signing))
     signer = signing.signer
     return leaf_renewal(cert_pem=data.get("tls.crt"), key_pem=data.get("tls.key"), desired_dns=target.dns_names,
                         trusted=signing.cas.bundle(), now=signing.now, issuer=signer.cert if signer else None,
@@ -376,13 +380,32 @@ def _keep_opened(signing: Signing, memo: tuple[Any, ...], sealed: Sealed | None)
     signing.opened[memo] = sealed
 
 
-def leaf_expiry(target: Target, secret: Obj | None, signing: Signing) -> datetime | None:
-    """When a stored leaf ends (for metrics): from its seal when it opens, else from the certificate."""
+def leaf_window(target: Target, secret: Obj | None, signing: Signing) -> tuple[datetime, datetime] | None:
+    """When a stored leaf starts and ends (for metrics and its renewal time): from its seal when it opens,
+    else from the certificate."""
     sealed = _open_seal(target, secret, signing)
     if sealed is not None:
-        return sealed.not_after
+        return sealed.not_before, sealed.not_after
     chain = load_certificates(secret_data(secret, keys=("tls.crt",)).get("tls.crt", b""))
-    return chain[0].not_valid_after_utc if chain else None
+    return (chain[0].not_valid_before_utc, chain[0].not_valid_after_utc) if chain else None
+
+
+def leaf_expiry(target: Target, secret: Obj | None, signing: Signing) -> datetime | None:
+    """When a stored leaf ends (for metrics): from its seal when it opens, else from the certificate."""
+    window = leaf_window(target, secret, signing)
+    return window[1] if window is not None else None
+
+
+def leaf_renewal_time(target: Target, window: tuple[datetime, datetime], signing: Signing) -> datetime:
+    """When the leaf of this window, the signer's (any other is renewed at once), is due for renewal under its
+    target's profile, as _leaf_decision decides."""
+    profile = target.profile
+    return renewal_time(*window, lookahead=profile.renew_before, duration=profile.duration,
+                        ca_end=_signer_end(signing))
+
+
+def _signer_end(signing: Signing) -> datetime | None:
+    return signing.signer.cert.not_valid_after_utc if signing.signer is not None else None
 
 
 def _seal(target: Target, signing: Signing, cert_pem: bytes, key_pem: bytes, cert: Any) -> str:

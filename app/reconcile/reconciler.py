@@ -125,7 +125,7 @@ class Reconciler(WebhookPass):
         expiries = found.leaves
         if self.status is not None:  # the status API's workloads of these namespaces, as this pass left them
             kept = tuple(w for w in self.status.workloads if w.namespace not in namespaces)
-            fresh = st.workload_statuses(targets, expiries, report.waiting, self._facts)
+            fresh = st.workload_statuses(targets, expiries, report.waiting, self._facts, found.renewals)
             self.status = dataclasses.replace(self.status, workloads=kept + tuple(fresh))
 
     def forget(self) -> None:
@@ -188,7 +188,8 @@ class Reconciler(WebhookPass):
             self.converge_pod_certificates(native, workloads.cas, observed, report, now)
         missing = missing_injection(observed.pods, enabled=observed.enabled, own_namespace=self.settings.namespace)
         self.metrics.missing_injection.set(len(missing))
-        self._seen = (st.workload_statuses(workloads.targets, workloads.expiries, report.waiting, self._facts),
+        self._seen = (st.workload_statuses(workloads.targets, workloads.expiries, report.waiting, self._facts,
+                                           workloads.renewals),
                       st.pod_statuses(missing))
         if self.settings.webhook is not None:
             configs = self.converge_webhook(self.settings.webhook, report, now)
@@ -236,7 +237,7 @@ class Reconciler(WebhookPass):
         self._cert_metrics(found)
         expiries = found.leaves
         self.metrics.not_issued.set(sum((t.namespace, t.secret_name) not in expiries for t in targets))
-        return WorkloadsPassed(step.cas, targets, expiries)
+        return WorkloadsPassed(step.cas, targets, expiries, found.renewals)
 
     def _targets(self, observed: Observed, native_served: bool, report: PassReport, now: datetime) -> list[Target]:
         """The certificate Secrets the observed workloads and pods need (discover), with what is refused

@@ -125,6 +125,7 @@ class WorkloadsPassed:
     cas: CaSet
     targets: list[Target]
     expiries: dict[tuple[str, str], datetime]
+    renewals: dict[tuple[str, str], datetime] = field(default_factory=dict)  # when each is due (Expiries)
 
 
 class ReconcilerState:
