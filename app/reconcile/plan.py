@@ -46,6 +46,7 @@ from app.pki import (
     with_public_roots,
 )
 from app.reconcile import ownership as own
+from app.reconcile.budget import TurnBudget
 from app.reconcile.discover import Target, WorkloadRef
 from app.reconcile.keystores import Keystore, with_keystore
 
@@ -89,7 +90,16 @@ class Waiting:
     refresh: Write | None = None
 
 
-Outcome = Write | Refused | Waiting | None
+@dataclass(frozen=True)
+class Deferred:
+    """A certificate that must be (re)issued while its namespace has spent its budget of this turn of the
+    loop (budget.TurnBudget): issued in the next turn. As for `Waiting`, `refresh` keeps the stored Secret's
+    `ca.crt` and labels current meanwhile (the CA's rotation waits on every bundle in use)."""
+
+    refresh: Write | None = None
+
+
+Outcome = Write | Refused | Waiting | Deferred | None
 
 
 @dataclass(frozen=True)
@@ -128,6 +138,8 @@ class Signing:
     # The client CA set's bundle keys (`client-ca-bundle.crt`, ...) the trust bundle ConfigMap carries too,
     # and the client CA set itself (None while no workload asks for a client certificate; docs/mtls.md).
     client: Signing | None = None
+    # What each namespace may still spend of this turn of the loop (budget.py); None: no bound (`--once`).
+    budget: TurnBudget | None = field(default=None, compare=False, repr=False)
 
     @staticmethod
     def of(cas: CaSet, *, now: datetime, waiting: str = "", prefix: str = "ca",
@@ -240,6 +252,8 @@ def decide_client_leaf(target: Target, existing: Obj | None, signing: Signing) -
     if why or forced or existing is None:
         if signer is None:
             return _waiting(where, existing, ours, issuer, role="leaf", signing=client, why=why or "force-renew")
+        if not _may_issue(signing, target.namespace):
+            return _deferred(where, existing, ours, issuer, role="leaf")
         leaf = issue_client(signer, uris=[identity], now=signing.now)
         ours.update({"tls.crt": leaf.chain_pem, "tls.key": leaf.key_pem})
         issuer = fingerprint(signer.cert)
@@ -301,6 +315,8 @@ def decide_leaf(target: Target, existing: Obj | None, signing: Signing, *, role:
         if signer is None:
             return _waiting(target, existing, ours, issuer, role=role, signing=signing,
                             why=decision.reason or "force-renew", keystore=keystore)
+        if not _may_issue(signing, target.namespace):
+            return _deferred(target, existing, ours, issuer, role=role, keystore=keystore)
         profile = target.profile
         leaf = issue_leaf(issuer=signer, dns_names=list(target.dns_names), now=signing.now, validity=profile.duration,
                           key_type=profile.key_algorithm)
@@ -420,16 +436,32 @@ def _sealed_profile(target: Target) -> str:
     return "" if target.profile.built_in else target.profile.note()
 
 
+def _may_issue(signing: Signing, namespace: str) -> bool:
+    return signing.budget is None or signing.budget.allows(namespace)
+
+
+def _deferred(target: Target, existing: Obj | None, ours: dict[str, bytes], issuer: str, *, role: own.Role,
+              keystore: Keystore | None = None) -> Deferred:
+    """The certificate stays as it is (none yet, or the stored one) until its namespace's next turn."""
+    return Deferred(_kept(target, existing, ours, issuer, role=role, keystore=keystore))
+
+
+def _kept(target: Target, existing: Obj | None, ours: dict[str, bytes], issuer: str, *, role: own.Role,
+          keystore: Keystore | None = None) -> Write | None:
+    """The stored certificate kept, with ca.crt carrying the whole set and a force-renew still to be done."""
+    if existing is None:
+        return None
+    body = _leaf_body(target, existing, ours, issuer, role=role, keystore=keystore)
+    forced = _annotations(existing).get(names.FORCE_RENEW_ANNOTATION)
+    if forced is not None:  # still to be done, once a CA may sign (or the namespace's next turn)
+        body["metadata"]["annotations"][names.FORCE_RENEW_ANNOTATION] = forced
+    return _write_if_changed(SECRETS, existing, body, reason="refreshed")
+
+
 def _waiting(target: Target, existing: Obj | None, ours: dict[str, bytes], issuer: str, *, role: own.Role,
              signing: Signing, why: str, keystore: Keystore | None = None) -> Waiting:
     """The certificate stays as it is (none yet, or the stored one, still trusted) until a CA may sign."""
-    refresh = None
-    if existing is not None:  # the stored certificate is kept, with ca.crt carrying the whole set
-        body = _leaf_body(target, existing, ours, issuer, role=role, keystore=keystore)
-        forced = _annotations(existing).get(names.FORCE_RENEW_ANNOTATION)
-        if forced is not None:  # still to be done, once a CA may sign
-            body["metadata"]["annotations"][names.FORCE_RENEW_ANNOTATION] = forced
-        refresh = _write_if_changed(SECRETS, existing, body, reason="refreshed")
+    refresh = _kept(target, existing, ours, issuer, role=role, keystore=keystore)
     verb = "issue" if existing is None else f"renewal ({why})"
     return Waiting(f"Secret {target.namespace}/{target.secret_name}: certificate {verb} waits: {signing.waiting}",
                    refresh)

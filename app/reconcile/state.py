@@ -61,6 +61,9 @@ class ReconcileSettings:
     hub: bool = False
     # The bounds of workloads' certificate profiles (app/injection/profile.py, docs/injection.md).
     profiles: ProfileBounds = field(default_factory=ProfileBounds)
+    # What one namespace may cost a pass, in seconds (budget.py): the loop's (NAMESPACE_TURN_SECONDS); None,
+    # no bound: `reconcile --once` and the one-shot commands, where no other namespace waits behind it.
+    turn_seconds: float | None = None
 
     @property
     def user_ca_secrets(self) -> tuple[tuple[CaRole, str], ...]:
@@ -99,6 +102,9 @@ class PassReport:
     # A hub: member name -> why it is not ready (absent when it is); a member: "intermediate-<role>" -> why
     # the hub's intermediate cannot be used (docs/multicluster.md)
     federation: dict[str, str] = field(default_factory=dict)
+    # Namespaces whose certificates to issue were left for the loop's next turn, their budget of this one
+    # spent (budget.py): the loop takes them again at once.
+    deferred: set[str] = field(default_factory=set)
     aborted: str = ""
     unavailable_streak: int = 0
     next_ca_step: datetime | None = None  # when a CA set can next move on time alone (ca.next_step_at)
@@ -115,7 +121,8 @@ class PassReport:
 
     @property
     def converged(self) -> bool:
-        return not (self.refused or self.failed or self.waiting or self.aborted or self.excluded or self.federation)
+        return not (self.refused or self.failed or self.waiting or self.aborted or self.excluded or self.federation
+                    or self.deferred)
 
 
 @dataclass(frozen=True)
