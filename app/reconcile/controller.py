@@ -37,6 +37,7 @@ from app.names import MANAGED_BY_LABEL, MANAGER
 from app.reconcile.budget import NAMESPACE_TURN_SECONDS
 from app.reconcile.cache import CLUSTER, ClusterCache
 from app.reconcile.events import Outbox
+from app.reconcile.keypool import KeyPool
 from app.reconcile.reconciler import PassReport, Reconciler
 from app.reconcile.status import Status
 
@@ -93,9 +94,13 @@ class Controller:
     keyed_passes: int = 0  # keyed passes run (of the namespaces a change touched)
     _keys: set[str] = field(default_factory=set)  # queued namespaces; CLUSTER for a full pass
     _later: list[tuple[float, str]] = field(default_factory=list)  # (monotonic time, namespace) to retry
-    # Namespaces the last pass left over, their budget spent (budget.py): queued again, taken at once (no
-    # debounce: nothing to gather) and decided after the namespaces queued meanwhile.
+    # Namespaces the last pass left over (budget.py, keypool.py), decided after the namespaces queued
+    # meanwhile; `_prompt` those whose budget was spent, queued again and taken at once (no debounce: nothing
+    # to gather); `_for_keys` those that wait for a key, queued again (debounced) when one is made.
     _continuing: set[str] = field(default_factory=set)
+    _prompt: set[str] = field(default_factory=set)
+    _for_keys: set[str] = field(default_factory=set)
+    _pool: KeyPool | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _wake: threading.Event | None = None
 
@@ -114,6 +119,8 @@ class Controller:
         self._wake = wake = threading.Event()
         threading.Thread(target=_on_stop, args=(stop, wake), daemon=True, name="stop-wakes").start()
         cache = self._start_watches(stop)
+        self.reconciler.keys = self._pool = KeyPool(on_ready=self._key_made)
+        threading.Thread(target=self._pool.run, args=(stop,), daemon=True, name="keys").start()
         sign = threading.Event()  # only a pod certificate request changed: the signer alone is enough
         self._watch_pod_certificates(sign, stop)
         if self.elector:
@@ -192,7 +199,18 @@ class Controller:
 
     def _only_continuing(self) -> bool:
         with self._lock:
-            return self._keys <= self._continuing
+            return self._keys <= self._prompt
+
+    def _key_made(self) -> None:
+        """A key was made ahead (keypool.py): the namespaces waiting for one are queued again."""
+        with self._lock:
+            if not self._for_keys:
+                return
+            self._continuing |= self._for_keys
+            self._keys |= self._for_keys
+            self._for_keys = set()
+        if self._wake is not None:
+            self._wake.set()
 
     def _keys_ready(self, now: float) -> bool:
         """Anything queued, or a retry whose time came (moved to the queue)."""
@@ -207,7 +225,7 @@ class Controller:
         failed, when its backoff ends."""
         with self._lock:
             keys, self._keys = self._keys - {CLUSTER}, self._keys & {CLUSTER}
-            last, self._continuing = self._continuing & keys, self._continuing - keys
+            last, self._continuing, self._prompt = self._continuing & keys, self._continuing - keys, self._prompt - keys
         if not keys:
             return PassReport()
         try:
@@ -253,10 +271,13 @@ class Controller:
         namespaces the pass left over (their budget spent) are queued again, as continuing."""
         if report.write_count and self.reconciler.rotating():
             self._queue(CLUSTER)
-        if report.deferred:
-            with self._lock:
-                self._continuing |= report.deferred
-                self._keys |= report.deferred
+        with self._lock:
+            self._continuing |= report.deferred
+            self._prompt |= report.deferred
+            self._keys |= report.deferred
+            self._for_keys |= report.for_keys - report.deferred
+        if report.for_keys and self._pool is not None and self._pool.has_ready():
+            self._key_made()  # made while the pass went on: no later key need come to queue them
 
     def _signer_pass(self) -> None:
         try:

@@ -48,6 +48,7 @@ from app.pki import (
 from app.reconcile import ownership as own
 from app.reconcile.budget import TurnBudget
 from app.reconcile.discover import Target, WorkloadRef
+from app.reconcile.keypool import KeyPool
 from app.reconcile.keystores import Keystore, with_keystore
 
 Obj = dict[str, Any]
@@ -93,10 +94,12 @@ class Waiting:
 @dataclass(frozen=True)
 class Deferred:
     """A certificate that must be (re)issued while its namespace has spent its budget of this turn of the
-    loop (budget.TurnBudget): issued in the next turn. As for `Waiting`, `refresh` keeps the stored Secret's
-    `ca.crt` and labels current meanwhile (the CA's rotation waits on every bundle in use)."""
+    loop (budget.TurnBudget), or while no key of its algorithm is ready (`for_key`: keypool.KeyPool): issued
+    in a later turn. As for `Waiting`, `refresh` keeps the stored Secret's `ca.crt` and labels current
+    meanwhile (the CA's rotation waits on every bundle in use)."""
 
     refresh: Write | None = None
+    for_key: bool = False
 
 
 Outcome = Write | Refused | Waiting | Deferred | None
@@ -140,6 +143,8 @@ class Signing:
     client: Signing | None = None
     # What each namespace may still spend of this turn of the loop (budget.py); None: no bound (`--once`).
     budget: TurnBudget | None = field(default=None, compare=False, repr=False)
+    # The loop's keys made ahead (keypool.py); None: each key made at the call.
+    keys: KeyPool | None = field(default=None, compare=False, repr=False)
 
     @staticmethod
     def of(cas: CaSet, *, now: datetime, waiting: str = "", prefix: str = "ca",
@@ -318,8 +323,11 @@ def decide_leaf(target: Target, existing: Obj | None, signing: Signing, *, role:
         if not _may_issue(signing, target.namespace):
             return _deferred(target, existing, ours, issuer, role=role, keystore=keystore)
         profile = target.profile
+        key = signing.keys.take(profile.key_algorithm) if signing.keys is not None else None
+        if signing.keys is not None and key is None:
+            return _deferred(target, existing, ours, issuer, role=role, keystore=keystore, for_key=True)
         leaf = issue_leaf(issuer=signer, dns_names=list(target.dns_names), now=signing.now, validity=profile.duration,
-                          key_type=profile.key_algorithm)
+                          key_type=profile.key_algorithm, key=key)
         ours.update({"tls.crt": leaf.chain_pem, "tls.key": leaf.key_pem})
         issuer = fingerprint(signer.cert)
         sealed_as = _seal(target, signing, ours["tls.crt"], ours["tls.key"], leaf.cert)
@@ -441,9 +449,9 @@ def _may_issue(signing: Signing, namespace: str) -> bool:
 
 
 def _deferred(target: Target, existing: Obj | None, ours: dict[str, bytes], issuer: str, *, role: own.Role,
-              keystore: Keystore | None = None) -> Deferred:
+              keystore: Keystore | None = None, for_key: bool = False) -> Deferred:
     """The certificate stays as it is (none yet, or the stored one) until its namespace's next turn."""
-    return Deferred(_kept(target, existing, ours, issuer, role=role, keystore=keystore))
+    return Deferred(_kept(target, existing, ours, issuer, role=role, keystore=keystore), for_key)
 
 
 def _kept(target: Target, existing: Obj | None, ours: dict[str, bytes], issuer: str, *, role: own.Role,

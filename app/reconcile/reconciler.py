@@ -125,7 +125,8 @@ class Reconciler(WebhookPass):
         if client is None and any(t.client_wanted for t in targets):
             raise _FullPassNeeded(_NEEDS_FULL)
         # Its own seals (none kept) and its own budget per namespace.
-        signing = dataclasses.replace(signing, now=now, client=client, opened={}, budget=self._turn_budget())
+        signing = dataclasses.replace(signing, now=now, client=client, opened={}, budget=self._turn_budget(),
+                                      keys=self.keys)
         found = Expiries({(t.namespace, t.secret_name): t for t in targets}, signing)
         self.converge_all(((item, observed.lookup(item)) for item in plan(targets, observed, signing)), report, now,
                           found.note, signing.budget)
@@ -230,7 +231,7 @@ class Reconciler(WebhookPass):
         # Kept for keyed passes without this pass's opened seals (~100,000 of them at 100,000 workloads).
         self._signing = dataclasses.replace(signing, opened={}, client=signing.client and dataclasses.replace(
             signing.client, opened={}))
-        signing = dataclasses.replace(signing, budget=self._turn_budget())
+        signing = dataclasses.replace(signing, budget=self._turn_budget(), keys=self.keys)
         self._native_served = native is not None
         found = Expiries({(t.namespace, t.secret_name): t for t in targets}, signing)
 

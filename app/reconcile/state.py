@@ -27,6 +27,7 @@ from app.reconcile import status as st
 from app.reconcile.ca import CaPolicy, CaStep
 from app.reconcile.discover import Target, WorkloadRef
 from app.reconcile.federation import Hold, Intermediate, MemberAck
+from app.reconcile.keypool import KeyPool
 from app.reconcile.metrics import ReconcileMetrics
 from app.reconcile.plan import Obj, Signing
 from app.reconcile.webhook_plan import WebhookSettings
@@ -105,6 +106,8 @@ class PassReport:
     # Namespaces whose certificates to issue were left for the loop's next turn, their budget of this one
     # spent (budget.py): the loop takes them again at once.
     deferred: set[str] = field(default_factory=set)
+    # Namespaces with certificates left for a key not yet made (keypool.py): taken again once one is.
+    for_keys: set[str] = field(default_factory=set)
     aborted: str = ""
     unavailable_streak: int = 0
     next_ca_step: datetime | None = None  # when a CA set can next move on time alone (ca.next_step_at)
@@ -122,7 +125,7 @@ class PassReport:
     @property
     def converged(self) -> bool:
         return not (self.refused or self.failed or self.waiting or self.aborted or self.excluded or self.federation
-                    or self.deferred)
+                    or self.deferred or self.for_keys)
 
 
 @dataclass(frozen=True)
@@ -181,6 +184,8 @@ class ReconcilerState:
         # The long-running loop's cache (app/reconcile/cache.py): a pass reads it instead of listing, and
         # our writes go into it at once. None for `reconcile --once` and the other one-shot commands.
         self.cache: ClusterCache | None = None
+        # The loop's keys made ahead (keypool.py; the controller starts its thread); None: made at the call.
+        self.keys: KeyPool | None = None
         # What the last full pass signed with, and whether the cluster served pod certificates then: a
         # keyed pass (run_namespaces_pass) signs with the same, stepping no CA set (None: no full pass yet).
         self._signing: Signing | None = None

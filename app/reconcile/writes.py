@@ -167,8 +167,8 @@ class Writes(ReconcilerState):
             if isinstance(outcome, Waiting):
                 self._waiting(item, outcome, report, now)
                 outcome = outcome.refresh
-            elif isinstance(outcome, Deferred):  # its namespace spent this turn's budget: the next turn issues
-                report.deferred.add(item.namespace)
+            elif isinstance(outcome, Deferred):  # its namespace spent this turn's budget, or waits for a key
+                (report.for_keys if outcome.for_key else report.deferred).add(item.namespace)
                 outcome = outcome.refresh
             if outcome is None:
                 return existing
