@@ -1,12 +1,13 @@
 """One namespace may not hold the loop: a tenant's `rsa-4096` wave with `force-renew` churn, and new workloads
 in another namespace meanwhile, black-box (docs/reconcile.md, "One namespace per turn").
 
-    python -m bench.tenant_turns [--workloads 100] [--probes 5] [--probe-every 3]
+    python -m bench.tenant_turns [--workloads 100] [--probes 5] [--probe-every 3] [--key-algorithm rsa-4096]
 
 The real `tls-injector reconcile` loop as a child process against the API emulator in this process (as
 bench/reconcile_live.py), with real key generation (RSA-4096: ~0.3 s of CPU each on this machine kind):
   1. a quiet namespace with one workload converges;
-  2. the tenant's namespace gets --workloads Deployments asking for `rsa-4096` (a wave of ~0.3 s each),
+  2. the tenant's namespace gets --workloads Deployments asking for `rsa-4096` (a wave of ~0.3 s each; or
+     --key-algorithm),
      and from then on `force-renew` on its Secrets, one after another, every --churn-every seconds;
   3. while that runs, every --probe-every seconds a new workload in the quiet namespace: the time until its
      Secret exists, and the reconciler's calls in that namespace until then (the goal: 2 s, 10 calls);
@@ -32,7 +33,7 @@ from tests.kubeapi.patches import MERGE_PATCH
 
 OWN_NS, QUIET, TENANT = "tls-injector", "team-b", "tenant-x"
 INJECT = {"tls-injector.io/inject": "true"}
-RSA = {"tls-injector.io/key-algorithm": "rsa-4096"}
+KEY_ALGORITHM = "tls-injector.io/key-algorithm"
 FORCE = "tls-injector.io/force-renew"
 PROFILE = "tls-injector.io/profile"
 
@@ -72,11 +73,11 @@ def _churn(emu: Emulator, workloads: int, every: float, stop: threading.Event, c
         count[0] += 1
 
 
-def _tenant_converged(emu: Emulator, workloads: int) -> bool:
+def _tenant_converged(emu: Emulator, workloads: int, algorithm: str) -> bool:
     for n in range(workloads):
         secret = _secret(emu, TENANT, f"w{n}-tls")
         annotations = (secret or {}).get("metadata", {}).get("annotations") or {}
-        if secret is None or FORCE in annotations or "rsa-4096" not in annotations.get(PROFILE, ""):
+        if secret is None or FORCE in annotations or f"key-algorithm={algorithm}," not in annotations.get(PROFILE, ""):
             return False
     return True
 
@@ -90,6 +91,7 @@ def _probe(emu: Emulator, n: int, timeout: float) -> tuple[float | None, int]:
 
 
 def run(args: argparse.Namespace, folder: Path) -> int:
+    """The phases; 0 when every probe had its Secret and the tenant converged within --timeout."""
     with running_emulator(seed=0, bookmark_interval=60.0) as emu:
         for ns in (OWN_NS, QUIET, TENANT):
             emu.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
@@ -100,7 +102,7 @@ def run(args: argparse.Namespace, folder: Path) -> int:
                 return 1
             cpu0, started = reconciler.cpu, time.monotonic()
             for n in range(args.workloads):
-                emu.add(_deployment(TENANT, f"w{n}", RSA))
+                emu.add(_deployment(TENANT, f"w{n}", {KEY_ALGORITHM: args.key_algorithm}))
             stop, churned = threading.Event(), [0]
             churn = threading.Thread(target=_churn, args=(emu, args.workloads, args.churn_every, stop, churned),
                                      daemon=True)
@@ -115,10 +117,10 @@ def run(args: argparse.Namespace, folder: Path) -> int:
             stop.set()
             churn.join()
             stopped = time.monotonic()
-            converged = _wait(lambda: _tenant_converged(emu, args.workloads), args.timeout)
+            converged = _wait(lambda: _tenant_converged(emu, args.workloads, args.key_algorithm), args.timeout)
             cpu = reconciler.cpu - cpu0
     times = [t for t, _ in results if t is not None]
-    print(f"tenant: {args.workloads} rsa-4096 workloads, {churned[0]} force-renews during "
+    print(f"tenant: {args.workloads} {args.key_algorithm} workloads, {churned[0]} force-renews during "
           f"{stopped - started:.1f} s; converged {'-' if converged is None else f'{converged:.1f} s'} after the "
           f"churn stopped; reconciler CPU {cpu:.1f} s")
     print(f"new workload elsewhere: median {statistics.median(times) if times else float('nan'):.2f} s, "
@@ -129,7 +131,8 @@ def run(args: argparse.Namespace, folder: Path) -> int:
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workloads", type=int, default=100, help="the tenant's rsa-4096 workloads")
+    parser.add_argument("--workloads", type=int, default=100, help="the tenant's workloads")
+    parser.add_argument("--key-algorithm", default="rsa-4096", help="what the tenant's workloads ask for")
     parser.add_argument("--probes", type=int, default=5, help="new workloads in the quiet namespace")
     parser.add_argument("--probe-every", type=float, default=3.0, help="seconds between them")
     parser.add_argument("--churn-every", type=float, default=0.05, help="seconds between the tenant's force-renews")
