@@ -17,11 +17,11 @@ from app.doctor.model import Result, error, ok, warning
 from app.doctor.snapshot import Snapshot
 from app.injection import template_of
 from app.pki import (
-    LEAF_LOOKAHEAD,
     UntrustedChain,
     bundle_certificates,
     extended_key_usages,
     load_certificates,
+    renewal_time,
     uri_sans,
     verify_client,
 )
@@ -78,14 +78,17 @@ def _leaf_problem(snap: Snapshot, target: Target, chain: list[Any]) -> tuple[str
         verify_client(leaf, chain[1:], trusted=trusted, now=snap.now)
     except UntrustedChain as e:
         return "error", f"servers verifying with {names.CLIENT_BUNDLE_KEY} refuse it: {e}"
-    return _expiring(snap.now, leaf)
+    return _expiring(snap.now, leaf, chain[1] if len(chain) > 1 else None)
 
 
-def _expiring(now: datetime, leaf: Any) -> tuple[str, str]:
-    left = leaf.not_valid_after_utc - now
-    if left < LEAF_LOOKAHEAD:
-        return "warning", (f"it expires in {left.days} days and was due for renewal {LEAF_LOOKAHEAD.days} days "
-                           "before its end")
+def _expiring(now: datetime, leaf: Any, issuer: Any) -> tuple[str, str]:
+    """Past its renewal time: the reconciler's (renewal.renewal_time; cut short by its CA's end, later)."""
+    due = renewal_time(leaf.not_valid_before_utc, leaf.not_valid_after_utc,
+                       ca_end=issuer.not_valid_after_utc if issuer is not None else None)
+    if now >= due:
+        left = leaf.not_valid_after_utc - now
+        return "warning", (f"it expires in {left.days} days and was due for renewal "
+                           f"{(leaf.not_valid_after_utc - due).days} days before its end")
     return "", ""
 
 

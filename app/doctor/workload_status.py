@@ -25,7 +25,7 @@ from app.doctor.workloads import targets
 from app.injection import pod_workload
 from app.injection.profile import parse_note
 from app.kube import EVENTS, SECRETS, KubeApi, NotFound, Obj
-from app.pki import LEAF_LOOKAHEAD, CaSet, CaState, dns_sans, load_certificates
+from app.pki import LEAF_LOOKAHEAD, LEAF_VALIDITY, CaSet, CaState, dns_sans, load_certificates, renewal_time
 from app.reconcile import ownership as own
 from app.reconcile import status as st
 from app.reconcile.ca import CaUnusable, load_ca_set
@@ -285,9 +285,13 @@ def _certificate(secret: Obj | None) -> Certificate | None:
     leaf = chain[0]
     # Renewed as the profile it was issued with says (recorded on the Secret; none recorded: the built-in one).
     profile = parse_note(((secret or {}).get("metadata") or {}).get("annotations", {}).get(names.PROFILE_ANNOTATION))
-    renew_before = profile.renew_before if profile is not None else LEAF_LOOKAHEAD
+    renew_before, duration = (profile.renew_before, profile.duration) if profile is not None else (LEAF_LOOKAHEAD,
+                                                                                                   LEAF_VALIDITY)
+    # As the reconciler decides: at the share of the life it got (one its CA's end cut short is due later).
+    renew_at = renewal_time(leaf.not_valid_before_utc, leaf.not_valid_after_utc, lookahead=renew_before,
+                            duration=duration, ca_end=chain[1].not_valid_after_utc if len(chain) > 1 else None)
     return Certificate(names=tuple(dns_sans(leaf)), not_before=leaf.not_valid_before_utc,
-                       not_after=leaf.not_valid_after_utc, renew_at=leaf.not_valid_after_utc - renew_before,
+                       not_after=leaf.not_valid_after_utc, renew_at=renew_at,
                        issuer=leaf.issuer.rfc4514_string(), serial=format(leaf.serial_number, "x"))
 
 

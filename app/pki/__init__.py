@@ -81,8 +81,10 @@ from app.pki.renewal import (
     Decision,
     RenewalReason,
     ca_renewal,
+    granted_renew_before,
     leaf_renewal,
     load_user_ca,
+    renewal_time,
     sealed_leaf_renewal,
 )
 from app.pki.seal import Sealed, SealedLeaf, open_seal, seal, seal_key, sealed_window
@@ -161,6 +163,7 @@ __all__ = [
     "extended_key_usages",
     "fingerprint",
     "generate_key",
+    "granted_renew_before",
     "intermediate_renewal",
     "is_dns_label",
     "is_self_signed",
@@ -188,6 +191,7 @@ __all__ = [
     "permitted_uri",
     "pod_cert_times",
     "public_roots",
+    "renewal_time",
     "requested_key",
     "root_problem",
     "rotation_due",

@@ -127,14 +127,16 @@ def issue_leaf(
     client: bool = False,
     key_type: KeyType = DEFAULT_KEY_ALGORITHM,
     uris: Sequence[str] = (),
+    key: PrivateKey | None = None,
 ) -> CertKey:
-    """A leaf for the given names (and URI SANs), never valid past its issuer (a client would reject the chain).
+    """A leaf for the given names (and URI SANs), never valid past its issuer (a client would reject the chain);
+    its key made here, or `key`, made ahead (of `key_type`: the caller's word).
 
     With no name at all it has no SAN extension (RFC 5280 forbids an empty one) and the subject
     NAMELESS_SUBJECT: a certificate no client can verify for any host, which a pod can still mount and
     start with until its workload has a name (docs/injection.md, "Workloads whose name is no Service name").
     """
-    key = generate_key(key_type)
+    key = key if key is not None else generate_key(key_type)
     sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
     sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
     sans += [x509.UniformResourceIdentifier(uri) for uri in uris]

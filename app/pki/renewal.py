@@ -17,7 +17,7 @@ from typing import Literal
 from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 
-from app.pki.certs import BACKDATE, CertKey, fingerprint, key_matches, load_certificates
+from app.pki.certs import BACKDATE, LEAF_VALIDITY, CertKey, fingerprint, key_matches, load_certificates
 from app.pki.keys import KeyType, PrivateKey, key_from_pem, key_type_of
 from app.pki.seal import Sealed
 from app.pki.verify import UntrustedChain, a_host_for, dns_sans, verify_client, verify_nameless, verify_server
@@ -87,12 +87,16 @@ def leaf_renewal(
     a leaf that verifies but was signed by another (phasing-out) CA is renewed with "ca-rotated". No
     `desired_dns` for a serving leaf: one that names nothing is wanted (a workload no Service selects).
     With `key_type` or `duration` (the workload's profile), a leaf of another key algorithm, or living
-    longer than `duration`, is renewed with "profile-changed".
+    longer than `duration`, is renewed with "profile-changed"; with `duration`, a leaf its CA's end cut
+    short is renewed at the same share of the life it got (`granted_renew_before`).
     """
     parsed = _parse(cert_pem, key_pem)
     if isinstance(parsed, Decision):
         return parsed
     leaf, intermediates = parsed.certs[0], parsed.certs[1:]
+    ca_end = _issuer_end(leaf, [*intermediates[:1], *([issuer] if issuer is not None else []), *trusted])
+    lookahead = granted_renew_before(leaf.not_valid_before_utc, leaf.not_valid_after_utc, lookahead=lookahead,
+                                     duration=duration, ca_end=ca_end)
     early = _timing(leaf, now=now, lookahead=lookahead) or _profile_changed(leaf, key_type, duration)
     if early is not None:
         return early
@@ -104,7 +108,7 @@ def leaf_renewal(
         return Decision.because("untrusted-issuer")
     if issuer is not None and fingerprint(chain[1]) != fingerprint(issuer):
         return Decision.because("ca-rotated")
-    return Decision.keep(leaf.not_valid_after_utc - lookahead)
+    return Decision.keep(leaf.not_valid_after_utc - lookahead)  # lookahead as granted (above)
 
 
 def ca_renewal(
@@ -162,14 +166,53 @@ def _parse(cert_pem: bytes | None, key_pem: bytes | None) -> _Parsed | Decision:
 
 
 def sealed_leaf_renewal(sealed: Sealed, *, now: datetime, lookahead: timedelta = LEAF_LOOKAHEAD,
-                        duration: timedelta | None = None) -> Decision:
+                        duration: timedelta | None = None, ca_end: datetime | None = None) -> Decision:
     """Decide for a leaf whose seal opened (app/pki/seal.py): the seal stands for everything `leaf_renewal`
     checks but the time (the key algorithm included: a seal is made for one), so only the sealed window is
-    left to judge."""
+    left to judge. `ca_end`: when the CA that signed it ends (a seal opens only with its signer's key)."""
+    lookahead = granted_renew_before(sealed.not_before, sealed.not_after, lookahead=lookahead, duration=duration,
+                                     ca_end=ca_end)
     timing = _window(sealed.not_before, sealed.not_after, now=now, lookahead=lookahead)
     if timing is None and longer_than(sealed.not_before, sealed.not_after, duration):
         return Decision.because("profile-changed")
     return timing or Decision.keep(sealed.not_after - lookahead)
+
+
+def granted_renew_before(not_before: datetime, not_after: datetime, *, lookahead: timedelta,
+                         duration: timedelta | None, ca_end: datetime | None) -> timedelta:
+    """The renew-before of a certificate issued for `duration` under a CA that ends at `ca_end`.
+
+    A leaf never outlives its CA (certs.issue_leaf caps it at its issuer's end), so under a CA that ends
+    sooner than `duration` the leaf gets less life than asked. Judged by the whole renew-before it could be
+    due the moment it is issued (8760h asks ~142 days before the end; a CA 100 days from its end grants 100)
+    and be issued again at every pass, each time with the same end. So a leaf cut short by its CA's end (it
+    ends when the CA does) is renewed at the share of the life it got that the profile asks of a whole one:
+    renew-before scaled by granted / asked. The profile bounds renew-before to two thirds of the duration
+    (injection/profile.py), so such a leaf is used for at least a third of the life it got, never renewed at
+    issue. Any other leaf keeps `lookahead` as it is: one shorter than asked for another reason (a profile
+    that grew, a stale one) is renewed as before, at once when its time left is under renew-before.
+    """
+    if duration is None or ca_end is None or not_after < ca_end:
+        return lookahead
+    granted = not_after - not_before - BACKDATE  # not_before is backdated from the moment of issue
+    if granted >= duration:
+        return lookahead
+    return max(timedelta(0), lookahead * (granted / duration))
+
+
+def renewal_time(not_before: datetime, not_after: datetime, *, ca_end: datetime | None,
+                 lookahead: timedelta = LEAF_LOOKAHEAD, duration: timedelta | None = LEAF_VALIDITY) -> datetime:
+    """When a leaf of these times is due for renewal under its profile, as `leaf_renewal` decides: for what
+    the status, `doctor` and the page say of it. `ca_end`: when its issuer ends."""
+    return not_after - granted_renew_before(not_before, not_after, lookahead=lookahead, duration=duration,
+                                            ca_end=ca_end)
+
+
+def _issuer_end(leaf: x509.Certificate, candidates: Sequence[x509.Certificate]) -> datetime | None:
+    """When the CA the leaf names as its issuer ends: the first of `candidates` (what tls.crt carries after
+    it, the signer, the trusted CAs) of that name. Unverified here, but only when it is renewed hangs on it:
+    everything else is checked after, the chain verified."""
+    return next((c.not_valid_after_utc for c in candidates if c.subject == leaf.issuer), None)
 
 
 def _profile_changed(leaf: x509.Certificate, key_type: KeyType | None, duration: timedelta | None) -> Decision | None:

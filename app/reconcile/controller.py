@@ -12,6 +12,7 @@ a keyed pass of its namespace when its backoff ends.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import logging
 import threading
@@ -33,8 +34,10 @@ from app.kube import (
 )
 from app.kube.lease import RETRY_PERIOD
 from app.names import MANAGED_BY_LABEL, MANAGER
+from app.reconcile.budget import NAMESPACE_TURN_SECONDS
 from app.reconcile.cache import CLUSTER, ClusterCache
 from app.reconcile.events import Outbox
+from app.reconcile.keypool import KeyPool
 from app.reconcile.reconciler import PassReport, Reconciler
 from app.reconcile.status import Status
 
@@ -82,6 +85,8 @@ class Controller:
     debounce_seconds: float = DEBOUNCE_SECONDS
     watch_timeout_seconds: int = 300
     min_pass_gap_seconds: float = MIN_PASS_GAP_SECONDS
+    # What one namespace may cost a pass of the loop (budget.py), unless the reconciler's settings say.
+    turn_seconds: float = NAMESPACE_TURN_SECONDS
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     # Monotonic time the loop last came round (lease round or loop turn); None before run() starts.
     heartbeat: float | None = None
@@ -89,8 +94,19 @@ class Controller:
     keyed_passes: int = 0  # keyed passes run (of the namespaces a change touched)
     _keys: set[str] = field(default_factory=set)  # queued namespaces; CLUSTER for a full pass
     _later: list[tuple[float, str]] = field(default_factory=list)  # (monotonic time, namespace) to retry
+    # Namespaces the last pass left over (budget.py, keypool.py), decided after the namespaces queued
+    # meanwhile; `_prompt` those whose budget was spent, queued again and taken at once (no debounce: nothing
+    # to gather); `_for_keys` those that wait for a key, queued again (debounced) when one is made.
+    _continuing: set[str] = field(default_factory=set)
+    _prompt: set[str] = field(default_factory=set)
+    _for_keys: set[str] = field(default_factory=set)
+    _pool: KeyPool | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _wake: threading.Event | None = None
+
+    def __post_init__(self) -> None:
+        if self.reconciler.settings.turn_seconds is None:  # the loop bounds each namespace; `--once` does not
+            self.reconciler.settings = dataclasses.replace(self.reconciler.settings, turn_seconds=self.turn_seconds)
 
     def alive(self, now: float | None = None) -> bool:
         """For a liveness probe: running, and came round within STUCK_AFTER_SECONDS."""
@@ -103,6 +119,8 @@ class Controller:
         self._wake = wake = threading.Event()
         threading.Thread(target=_on_stop, args=(stop, wake), daemon=True, name="stop-wakes").start()
         cache = self._start_watches(stop)
+        self.reconciler.keys = self._pool = KeyPool(on_ready=self._key_made)
+        threading.Thread(target=self._pool.run, args=(stop,), daemon=True, name="keys").start()
         sign = threading.Event()  # only a pod certificate request changed: the signer alone is enough
         self._watch_pod_certificates(sign, stop)
         if self.elector:
@@ -138,7 +156,8 @@ class Controller:
                     self.passes += 1
                     floor = clock() + max(self.min_pass_gap_seconds, clock() - started)
                 elif self._keys_ready(clock()):
-                    stop.wait(KEY_DEBOUNCE_SECONDS)
+                    if not self._only_continuing():
+                        stop.wait(KEY_DEBOUNCE_SECONDS)
                     if self._keyed_pass(clock()) is None:
                         due = max(floor, 0.0)  # only a full pass can decide what was queued
                     continue
@@ -178,6 +197,21 @@ class Controller:
         with self._lock:
             self._keys = set()  # retries still pending (`_later`) stay
 
+    def _only_continuing(self) -> bool:
+        with self._lock:
+            return self._keys <= self._prompt
+
+    def _key_made(self) -> None:
+        """A key was made ahead (keypool.py): the namespaces waiting for one are queued again."""
+        with self._lock:
+            if not self._for_keys:
+                return
+            self._continuing |= self._for_keys
+            self._keys |= self._for_keys
+            self._for_keys = set()
+        if self._wake is not None:
+            self._wake.set()
+
     def _keys_ready(self, now: float) -> bool:
         """Anything queued, or a retry whose time came (moved to the queue)."""
         with self._lock:
@@ -191,10 +225,11 @@ class Controller:
         failed, when its backoff ends."""
         with self._lock:
             keys, self._keys = self._keys - {CLUSTER}, self._keys & {CLUSTER}
+            last, self._continuing, self._prompt = self._continuing & keys, self._continuing - keys, self._prompt - keys
         if not keys:
             return PassReport()
         try:
-            report = self.reconciler.run_namespaces_pass(keys)
+            report = self.reconciler.run_namespaces_pass(keys, last=last)
         except Exception:
             log.exception("keyed pass crashed; the namespaces are tried again")
             report = PassReport(aborted="crashed")
@@ -232,9 +267,17 @@ class Controller:
         return next_pass_delay(report, now=self.reconciler.clock(), resync_seconds=self.resync_seconds)
 
     def _after_writes(self, report: PassReport) -> None:
-        """Mid-rotation, a pass's writes are facts the next CA step waits on: a full pass (at the floor)."""
+        """Mid-rotation, a pass's writes are facts the next CA step waits on: a full pass (at the floor). The
+        namespaces the pass left over (their budget spent) are queued again, as continuing."""
         if report.write_count and self.reconciler.rotating():
             self._queue(CLUSTER)
+        with self._lock:
+            self._continuing |= report.deferred
+            self._prompt |= report.deferred
+            self._keys |= report.deferred
+            self._for_keys |= report.for_keys - report.deferred
+        if report.for_keys and self._pool is not None and self._pool.has_ready():
+            self._key_made()  # made while the pass went on: no later key need come to queue them
 
     def _signer_pass(self) -> None:
         try:

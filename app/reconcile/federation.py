@@ -31,6 +31,7 @@ from app.pki import (
     CertKey,
     TrustFacts,
     fingerprint,
+    granted_renew_before,
     issued_by,
     load_certificates,
     load_user_ca,
@@ -248,9 +249,19 @@ def _reissue(cert: Any, *, roots: Roots, member: str, now: datetime, pinned: tup
         return "renewed:trust-domain"
     if cert.issuer != roots.signer.cert.subject or not issued_by(cert, roots.signer.cert):
         return "renewed:ca-rotated"
-    if now + CA_LOOKAHEAD >= cert.not_valid_after_utc:
+    if now + _lookahead(cert, roots) >= cert.not_valid_after_utc:
         return "renewed:expiring"
     return ""
+
+
+def _lookahead(intermediate: Any, roots: Roots) -> timedelta:
+    """CA_LOOKAHEAD, or, for an intermediate its root's end cut short (a root less than 180 days from its end),
+    the same share of the life it got (renewal.granted_renew_before: 60 of 180 days, a third): else it was
+    due at issue, and every hub pass would issue it again with the same end, moving every leaf of the member
+    to it each time."""
+    ca_end = roots.signer.cert.not_valid_after_utc if roots.signer is not None else None
+    return granted_renew_before(intermediate.not_valid_before_utc, intermediate.not_valid_after_utc,
+                                lookahead=CA_LOOKAHEAD, duration=INTERMEDIATE_VALIDITY, ca_end=ca_end)
 
 
 def _issue(record: Obj | None, roots: Roots, member: str, namespace: str, now: datetime, *, reason: str,
@@ -318,7 +329,7 @@ def _due(intermediate: Any, *, roots: Roots, member: str, now: datetime, pinned:
                 "its next pass")
     if roots.signer is not None and intermediate.issuer != roots.signer.cert.subject:
         return "due: the root that signs changed; the hub re-issues it on its next pass"
-    if now + CA_LOOKAHEAD >= (ends := intermediate.not_valid_after_utc):
+    if now + _lookahead(intermediate, roots) >= (ends := intermediate.not_valid_after_utc):
         return f"due: it ends {ends:%Y-%m-%d} UTC; the hub renews it on its next pass"
     return ""
 

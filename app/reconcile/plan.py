@@ -21,6 +21,7 @@ from app.injection.profile import BUILT_IN, Profile
 from app.kube import CONFIG_MAPS, SECRETS, Oversized, Resource
 from app.names import BUNDLE_KEY, CLIENT_BUNDLE_KEY, CLIENT_TRUSTSTORE_KEY, TRUST_BUNDLE_CONFIGMAP, TRUSTSTORE_KEY
 from app.pki import (
+    LEAF_VALIDITY,
     CaSet,
     CertKey,
     Decision,
@@ -33,6 +34,7 @@ from app.pki import (
     load_certificates,
     open_seal,
     public_roots,
+    renewal_time,
     seal,
     seal_key,
     sealed_leaf_renewal,
@@ -44,7 +46,9 @@ from app.pki import (
     with_public_roots,
 )
 from app.reconcile import ownership as own
+from app.reconcile.budget import TurnBudget
 from app.reconcile.discover import Target, WorkloadRef
+from app.reconcile.keypool import KeyPool
 from app.reconcile.keystores import Keystore, with_keystore
 
 Obj = dict[str, Any]
@@ -87,7 +91,18 @@ class Waiting:
     refresh: Write | None = None
 
 
-Outcome = Write | Refused | Waiting | None
+@dataclass(frozen=True)
+class Deferred:
+    """A certificate that must be (re)issued while its namespace has spent its budget of this turn of the
+    loop (budget.TurnBudget), or while no key of its algorithm is ready (`for_key`: keypool.KeyPool): issued
+    in a later turn. As for `Waiting`, `refresh` keeps the stored Secret's `ca.crt` and labels current
+    meanwhile (the CA's rotation waits on every bundle in use)."""
+
+    refresh: Write | None = None
+    for_key: bool = False
+
+
+Outcome = Write | Refused | Waiting | Deferred | None
 
 
 @dataclass(frozen=True)
@@ -126,6 +141,10 @@ class Signing:
     # The client CA set's bundle keys (`client-ca-bundle.crt`, ...) the trust bundle ConfigMap carries too,
     # and the client CA set itself (None while no workload asks for a client certificate; docs/mtls.md).
     client: Signing | None = None
+    # What each namespace may still spend of this turn of the loop (budget.py); None: no bound (`--once`).
+    budget: TurnBudget | None = field(default=None, compare=False, repr=False)
+    # The loop's keys made ahead (keypool.py); None: each key made at the call.
+    keys: KeyPool | None = field(default=None, compare=False, repr=False)
 
     @staticmethod
     def of(cas: CaSet, *, now: datetime, waiting: str = "", prefix: str = "ca",
@@ -225,7 +244,8 @@ def decide_client_leaf(target: Target, existing: Obj | None, signing: Signing) -
     signer = client.signer
     decision = leaf_renewal(cert_pem=data.get("tls.crt"), key_pem=data.get("tls.key"), desired_dns=(),
                             trusted=client.cas.bundle(), now=signing.now, issuer=signer.cert if signer else None,
-                            client=True)
+                            client=True, duration=LEAF_VALIDITY)  # issue_client's: one its CA's end cut short
+                            # is renewed at the share of the life it got (renewal.granted_renew_before)
     why: str = decision.reason or ""
     if not decision.renew and uri_sans(load_certificates(data["tls.crt"])[0]) != [identity]:
         why = "sans-changed"
@@ -237,6 +257,8 @@ def decide_client_leaf(target: Target, existing: Obj | None, signing: Signing) -
     if why or forced or existing is None:
         if signer is None:
             return _waiting(where, existing, ours, issuer, role="leaf", signing=client, why=why or "force-renew")
+        if not _may_issue(signing, target.namespace):
+            return _deferred(where, existing, ours, issuer, role="leaf")
         leaf = issue_client(signer, uris=[identity], now=signing.now)
         ours.update({"tls.crt": leaf.chain_pem, "tls.key": leaf.key_pem})
         issuer = fingerprint(signer.cert)
@@ -298,9 +320,14 @@ def decide_leaf(target: Target, existing: Obj | None, signing: Signing, *, role:
         if signer is None:
             return _waiting(target, existing, ours, issuer, role=role, signing=signing,
                             why=decision.reason or "force-renew", keystore=keystore)
+        if not _may_issue(signing, target.namespace):
+            return _deferred(target, existing, ours, issuer, role=role, keystore=keystore)
         profile = target.profile
+        key = signing.keys.take(profile.key_algorithm) if signing.keys is not None else None
+        if signing.keys is not None and key is None:
+            return _deferred(target, existing, ours, issuer, role=role, keystore=keystore, for_key=True)
         leaf = issue_leaf(issuer=signer, dns_names=list(target.dns_names), now=signing.now, validity=profile.duration,
-                          key_type=profile.key_algorithm)
+                          key_type=profile.key_algorithm, key=key)
         ours.update({"tls.crt": leaf.chain_pem, "tls.key": leaf.key_pem})
         issuer = fingerprint(signer.cert)
         sealed_as = _seal(target, signing, ours["tls.crt"], ours["tls.key"], leaf.cert)
@@ -332,7 +359,8 @@ def _leaf_decision(target: Target, data: dict[str, bytes], signing: Signing, sea
     """From the seal when it opens (the time is all that is left to judge), else the full check."""
     profile = target.profile
     if sealed is not None:
-        return sealed_leaf_renewal(sealed, now=signing.now, lookahead=profile.renew_before, duration=profile.duration)
+        return sealed_leaf_renewal(sealed, now=signing.now, lookahead=profile.renew_before, duration=profile.duration,
+                                   ca_end=_signer_end(signing))
     signer = signing.signer
     return leaf_renewal(cert_pem=data.get("tls.crt"), key_pem=data.get("tls.key"), desired_dns=target.dns_names,
                         trusted=signing.cas.bundle(), now=signing.now, issuer=signer.cert if signer else None,
@@ -376,13 +404,32 @@ def _keep_opened(signing: Signing, memo: tuple[Any, ...], sealed: Sealed | None)
     signing.opened[memo] = sealed
 
 
-def leaf_expiry(target: Target, secret: Obj | None, signing: Signing) -> datetime | None:
-    """When a stored leaf ends (for metrics): from its seal when it opens, else from the certificate."""
+def leaf_window(target: Target, secret: Obj | None, signing: Signing) -> tuple[datetime, datetime] | None:
+    """When a stored leaf starts and ends (for metrics and its renewal time): from its seal when it opens,
+    else from the certificate."""
     sealed = _open_seal(target, secret, signing)
     if sealed is not None:
-        return sealed.not_after
+        return sealed.not_before, sealed.not_after
     chain = load_certificates(secret_data(secret, keys=("tls.crt",)).get("tls.crt", b""))
-    return chain[0].not_valid_after_utc if chain else None
+    return (chain[0].not_valid_before_utc, chain[0].not_valid_after_utc) if chain else None
+
+
+def leaf_expiry(target: Target, secret: Obj | None, signing: Signing) -> datetime | None:
+    """When a stored leaf ends (for metrics): from its seal when it opens, else from the certificate."""
+    window = leaf_window(target, secret, signing)
+    return window[1] if window is not None else None
+
+
+def leaf_renewal_time(target: Target, window: tuple[datetime, datetime], signing: Signing) -> datetime:
+    """When the leaf of this window, the signer's (any other is renewed at once), is due for renewal under its
+    target's profile, as _leaf_decision decides."""
+    profile = target.profile
+    return renewal_time(*window, lookahead=profile.renew_before, duration=profile.duration,
+                        ca_end=_signer_end(signing))
+
+
+def _signer_end(signing: Signing) -> datetime | None:
+    return signing.signer.cert.not_valid_after_utc if signing.signer is not None else None
 
 
 def _seal(target: Target, signing: Signing, cert_pem: bytes, key_pem: bytes, cert: Any) -> str:
@@ -397,16 +444,32 @@ def _sealed_profile(target: Target) -> str:
     return "" if target.profile.built_in else target.profile.note()
 
 
+def _may_issue(signing: Signing, namespace: str) -> bool:
+    return signing.budget is None or signing.budget.allows(namespace)
+
+
+def _deferred(target: Target, existing: Obj | None, ours: dict[str, bytes], issuer: str, *, role: own.Role,
+              keystore: Keystore | None = None, for_key: bool = False) -> Deferred:
+    """The certificate stays as it is (none yet, or the stored one) until its namespace's next turn."""
+    return Deferred(_kept(target, existing, ours, issuer, role=role, keystore=keystore), for_key)
+
+
+def _kept(target: Target, existing: Obj | None, ours: dict[str, bytes], issuer: str, *, role: own.Role,
+          keystore: Keystore | None = None) -> Write | None:
+    """The stored certificate kept, with ca.crt carrying the whole set and a force-renew still to be done."""
+    if existing is None:
+        return None
+    body = _leaf_body(target, existing, ours, issuer, role=role, keystore=keystore)
+    forced = _annotations(existing).get(names.FORCE_RENEW_ANNOTATION)
+    if forced is not None:  # still to be done, once a CA may sign (or the namespace's next turn)
+        body["metadata"]["annotations"][names.FORCE_RENEW_ANNOTATION] = forced
+    return _write_if_changed(SECRETS, existing, body, reason="refreshed")
+
+
 def _waiting(target: Target, existing: Obj | None, ours: dict[str, bytes], issuer: str, *, role: own.Role,
              signing: Signing, why: str, keystore: Keystore | None = None) -> Waiting:
     """The certificate stays as it is (none yet, or the stored one, still trusted) until a CA may sign."""
-    refresh = None
-    if existing is not None:  # the stored certificate is kept, with ca.crt carrying the whole set
-        body = _leaf_body(target, existing, ours, issuer, role=role, keystore=keystore)
-        forced = _annotations(existing).get(names.FORCE_RENEW_ANNOTATION)
-        if forced is not None:  # still to be done, once a CA may sign
-            body["metadata"]["annotations"][names.FORCE_RENEW_ANNOTATION] = forced
-        refresh = _write_if_changed(SECRETS, existing, body, reason="refreshed")
+    refresh = _kept(target, existing, ours, issuer, role=role, keystore=keystore)
     verb = "issue" if existing is None else f"renewal ({why})"
     return Waiting(f"Secret {target.namespace}/{target.secret_name}: certificate {verb} waits: {signing.waiting}",
                    refresh)

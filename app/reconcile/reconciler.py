@@ -22,6 +22,7 @@ from app.kubenames import shown, subdomain_problem
 from app.pki import CaSet
 from app.reconcile import keystores, podcerts, signer
 from app.reconcile import status as st
+from app.reconcile.budget import TurnBudget
 from app.reconcile.ca import CaUnusable, load_ca_set
 from app.reconcile.discover import (
     Target,
@@ -101,33 +102,41 @@ class Reconciler(WebhookPass):
                                     members=members)
         return report
 
-    def run_namespaces_pass(self, namespaces: set[str]) -> PassReport | None:
+    def run_namespaces_pass(self, namespaces: set[str], *, last: set[str] | frozenset[str] = frozenset()
+                            ) -> PassReport | None:
         """A keyed pass: only the certificate Secrets and bundles of `namespaces`, decided from the cache on
         the CA sets as the last full pass stepped them (no CA set is stepped here: that needs the facts of
         every namespace). None when only a full pass can decide: none ran yet, or a workload here asks for
-        a client certificate while no client CA set exists."""
+        a client certificate while no client CA set exists. The certificates of `last` (namespaces the
+        previous turn left over, budget.py) are decided after the others."""
         if self.cache is None or self._signing is None:
             return None
-        report = self._guarded(lambda report, now: self._namespaces_pass(namespaces, report, now), keyed=True)
+        report = self._guarded(lambda report, now: self._namespaces_pass(namespaces, report, now, last),
+                               keyed=True)
         return None if report.aborted == _NEEDS_FULL else report
 
-    def _namespaces_pass(self, namespaces: set[str], report: PassReport, now: datetime) -> None:
+    def _namespaces_pass(self, namespaces: set[str], report: PassReport, now: datetime,
+                         last: set[str] | frozenset[str] = frozenset()) -> None:
         assert self.cache is not None
         assert self._signing is not None
         observed = self.cache.observed(namespaces)
         targets = self._targets(observed, self._native_served, report, now)
+        targets.sort(key=lambda t: t.namespace in last)  # stable: the rest in their order
         signing = self._signing
         client = None if signing.client is None else dataclasses.replace(signing.client, now=now, opened={})
         if client is None and any(t.client_wanted for t in targets):
             raise _FullPassNeeded(_NEEDS_FULL)
-        signing = dataclasses.replace(signing, now=now, client=client, opened={})  # its own seals: none kept
+        # Its own seals (none kept) and its own budget per namespace.
+        signing = dataclasses.replace(signing, now=now, client=client, opened={}, budget=self._turn_budget(),
+                                      keys=self.keys)
         found = Expiries({(t.namespace, t.secret_name): t for t in targets}, signing)
         self.converge_all(((item, observed.lookup(item)) for item in plan(targets, observed, signing)), report, now,
-                          found.note)
+                          found.note, signing.budget)
         expiries = found.leaves
         if self.status is not None:  # the status API's workloads of these namespaces, as this pass left them
             kept = tuple(w for w in self.status.workloads if w.namespace not in namespaces)
-            fresh = st.workload_statuses([*targets, *self._refused_targets], expiries, report.waiting, self._facts)
+            fresh = st.workload_statuses([*targets, *self._refused_targets], expiries, report.waiting, self._facts,
+                                         found.renewals)
             self.status = dataclasses.replace(self.status, workloads=kept + tuple(fresh))
 
     def forget(self) -> None:
@@ -175,6 +184,7 @@ class Reconciler(WebhookPass):
                                                "clients_refused": len(report.clients_refused),
                                                "oversized": len(report.oversized), "nameless": len(report.nameless),
                                                "failed": len(report.failed), "waiting": len(report.waiting),
+                                               "deferred": sorted(report.deferred)[:10],
                                                "converged": report.converged})
         return report
 
@@ -191,7 +201,7 @@ class Reconciler(WebhookPass):
         missing = missing_injection(observed.pods, enabled=observed.enabled, own_namespace=self.settings.namespace)
         self.metrics.missing_injection.set(len(missing))
         self._seen = (st.workload_statuses([*workloads.targets, *self._refused_targets], workloads.expiries,
-                                           report.waiting, self._facts),
+                                           report.waiting, self._facts, workloads.renewals),
                       st.pod_statuses(missing))
         if self.settings.webhook is not None:
             configs = self.converge_webhook(self.settings.webhook, report, now)
@@ -224,6 +234,7 @@ class Reconciler(WebhookPass):
         # Kept for keyed passes without this pass's opened seals (~100,000 of them at 100,000 workloads).
         self._signing = dataclasses.replace(signing, opened={}, client=signing.client and dataclasses.replace(
             signing.client, opened={}))
+        signing = dataclasses.replace(signing, budget=self._turn_budget(), keys=self.keys)
         self._native_served = native is not None
         found = Expiries({(t.namespace, t.secret_name): t for t in targets}, signing)
 
@@ -233,13 +244,18 @@ class Reconciler(WebhookPass):
             found.note(item, obj)
 
         self.converge_all(((item, observed.lookup(item)) for item in plan(targets, observed, signing)), report, now,
-                          done)
+                          done, signing.budget)
         if self._intermediates:
             self._report_roots(_after(observed, stored), targets, native, report, now)
         self._cert_metrics(found)
         expiries = found.leaves
         self.metrics.not_issued.set(sum((t.namespace, t.secret_name) not in expiries for t in targets))
-        return WorkloadsPassed(step.cas, targets, expiries)
+        return WorkloadsPassed(step.cas, targets, expiries, found.renewals)
+
+    def _turn_budget(self) -> TurnBudget | None:
+        """A fresh budget per namespace for a pass of the loop (budget.py); None for a one-shot pass."""
+        seconds = self.settings.turn_seconds
+        return None if seconds is None else TurnBudget(seconds)
 
     def _targets(self, observed: Observed, native_served: bool, report: PassReport, now: datetime) -> list[Target]:
         """The certificate Secrets the observed workloads and pods need (discover), with what is refused

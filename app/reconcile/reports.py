@@ -12,7 +12,7 @@ from app.kube import SECRETS
 from app.pki import CaSet, load_certificates
 from app.reconcile.discover import LISTED_KINDS, Target, WorkloadRef
 from app.reconcile.ownership import is_owned
-from app.reconcile.plan import Item, Obj, Observed, Signing, leaf_expiry, secret_data
+from app.reconcile.plan import Item, Obj, Observed, Signing, leaf_renewal_time, leaf_window, secret_data
 from app.reconcile.state import PassReport
 from app.reconcile.writes import Writes
 
@@ -31,6 +31,8 @@ class Expiries:
     targets: dict[tuple[str, str], Target]
     signing: Signing
     leaves: dict[tuple[str, str], datetime] = field(default_factory=dict)
+    # When each leaf is due for renewal: its end less the renew-before of the life it got (plan.leaf_renewal_time).
+    renewals: dict[tuple[str, str], datetime] = field(default_factory=dict)
     clients: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def note(self, item: Item, obj: Obj | None) -> None:
@@ -45,8 +47,9 @@ class Expiries:
         target = self.targets.get(key)
         # Someone else's Secret in the way is no certificate of ours, whatever it holds.
         if target is not None and is_owned(obj, "leaf") and \
-                (expiry := leaf_expiry(target, obj, self.signing)) is not None:
-            self.leaves[key] = expiry
+                (window := leaf_window(target, obj, self.signing)) is not None:
+            self.leaves[key] = window[1]
+            self.renewals[key] = leaf_renewal_time(target, window, self.signing)
 
 
 class Reports(Writes):

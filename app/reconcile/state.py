@@ -27,6 +27,7 @@ from app.reconcile import status as st
 from app.reconcile.ca import CaPolicy, CaStep
 from app.reconcile.discover import Target, WorkloadRef
 from app.reconcile.federation import Hold, Intermediate, MemberAck
+from app.reconcile.keypool import KeyPool
 from app.reconcile.metrics import ReconcileMetrics
 from app.reconcile.plan import Obj, Signing
 from app.reconcile.webhook_plan import WebhookSettings
@@ -61,6 +62,9 @@ class ReconcileSettings:
     hub: bool = False
     # The bounds of workloads' certificate profiles (app/injection/profile.py, docs/injection.md).
     profiles: ProfileBounds = field(default_factory=ProfileBounds)
+    # What one namespace may cost a pass, in seconds (budget.py): the loop's (NAMESPACE_TURN_SECONDS); None,
+    # no bound: `reconcile --once` and the one-shot commands, where no other namespace waits behind it.
+    turn_seconds: float | None = None
 
     @property
     def user_ca_secrets(self) -> tuple[tuple[CaRole, str], ...]:
@@ -101,6 +105,11 @@ class PassReport:
     # A hub: member name -> why it is not ready (absent when it is); a member: "intermediate-<role>" -> why
     # the hub's intermediate cannot be used (docs/multicluster.md)
     federation: dict[str, str] = field(default_factory=dict)
+    # Namespaces whose certificates to issue were left for the loop's next turn, their budget of this one
+    # spent (budget.py): the loop takes them again at once.
+    deferred: set[str] = field(default_factory=set)
+    # Namespaces with certificates left for a key not yet made (keypool.py): taken again once one is.
+    for_keys: set[str] = field(default_factory=set)
     aborted: str = ""
     unavailable_streak: int = 0
     next_ca_step: datetime | None = None  # when a CA set can next move on time alone (ca.next_step_at)
@@ -117,7 +126,8 @@ class PassReport:
 
     @property
     def converged(self) -> bool:
-        return not (self.refused or self.failed or self.waiting or self.aborted or self.excluded or self.federation)
+        return not (self.refused or self.failed or self.waiting or self.aborted or self.excluded or self.federation
+                    or self.deferred or self.for_keys)
 
 
 @dataclass(frozen=True)
@@ -127,6 +137,7 @@ class WorkloadsPassed:
     cas: CaSet
     targets: list[Target]
     expiries: dict[tuple[str, str], datetime]
+    renewals: dict[tuple[str, str], datetime] = field(default_factory=dict)  # when each is due (Expiries)
 
 
 class ReconcilerState:
@@ -178,6 +189,8 @@ class ReconcilerState:
         # The long-running loop's cache (app/reconcile/cache.py): a pass reads it instead of listing, and
         # our writes go into it at once. None for `reconcile --once` and the other one-shot commands.
         self.cache: ClusterCache | None = None
+        # The loop's keys made ahead (keypool.py; the controller starts its thread); None: made at the call.
+        self.keys: KeyPool | None = None
         # What the last full pass signed with, and whether the cluster served pod certificates then: a
         # keyed pass (run_namespaces_pass) signs with the same, stepping no CA set (None: no full pass yet).
         self._signing: Signing | None = None

@@ -133,13 +133,16 @@ Facts = Mapping[WorkloadRef, Sequence[tuple[str, str]]]  # the (reason, message)
 
 
 def workload_statuses(targets: Iterable[Target], expiries: Mapping[tuple[str, str], datetime],
-                      waiting: Mapping[str, str], facts: Facts | None = None) -> list[WorkloadStatus]:
+                      waiting: Mapping[str, str], facts: Facts | None = None,
+                      renewals: Mapping[tuple[str, str], datetime] | None = None) -> list[WorkloadStatus]:
     """Each certificate Secret with its dates and conditions, from the facts the pass raised Events for
     (their reasons and messages, by the workloads they were raised on)."""
     found = []
     for t in targets:
         not_after = expiries.get((t.namespace, t.secret_name))
-        renew_at = not_after - t.profile.renew_before if not_after else None
+        # When the pass decides it is due (reports.Expiries.renewals: a share of the life it got), else by profile.
+        renew_at = (renewals or {}).get((t.namespace, t.secret_name)) or (
+            not_after - t.profile.renew_before if not_after else None)
         told: dict[str, str] = {}
         for ref in t.workloads:
             for reason, message in (facts or {}).get(ref, ()):

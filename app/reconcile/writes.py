@@ -16,8 +16,9 @@ from typing import Literal
 
 from app.kube import SECRETS, Conflict, KubeError, NotFound, Unavailable
 from app.reconcile import events
+from app.reconcile.budget import TurnBudget
 from app.reconcile.discover import WorkloadRef
-from app.reconcile.plan import Item, Obj, Refused, Waiting, Write
+from app.reconcile.plan import Deferred, Item, Obj, Refused, Waiting, Write
 from app.reconcile.state import NotLeader, PassReport, ReconcilerState
 
 log = logging.getLogger("tls_injector.reconcile")
@@ -45,7 +46,7 @@ class _Undecided:
 
 
 _UNDECIDED = _Undecided()
-_Outcome = Write | Refused | Waiting | None
+_Outcome = Write | Refused | Waiting | Deferred | None
 
 
 @dataclass
@@ -72,19 +73,22 @@ class Writes(ReconcilerState):
         return due
 
     def converge_all(self, items: Iterable[tuple[Item, Obj | None]], report: PassReport, now: datetime,
-                     done: Callable[[Item, Obj | None], None]) -> None:
+                     done: Callable[[Item, Obj | None], None], budget: TurnBudget | None = None) -> None:
         """Each (item, what is stored) converged as _converge_cached does, `done` told what is stored at the
         end of each; but a create is sent by one of WRITERS threads while the next items are decided, with
         at most IN_FLIGHT sent and not yet answered. A pass that issues 100,000 certificates otherwise waits
         for each answer before issuing the next (a first pass at 100,000 workloads spent a quarter of its
         time waiting). An answer is taken up in order, on this thread, as a create made here at once would
-        be: a 409 or an error is handled by the same code, the write's bookkeeping and Events the same."""
+        be: a 409 or an error is handled by the same code, the write's bookkeeping and Events the same.
+        With `budget`, what each item costs this thread (its decision, a key generated, a write made here)
+        is charged to its namespace (budget.py); the decisions read the same budget (Signing.budget)."""
         flying: deque[_Flying] = deque()
         with ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="write") as pool:
             try:
                 for item, existing in items:
                     while len(flying) >= IN_FLIGHT or (flying and flying[0].sent.done()):
                         done(*self._landed(flying.popleft(), report, now))
+                    started = budget.clock() if budget is not None else 0.0
                     first = self._first(item, existing, now)
                     if isinstance(first, Write) and first.action == "create":
                         if not self.may_write():
@@ -94,6 +98,8 @@ class Writes(ReconcilerState):
                         flying.append(_Flying(item, existing, first, pool.submit(self._send, first), quiet))
                     else:
                         done(item, self._converge_cached(item, existing, report, now, first=first))
+                    if budget is not None:
+                        budget.charge(item.namespace, budget.clock() - started)
                 while flying:
                     done(*self._landed(flying.popleft(), report, now))
             finally:  # a pass that stopped (lost lease, API down): what was sent is still let through the cache
@@ -160,6 +166,9 @@ class Writes(ReconcilerState):
                 continue
             if isinstance(outcome, Waiting):
                 self._waiting(item, outcome, report, now)
+                outcome = outcome.refresh
+            elif isinstance(outcome, Deferred):  # its namespace spent this turn's budget, or waits for a key
+                (report.for_keys if outcome.for_key else report.deferred).add(item.namespace)
                 outcome = outcome.refresh
             if outcome is None:
                 return existing
