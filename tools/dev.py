@@ -80,14 +80,25 @@ def ensure_venv(*, dev: bool = True) -> None:
 # (promtool, for the alert rules' unit tests), npm (the chart tests fetch helm from the npm registry) and
 # openssl (its s_client is the client that asks for a TLS renegotiation in the conformance table), and a
 # JDK (keytool lists the JVM keystores the reconciler writes; javac builds the Java TLS peer of those tests).
+# The node tier (tests/node) adds what a node runs besides the binaries tools/node.py builds: runc,
+# iptables and conntrack (kube-proxy), the CNI plugins (bridge, host-local, loopback: files, not commands,
+# so SYSTEM_FILES), busybox-static (the pods' test image) and debootstrap (the product image's base).
 # Installed through apt when missing and this is root (as in CI); otherwise the tests that need them fail
 # and say how to get them.
 SYSTEM_TOOLS = {"chromium": "chromium", "promtool": "prometheus", "npm": "npm", "openssl": "openssl",
-                "java": "default-jre-headless", "keytool": "default-jre-headless", "javac": "default-jdk-headless"}
+                "java": "default-jre-headless", "keytool": "default-jre-headless", "javac": "default-jdk-headless",
+                "runc": "runc", "iptables": "iptables", "conntrack": "conntrack", "debootstrap": "debootstrap",
+                "nsenter": "util-linux", "ip": "iproute2"}
+SYSTEM_FILES = {"/usr/lib/cni/bridge": "containernetworking-plugins",
+                "/usr/lib/cni/host-local": "containernetworking-plugins",
+                "/usr/lib/cni/loopback": "containernetworking-plugins", "/bin/busybox": "busybox-static"}
+# runc, iptables and the like live in /usr/sbin, which a non-root PATH may lack.
+_SBIN = os.pathsep.join([os.environ.get("PATH", ""), "/usr/local/sbin", "/usr/sbin", "/sbin"])
 
 
 def ensure_system_tools() -> None:
-    missing = sorted({package for tool, package in SYSTEM_TOOLS.items() if shutil.which(tool) is None})
+    missing = sorted({package for tool, package in SYSTEM_TOOLS.items() if shutil.which(tool, path=_SBIN) is None}
+                     | {package for path, package in SYSTEM_FILES.items() if not os.path.exists(path)})
     if not missing:
         return
     apt = shutil.which("apt-get")
@@ -112,6 +123,18 @@ def ensure_control_plane() -> None:
         print(f"building Kubernetes v{kube.KUBERNETES} from its Go modules (first time on this machine)",
               file=sys.stderr, flush=True)
     kube.build()
+
+
+def ensure_node() -> None:
+    """The node tier's kubelet, kube-scheduler, kube-proxy, containerd and node-probe (tools/node.py),
+    built from their Go modules when missing, after the control plane (whose module cache they reuse).
+    A failed build stops here, as the control plane's does."""
+    import node  # noqa: PLC0415 - tools/node.py, beside this file
+
+    if not node.built():
+        print(f"building the node (Kubernetes v{node.kube.KUBERNETES}, containerd v{node.CONTAINERD}) from "
+              "Go modules (first time on this machine)", file=sys.stderr, flush=True)
+    node.build()
 
 
 def run(*argv: str) -> int:
@@ -201,6 +224,7 @@ def main(argv: list[str]) -> int:
     if command == "test":
         ensure_system_tools()
         ensure_control_plane()
+        ensure_node()
         return test(rest)
     if command == "bench":
         return run(str(BIN / "python"), "-m", "bench", *rest)
