@@ -22,7 +22,7 @@ NODE_TEST_TIMEOUT_SECONDS = 600
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     for item in items:
-        if here in Path(str(item.fspath)).parents:
+        if here in Path(str(item.fspath)).parents and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(NODE_TEST_TIMEOUT_SECONDS))
 
 

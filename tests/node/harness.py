@@ -195,7 +195,20 @@ state = "{folder / 'state'}"
             time.sleep(0.2)
         self.ctr("version")
 
+    def _make_cgroup_root(self) -> None:
+        """The kubelet wants its cgroup root to exist in every hierarchy; a new cpuset cgroup starts with
+        no CPUs or memory nodes, so it gets its parent's."""
+        for hierarchy in CGROUP_V1.iterdir():
+            if hierarchy.is_symlink() or not os.path.ismount(hierarchy):
+                continue
+            root = hierarchy / self.cgroup_root
+            root.mkdir(exist_ok=True)
+            for name in ("cpuset.cpus", "cpuset.mems"):
+                if (hierarchy / name).exists():
+                    (root / name).write_text((hierarchy / name).read_text())
+
     def _start_kubelet(self) -> None:
+        self._make_cgroup_root()
         folder = self.folder / "kubelet"
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "resolv.conf").write_text("# the node tier has no DNS server; pods name Services by hostAliases\n"
