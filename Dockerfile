@@ -12,10 +12,15 @@
 # dependency and the build backend by version and hash (requirements.lock, requirements-build.lock;
 # `pip --require-hashes` refuses any file whose hash is not listed). To move to a newer base, take the
 # digest of the new tag from the registry (`docker buildx imagetools inspect python:<tag>`).
+#
+# PYTHON_IMAGE names the base; PYTHON_PREFIX is where its interpreter lives (/usr/local in the python
+# image). A base with its interpreter elsewhere passes both, as the test suite does with a Debian base
+# of its own (tools/image.py, docs/install.md): `--build-arg PYTHON_PREFIX=/usr`.
 
 ARG PYTHON_IMAGE=python:3.11.15-slim-bookworm@sha256:d29f48a31a8b408ed19272ca1e7b10ebae13b240a27e862d3d4217c528e2e0c3
 
 FROM ${PYTHON_IMAGE} AS builder
+ARG PYTHON_PREFIX=/usr/local
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
@@ -29,13 +34,14 @@ RUN /opt/tls-injector/bin/pip install --require-hashes --no-deps -r requirements
 COPY pyproject.toml README.md ./
 COPY app ./app
 # --no-build-isolation: build with the hash-locked backend just installed, not one fetched unpinned;
-# --no-deps: the dependencies are the locked ones above, never resolved again.
+# --no-deps: the dependencies are the locked ones above, never resolved again. Last, pip and the
+# setuptools `python -m venv` put in the venv (Python 3.11 does): nothing at run time imports either.
 RUN python -m pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . \
  && /opt/tls-injector/bin/pip install --no-deps /wheels/*.whl \
  && /opt/tls-injector/bin/pip check \
- && /opt/tls-injector/bin/pip uninstall --yes pip
+ && /opt/tls-injector/bin/pip uninstall --yes pip setuptools
 COPY tools/rootfs.sh /usr/local/bin/rootfs.sh
-RUN /usr/local/bin/rootfs.sh /usr/local /opt/tls-injector /rootfs
+RUN /usr/local/bin/rootfs.sh "${PYTHON_PREFIX}" /opt/tls-injector /rootfs
 
 FROM scratch
 # Every dependency ships manylinux wheels (cryptography, orjson, uvloop, httptools, cel-expr-python):

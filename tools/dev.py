@@ -79,25 +79,27 @@ def ensure_venv(*, dev: bool = True) -> None:
 # What the tests run besides Python: Debian's chromium (the status page's browser test), prometheus
 # (promtool, for the alert rules' unit tests), npm (the chart tests fetch helm from the npm registry) and
 # openssl (its s_client is the client that asks for a TLS renegotiation in the conformance table), and a
-# JDK (keytool lists the JVM keystores the reconciler writes; javac builds the Java TLS peer of those tests).
-# The node tier (tests/node) adds what a node runs besides the binaries tools/node.py builds: runc,
-# iptables and conntrack (kube-proxy), the CNI plugins (bridge, host-local, loopback: files, not commands,
-# so SYSTEM_FILES), busybox-static (the pods' test image) and debootstrap (the product image's base).
+# JDK (keytool lists the JVM keystores the reconciler writes; javac builds the Java TLS peer of those tests),
+# and the image's builder: buildah builds the Dockerfile, debootstrap makes its base, runc runs the image
+# (tools/image.py, tests/image). The node tier (tests/node) adds what a node runs besides the binaries
+# tools/node.py builds: iptables and conntrack (kube-proxy), the CNI plugins (bridge, host-local,
+# loopback: files, not commands, so SYSTEM_FILES) and busybox-static (the pods' test image).
 # Installed through apt when missing and this is root (as in CI); otherwise the tests that need them fail
 # and say how to get them.
 SYSTEM_TOOLS = {"chromium": "chromium", "promtool": "prometheus", "npm": "npm", "openssl": "openssl",
                 "java": "default-jre-headless", "keytool": "default-jre-headless", "javac": "default-jdk-headless",
-                "runc": "runc", "iptables": "iptables", "conntrack": "conntrack", "debootstrap": "debootstrap",
-                "nsenter": "util-linux", "ip": "iproute2"}
+                "buildah": "buildah", "debootstrap": "debootstrap", "runc": "runc",
+                "iptables": "iptables", "conntrack": "conntrack", "nsenter": "util-linux", "ip": "iproute2"}
 SYSTEM_FILES = {"/usr/lib/cni/bridge": "containernetworking-plugins",
                 "/usr/lib/cni/host-local": "containernetworking-plugins",
                 "/usr/lib/cni/loopback": "containernetworking-plugins", "/bin/busybox": "busybox-static"}
-# runc, iptables and the like live in /usr/sbin, which a non-root PATH may lack.
-_SBIN = os.pathsep.join([os.environ.get("PATH", ""), "/usr/local/sbin", "/usr/sbin", "/sbin"])
+# debootstrap, runc, iptables and the like live in /usr/sbin, which a non-root PATH may lack.
+SBIN = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def ensure_system_tools() -> None:
-    missing = sorted({package for tool, package in SYSTEM_TOOLS.items() if shutil.which(tool, path=_SBIN) is None}
+    missing = sorted({package for tool, package in SYSTEM_TOOLS.items()
+                      if shutil.which(tool) is None and shutil.which(tool, path=SBIN) is None}
                      | {package for path, package in SYSTEM_FILES.items() if not os.path.exists(path)})
     if not missing:
         return
@@ -123,6 +125,18 @@ def ensure_control_plane() -> None:
         print(f"building Kubernetes v{kube.KUBERNETES} from its Go modules (first time on this machine)",
               file=sys.stderr, flush=True)
     kube.build()
+
+
+def ensure_image() -> None:
+    """The image, built from the Dockerfile with buildah over a Debian base made here (tools/image.py:
+    cached by its inputs outside the checkout, so only a change to what the image is built from pays
+    for a build). A build that fails stops here, with the builder's error, like the control plane's."""
+    import image  # noqa: PLC0415 - tools/image.py, beside this file
+
+    if not image.built():
+        print(f"building the image {image.reference()} from the Dockerfile (when its inputs change)",
+              file=sys.stderr, flush=True)
+    image.build()
 
 
 def ensure_node() -> None:
@@ -224,6 +238,7 @@ def main(argv: list[str]) -> int:
     if command == "test":
         ensure_system_tools()
         ensure_control_plane()
+        ensure_image()
         ensure_node()
         return test(rest)
     if command == "bench":

@@ -28,7 +28,11 @@ mkdir -p "$dest"
 # The interpreter: its binary, its shared library and its standard library without what ships tools
 # (pip, ensurepip, idle, tkinter, the test suite) or what only a compiler would use.
 copy "$prefix/bin/python$version" "$prefix/lib/python$version"
+# Its shared library where the interpreter is built shared (the python image's); Debian's python3.11
+# holds it in the binary, and the glob then matches nothing.
+shopt -s nullglob
 for library in "$prefix/lib/libpython$version"*.so*; do copy "$library"; done
+shopt -u nullglob
 rm -rf "$dest$prefix/lib/python$version/"{site-packages,ensurepip,idlelib,tkinter,turtledemo,test,lib2to3,config-*} \
     "$dest$prefix/lib/python$version/lib-dynload/"_tkinter*
 mkdir -p "$dest$prefix/lib/python$version/site-packages"

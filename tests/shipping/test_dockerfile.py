@@ -115,7 +115,10 @@ def test_the_builder_assembles_the_final_tree_from_the_interpreter_and_the_virtu
     builder = stages(DOCKERFILE.read_text())[0]
     assert ("COPY", "tools/rootfs.sh /usr/local/bin/rootfs.sh") in builder
     runs = [a for w, a in builder if w == "RUN"]
-    assert runs[-1] == "/usr/local/bin/rootfs.sh /usr/local /opt/tls-injector /rootfs", "assembled after the install"
+    assert runs[-1] == '/usr/local/bin/rootfs.sh "${PYTHON_PREFIX}" /opt/tls-injector /rootfs', "assembled last"
+    # The interpreter's prefix is a build argument whose default is the python image's own: a user's build
+    # passes none. tools/image.py passes /usr for the Debian base it builds on (tests/image).
+    assert ("ARG", "PYTHON_PREFIX=/usr/local") in builder
     env = dict(pair.split("=", 1) for w, a in final_stage() if w == "ENV" for pair in shlex.split(a))
     assert env["PATH"] == "/opt/tls-injector/bin", "no directory of tools on the PATH"
 
@@ -132,7 +135,8 @@ def test_the_builder_installs_only_hash_locked_dependencies_then_the_wheel_witho
     wheel = next(c for c in commands if "pip wheel" in c)
     assert "--no-build-isolation" in wheel, "an isolated build would fetch an unpinned build backend"
     assert "--no-deps" in wheel
-    assert "/opt/tls-injector/bin/pip uninstall --yes pip" in commands
+    # The venv's own pip and setuptools (a build backend) go: the built image is checked for both (tests/image).
+    assert "/opt/tls-injector/bin/pip uninstall --yes pip setuptools" in commands
 
 
 def test_the_docker_context_excludes_everything_but_the_package_sources() -> None:
