@@ -102,7 +102,10 @@ class NodeNamespace:
 
     def members(self) -> list[int]:
         """Every process in the node's mount namespace (the holder, the node's processes, the shims)."""
-        mine = os.stat(f"/proc/{self.pid}/ns/mnt").st_ino
+        try:
+            mine = os.stat(f"/proc/{self.pid}/ns/mnt").st_ino
+        except OSError:  # the holder is gone (a failed start): whatever was in it is not findable this way
+            return []
         found = []
         for entry in os.listdir("/proc"):
             if not entry.isdigit() or int(entry) == os.getpid():
