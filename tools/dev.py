@@ -81,18 +81,26 @@ def ensure_venv(*, dev: bool = True) -> None:
 # openssl (its s_client is the client that asks for a TLS renegotiation in the conformance table), and a
 # JDK (keytool lists the JVM keystores the reconciler writes; javac builds the Java TLS peer of those tests),
 # and the image's builder: buildah builds the Dockerfile, debootstrap makes its base, runc runs the image
-# (tools/image.py, tests/image). Installed through apt when missing and this is root (as in CI); otherwise
-# the tests that need them fail and say how to get them.
+# (tools/image.py, tests/image). The node tier (tests/node) adds what a node runs besides the binaries
+# tools/node.py builds: iptables and conntrack (kube-proxy), the CNI plugins (bridge, host-local,
+# loopback: files, not commands, so SYSTEM_FILES) and busybox-static (the pods' test image).
+# Installed through apt when missing and this is root (as in CI); otherwise the tests that need them fail
+# and say how to get them.
 SYSTEM_TOOLS = {"chromium": "chromium", "promtool": "prometheus", "npm": "npm", "openssl": "openssl",
                 "java": "default-jre-headless", "keytool": "default-jre-headless", "javac": "default-jdk-headless",
-                "buildah": "buildah", "debootstrap": "debootstrap", "runc": "runc"}
-# debootstrap and runc live in /usr/sbin, which a non-root PATH may lack.
+                "buildah": "buildah", "debootstrap": "debootstrap", "runc": "runc",
+                "iptables": "iptables", "conntrack": "conntrack", "nsenter": "util-linux", "ip": "iproute2"}
+SYSTEM_FILES = {"/usr/lib/cni/bridge": "containernetworking-plugins",
+                "/usr/lib/cni/host-local": "containernetworking-plugins",
+                "/usr/lib/cni/loopback": "containernetworking-plugins", "/bin/busybox": "busybox-static"}
+# debootstrap, runc, iptables and the like live in /usr/sbin, which a non-root PATH may lack.
 SBIN = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def ensure_system_tools() -> None:
     missing = sorted({package for tool, package in SYSTEM_TOOLS.items()
-                      if shutil.which(tool) is None and shutil.which(tool, path=SBIN) is None})
+                      if shutil.which(tool) is None and shutil.which(tool, path=SBIN) is None}
+                     | {package for path, package in SYSTEM_FILES.items() if not os.path.exists(path)})
     if not missing:
         return
     apt = shutil.which("apt-get")
@@ -129,6 +137,18 @@ def ensure_image() -> None:
         print(f"building the image {image.reference()} from the Dockerfile (when its inputs change)",
               file=sys.stderr, flush=True)
     image.build()
+
+
+def ensure_node() -> None:
+    """The node tier's kubelet, kube-scheduler, kube-proxy, containerd and node-probe (tools/node.py),
+    built from their Go modules when missing, after the control plane (whose module cache they reuse).
+    A failed build stops here, as the control plane's does."""
+    import node  # noqa: PLC0415 - tools/node.py, beside this file
+
+    if not node.built():
+        print(f"building the node (Kubernetes v{node.kube.KUBERNETES}, containerd v{node.CONTAINERD}) from "
+              "Go modules (first time on this machine)", file=sys.stderr, flush=True)
+    node.build()
 
 
 def run(*argv: str) -> int:
@@ -219,6 +239,7 @@ def main(argv: list[str]) -> int:
         ensure_system_tools()
         ensure_control_plane()
         ensure_image()
+        ensure_node()
         return test(rest)
     if command == "bench":
         return run(str(BIN / "python"), "-m", "bench", *rest)

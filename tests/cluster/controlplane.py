@@ -33,6 +33,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,11 +84,16 @@ def kubeconfig(*, server: str, ca: Path, user: dict[str, str], name: str = "clus
 class ControlPlane:
     """Start with `start()`, stop with `stop()`; `admin_kubeconfig` is cluster-admin."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *, wrap: Sequence[str] = (), apiserver_ips: tuple[str, ...] = (),
+                 apiserver_args: Sequence[str] = (), service_range: str = "") -> None:
+        """`wrap` prefixes every process's command (the node tier enters its network namespace so);
+        `apiserver_args` come after the defaults, so they add flags or override one (the last wins)."""
         self.folder = folder
         self.bin = binaries()
-        self.pki = ClusterPKI(folder / "pki")
-        self.service_range = f"127.{random.randint(100, 250)}.0.0/16"
+        self.pki = ClusterPKI(folder / "pki", apiserver_ips=apiserver_ips)
+        self.service_range = service_range or f"127.{random.randint(100, 250)}.0.0/16"
+        self._wrap = list(wrap)
+        self._apiserver_args = list(apiserver_args)
         self.port = free_port()
         self.url = f"https://127.0.0.1:{self.port}"
         self._processes: dict[str, subprocess.Popen[bytes]] = {}
@@ -119,7 +125,8 @@ class ControlPlane:
     def _spawn(self, name: str, argv: list[str]) -> None:
         with (self.folder / f"{name}.log").open("ab") as log:  # the child keeps its own descriptor
             self._processes[name] = subprocess.Popen(
-                [str(self.bin / name), *argv], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                [*self._wrap, str(self.bin / name), *argv], stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True)
 
     def log_tail(self, name: str, lines: int = 40) -> str:
         path = self.folder / f"{name}.log"
@@ -147,7 +154,7 @@ class ControlPlane:
             f"--service-account-key-file={self.pki.sa_pub}",
             f"--service-account-signing-key-file={self.pki.sa_key}",
             f"--service-cluster-ip-range={self.service_range}", "--endpoint-reconciler-type=none",
-            "--profiling=false", "--v=1",
+            "--profiling=false", "--v=1", *self._apiserver_args,
         ])
         self._wait_ready()
         self._spawn("kube-controller-manager", [
@@ -249,6 +256,6 @@ class ControlPlane:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)  # then as a crash: what clients must survive anyway
             process.wait()
-        argv = [str(arg) for arg in process.args[1:]]  # type: ignore[index,union-attr]
+        argv = [str(arg) for arg in process.args[1 + len(self._wrap):]]  # type: ignore[index,union-attr]
         self._spawn("kube-apiserver", argv)
         self._wait_ready()

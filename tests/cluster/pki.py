@@ -48,7 +48,9 @@ def _write(folder: Path, stem: str, cert: x509.Certificate, key: ec.EllipticCurv
 class ClusterPKI:
     """Files under `folder`: ca, apiserver, admin, controller-manager (.crt/.key) and sa.key/sa.pub."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *, apiserver_ips: tuple[str, ...] = ()) -> None:
+        """`apiserver_ips`: addresses the apiserver's certificate holds besides 127.0.0.1 (a node's
+        address, the `kubernetes` Service's ClusterIP: what pods and a kubelet dial)."""
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
         self._now = datetime.datetime.now(datetime.UTC)
@@ -65,7 +67,7 @@ class ClusterPKI:
         self.ca = _write(folder, "ca", self._ca_cert, self._ca_key)
         self.apiserver = self._leaf("apiserver", _name("kube-apiserver"), server=True, dns=(
             "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-            "kubernetes.default.svc.cluster.local"), ips=("127.0.0.1",))
+            "kubernetes.default.svc.cluster.local"), ips=("127.0.0.1", *apiserver_ips))
         self.admin = self._leaf("admin", _name("kubernetes-admin", "system:masters"), server=False)
         self.controller_manager = self._leaf("controller-manager", _name("system:kube-controller-manager"),
                                              server=False)

@@ -1,0 +1,45 @@
+"""The node tier: one real node (tests/node/harness.py) for the whole session, shared by its tests.
+
+Each test works in namespaces of its own. The session's last step compares the host with what it was
+before the node started (tests/node/host.py) and fails the run if anything differs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.node.harness import Node
+from tests.node.host import HostState
+
+# A node test waits on a kubelet, a runtime and controllers: minutes on a loaded machine at worst.
+NODE_TEST_TIMEOUT_SECONDS = 600
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(NODE_TEST_TIMEOUT_SECONDS))
+
+
+@pytest.fixture(scope="session")
+def host_before() -> HostState:
+    return HostState.take()
+
+
+@pytest.fixture(scope="session")
+def node(host_before: HostState, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    if os.geteuid() != 0:
+        pytest.fail("the node tier runs a kubelet and containerd: it needs root (as in CI)")
+    started = Node(tmp_path_factory.mktemp("node"))
+    try:
+        started.start()
+        yield started
+    finally:
+        started.stop()
+        changed = host_before.differences(HostState.take())
+        assert not changed, "the node tier changed the host:\n" + "\n".join(changed)
