@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -129,7 +130,9 @@ def _get(url: str) -> str:
 
 
 def test_the_health_check_fails_when_the_loop_has_not_come_round_for_90_seconds() -> None:
-    controller = Controller(api=None, reconciler=None)  # type: ignore[arg-type]
+    # The controller reads only its reconciler's settings when made (the loop's turn bound).
+    reconciler = SimpleNamespace(settings=SimpleNamespace(turn_seconds=0.5))
+    controller = Controller(api=None, reconciler=reconciler)  # type: ignore[arg-type]
     assert controller.alive() is False  # not started
     controller.heartbeat = 1000.0
     assert controller.alive(now=1000.0 + STUCK_AFTER_SECONDS - 1) is True
