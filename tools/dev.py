@@ -81,11 +81,12 @@ def ensure_venv(*, dev: bool = True) -> None:
 # openssl (its s_client is the client that asks for a TLS renegotiation in the conformance table), and a
 # JDK (keytool lists the JVM keystores the reconciler writes; javac builds the Java TLS peer of those tests),
 # and the image's builder: buildah builds the Dockerfile, debootstrap makes its base, runc runs the image
-# (tools/image.py, tests/image). Installed through apt when missing and this is root (as in CI); otherwise
+# (tools/image.py, tests/image); skopeo pushes it to the release test's registry (docs/release.md).
+# Installed through apt when missing and this is root (as in CI); otherwise
 # the tests that need them fail and say how to get them.
 SYSTEM_TOOLS = {"chromium": "chromium", "promtool": "prometheus", "npm": "npm", "openssl": "openssl",
                 "java": "default-jre-headless", "keytool": "default-jre-headless", "javac": "default-jdk-headless",
-                "buildah": "buildah", "debootstrap": "debootstrap", "runc": "runc"}
+                "buildah": "buildah", "debootstrap": "debootstrap", "runc": "runc", "skopeo": "skopeo"}
 # debootstrap and runc live in /usr/sbin, which a non-root PATH may lack.
 SBIN = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -129,6 +130,18 @@ def ensure_image() -> None:
         print(f"building the image {image.reference()} from the Dockerfile (when its inputs change)",
               file=sys.stderr, flush=True)
     image.build()
+
+
+def ensure_release_tools() -> None:
+    """The registry, cosign and syft the release test runs docs/release.md with, built from their Go modules
+    when missing (tools/release_tools.py: cached by version outside the checkout). A failed build stops
+    here, with Go's error, like the control plane's."""
+    import release_tools  # noqa: PLC0415 - tools/release_tools.py, beside this file
+
+    if not release_tools.built():
+        print("building the registry, cosign and syft from their Go modules (first time on this machine)",
+              file=sys.stderr, flush=True)
+    release_tools.build()
 
 
 def run(*argv: str) -> int:
@@ -219,6 +232,7 @@ def main(argv: list[str]) -> int:
         ensure_system_tools()
         ensure_control_plane()
         ensure_image()
+        ensure_release_tools()
         return test(rest)
     if command == "bench":
         return run(str(BIN / "python"), "-m", "bench", *rest)
