@@ -77,7 +77,8 @@ def test_each_command_asks_for_its_set(dev: ModuleType, monkeypatch: pytest.Monk
                                        dev_extras: bool) -> None:
     wanted: list[bool] = []
     monkeypatch.setattr(dev, "ensure_venv", lambda *, dev=True: wanted.append(dev))
-    for name in ("serve", "test", "ensure_system_tools", "ensure_control_plane", "ensure_image", "run"):
+    for name in ("serve", "test", "ensure_system_tools", "ensure_control_plane", "ensure_image", "ensure_release_tools",
+                 "run"):
         monkeypatch.setattr(dev, name, lambda *_: 0)
     assert dev.main([command]) == 0
     assert wanted == [dev_extras]
