@@ -46,6 +46,7 @@ def release_tools() -> Any:
 @dataclass(frozen=True)
 class Registry:
     host: str  # 127.0.0.1:PORT
+    pid: int
     ca: Path  # the CA that signed its serving certificate
     storage: Path
     log: Path
@@ -105,19 +106,19 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def running(root: Path) -> Iterator[Registry]:
-    """The registry on a free loopback port, storage under `root`; stopped on the way out."""
+def running(root: Path, port: int = 0) -> Iterator[Registry]:
+    """The registry on `port` of 127.0.0.1 (0: a free one), storage under `root`; stopped on the way out."""
     ca, cert, key = make_tls(root / "tls")
     binary = release_tools().binary("registry")
     assert binary.is_file(), f"{binary} is not built: python3.11 tools/release_tools.py build (tools/dev.py test does)"
-    port = _free_port()
+    port = port or _free_port()
     log = root / "registry.log"
     # Its tracing exporter would try a collector on localhost: none here.
     env = {**os.environ, "OTEL_TRACES_EXPORTER": "none", "OTEL_SDK_DISABLED": "true"}
     with log.open("wb") as out:
         process = subprocess.Popen([str(binary), "serve", str(_config(root, port, cert, key))], stdout=out,
                                    stderr=subprocess.STDOUT, env=env)
-    registry = Registry(f"127.0.0.1:{port}", ca, root / "storage", log)
+    registry = Registry(f"127.0.0.1:{port}", process.pid, ca, root / "storage", log)
     try:
         deadline = time.monotonic() + START_SECONDS
         while True:

@@ -19,6 +19,7 @@ import gzip
 import hashlib
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -265,3 +266,37 @@ def test_an_image_and_a_chart_pushed_over_the_release_tags_are_refused(released:
     assert repushed.returncode == 0, repushed.stderr
     refused = _verify_step(released, released.digest)
     assert refused.returncode != 0, "the chart's version now names a chart nobody signed"
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.timeout(120)
+def test_the_registry_is_stopped_when_the_test_ends_even_by_an_error(tmp_path: Path) -> None:
+    pids: list[int] = []
+
+    def failing_test() -> None:
+        with running(tmp_path / "one") as registry:
+            assert registry.get("/v2/")[0] == 200
+            pids.append(registry.pid)
+            raise RuntimeError("the test failed")
+
+    with pytest.raises(RuntimeError, match="the test failed"):
+        failing_test()
+    assert pids
+    assert _gone(pids[0])
+
+
+@pytest.mark.timeout(120)
+def test_a_registry_that_cannot_listen_fails_the_test_with_its_log_and_is_not_left(tmp_path: Path) -> None:
+    with running(tmp_path / "first") as first:
+        port = int(first.host.rsplit(":", 1)[1])
+        with pytest.raises(AssertionError, match=r"the registry exited \d+:(.|\n)*address already in use"), \
+                running(tmp_path / "second", port=port):
+            pass
+        assert first.get("/v2/")[0] == 200
