@@ -78,7 +78,7 @@ def test_each_command_asks_for_its_set(dev: ModuleType, monkeypatch: pytest.Monk
     wanted: list[bool] = []
     monkeypatch.setattr(dev, "ensure_venv", lambda *, dev=True: wanted.append(dev))
     for name in ("serve", "test", "ensure_system_tools", "ensure_control_plane", "ensure_image", "ensure_node",
-                 "run"):
+                 "ensure_release_tools", "run"):
         monkeypatch.setattr(dev, name, lambda *_: 0)
     assert dev.main([command]) == 0
     assert wanted == [dev_extras]

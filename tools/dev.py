@@ -81,15 +81,17 @@ def ensure_venv(*, dev: bool = True) -> None:
 # openssl (its s_client is the client that asks for a TLS renegotiation in the conformance table), and a
 # JDK (keytool lists the JVM keystores the reconciler writes; javac builds the Java TLS peer of those tests),
 # and the image's builder: buildah builds the Dockerfile, debootstrap makes its base, runc runs the image
-# (tools/image.py, tests/image). The node tier (tests/node) adds what a node runs besides the binaries
-# tools/node.py builds: iptables and conntrack (kube-proxy), the CNI plugins (bridge, host-local,
-# loopback: files, not commands, so SYSTEM_FILES) and busybox-static (the pods' test image).
+# (tools/image.py, tests/image); skopeo pushes it to the release test's registry (docs/release.md).
+# The node tier (tests/node) adds what a node runs besides the binaries tools/node.py builds: iptables
+# and conntrack (kube-proxy), the CNI plugins (bridge, host-local, loopback: files, not commands, so
+# SYSTEM_FILES) and busybox-static (the pods' test image).
 # Installed through apt when missing and this is root (as in CI); otherwise the tests that need them fail
 # and say how to get them.
 SYSTEM_TOOLS = {"chromium": "chromium", "promtool": "prometheus", "npm": "npm", "openssl": "openssl",
                 "java": "default-jre-headless", "keytool": "default-jre-headless", "javac": "default-jdk-headless",
                 "buildah": "buildah", "debootstrap": "debootstrap", "runc": "runc",
-                "iptables": "iptables", "conntrack": "conntrack", "nsenter": "util-linux", "ip": "iproute2"}
+                "iptables": "iptables", "conntrack": "conntrack", "nsenter": "util-linux", "ip": "iproute2",
+                "skopeo": "skopeo"}
 SYSTEM_FILES = {"/usr/lib/cni/bridge": "containernetworking-plugins",
                 "/usr/lib/cni/host-local": "containernetworking-plugins",
                 "/usr/lib/cni/loopback": "containernetworking-plugins", "/bin/busybox": "busybox-static"}
@@ -149,6 +151,18 @@ def ensure_node() -> None:
         print(f"building the node (Kubernetes v{node.kube.KUBERNETES}, containerd v{node.CONTAINERD}) from "
               "Go modules (first time on this machine)", file=sys.stderr, flush=True)
     node.build()
+
+
+def ensure_release_tools() -> None:
+    """The registry, cosign and syft the release test runs docs/release.md with, built from their Go modules
+    when missing (tools/release_tools.py: cached by version outside the checkout). A failed build stops
+    here, with Go's error, like the control plane's."""
+    import release_tools  # noqa: PLC0415 - tools/release_tools.py, beside this file
+
+    if not release_tools.built():
+        print("building the registry, cosign and syft from their Go modules (first time on this machine)",
+              file=sys.stderr, flush=True)
+    release_tools.build()
 
 
 def run(*argv: str) -> int:
@@ -240,6 +254,7 @@ def main(argv: list[str]) -> int:
         ensure_control_plane()
         ensure_image()
         ensure_node()
+        ensure_release_tools()
         return test(rest)
     if command == "bench":
         return run(str(BIN / "python"), "-m", "bench", *rest)

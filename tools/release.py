@@ -2,6 +2,8 @@
 
     python3.11 tools/release.py check               # every copy equals pyproject's version (exit 1 if not)
     python3.11 tools/release.py set-version 0.2.0   # write the new version into pyproject and every copy
+    python3.11 tools/release.py pin-chart REPOSITORY DIGEST OUT
+        # a copy of the chart in OUT/tls-injector whose default image is REPOSITORY@DIGEST (docs/release.md)
 
 Why copies at all: the Helm chart's Chart.yaml (version, appVersion), the image tag the kustomize base
 and certs-bootstrap run before an overlay pins a digest, the example chart values, the commands in
@@ -13,6 +15,7 @@ any copy no pattern here writes. Kept to the standard library, like dev.py.
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -32,6 +35,13 @@ COPIES: tuple[tuple[str, str], ...] = (
     ("manifests/overlays/example/image/kustomization.yaml", rf"platform/tls-injector:{_VERSION}"),
 )
 _SEMVER = re.compile(r"\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?")
+CHART = "charts/tls-injector"
+# The image lines of the chart's values.yaml that a release pins: the first `repository:` and `digest:`
+# under `image:` (values.schema.json checks their form again at install).
+_IMAGE_REPOSITORY = re.compile(r'(?m)^(image:\n(?:  .*\n|\s*#.*\n)*?  repository: )\S+$')
+_IMAGE_DIGEST = re.compile(r'(?m)^(image:\n(?:  .*\n|\s*#.*\n)*?  digest: )""$')
+_REPOSITORY = re.compile(r"[a-z0-9][a-z0-9.:-]*(?:/[a-z0-9._-]+)+")
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def version(root: Path = ROOT) -> str:
@@ -62,6 +72,25 @@ def set_version(new: str, root: Path = ROOT) -> None:
         path.write_text(re.sub(pattern, lambda m: m[0].replace(m[1], new), text))
 
 
+def pin_chart(repository: str, digest: str, out: Path, root: Path = ROOT) -> Path:
+    """Copy the chart into out/tls-injector with its default image set to repository@digest: the chart a
+    release packages, so `helm install` of it by version pulls the image the release pushed and signed."""
+    if not _REPOSITORY.fullmatch(repository):
+        raise SystemExit(f"not an image repository (registry/path, no tag or digest): {repository}")
+    if not _DIGEST.fullmatch(digest):
+        raise SystemExit(f"not a digest of the form sha256:<64 hex>: {digest}")
+    target = out / Path(CHART).name
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(root / CHART, target)
+    values = target / "values.yaml"
+    text, repositories = _IMAGE_REPOSITORY.subn(lambda m: m[1] + repository, values.read_text(), count=1)
+    text, digests = _IMAGE_DIGEST.subn(lambda m: m[1] + f'"{digest}"', text, count=1)
+    if (repositories, digests) != (1, 1):
+        raise SystemExit(f"{CHART}/values.yaml: no image.repository or empty image.digest line to pin")
+    values.write_text(text)
+    return target
+
+
 def main(argv: list[str]) -> int:
     if argv == ["check"]:
         problems = mismatches()
@@ -71,6 +100,9 @@ def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "set-version":
         set_version(argv[1])
         return main(["check"])
+    if len(argv) == 4 and argv[0] == "pin-chart":
+        print(pin_chart(argv[1], argv[2], Path(argv[3])))
+        return 0
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -1,7 +1,9 @@
 """The command blocks of a doc (docs/install.md, docs/release.md): each says where it runs in an HTML
-comment just above it, `<!-- run: offline|cluster|docker|network[, exit N] -->`. The offline ones are run
-by the suite as written (tests/shipping/test_install_commands.py, test_release.py); `blocks(doc)` lists
-the cluster ones for the real control-plane tier (tests/cluster/)."""
+comment just above it, `<!-- run: offline|cluster|registry|docker|network[, exit N] -->`. The offline ones
+are run by the suite as written (tests/shipping/test_install_commands.py, test_release.py); `blocks(doc)`
+lists the cluster ones for the real control-plane tier (tests/cluster/), and the registry ones (a push
+to, or a verify against, a container registry) run against a registry of the suite's own on loopback
+(tests/shipping/test_release_registry.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from pathlib import Path
 from tests.shipping.helm import helm
 from tests.shipping.support import kubectl
 
-PLACES = ("offline", "cluster", "docker", "network")
+PLACES = ("offline", "cluster", "registry", "docker", "network")
 # What the docker block of docs/install.md defines: the user's registry (any name but the placeholder,
 # which check-offline.sh refuses) and the digest of the pushed image (any well-formed one serves offline).
 REGISTRY = "registry.test.invalid/platform"
@@ -36,19 +38,23 @@ def blocks(doc: Path) -> list[Block]:
     return [Block(m[1], int(m[2] or 0), m[3], text[: m.start()].count("\n") + 1) for m in _MARKER.finditer(text)]
 
 
-def run(script: str, *, cwd: Path, **more: str) -> subprocess.CompletedProcess[str]:
-    """`script` under bash -euo pipefail, with the suite's python, kubectl and helm first on PATH."""
-    tools = os.pathsep.join([str(Path(sys.executable).parent), str(Path(kubectl()).parent),
+def run(script: str, *, cwd: Path, tools_first: tuple[Path, ...] = (), timeout: float = 240,
+        **more: str) -> subprocess.CompletedProcess[str]:
+    """`script` under bash -euo pipefail, with `tools_first`, the suite's python, kubectl and helm first on
+    PATH."""
+    tools = os.pathsep.join([*map(str, tools_first), str(Path(sys.executable).parent), str(Path(kubectl()).parent),
                              str(Path(helm()).parent), os.environ.get("PATH", "")])
     env = {**os.environ, "PATH": tools, "REGISTRY": REGISTRY, "DIGEST": DIGEST, **more}
     env.pop("KUBECONFIG", None)
     return subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=env, capture_output=True,
-                          text=True, check=False, timeout=240)
+                          text=True, check=False, timeout=timeout)
 
 
-def run_block(block: Block, *, cwd: Path, doc: str, **more: str) -> None:
+def run_block(block: Block, *, cwd: Path, doc: str, tools_first: tuple[Path, ...] = (), timeout: float = 240,
+              **more: str) -> subprocess.CompletedProcess[str]:
     """Run one block; fail naming the doc's line unless it ends with the exit status it states."""
-    result = run(block.text, cwd=cwd, **more)
+    result = run(block.text, cwd=cwd, tools_first=tools_first, timeout=timeout, **more)
     assert result.returncode == block.exit, (
         f"{doc}:{block.line}: exit {result.returncode}, not {block.exit}\n"
         f"{block.text}\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
+    return result

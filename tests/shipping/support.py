@@ -130,3 +130,19 @@ def webhook(objects: list[Obj] | None = None) -> Obj:
 def reconciler(objects: list[Obj] | None = None) -> Obj:
     """The reconciler Deployment (of `objects`, default: the base install)."""
     return only(installed() if objects is None else objects, "Deployment", RECONCILER)
+
+
+# What the release steps of docs/release.md read: the project, its chart, the files tools/release.py rewrites.
+RELEASE_COPIED = ("pyproject.toml", "README.md", "CHANGELOG.md", "LICENSE", "NOTICE", "app", "charts", "tools",
+                  "manifests", "certs-bootstrap", "docs")
+
+
+def release_tree(tmp: Path) -> Path:
+    """A copy of what a release is made from, under `tmp` (the release steps write dist/ and rewrite files)."""
+    for name in RELEASE_COPIED:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, tmp / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(source, tmp / name)
+    return tmp

@@ -1,5 +1,5 @@
 """Every command block of docs/install.md runs as written. Each block says where it runs (an HTML comment
-`<!-- run: offline|cluster|docker|network[, exit N] -->` just above it); the offline ones run here, in
+`<!-- run: offline|cluster|registry|docker|network[, exit N] -->` just above it); the offline ones run here, in
 order, in a copy of the repository, with the kubectl, tls-injector and helm the suite installs, and
 must end with the exit status they state. The cluster ones are listed by `cluster_blocks()` for the real
 control-plane tier (tests/cluster/) to run; here their paths and files are checked to exist after the

@@ -5,7 +5,6 @@ gives an sdist and a wheel that hold the app, `helm package` a chart that render
 from __future__ import annotations
 
 import re
-import shutil
 import tarfile
 import zipfile
 from pathlib import Path
@@ -14,13 +13,10 @@ import pytest
 import yaml
 
 from tests.shipping.install_doc import Block, blocks, run_block
-from tests.shipping.support import ROOT
+from tests.shipping.support import ROOT, release_tree
 from tools import release
 
 DOC = ROOT / "docs" / "release.md"
-# What the release steps read: the project, its chart, the files tools/release.py rewrites.
-COPIED = ("pyproject.toml", "README.md", "CHANGELOG.md", "LICENSE", "NOTICE", "app", "charts", "tools", "manifests",
-          "certs-bootstrap", "docs")
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -30,13 +26,7 @@ def test_every_copy_of_the_version_is_pyprojects() -> None:
 
 
 def _tree(tmp: Path) -> Path:
-    for name in COPIED:
-        source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, tmp / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        else:
-            shutil.copy2(source, tmp / name)
-    return tmp
+    return release_tree(tmp)
 
 
 def test_set_version_writes_every_copy_and_check_finds_one_left_behind(tmp_path: Path) -> None:
@@ -82,7 +72,7 @@ def test_the_changelog_has_the_version_and_upgrade_notes_for_every_section() -> 
 
 def test_every_command_block_of_the_release_doc_says_where_it_runs() -> None:
     assert len(blocks(DOC)) == DOC.read_text().count("```sh")
-    assert {b.where for b in blocks(DOC)} == {"offline", "docker", "network"}
+    assert {b.where for b in blocks(DOC)} == {"offline", "registry", "network"}
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +99,7 @@ def test_the_sdist_holds_the_project_and_the_wheel_the_app(built: Path) -> None:
         assert b"Apache License" in wheel.read(licenses + "LICENSE")
     assert "\nLicense-Expression: Apache-2.0\n" in metadata
     assert f"\nVersion: {version}\n" in metadata
-    assert "Requires-Dist: durationpy" in metadata
+    assert "Requires-Dist: cryptography" in metadata
 
 
 def test_the_chart_package_carries_the_version_and_its_schema(built: Path) -> None:
@@ -121,3 +111,55 @@ def test_the_chart_package_carries_the_version_and_its_schema(built: Path) -> No
         chart_yaml = yaml.safe_load(meta.read())
     assert {"tls-injector/values.schema.json", "tls-injector/templates/deployment.yaml"} <= names
     assert (chart_yaml["version"], chart_yaml["appVersion"]) == (version, version)
+
+
+GOOD_DIGEST = "sha256:" + "ab" * 32
+
+
+def test_pin_chart_sets_the_released_charts_default_image_and_nothing_else(tmp_path: Path) -> None:
+    chart = release.pin_chart("registry.test.invalid:5000/platform/tls-injector", GOOD_DIGEST, tmp_path)
+    image = yaml.safe_load((chart / "values.yaml").read_text())["image"]
+    assert (image["repository"], image["digest"]) == ("registry.test.invalid:5000/platform/tls-injector", GOOD_DIGEST)
+    source = (ROOT / "charts/tls-injector/values.yaml").read_text().splitlines()
+    pinned = (chart / "values.yaml").read_text().splitlines()
+    assert len(source) == len(pinned)
+    assert [n for n, (a, b) in enumerate(zip(source, pinned, strict=True)) if a != b] == [7, 11]
+    assert yaml.safe_load((ROOT / "charts/tls-injector/values.yaml").read_text())["image"]["digest"] == ""
+    again = release.pin_chart("registry.test.invalid/p/tls-injector", "sha256:" + "cd" * 32, tmp_path)
+    assert yaml.safe_load((again / "values.yaml").read_text())["image"]["digest"] == "sha256:" + "cd" * 32
+
+
+@pytest.mark.parametrize(("repository", "digest"), [
+    ("tls-injector", GOOD_DIGEST),  # no registry: a released chart names where its image is
+    ("", GOOD_DIGEST),
+    ("Registry.example/tls-injector", GOOD_DIGEST),
+    ("registry.example/tls-injector:0.1.0", GOOD_DIGEST),
+    (f"registry.example/tls-injector@{GOOD_DIGEST}", GOOD_DIGEST),
+    ("registry.example/tls-injector\nevil: 1", GOOD_DIGEST),
+    ("registry.example/tls-injector", ""),
+    ("registry.example/tls-injector", "sha256:" + "ab" * 31),
+    ("registry.example/tls-injector", "sha256:" + "ab" * 32 + "a"),
+    ("registry.example/tls-injector", "sha256:" + "AB" * 32),
+    ("registry.example/tls-injector", "sha512:" + "ab" * 64),
+    ("registry.example/tls-injector", GOOD_DIGEST + "\n"),
+])
+def test_pin_chart_refuses_what_is_not_a_repository_and_a_digest(tmp_path: Path, repository: str, digest: str) -> None:
+    with pytest.raises(SystemExit, match=r"not an image repository|not a digest"):
+        release.pin_chart(repository, digest, tmp_path)
+    assert not (tmp_path / "tls-injector").exists()
+
+
+def test_the_release_tools_are_cached_by_version_outside_the_checkout(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    from tests.shipping.registry import release_tools
+
+    tools = release_tools()
+    monkeypatch.setenv("TLS_INJECTOR_RELEASE_TOOLS_CACHE", str(tmp_path))
+    assert not tools.built()
+    assert tools.main(["path"]) == 1
+    for name, (package, version) in tools.TOOLS.items():
+        assert tools.binary(name) == tmp_path / f"{name}-{version}" / name
+        assert package.endswith(f"/cmd/{name}")
+        assert version.startswith("v")
+    monkeypatch.delenv("TLS_INJECTOR_RELEASE_TOOLS_CACHE")
+    assert ROOT not in tools.cache_root().parents
