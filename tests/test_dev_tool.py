@@ -72,7 +72,8 @@ def test_a_changed_lock_reinstalls(dev: ModuleType, monkeypatch: pytest.MonkeyPa
     assert asked == [f"{ROOT}[dev]", str(ROOT)]
 
 
-@pytest.mark.parametrize(("command", "dev_extras"), [("serve", False), ("test", True), ("bench", True)])
+@pytest.mark.parametrize(("command", "dev_extras"), [("serve", False), ("test", True), ("setup", True),
+                                                     ("bench", True)])
 def test_each_command_asks_for_its_set(dev: ModuleType, monkeypatch: pytest.MonkeyPatch, command: str,
                                        dev_extras: bool) -> None:
     wanted: list[bool] = []
@@ -82,6 +83,37 @@ def test_each_command_asks_for_its_set(dev: ModuleType, monkeypatch: pytest.Monk
         monkeypatch.setattr(dev, name, lambda *_: 0)
     assert dev.main([command]) == 0
     assert wanted == [dev_extras]
+
+
+@pytest.mark.parametrize(("selection", "tiers"), [
+    (["tests/test_names.py"], []),
+    (["tests/test_names.py::test_x", "tests/pki/test_keys.py"], []),
+    (["tests/cluster/test_mission.py::test_y"], ["control plane"]),
+    (["tests/image/test_image.py"], ["image"]),
+    (["tests/shipping/test_release_registry.py::test_z"], ["image", "release tools"]),
+    (["tests/node/test_node.py", "tests/test_names.py"], ["control plane", "image", "node"]),
+])
+def test_a_selection_sets_up_only_the_tiers_its_tests_use(dev: ModuleType, selection: list[str],
+                                                          tiers: list[str]) -> None:
+    assert dev.tiers_for(selection) == tiers
+
+
+def test_setup_asks_pytest_what_a_selection_runs_and_builds_nothing_a_unit_test_does_not_use(
+    dev: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real collection of this checkout's suite (nothing runs); every build and install recorded."""
+    monkeypatch.setattr(dev, "BIN", Path(sys.executable).parent)
+    built: list[str] = []
+    monkeypatch.setattr(dev, "ensure_tier", built.append)
+    monkeypatch.setattr(dev, "ensure_system_tools", lambda *_: None)
+    assert dev.setup(["tests/test_names.py"]) == built == []
+    assert dev.setup(["tests/test_names.py", "-k", "no_test_is_called_this"]) == []
+    assert dev.setup(["tests/node/test_node.py"]) == ["control plane", "image", "node"]
+    built.clear()
+    assert dev.setup([]) == built == ["control plane", "image", "node", "release tools"]
+    built.clear()
+    assert dev.setup(["tests/no_such_file.py"]) == built == ["control plane", "image", "node", "release tools"], (
+        "a selection pytest cannot collect builds everything: the run itself then says what is wrong")
 
 
 def _free_port() -> int:

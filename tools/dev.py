@@ -4,7 +4,13 @@ Kept to the standard library so it runs on a fresh clone with nothing but Python
 
     python3.11 tools/dev.py serve [serve flags...]   # the webhook server, for a first look
     python3.11 tools/dev.py test [pytest args...]    # lint + types + import contracts + tests
+    python3.11 tools/dev.py setup                    # everything `test` installs and builds, no test run
     python3.11 tools/dev.py bench [bench args...]    # benchmarks (see README.md, "Benchmarks")
+
+`test` with no pytest arguments (README's command, CI's) builds every tier and runs the whole suite.
+With a selection (`test tests/test_names.py`, `test -k keystore`) it first asks pytest which tests that
+selects (`--collect-only`: nothing runs) and builds and installs only the tiers those tests use (TIERS
+below): a one-file run of the unit tests needs no control plane, image, node or release tools.
 
 The environment lives in .venv and is reinstalled only when pyproject.toml or requirements.lock changes.
 The runtime dependencies are installed at the versions requirements.lock pins, the ones the image
@@ -88,10 +94,11 @@ def ensure_venv(*, dev: bool = True) -> None:
 # Installed through apt when missing and this is root (as in CI); otherwise the tests that need them fail
 # and say how to get them.
 SYSTEM_TOOLS = {"chromium": "chromium", "promtool": "prometheus", "npm": "npm", "openssl": "openssl",
-                "java": "default-jre-headless", "keytool": "default-jre-headless", "javac": "default-jdk-headless",
-                "buildah": "buildah", "debootstrap": "debootstrap", "runc": "runc",
-                "iptables": "iptables", "conntrack": "conntrack", "nsenter": "util-linux", "ip": "iproute2",
-                "skopeo": "skopeo"}
+                "java": "default-jre-headless", "keytool": "default-jre-headless", "javac": "default-jdk-headless"}
+IMAGE_TOOLS = {"buildah": "buildah", "debootstrap": "debootstrap", "runc": "runc"}
+NODE_TOOLS = {"runc": "runc", "iptables": "iptables", "conntrack": "conntrack", "nsenter": "util-linux",
+              "ip": "iproute2"}
+RELEASE_TOOLS = {"skopeo": "skopeo"}
 SYSTEM_FILES = {"/usr/lib/cni/bridge": "containernetworking-plugins",
                 "/usr/lib/cni/host-local": "containernetworking-plugins",
                 "/usr/lib/cni/loopback": "containernetworking-plugins", "/bin/busybox": "busybox-static"}
@@ -99,10 +106,13 @@ SYSTEM_FILES = {"/usr/lib/cni/bridge": "containernetworking-plugins",
 SBIN = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-def ensure_system_tools() -> None:
-    missing = sorted({package for tool, package in SYSTEM_TOOLS.items()
+def ensure_system_tools(tools: dict[str, str] | None = None, files: dict[str, str] | None = None) -> None:
+    """The Debian packages of `tools` (command -> package) and `files` (path -> package) that are missing,
+    installed with apt-get as root; the base set (SYSTEM_TOOLS) when none is given."""
+    tools = SYSTEM_TOOLS if tools is None else tools
+    missing = sorted({package for tool, package in tools.items()
                       if shutil.which(tool) is None and shutil.which(tool, path=SBIN) is None}
-                     | {package for path, package in SYSTEM_FILES.items() if not os.path.exists(path)})
+                     | {package for path, package in (files or {}).items() if not os.path.exists(path)})
     if not missing:
         return
     apt = shutil.which("apt-get")
@@ -243,19 +253,70 @@ def _waited(child: subprocess.Popen[bytes]) -> int:
                 child.kill()
 
 
+# The tiers beyond .venv and the base packages: which tests use each (by their file's path), and what
+# builds or installs it, in the order they are built (the node reuses the control plane's module cache
+# and runs the image). A test outside every prefix needs none of them.
+TIERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("control plane", ("tests/cluster/", "tests/node/")),
+    ("image", ("tests/image/", "tests/node/", "tests/shipping/test_release_registry.py")),
+    ("node", ("tests/node/",)),
+    ("release tools", ("tests/shipping/test_release_registry.py",)),
+)
+
+
+def ensure_tier(name: str) -> None:
+    if name == "control plane":
+        ensure_control_plane()
+    elif name == "image":
+        ensure_system_tools(IMAGE_TOOLS)
+        ensure_image()
+    elif name == "node":
+        ensure_system_tools(NODE_TOOLS, SYSTEM_FILES)
+        ensure_node()
+    elif name == "release tools":
+        ensure_system_tools(RELEASE_TOOLS)
+        ensure_release_tools()
+
+
+def tiers_for(selected: list[str]) -> list[str]:
+    """The tiers whose tests are among `selected` (pytest node ids or file paths), in build order."""
+    files = {s.split("::", 1)[0] for s in selected}
+    return [name for name, prefixes in TIERS if any(f.startswith(prefixes) for f in files)]
+
+
+def selected_tests(extra: list[str]) -> list[str] | None:
+    """The node ids pytest would run for `extra`, without running them (collection imports the test
+    modules only); None for the whole suite (no arguments) or when collection fails (then every tier is
+    built, and the real run shows the error)."""
+    if not extra:
+        return None
+    done = subprocess.run([str(BIN / "python"), "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           *extra], cwd=ROOT, capture_output=True, text=True, check=False)
+    if done.returncode not in (0, 5):  # 5: nothing selected, which needs no tier
+        return None
+    return [line for line in done.stdout.splitlines() if line.startswith("tests/")]
+
+
+def setup(extra: list[str]) -> list[str]:
+    """Install and build what the tests `extra` selects use (everything for none); the tiers set up."""
+    ensure_system_tools()
+    selected = selected_tests(extra)
+    tiers = [name for name, _ in TIERS] if selected is None else tiers_for(selected)
+    for name in tiers:
+        ensure_tier(name)
+    return tiers
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in {"serve", "test", "bench"}:
+    if not argv or argv[0] not in {"serve", "test", "setup", "bench"}:
         print(__doc__, file=sys.stderr)
         return 2
     command, rest = argv[0], argv[1:]
     ensure_venv(dev=command != "serve")
-    if command == "test":
-        ensure_system_tools()
-        ensure_control_plane()
-        ensure_image()
-        ensure_node()
-        ensure_release_tools()
-        return test(rest)
+    if command in ("test", "setup"):
+        tiers = setup(rest)
+        print(f"tiers set up: {', '.join(tiers) or 'none beyond .venv'}", file=sys.stderr, flush=True)
+        return test(rest) if command == "test" else 0
     if command == "bench":
         return run(str(BIN / "python"), "-m", "bench", *rest)
     return serve(rest)
