@@ -286,6 +286,10 @@ def test_excluded_namespaces_join_every_webhook_entry_and_policy_binding_with_th
 
 def test_mode_pod_certificates_and_log_level_reach_the_components_that_take_them(non_default: list[Obj]) -> None:
     webhook, reconciler = _args(non_default, "tls-injector"), _args(non_default, "tls-injector-reconciler")
+    # admissionPolicy.enabled: the policies check RBAC for the TLS exception, so the webhook defers to them.
+    assert "--tls-exceptions=policy" in webhook
+    assert "--tls-exceptions=policy" not in _args(template(), "tls-injector")
+    webhook = [arg for arg in webhook if arg != "--tls-exceptions=policy"]
     assert webhook[-4:] == ["--pod-certificates=on", "--default-mode=pod-certificate", "--log-level=debug",
                             "--workers=2"]
     assert reconciler[-3:] == ["--pod-certificates=on", "--log-level=debug", "--ca-secret=my-ca"]
