@@ -5,6 +5,8 @@ to ask for it when it refuses."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -188,3 +190,24 @@ def test_the_exported_policy_and_the_webhook_agree_on_exceptions(case: tuple[Any
         by_policy = exported(old, new, enabled=enabled, granted=granted)[0]
         by_webhook = judge(rules, kind, old=old, new=new, exceptions=granted).allowed
         assert by_policy == by_webhook == (named and granted)
+
+
+def test_check_says_how_to_ask_and_judges_as_a_webhook_with_exceptions_would(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    from app.cli import main
+
+    def manifest(metadata: dict[str, Any]) -> dict[str, Any]:
+        return {**as_object(DEPLOYMENT, metadata)}
+
+    old, bare, named = tmp_path / "old.json", tmp_path / "bare.json", tmp_path / "named.json"
+    old.write_text(json.dumps(manifest(template("true", "api-tls"))))
+    bare.write_text(json.dumps(manifest(template(None, "api-tls"))))
+    named.write_text(json.dumps(manifest(template(None, "api-tls", "api-tls->(off)"))))
+    assert main(["check", "--old", str(old), "--new", str(bare)]) == 1
+    assert "tls-injector.io/tls-change" in capsys.readouterr().out
+    assert main(["check", "--old", str(old), "--new", str(named)]) == 1
+    assert "names itself as an exception" in capsys.readouterr().out
+    assert main(["check", "--old", str(old), "--new", str(named), "--tls-exceptions", "policy"]) == 0
+    assert EXCEPTION_TAKEN.format(rule="workload-tls-transition") in capsys.readouterr().out
+    assert main(["check", "--old", str(old), "--new", str(bare), "--tls-exceptions", "policy"]) == 1
