@@ -151,6 +151,7 @@ def test_with_the_webhook_and_the_policies_only_a_granted_subject_takes_the_exce
         taken = as_user(cluster, GRANTED, changed(api, tls=False, secret="api-v2-tls", change="api-v2-tls->(off)"))
         assert taken.returncode == 0, taken.stderr
         assert TAKEN in one_line(taken.stderr)
+        assert "TLS exception: update of Deployment exceptions-both/api" in installed.log("webhook")
     finally:
         installed.stop("webhook")
         installed.start_webhook()
