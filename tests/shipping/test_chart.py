@@ -149,6 +149,15 @@ def test_with_a_federation_role_the_chart_renders_the_base_with_that_roles_compo
                         + render(ROOT / "certs-bootstrap"))
 
 
+def test_with_admission_policies_the_chart_renders_the_base_with_the_admission_policy_component() -> None:
+    """The policies and the webhook's --tls-exceptions policy come together in both (docs/rules.md, "Exceptions")."""
+    kustomized = render_with_components("manifests/base", "manifests/components/admission-policy")
+    assert_same_objects(template(*values(admissionPolicy={"enabled": True})),
+                        kustomized + render(ROOT / "certs-bootstrap"))
+    assert "--tls-exceptions=policy" in _args(kustomized, "tls-injector")
+    assert "--tls-exceptions=policy" not in _args(kustomized, "tls-injector-reconciler")
+
+
 def test_the_dashboard_is_a_configmap_for_grafanas_sidecar_holding_the_components_json() -> None:
     objects = template(*values(monitoring={"dashboard": {"enabled": True}}))
     [dashboard] = [o for o in objects if o["kind"] == "ConfigMap"]
