@@ -152,6 +152,15 @@ def test_with_the_webhook_and_the_policies_only_a_granted_subject_takes_the_exce
         assert taken.returncode == 0, taken.stderr
         assert TAKEN in one_line(taken.stderr)
         assert "TLS exception: update of Deployment exceptions-both/api" in installed.log("webhook")
+        # The reconciler, under its shipped RBAC, tells it on the workload.
+        core = installed.core
+
+        def told() -> list[Any]:
+            events = core.list_namespaced_event("exceptions-both").items
+            return [e for e in events if e.reason == "TLSChangeException" and e.involved_object.name == "api"
+                    and "api-v2-tls->(off)" in e.message]  # the swap before it may have been told too
+        [event] = wait_until("the reconciler's Event on the workload", told, timeout=120)
+        assert event.type == "Normal"
     finally:
         installed.stop("webhook")
         installed.start_webhook()
