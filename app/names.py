@@ -16,6 +16,15 @@ POD_OPT_OUT = "false"
 NAMESPACE_OPT_IN = "enabled"
 SECRET_NAME_ANNOTATION = f"{DOMAIN}/secret-name"
 SERVICE_NAMES_ANNOTATION = f"{DOMAIN}/service-names"
+# A sanctioned exception to the TLS transition rules (docs/rules.md, "Exceptions"): the pod template's
+# annotation names the one change, `<old>-><new>` (a Secret name, or one of the two states below), and
+# RBAC says who may take it: the verb on the virtual resource, in the namespace, named as the workload.
+TLS_CHANGE_ANNOTATION = f"{DOMAIN}/tls-change"
+TLS_CHANGE_DEFAULT = "(default)"  # the secret-name annotation absent: `<workload>-tls`
+TLS_CHANGE_OFF = "(off)"  # TLS off; parentheses are in no Secret's name, so neither can be mistaken for one
+EXCEPTION_GROUP = DOMAIN
+EXCEPTION_RESOURCE = "tlsexceptions"
+EXCEPTION_VERB = "change-tls"
 INJECTED_ANNOTATION = f"{DOMAIN}/injected"
 TRUST_BUNDLE_CONFIGMAP = "tls-injector-trust-bundle"
 BUNDLE_KEY = "ca-bundle.crt"

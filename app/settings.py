@@ -88,3 +88,7 @@ class ServeSettings:
     # choose get (names.MODES).
     pod_certificates: bool = False
     default_mode: str = "secret"
+    # /validate: whether an update a transition rule refuses but whose object names it as the rule's
+    # exception (tls-injector.io/tls-change) is let through, leaving the RBAC check to the exported
+    # admission policies (docs/rules.md, "Exceptions"). Off: refused, whoever asks.
+    tls_exceptions: bool = False

@@ -339,7 +339,7 @@ def test_the_events_table_is_every_reason_the_product_writes_and_no_other(kubeap
     kinds = dict(zip(documented, table.column("type"), strict=True))
     assert {reason for reason, kind in kinds.items() if kind == "Normal"} == {
         "CertificateIssued", "CertificateRenewed", "ClientCertificateIssued", "ClientCertificateRenewed",
-        "PodCertificateIssued"}
+        "PodCertificateIssued", "TLSChangeException"}
     assert set(kinds.values()) == {"Normal", "Warning"}
 
 

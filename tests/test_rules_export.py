@@ -18,7 +18,7 @@ from app.cli import main
 from app.offline.rulesfile import load_rule_set
 from app.rules import SCOPE_ENABLED_NAMESPACES, export_documents, make_validate_handler
 from app.rules.cel import Environment, EvalError, to_cel
-from app.rules.export import guess_resource
+from app.rules.export import EXCEPTION_GRANTED, guess_resource
 from tests.rules_matrix import (
     ENABLED_NAMESPACE_TRANSITIONS,
     EXAMPLE_CRD,
@@ -42,7 +42,9 @@ RULES = load_rule_set(EXAMPLE_RULES)
 VALIDATE = make_validate_handler(RULES)
 VALIDATE_ENABLED = make_validate_handler(RULES, SCOPE_ENABLED_NAMESPACES)
 POLICIES = export_documents(RULES, fmt="vap")
-VAP_ENV = Environment(["object", "oldObject", "variables"])
+# The authorizer is the apiserver's (RBAC); here its check stands as a bool variable, `granted`, so the
+# rest of the expression is evaluated by the same library (tests/cluster/test_exceptions.py asks real RBAC).
+VAP_ENV = Environment(["object", "oldObject", "variables", "granted"])
 CRD_ENV = Environment(["self", "oldSelf"])
 RESOURCES = {"Deployment": "deployments", "StatefulSet": "statefulsets", "DaemonSet": "daemonsets",
              "SeiNode": "seinodes", "CronJob": "cronjobs", "Namespace": "namespaces"}
@@ -66,16 +68,19 @@ def policy_applies(policy: dict[str, Any], obj: dict[str, Any]) -> bool:
                for r in policy["spec"]["matchConstraints"]["resourceRules"])
 
 
-def validation_fails(policy: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> bool:
-    data: dict[str, Any] = {"object": to_cel(new), "oldObject": to_cel(old)}
+def validation_fails(policy: dict[str, Any], old: dict[str, Any], new: dict[str, Any], *,
+                     granted: bool = False) -> bool:
+    data: dict[str, Any] = {"object": to_cel(new), "oldObject": to_cel(old), "granted": granted}
     data["variables"] = {v["name"]: VAP_ENV.compile_any(v["expression"]).value(data)
                          for v in policy["spec"]["variables"]}
     assert not any(isinstance(v, EvalError) for v in data["variables"].values()), data["variables"]
-    results = [VAP_ENV.compile_bool(v["expression"]).evaluate(data) for v in policy["spec"]["validations"]]
+    results = [VAP_ENV.compile_bool(v["expression"].replace(EXCEPTION_GRANTED, "granted")).evaluate(data)
+               for v in policy["spec"]["validations"]]
     return any(result is not True for result in results)  # false or an error: failurePolicy is Fail
 
 
-def exported(old: dict[str, Any], new: dict[str, Any], *, enabled: bool = False) -> tuple[bool, bool]:
+def exported(old: dict[str, Any], new: dict[str, Any], *, enabled: bool = False,
+             granted: bool = False) -> tuple[bool, bool]:
     """(allowed, warned) from the exported policies, as the apiserver would evaluate them: a binding
     applies where its namespaceSelector matches the namespace's labels (for a Namespace, its own)."""
     bindings = {d["spec"]["policyName"]: d["spec"] for d in POLICIES if d["kind"] == "ValidatingAdmissionPolicyBinding"}
@@ -88,7 +93,7 @@ def exported(old: dict[str, Any], new: dict[str, Any], *, enabled: bool = False)
     for policy in (d for d in POLICIES if d["kind"] == "ValidatingAdmissionPolicy"):
         if policy["metadata"]["name"] not in actions:
             continue
-        if policy_applies(policy, new) and validation_fails(policy, old, new):
+        if policy_applies(policy, new) and validation_fails(policy, old, new, granted=granted):
             denied |= "Deny" in actions[policy["metadata"]["name"]]
             warned |= "Warn" in actions[policy["metadata"]["name"]]
     return not denied, warned and not denied  # the webhook keeps warnings only for allowed updates

@@ -23,6 +23,10 @@ def add(check: argparse.ArgumentParser) -> None:
                        help=f"judge this namespace's objects as in a namespace labelled "
                             f"{INJECT_LABEL}={NAMESPACE_OPT_IN} (also /validate/enabled-namespace's rules); repeat "
                             "for more. A Namespace object labelled so in OLD or NEW counts too")
+    check.add_argument("--tls-exceptions", choices=["off", "policy"], default="off",
+                       help="judge as a webhook run with this --tls-exceptions: policy lets through a TLS change the "
+                            "pod template's tls-injector.io/tls-change names (where the admission policies then ask "
+                            "RBAC whether its requester is granted it; check cannot); off refuses it")
     check.add_argument("--allow-empty", action="store_true",
                        help="accept an OLD or NEW that holds no Kubernetes object (by default an error: a failed "
                             "`helm template` must not pass as everything deleted)")
@@ -38,7 +42,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if problem := profile_problem(args):
         parser.error(problem)
     try:
-        handlers = admission_handlers(ServeSettings(rules_file=args.rules), profiles=profile_bounds(args))
+        settings = ServeSettings(rules_file=args.rules, tls_exceptions=args.tls_exceptions == "policy")
+        handlers = admission_handlers(settings, profiles=profile_bounds(args))
         old = load_manifests(args.old, sys.stdin, allow_empty=args.allow_empty)
         new = load_manifests(args.new, sys.stdin, allow_empty=args.allow_empty)
         enabled = enabled_namespaces(old, new, named=args.namespace_enabled)

@@ -55,9 +55,9 @@ def admission_handlers(
     return AdmissionHandlers(
         mutate=make_mutate_handler(options, ca_fingerprints=ca_fingerprints,
                                    answers=None if memo else Answers(max_entries=0)),
-        validate=make_validate_handler(rule_set, memo_entries=entries,
+        validate=make_validate_handler(rule_set, memo_entries=entries, exceptions=settings.tls_exceptions,
                                        preview=Preview(PREVIEW_PATHS, functools.partial(preview_lines, options))),
         validate_enabled_namespace=make_validate_handler(
-            rule_set, SCOPE_ENABLED_NAMESPACES, memo_entries=entries,
+            rule_set, SCOPE_ENABLED_NAMESPACES, memo_entries=entries, exceptions=settings.tls_exceptions,
             preview=Preview(PREVIEW_PATHS, functools.partial(preview_lines, options, namespace_enabled=True))),
     )

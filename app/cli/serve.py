@@ -82,6 +82,11 @@ def add(serve: argparse.ArgumentParser) -> None:
                            help=f"the mirrored trust bundle ({BUNDLE_KEY}), mounted; its CA fingerprints are "
                                 "recorded on injected pods; re-read when it changes")
     flags.mode_flag(admission)
+    admission.add_argument("--tls-exceptions", choices=["off", "policy"], default="off",
+                           help="an update the TLS rules refuse whose object names it in tls-injector.io/tls-change: "
+                                "off = refused; policy = let through, the exported admission policies (the "
+                                "admission-policy component) refusing it to anyone not granted the exception by RBAC. "
+                                "Only with those policies installed: this webhook cannot see RBAC (docs/rules.md)")
     cluster = serve.add_argument_group(
         "the cluster and the reconciler", "With a cluster reachable (in-cluster or a kubeconfig), serve also runs "
         "the reconciler in the background, unless --no-reconciler.")
@@ -117,6 +122,8 @@ def _serve(args: argparse.Namespace, settings: ServeSettings, limits: Limits, st
     pod_certificates, why = webhook_pod_certificates(args)
     settings = dataclasses.replace(settings, pod_certificates=pod_certificates)
     log.info(f"pod certificates for /mutate: {why}", extra={"pod_certificates": why})
+    exceptions = "policy (the admission policies check RBAC)" if settings.tls_exceptions else "off"
+    log.info(f"TLS exceptions for /validate: {exceptions}", extra={"tls_exceptions": exceptions})
     from app.web.fingerprints import BundleFingerprints  # noqa: PLC0415
     from app.web.health import Health  # noqa: PLC0415 - only serving loads the web stack
     from app.web.metrics import ServerMetrics  # noqa: PLC0415
@@ -167,6 +174,7 @@ def serve_settings(args: argparse.Namespace) -> ServeSettings:
         log_level=args.log_level,
         default_mode=args.default_mode,
         probe_port=args.probe_port,
+        tls_exceptions=args.tls_exceptions == "policy",
     )
 
 

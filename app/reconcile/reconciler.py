@@ -278,6 +278,7 @@ class Reconciler(WebhookPass):
                         lambda t, m: self._announce(t.workloads, f"{t.namespace}/{t.secret_name}",
                                                     reason="ProfileRefused", message=m, now=now))
         self._report_oversized(observed, report, now)
+        self._report_tls_changes(observed, now)
         return targets
 
     def _accounts_checked(self, targets: list[Target]) -> list[Target]:

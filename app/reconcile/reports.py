@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from app import names
+from app.injection import template_of
 from app.kube import SECRETS
 from app.pki import CaSet, load_certificates
 from app.reconcile.discover import LISTED_KINDS, Target, WorkloadRef
@@ -100,6 +101,27 @@ class Reports(Writes):
             ref = WorkloadRef(kind, big.namespace, big.name, "", "v1" if kind == "Service" else LISTED_KINDS[kind])
             self._announce((ref,), f"{kind}/{big.namespace}/{big.name}", reason="ObjectTooLarge", message=message,
                            now=now)
+
+    def _report_tls_changes(self, observed: Observed, now: datetime) -> None:
+        """A workload whose pod template carries tls-injector.io/tls-change: the admission rules stored it
+        only with an update they allowed, so the TLS change it names was made as a sanctioned exception, or
+        it rode along an update that changed no TLS (docs/rules.md, "Exceptions"). Said in the log at every
+        pass and in a Normal Event on the workload once per value, so the exception is seen where the
+        workload is."""
+        for kind, obj in observed.workloads:
+            annotations = ((template_of(kind, obj) or {}).get("metadata") or {}).get("annotations") or {}
+            value = annotations.get(names.TLS_CHANGE_ANNOTATION)
+            if not isinstance(value, str):
+                continue
+            meta = obj.get("metadata") or {}
+            namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+            message = (f"the pod template names the TLS change {value!r} ({names.TLS_CHANGE_ANNOTATION}): made in "
+                       f"place as a sanctioned exception when the update changed TLS; it allows no other change")
+            log.info("TLS exception named", extra={"namespace": namespace, "object": name, "kind": kind,
+                                                   "reason": message})
+            ref = WorkloadRef(kind, namespace, name, str(meta.get("uid") or ""), LISTED_KINDS[kind])
+            self._announce((ref,), f"tls-change/{kind}/{namespace}/{name}/{value}", reason="TLSChangeException",
+                           message=message, now=now, kind="Normal")
 
     def _ca_metrics(self, cas: CaSet, *, client: bool = False) -> None:
         """Each CA of the set by its trust state: the workload CA's gauge, or the client CA set's."""

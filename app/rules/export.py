@@ -17,7 +17,17 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from app.names import DEFAULT_NAMESPACE, INJECT_LABEL, MANAGED_BY_LABEL, MANAGER, NAMESPACE_OPT_IN, POLICY_NAME_PREFIX
+from app.names import (
+    DEFAULT_NAMESPACE,
+    EXCEPTION_GROUP,
+    EXCEPTION_RESOURCE,
+    EXCEPTION_VERB,
+    INJECT_LABEL,
+    MANAGED_BY_LABEL,
+    MANAGER,
+    NAMESPACE_OPT_IN,
+    POLICY_NAME_PREFIX,
+)
 from app.rules.dispatch import condition_documents
 from app.rules.handler import DENIED_REASON
 from app.rules.model import SCOPE_ENABLED_NAMESPACES, SCOPE_OTHER_NAMESPACES, Match, Rule, RuleSet, guess_resource
@@ -33,6 +43,11 @@ ExportFormat = Literal["vap", "crd", "conditions"]
 SYSTEM_NAMESPACES = ("kube-system", "kube-node-lease", "kube-public")
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 DEFAULT_OWN_NAMESPACE = DEFAULT_NAMESPACE
+# A rule with an `exception` lets an update through when the exception holds and RBAC grants the
+# requester the verb on the virtual resource, in the object's namespace, by the object's name: the
+# apiserver's own authorizer, so RBAC is the one authority (docs/rules.md, "Exceptions").
+EXCEPTION_GRANTED = (f"authorizer.group('{EXCEPTION_GROUP}').resource('{EXCEPTION_RESOURCE}')"
+                     f".namespace(request.namespace).name(request.name).check('{EXCEPTION_VERB}').allowed()")
 # A rule scoped to enabled (other) namespaces binds only in (outside) those, as its webhook entry selects.
 NAMESPACE_OPT_IN_LABEL = INJECT_LABEL
 
@@ -54,7 +69,7 @@ def validating_admission_policies(rule_set: RuleSet, *,
     documents: list[dict[str, Any]] = []
     for rule in rule_set:
         name = NAME_PREFIX + rule.name
-        validation = {"expression": vap_expression(rule.expression.source), "reason": DENIED_REASON,
+        validation = {"expression": validation_expression(rule), "reason": DENIED_REASON,
                       "message": _one_line(f'rule "{rule.name}": {rule.message}')}
         documents += [_policy(rule, name, validation), _binding(name, "Deny", excluded, rule.scope)]
         if rule.warning is not None:
@@ -63,6 +78,14 @@ def validating_admission_policies(rule_set: RuleSet, *,
             documents += [_policy(rule, f"{name}.warnings", warn),
                           _binding(f"{name}.warnings", "Warn", excluded, rule.scope)]
     return documents
+
+
+def validation_expression(rule: Rule) -> str:
+    """The rule, or its exception taken by a subject RBAC grants it."""
+    held = vap_expression(rule.expression.source)
+    if rule.exception is None:
+        return held
+    return f"{held} || ({vap_expression(rule.exception.source)} && {EXCEPTION_GRANTED})"
 
 
 def vap_expression(source: str) -> str:

@@ -13,6 +13,7 @@ or a CRD rule refused the change, and kubectl prints "is invalid" for all three.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,8 @@ from app.rules.memo import MEMO_ENTRIES
 from app.rules.model import SCOPE_OTHER_NAMESPACES, RuleSet
 from app.rules.paths import MISSING, Path
 from app.rules.reader import Reader, request_type
+
+log = logging.getLogger("tls_injector.rules")
 
 DENIED_CODE = 422
 DENIED_REASON = "Invalid"
@@ -40,7 +43,8 @@ class Preview:
 
 
 def make_validate_handler(rule_set: RuleSet, namespaces: str = SCOPE_OTHER_NAMESPACES, *,
-                          preview: Preview | None = None, memo_entries: int = MEMO_ENTRIES) -> Route[Any]:
+                          preview: Preview | None = None, memo_entries: int = MEMO_ENTRIES,
+                          exceptions: bool = False) -> Route[Any]:
     """Only UPDATE is judged: CREATE and DELETE are always allowed, CONNECT is ignored (allowed).
 
     Only the rules that hold in `namespaces` run (see RuleSet.scoped): /validate serves the namespaces
@@ -49,6 +53,10 @@ def make_validate_handler(rule_set: RuleSet, namespaces: str = SCOPE_OTHER_NAMES
     dryRun is not looked at by the rules: the handler has no side effects, so a server-side dry run gets
     the very verdict, message and warnings of the real request (plus `preview`'s lines when allowed).
     `memo_entries` bounds each group of rules' memo of results (0: nothing remembered).
+
+    `exceptions`: an update a rule refuses but whose object names it as that rule's exception is let
+    through with a warning (the exported policies decide by RBAC whether its requester may take it);
+    without, it is refused and the message says why (judge_texts).
     """
     rules = rule_set.scoped(namespaces, memo_entries=memo_entries)
     rules.prepare()
@@ -60,11 +68,14 @@ def make_validate_handler(rule_set: RuleSet, namespaces: str = SCOPE_OTHER_NAMES
         response = allowed(request.uid)
         if request.operation == "UPDATE" and new is not None and old is not None:
             kind = request.kind.gvk()
-            verdict = judge_texts(rules, kind, lambda path: (reader.text(old, path), reader.text(new, path)))
+            verdict = judge_texts(rules, kind, lambda path: (reader.text(old, path), reader.text(new, path)),
+                                  exceptions=exceptions)
             if not verdict.allowed:
                 return denied(request.uid, denial_message(request, kind, verdict), code=DENIED_CODE,
                               reason=DENIED_REASON)
             response = allowed(request.uid, warnings=verdict.warnings)
+            if verdict.excepted:
+                _log_exception(request, kind, verdict)
         if preview is None or not request.dryRun or new is None or request.operation not in ("CREATE", "UPDATE"):
             return response
         lines = preview.lines(request.kind.gvk(), {path: _value(reader.text(new, path)) for path in preview.paths})
@@ -72,6 +83,16 @@ def make_validate_handler(rule_set: RuleSet, namespaces: str = SCOPE_OTHER_NAMES
 
     reviews: msgspec.json.Decoder[Review[Any]] = msgspec.json.Decoder(Review[request_class])  # type: ignore[valid-type]
     return Route(reviews, validate)
+
+
+def _log_exception(request: Request, kind: GroupVersionKind, verdict: Verdict) -> None:
+    """One line per update let through as an exception: which object, which rules, dry run or not (the
+    policy, not this webhook, knows whether its requester was granted it; the audit log says who)."""
+    where = f"{request.namespace or ''}/{request.name or ''}"
+    log.warning(f"TLS exception: update of {kind['kind']} {where} let through as the exception it names "
+                f"({', '.join(verdict.excepted)}); the admission policies check the requester's grant",
+                extra={"namespace": request.namespace, "workload": request.name, "kind": kind["kind"],
+                       "rules": list(verdict.excepted), "dry_run": bool(request.dryRun)})
 
 
 def _value(text: bytes) -> object:

@@ -39,6 +39,15 @@ MAX_SELF_DEPTH = 100
 MAX_SELF_VALUES = 20_000
 
 
+# Why an exception the object names is refused by a webhook that grants none, and what to do about it.
+EXCEPTIONS_OFF = ("exceptions are granted only where the cluster enforces them by RBAC, through the exported "
+                  "admission policies (the admission-policy component, which runs the webhook with "
+                  "--tls-exceptions policy); ask the cluster's administrators, or delete and recreate the object")
+# The warning of an update let through as an exception: the webhook cannot see RBAC, the policy does.
+EXCEPTION_TAKEN = ('rule "{rule}": refused in place, let through as the exception the object names; the '
+                   "exported admission policy lets it through only to a subject granted the exception by RBAC")
+
+
 @dataclass(frozen=True, slots=True)
 class Change:
     path: Path  # from the object's root
@@ -55,6 +64,8 @@ class Failure:
     changes: tuple[Change, ...]
     hidden_changes: int = 0
     error: str | None = None  # set when the rule could not be evaluated
+    # The update names itself as the rule's exception, but this webhook grants none (`exceptions` off).
+    exception_named: bool = False
 
     def describe(self) -> str:
         if self.error is not None:
@@ -63,17 +74,28 @@ class Failure:
         # A path's keys come from the object, so each change is clipped: a 1 MB key stays a few hundred bytes.
         listed = "; ".join(clip(str(c)) for c in self.changes) or f"{format_path(self.rule.self_path)}: no change found"
         more = f" (and {self.hidden_changes} more changes)" if self.hidden_changes else ""
+        if self.exception_named:
+            return (f'rule "{self.rule.name}" failed on {listed}{more}. The update names itself as an exception, '
+                    f"but this webhook grants none (serve --tls-exceptions off): {EXCEPTIONS_OFF}")
         return f'rule "{self.rule.name}" failed on {listed}{more}. {self.rule.message}'
 
 
-# What one rule contributes: its failure, or the warnings of an allowed change.
-Outcome = Failure | list[str]
+@dataclass(frozen=True, slots=True)
+class Excepted:
+    """A rule that refused the update, which its `exception` let through (the webhook grants them)."""
+
+    rule: Rule
+
+
+# What one rule contributes: its failure, the warnings of an allowed change, or its exception taken.
+Outcome = Failure | list[str] | Excepted
 
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
     failures: tuple[Failure, ...] = ()
     warnings: tuple[str, ...] = ()
+    excepted: tuple[str, ...] = ()  # the rules whose exception let the update through
 
     @property
     def allowed(self) -> bool:
@@ -84,11 +106,12 @@ class Verdict:
 ALLOWED = Verdict()
 
 
-def judge(rule_set: RuleSet, kind: GroupVersionKind, *, old: Mapping[str, Any], new: Mapping[str, Any]) -> Verdict:
+def judge(rule_set: RuleSet, kind: GroupVersionKind, *, old: Mapping[str, Any], new: Mapping[str, Any],
+          exceptions: bool = False) -> Verdict:
     """The verdict on an UPDATE from `old` to `new`: `judge_texts` on the JSON texts of their values at
     each rule's `self` path, so a caller holding objects (tests, tools) is judged as /validate judges.
     tests/test_rules_batched.py checks the verdicts against CEL's semantics."""
-    return judge_texts(rule_set, kind, lambda path: (_text(old, path), _text(new, path)))
+    return judge_texts(rule_set, kind, lambda path: (_text(old, path), _text(new, path)), exceptions=exceptions)
 
 
 def _text(obj: Mapping[str, Any], path: Path) -> bytes:
@@ -100,7 +123,7 @@ def _text(obj: Mapping[str, Any], path: Path) -> bytes:
 Texts = Callable[[Path], "tuple[bytes, bytes]"]
 
 
-def judge_texts(rule_set: RuleSet, kind: GroupVersionKind, texts: Texts) -> Verdict:
+def judge_texts(rule_set: RuleSet, kind: GroupVersionKind, texts: Texts, *, exceptions: bool = False) -> Verdict:
     """The verdict on an UPDATE whose `self` values are given as the JSON texts they arrived as
     (`texts(path)`: oldSelf's and self's); warnings are kept only for an allowed update. The rules
     sharing a `self` path are judged together (see Group): one limits check and one CEL call, or a
@@ -110,7 +133,11 @@ def judge_texts(rule_set: RuleSet, kind: GroupVersionKind, texts: Texts) -> Verd
     the memo's keys are JSON texts of exactly the values their results were evaluated on (`Memo.key`),
     so a key equal to the texts holds those texts' results. A compact text the apiserver sent is the
     memo's key for its value, so an allowed update hits without decoding anything; otherwise (and to
-    name the changes of a denial) the texts are decoded and judged as `judge` judges the values."""
+    name the changes of a denial) the texts are decoded and judged as `judge` judges the values.
+
+    A rule's failure on an update its `exception` holds for is, with `exceptions`, a warning instead
+    (the exported policy checks that the requester is granted it, the webhook cannot: docs/rules.md),
+    and without, a failure that says so. Evaluated only for failures: the allowed path costs nothing."""
     outcomes: dict[str, Outcome] = {}
     for group in rule_set.groups_for(kind):
         old_text, new_text = texts(group.self_path)
@@ -122,10 +149,29 @@ def judge_texts(rule_set: RuleSet, kind: GroupVersionKind, texts: Texts) -> Verd
             old_value, new_value = _decoded(old_text), _decoded(new_text)
             group_outcomes = (_judge_group(group, old_value, new_value) if results is None
                               else _read_results(group, results, old_value, new_value))
+            group_outcomes = _exceptions(group_outcomes, old_value, new_value, granted=exceptions)
         outcomes.update(zip(group.names, group_outcomes, strict=True))
     if not outcomes:  # an allowed update without warnings, its verdict read from the memo alone (~20k
         return ALLOWED  # instructions less than reading each rule's result: cachegrind, a Deployment UPDATE)
     return _verdict([outcomes.get(rule.name, []) for rule in rule_set.for_kind(kind)])
+
+
+def _exceptions(outcomes: list[Outcome], old_value: object, new_value: object, *, granted: bool) -> list[Outcome]:
+    """Each failure of a rule whose `exception` holds on the update: a warning when `granted`, else a
+    failure that names the exception it could not take. An exception that errors is not taken."""
+    if not any(isinstance(o, Failure) and o.error is None and o.rule.exception is not None for o in outcomes):
+        return outcomes
+    variables = {"self": _as_self(new_value), "oldSelf": _as_self(old_value)}
+    judged: list[Outcome] = []
+    for outcome in outcomes:
+        exception = outcome.rule.exception if isinstance(outcome, Failure) and outcome.error is None else None
+        if not isinstance(outcome, Failure) or exception is None or exception.evaluate(variables) is not True:
+            judged.append(outcome)
+        elif granted:
+            judged.append(Excepted(outcome.rule))
+        else:
+            judged.append(Failure(outcome.rule, outcome.changes, outcome.hidden_changes, exception_named=True))
+    return judged
 
 
 def _decoded(text: bytes) -> object:
@@ -236,12 +282,16 @@ def _judge_rule(rule: Rule, variables: Mapping[str, object]) -> Outcome:
 def _verdict(outcomes: Iterable[Outcome]) -> Verdict:
     failures: list[Failure] = []
     warnings: list[str] = []
+    excepted: list[str] = []
     for outcome in outcomes:
         if isinstance(outcome, Failure):
             failures.append(outcome)
+        elif isinstance(outcome, Excepted):
+            warnings.append(EXCEPTION_TAKEN.format(rule=outcome.rule.name))
+            excepted.append(outcome.rule.name)
         else:
             warnings.extend(outcome)
-    return Verdict(tuple(failures), () if failures else tuple(warnings))
+    return Verdict(tuple(failures), () if failures else tuple(warnings), () if failures else tuple(excepted))
 
 
 def _as_self(value: object) -> object:

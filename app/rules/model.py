@@ -22,7 +22,7 @@ RULE_VARIABLES = ("self", "oldSelf")
 # Rule names become parts of exported object names, so they follow the DNS label rules (63 characters).
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _RULE_FIELDS = frozenset({"name", "match", "self", "expression", "message", "fields", "warnWhen", "warning",
-                          "scope"})
+                          "scope", "exception"})
 # Where a rule holds. `enabled-namespaces`: only namespaces labelled tls-injector.io/inject=enabled;
 # `other-namespaces`: only the rest; `all`: both. The apiserver tells the two apart for us: the built-in
 # entries select by that label and send each to its own path (/validate/enabled-namespace, /validate), so
@@ -96,6 +96,9 @@ class Rule:
     fields: tuple[Path, ...] = ()
     warning: RuleWarning | None = None
     scope: str = SCOPE_ALL
+    # When true on an update the expression refuses, the update names itself as a sanctioned exception
+    # (docs/rules.md, "Exceptions"): allowed to a subject granted it, refused to anyone else.
+    exception: Program | None = None
 
     def applies_to(self, kind: GroupVersionKind) -> bool:
         return any(m.matches(kind) for m in self.match)
@@ -262,13 +265,17 @@ def _build_rule(entry: object, index: int, env: Environment, problems: list[Prob
     fields = tuple(_path(p, f"fields[{i}]", out) for i, p in enumerate(_list(entry.get("fields", []), "fields", out)))
     expression = _program(entry.get("expression"), "expression", env, out)
     warning = _warning(entry, env, out)
+    exception = _program(entry.get("exception"), "exception", env, out) if "exception" in entry else None
+    if "exception" in entry and entry["exception"] is None:
+        out.add("exception", "must be a non-empty CEL expression")
     scope = entry.get("scope", SCOPE_ALL)
     if scope not in SCOPES:
         out.add("scope", f"must be one of {', '.join(SCOPES)}")
     if out.count or name is None or expression is None:
         return None
     return Rule(name=name, match=match, self_path=self_path, expression=expression,
-                message=str(entry["message"]).strip(), fields=fields, warning=warning, scope=str(scope))
+                message=str(entry["message"]).strip(), fields=fields, warning=warning, scope=str(scope),
+                exception=exception)
 
 
 def _check_shape(entry: Mapping[str, Any], out: _Collector) -> None:

@@ -140,7 +140,7 @@ class Installation:
         except (kubernetes.client.ApiException, KeyError, TypeError):
             return None
 
-    def start_webhook(self) -> subprocess.Popen[bytes]:
+    def start_webhook(self, *extra: str) -> subprocess.Popen[bytes]:
         cert, key, trust = self.mount_files()
         self.probe_port = free_port()
         process = self._spawn("webhook", "serve", "--no-reconciler", f"--host={self.service_ip}", "--port=443",
@@ -148,7 +148,7 @@ class Installation:
                               f"--trust-bundle-file={trust}", f"--probe-port={self.probe_port}",
                               "--drain-seconds=1", "--log-level=info",
                               # 1.37 serves pod certificates; the webhook has no API access to find out.
-                              "--pod-certificates=on")
+                              "--pod-certificates=on", *extra)
         wait_until("the webhook's /readyz", self._webhook_ready, timeout=60)
         return process
 

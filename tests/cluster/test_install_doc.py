@@ -52,5 +52,6 @@ def test_the_verify_steps_refusal_is_refused_as_written(cluster: ControlPlane, i
     block = the_block("kubectl apply --dry-run=server -k examples/verify/web-tls-off")
     result = run_in_cluster(block, cluster)
     assert result.returncode == block.exit == 1, result.stderr
-    assert "would break every client at once. To change it, delete and recreate the object" in " ".join(
-        result.stderr.split())
+    said = " ".join(result.stderr.split())
+    assert "would break every client at once. In place, it takes a sanctioned exception" in said
+    assert "Otherwise delete and recreate the object" in said

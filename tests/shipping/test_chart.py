@@ -149,6 +149,15 @@ def test_with_a_federation_role_the_chart_renders_the_base_with_that_roles_compo
                         + render(ROOT / "certs-bootstrap"))
 
 
+def test_with_admission_policies_the_chart_renders_the_base_with_the_admission_policy_component() -> None:
+    """The policies and the webhook's --tls-exceptions policy come together in both (docs/rules.md, "Exceptions")."""
+    kustomized = render_with_components("manifests/base", "manifests/components/admission-policy")
+    assert_same_objects(template(*values(admissionPolicy={"enabled": True})),
+                        kustomized + render(ROOT / "certs-bootstrap"))
+    assert "--tls-exceptions=policy" in _args(kustomized, "tls-injector")
+    assert "--tls-exceptions=policy" not in _args(kustomized, "tls-injector-reconciler")
+
+
 def test_the_dashboard_is_a_configmap_for_grafanas_sidecar_holding_the_components_json() -> None:
     objects = template(*values(monitoring={"dashboard": {"enabled": True}}))
     [dashboard] = [o for o in objects if o["kind"] == "ConfigMap"]
@@ -286,6 +295,10 @@ def test_excluded_namespaces_join_every_webhook_entry_and_policy_binding_with_th
 
 def test_mode_pod_certificates_and_log_level_reach_the_components_that_take_them(non_default: list[Obj]) -> None:
     webhook, reconciler = _args(non_default, "tls-injector"), _args(non_default, "tls-injector-reconciler")
+    # admissionPolicy.enabled: the policies check RBAC for the TLS exception, so the webhook defers to them.
+    assert "--tls-exceptions=policy" in webhook
+    assert "--tls-exceptions=policy" not in _args(template(), "tls-injector")
+    webhook = [arg for arg in webhook if arg != "--tls-exceptions=policy"]
     assert webhook[-4:] == ["--pod-certificates=on", "--default-mode=pod-certificate", "--log-level=debug",
                             "--workers=2"]
     assert reconciler[-3:] == ["--pod-certificates=on", "--log-level=debug", "--ca-secret=my-ca"]
