@@ -25,7 +25,8 @@ CERTS = "/etc/tls-injector/certs"
 TRUST = "/etc/tls-injector/trust"
 # The modes seen inside the container, `stat -L -c '%a %u %g'` (docs/node-tests.md records them): a
 # Secret or ConfigMap volume's defaultMode 0644, owned by root; with fsGroup the kubelet gives the files
-# that group (and keeps them group-readable). Non-root reads them either way, the key included.
+# that group (and keeps them group-readable). Non-root reads them either way, the key included; a
+# stricter key is asked for with tls-injector.io/key-mode (below).
 MODES_WITHOUT_FS_GROUP = {"tls.crt": "644 0 0", "tls.key": "644 0 0", "ca-bundle.crt": "644 0 0"}
 MODES_WITH_FS_GROUP = {"tls.crt": "644 0 2000", "tls.key": "644 0 2000", "ca-bundle.crt": "644 0 2000"}
 
