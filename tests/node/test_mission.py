@@ -253,10 +253,13 @@ def test_the_webhook_pods_refuse_turning_tls_off_or_swapping_the_secret(
 def test_a_dry_run_create_is_answered_by_the_webhook_pods_with_a_warning_naming_the_secret(
         node: Node, mission_namespace: str) -> None:
     security = {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000}
-    created = apply_result(node, deployment(node, "preview", "sleep 3600", pod_security=security), "--dry-run=server")
+    created = apply_result(node, deployment(node, "preview", "sleep 3600", pod_security=security,
+                                            annotations={"tls-injector.io/key-mode": "0400"}), "--dry-run=server")
     assert created.returncode == 0, created.stderr
-    assert "Warning:" in created.stderr, created.stderr
-    assert "preview-tls" in created.stderr, created.stderr
+    warned = " ".join(created.stderr.split())
+    assert "Warning:" in warned, warned
+    assert "preview-tls" in warned, warned
+    assert "mode 0400 (tls-injector.io/key-mode)" in warned, warned
     missing = node.kubectl("get", "deployment", "preview", "-n", NS, check=False)
     assert missing.returncode != 0, missing.stdout  # a dry run: nothing made
     assert "NotFound" in missing.stderr, missing.stderr
