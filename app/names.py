@@ -96,6 +96,12 @@ CERT_PATH_ANNOTATION = f"{DOMAIN}/cert-mount-path"
 TRUST_PATH_ANNOTATION = f"{DOMAIN}/trust-mount-path"
 CONTAINERS_ANNOTATION = f"{DOMAIN}/containers"  # comma list: inject only into these containers
 ENV_ANNOTATION = f"{DOMAIN}/env"  # "true" for all TLS_ENV_VARS, or a comma list of some of them
+# The mode of the files of the certificate's volume (tls.key, tls.crt, ca.crt, and the client certificate's),
+# for servers that refuse a group- or world-readable key (PostgreSQL): the volume's `defaultMode`. A closed
+# set, written as octal text; unset, the API's default 0644. With the pod's `fsGroup` the kubelet makes the
+# files root:<fsGroup> and adds group read (0400 -> 0440, 0600 -> 0640): docs/injection.md, "The key's mode".
+KEY_MODE_ANNOTATION = f"{DOMAIN}/key-mode"
+KEY_MODES = ("0400", "0440", "0600", "0640")
 # The variables common TLS stacks read for extra trust: OpenSSL/Go/Python ssl, Python requests, Node.js.
 TLS_ENV_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")
 CERT_VOLUME = "tls-injector-cert"

@@ -21,9 +21,13 @@ from app.injection import (
 )
 from app.names import (
     CERT_PATH_ANNOTATION,
+    CLIENT_CERT_ANNOTATION,
     CONTAINERS_ANNOTATION,
     ENV_ANNOTATION,
     INJECTED_ANNOTATION,
+    KEY_MODE_ANNOTATION,
+    MODE_ANNOTATION,
+    MODE_POD_CERTIFICATE,
     SECRET_NAME_ANNOTATION,
     TRUST_PATH_ANNOTATION,
 )
@@ -273,3 +277,63 @@ def test_the_operators_options_set_the_default_paths_and_bundle() -> None:
     assert result["spec"]["volumes"][1] == {"name": "tls-injector-trust", "configMap": {"name": "cas"}}
     assert [m["mountPath"] for m in result["spec"]["containers"][0]["volumeMounts"]] == ["/run/tls", "/run/ca"]
     assert schema_errors(result) == []
+
+
+# The key's mode (names.KEY_MODE_ANNOTATION): the closed set, each value the certificate volumes' defaultMode.
+@pytest.mark.parametrize(("value", "octal"), [("0400", 0o400), ("0440", 0o440), ("0600", 0o600), ("0640", 0o640)])
+def test_a_key_mode_becomes_the_certificate_volumes_default_mode_and_is_recorded(value: str, octal: int) -> None:
+    pod = make_pod(annotations={KEY_MODE_ANNOTATION: value, CLIENT_CERT_ANNOTATION: "true"},
+                   securityContext={"fsGroup": 2000})
+    _, result, plan = inject(pod)
+    volumes = {v["name"]: v for v in result["spec"]["volumes"]}
+    assert volumes["tls-injector-cert"]["secret"] == {"secretName": "web-tls", "defaultMode": octal}
+    assert volumes["tls-injector-client"]["secret"]["defaultMode"] == octal
+    assert "defaultMode" not in volumes["tls-injector-trust"]["configMap"]  # the bundle is public
+    assert record(result)["keyMode"] == value
+    assert plan.warnings == ()
+
+
+def test_without_a_key_mode_the_volume_keeps_the_apis_default_and_the_record_says_nothing() -> None:
+    _, result, _ = inject(make_pod())
+    volumes = {v["name"]: v for v in result["spec"]["volumes"]}
+    assert volumes["tls-injector-cert"]["secret"] == {"secretName": "web-tls"}
+    assert "keyMode" not in record(result)
+
+
+def test_a_key_mode_without_fs_group_is_injected_with_a_warning_naming_fs_group() -> None:
+    _, result, plan = inject(make_pod(annotations={KEY_MODE_ANNOTATION: "0400"}))
+    assert result["spec"]["volumes"][0]["secret"]["defaultMode"] == 0o400
+    (warning,) = plan.warnings
+    assert "fsGroup" in warning
+    assert "root:root 0400" in warning
+
+
+def test_a_key_mode_with_pod_certificates_sets_the_projected_volumes_default_mode() -> None:
+    options = InjectionOptions(pod_certificates=True)
+    pod = make_pod(annotations={KEY_MODE_ANNOTATION: "0440", MODE_ANNOTATION: MODE_POD_CERTIFICATE},
+                   securityContext={"fsGroup": 1})
+    plan = plan_pod(pod, options=options)
+    cert = next(v for v in plan.volumes if v["name"] == "tls-injector-cert")
+    assert cert["projected"]["defaultMode"] == 0o440
+    result = jsonpatch.apply_patch(pod, patch_ops(plan))
+    assert patch_ops(plan_pod(result, options=options)) == []
+
+
+def test_an_injected_pod_whose_cert_volume_has_another_mode_is_not_taken_for_ours() -> None:
+    _, result, _ = inject(make_pod(annotations={KEY_MODE_ANNOTATION: "0400"}))
+    result["metadata"]["annotations"][KEY_MODE_ANNOTATION] = "0440"
+    with pytest.raises(InjectionRefused, match="already mounts volume 'tls-injector-cert'"):
+        plan_pod(result, options=OPTIONS)
+
+
+@pytest.mark.parametrize("value", ["", "400", "0644", "0777", "0o400", "0401", "0460", "256", " 0400x", "0400 0"])
+def test_a_key_mode_outside_the_closed_set_is_refused_naming_the_set(value: str) -> None:
+    with pytest.raises(InjectionRefused) as refused:
+        plan_pod(make_pod(annotations={KEY_MODE_ANNOTATION: value}), options=OPTIONS)
+    assert str(refused.value).startswith(f"{KEY_MODE_ANNOTATION}: ")
+    assert "is not one of 0400, 0440, 0600, 0640" in str(refused.value)
+
+
+def test_a_key_mode_on_a_trust_only_pod_is_refused() -> None:
+    with pytest.raises(InjectionRefused, match="trust-only pod gets no key"):
+        plan_pod(make_pod(annotations={KEY_MODE_ANNOTATION: "0400", MODE_ANNOTATION: "trust-only"}), options=OPTIONS)

@@ -101,3 +101,17 @@ def test_check_says_a_changed_profile_the_reconciler_will_refuse(tmp_path: Path)
                           cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stdout + done.stderr  # allowed: no /validate rule on profiles (injection.md)
     assert "tls-injector.io/key-algorithm 'rsa-2048' refused" in done.stdout
+
+
+def test_the_dry_run_says_the_key_mode_and_refuses_one_outside_the_set() -> None:
+    lines = what_pods_get("Deployment", "billing", _template({names.KEY_MODE_ANNOTATION: "0440"}), InjectionOptions())
+    said = [line for line in lines if names.KEY_MODE_ANNOTATION in line]
+    assert len(said) == 1
+    assert "mode 0440" in said[0]
+    assert "fsGroup" in said[0]
+    assert all(len(line) <= 256 for line in lines)
+    refused = what_pods_get("Deployment", "billing", _template({names.KEY_MODE_ANNOTATION: "644"}), InjectionOptions())
+    assert len(refused) == 1
+    assert "will be refused: tls-injector.io/key-mode: '644' is not one of" in refused[0]
+    assert not any(names.KEY_MODE_ANNOTATION in line for line in what_pods_get(
+        "Deployment", "billing", _template({}), InjectionOptions()))

@@ -10,7 +10,7 @@ from app.cli.cluster import profile_bounds, profile_flags, profile_problem
 from app.cli.command import EXIT_FINDINGS, EXIT_OK, Command, fail
 from app.cli.handlers import admission_handlers
 from app.cli.output import output_flag, structured, wants_structure
-from app.names import INJECT_LABEL, NAMESPACE_OPT_IN
+from app.names import INJECT_LABEL, NAMESPACE_OPT_IN, TLS_CHANGE_ANNOTATION
 from app.settings import ServeSettings
 
 
@@ -25,7 +25,7 @@ def add(check: argparse.ArgumentParser) -> None:
                             "for more. A Namespace object labelled so in OLD or NEW counts too")
     check.add_argument("--tls-exceptions", choices=["off", "policy"], default="off",
                        help="judge as a webhook run with this --tls-exceptions: policy lets through a TLS change the "
-                            "pod template's tls-injector.io/tls-change names (where the admission policies then ask "
+                            f"pod template's {TLS_CHANGE_ANNOTATION} names (where the admission policies then ask "
                             "RBAC whether its requester is granted it; check cannot); off refuses it")
     check.add_argument("--allow-empty", action="store_true",
                        help="accept an OLD or NEW that holds no Kubernetes object (by default an error: a failed "

@@ -19,7 +19,7 @@ from app.cli.serve_cluster import UnusableCluster, reconciler_in_background, web
 from app.cli.startup import HeldLogs
 from app.cli.supervise import run_supervisor, workers
 from app.injection import no_fingerprints
-from app.names import BUNDLE_KEY
+from app.names import BUNDLE_KEY, TLS_CHANGE_ANNOTATION
 from app.offline.rulesfile import RulesFileError
 from app.pki.serving import ServingPairError
 from app.settings import Limits, ServeSettings
@@ -83,7 +83,7 @@ def add(serve: argparse.ArgumentParser) -> None:
                                 "recorded on injected pods; re-read when it changes")
     flags.mode_flag(admission)
     admission.add_argument("--tls-exceptions", choices=["off", "policy"], default="off",
-                           help="an update the TLS rules refuse whose object names it in tls-injector.io/tls-change: "
+                           help=f"an update the TLS rules refuse whose object names it in {TLS_CHANGE_ANNOTATION}: "
                                 "off = refused; policy = let through, the exported admission policies (the "
                                 "admission-policy component) refusing it to anyone not granted the exception by RBAC. "
                                 "Only with those policies installed: this webhook cannot see RBAC (docs/rules.md)")

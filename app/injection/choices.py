@@ -70,12 +70,14 @@ class Choices(NamedTuple):
     client_path: str = names.CLIENT_MOUNT_PATH
     # The TLS env vars point at names.PUBLIC_BUNDLE_KEY (our CAs and the public roots), not names.BUNDLE_KEY.
     public_roots: bool = False
+    # The certificate volumes' defaultMode (names.KEY_MODE_ANNOTATION, as an int), None for the API's default.
+    key_mode: int | None = None
 
 
 # The annotations a pod chooses with (the Secret's name is the workload's, see app.injection.workload).
 _CHOICE_ANNOTATIONS = frozenset({names.CERT_PATH_ANNOTATION, names.TRUST_PATH_ANNOTATION, names.MODE_ANNOTATION,
                                  names.CLIENT_CERT_ANNOTATION, names.CONTAINERS_ANNOTATION, names.ENV_ANNOTATION,
-                                 names.PUBLIC_ROOTS})
+                                 names.PUBLIC_ROOTS, names.KEY_MODE_ANNOTATION})
 
 
 def read_choices(secret_name: str, annotations: Mapping[str, Any], options: InjectionOptions) -> Choices:
@@ -112,9 +114,23 @@ def read_choices(secret_name: str, annotations: Mapping[str, Any], options: Inje
     # A trust-only pod is a client: it gets the variables unless it says otherwise (what it asks for); so
     # is one asking for the public roots, whose point is the variables' file (names.PUBLIC_ROOTS).
     env = _env(raw) if raw else names.TLS_ENV_VARS if mode == names.MODE_TRUST_ONLY or public else ()
+    raw = given.get(names.KEY_MODE_ANNOTATION)
+    key_mode = _key_mode(raw, mode) if raw is not None else None
     # Positional, in the fields' order (a NamedTuple's keywords cost ~3.7k instructions more).
     return Choices(secret, cert_path, trust_path, containers, env, mode, fallback, client, names.CLIENT_MOUNT_PATH,
-                   public)
+                   public, key_mode)
+
+
+def _key_mode(raw: str, mode: str) -> int:
+    """names.KEY_MODE_ANNOTATION as a pod sets it: one of names.KEY_MODES, as the volume's defaultMode; any
+    other value is refused, as is asking for it on a pod that gets no key."""
+    if raw not in names.KEY_MODES:
+        raise InjectionRefused(f"{names.KEY_MODE_ANNOTATION}: {shown(raw)} is not one of {', '.join(names.KEY_MODES)} "
+                               f"(octal, the key file's mode)")
+    if mode == names.MODE_TRUST_ONLY:
+        raise InjectionRefused(f"{names.KEY_MODE_ANNOTATION}: a {names.MODE_TRUST_ONLY} pod gets no key; remove "
+                               f"the annotation, or use {names.MODE_ANNOTATION}: \"{names.MODE_SECRET}\"")
+    return int(raw, 8)
 
 
 def _public_roots(raw: str) -> bool:

@@ -120,6 +120,10 @@ def plan_injection(
         # The ClusterTrustBundle holds our CAs only; the public roots live in the namespace's ConfigMap.
         warnings.append(f"{names.PUBLIC_ROOTS}: no public roots with pod certificates; the TLS variables, if "
                         f"asked for, name our CAs alone")
+    if choices.key_mode is not None and (spec.securityContext is None or spec.securityContext.fsGroup is None):
+        warnings.append(f"{names.KEY_MODE_ANNOTATION}: without securityContext.fsGroup the files are root:root "
+                        f"{choices.key_mode:04o}, readable by root (uid or group 0) only: set fsGroup for a non-root "
+                        f"container")
     if names.KEYSTORE_ANNOTATION in annotations:
         warnings += keystore_warnings(annotations, choices)
     changes = []
@@ -149,15 +153,19 @@ def _our_volumes(choices: Choices, options: InjectionOptions) -> list[tuple[str,
     """(name, source, the source's contents, mount path) of each volume the pod gets, made for this pod."""
     if choices.mode == names.MODE_TRUST_ONLY:  # a client: the bundle alone (names.MODE_TRUST_ONLY)
         return [(names.TRUST_VOLUME, "configMap", {"name": options.trust_bundle_configmap}, choices.trust_path)]
+    # The volumes holding a key get the mode the pod asked for (names.KEY_MODE_ANNOTATION), the whole volume's:
+    # listing `items` to give tls.key alone a mode would drop the Secret's other keys (keystores, ca.crt).
+    mode = {} if choices.key_mode is None else {"defaultMode": choices.key_mode}
     if choices.mode == names.MODE_POD_CERTIFICATE:
         ours: list[tuple[str, Source, dict[str, Any], str]] = [
-            (names.CERT_VOLUME, "projected", {"sources": _pod_cert_sources()}, choices.cert_path),
+            (names.CERT_VOLUME, "projected", {"sources": _pod_cert_sources(), **mode}, choices.cert_path),
             (names.TRUST_VOLUME, "projected", {"sources": [_bundle_source(names.BUNDLE_KEY)]}, choices.trust_path)]
     else:
-        ours = [(names.CERT_VOLUME, "secret", {"secretName": choices.secret_name}, choices.cert_path),
+        ours = [(names.CERT_VOLUME, "secret", {"secretName": choices.secret_name, **mode}, choices.cert_path),
                 (names.TRUST_VOLUME, "configMap", {"name": options.trust_bundle_configmap}, choices.trust_path)]
     if choices.client_secret:  # its own volume and directory, read-only like the others (docs/mtls.md)
-        ours.append((names.CLIENT_VOLUME, "secret", {"secretName": choices.client_secret}, choices.client_path))
+        ours.append((names.CLIENT_VOLUME, "secret", {"secretName": choices.client_secret, **mode},
+                     choices.client_path))
     return ours
 
 
@@ -293,6 +301,8 @@ def _record(choices: Choices, options: InjectionOptions, containers: list[str], 
         record["mode"] = choices.mode
     if choices.client_secret:
         record["client"], record["clientPath"] = choices.client_secret, choices.client_path
+    if choices.key_mode is not None:
+        record["keyMode"] = f"{choices.key_mode:04o}"
     return orjson.dumps(record, option=orjson.OPT_SORT_KEYS).decode()  # sorted: the order built in is not read
 
 

@@ -72,6 +72,13 @@ class JobPodTemplate(msgspec.Struct):
     metadata: Any = None
 
 
+class PodSecurityContext(msgspec.Struct, omit_defaults=True, gc=False):
+    """What the plan reads of a pod's securityContext: whether it sets fsGroup (a key mode without it leaves
+    the files root:root, which only root reads: names.KEY_MODE_ANNOTATION)."""
+
+    fsGroup: int | None = None
+
+
 class PodSpec(msgspec.Struct, omit_defaults=True):
     """A Pod's spec as the plan reads it; a Job's spec shares the type for its `template` (a review's
     object is decoded before its kind is looked at, and a Pod has no `template`, a Job no containers)."""
@@ -80,6 +87,7 @@ class PodSpec(msgspec.Struct, omit_defaults=True):
     initContainers: list[Container] | None = None
     containers: list[Container] | None = None
     template: JobPodTemplate | None = None
+    securityContext: PodSecurityContext | None = None
 
 
 def pod_spec(value: object) -> PodSpec | None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from app import names
 from app.admission import GroupVersionKind
-from app.injection.choices import InjectionOptions, InjectionRefused, read_choices
+from app.injection.choices import Choices, InjectionOptions, InjectionRefused, read_choices
 from app.injection.jvm import keystore_line, keystore_warnings, public_roots_line
 from app.injection.profile import profile_lines
 from app.injection.workload import TEMPLATE_PATHS, template_workload
@@ -73,10 +73,21 @@ def what_pods_get(kind: str, name: str, template_meta: Mapping[str, Any], option
     line = f"{who} will get {gets}" + (f" ({choices.fallback})" if choices.fallback else "")
     given = annotations if isinstance(annotations, dict) else {}
     lines = (line, *(f"tls-injector: {said}" for said in profile_lines(given, options.profiles, mode=choices.mode)))
-    extra = [keystore_line(given, choices), public_roots_line(choices), *keystore_warnings(given, choices)]
+    extra = [keystore_line(given, choices), public_roots_line(choices), *keystore_warnings(given, choices),
+             _key_mode_line(choices)]
     if not choices.client_secret:
         return (*lines, *filter(None, extra))
     # Refused above in the pod-certificate mode, so always a Secret's.
     return *lines, (f"tls-injector: and the client certificate (clientAuth only, from the client CA) of Secret "
                   f"{choices.client_secret} at {choices.client_path}, and the client CAs at "
                   f"{choices.trust_path}/{names.CLIENT_BUNDLE_KEY}"), *filter(None, extra)
+
+
+def _key_mode_line(choices: Choices) -> str:
+    """What names.KEY_MODE_ANNOTATION gives ("" when unset): the files stay root's, so a non-root container
+    reads them through the pod's fsGroup only (the template's spec is not read here; /mutate warns per pod)."""
+    if choices.key_mode is None:
+        return ""
+    return (f"tls-injector: its certificate's files with mode {choices.key_mode:04o} ({names.KEY_MODE_ANNOTATION}), "
+            f"owned by root: a non-root container reads them only with securityContext.fsGroup (the kubelet "
+            f"then gives that group read)")
