@@ -9,6 +9,7 @@ why a test rather than a generator).
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
+from app.injection.profile import _DURATION as _GO_DURATION
 from tests.shipping.helm import CHART, EXAMPLE_VALUES, VERSION, run_helm, template_text
 from tests.shipping.support import ROOT, Obj, load_docs, render, render_with_components
 from tests.shipping.test_schema import validate
@@ -400,7 +402,12 @@ BAD_VALUES: dict[str, tuple[list[str], str]] = {
     # mistake: (values, where the schema's message points)
     "an unknown top-level key": (values(replica=3), "at '': additional properties 'replica' not allowed"),
     "a misspelt nested key": (values(webhook={"resource": {}}), "at '/webhook': additional properties 'resource'"),
-    "one webhook replica": (values(webhook={"replicas": 1}), "at '/webhook/replicas': minimum"),
+    "no webhook replica": (values(webhook={"replicas": 0}), "at '/webhook/replicas': minimum"),
+    "a duration in days (Go has no unit d)": (values(profiles={"defaultDuration": "90d"}),
+                                              "at '/profiles/defaultDuration'"),
+    "a duration without a unit": (values(profiles={"minDuration": "90"}), "at '/profiles/minDuration'"),
+    "a negative duration": (values(profiles={"maxDuration": "-1h"}), "at '/profiles/maxDuration'"),
+    "a duration with two points": (values(profiles={"minRenewBefore": "1.5.0h"}), "at '/profiles/minRenewBefore'"),
     "replicas as a string": (values(reconciler={"replicas": "two"}), "at '/reconciler/replicas'"),
     "a failure policy that is not Fail or Ignore": (values(webhook={"failurePolicy": {"mutating": "Open"}}),
                                                     "at '/webhook/failurePolicy/mutating'"),
@@ -437,6 +444,35 @@ def test_the_schema_refuses(mistake: str) -> None:
     assert where in error, error
 
 
+def test_the_profile_duration_pattern_is_the_one_the_flags_read() -> None:
+    """One source: the schema's pattern is app/injection/profile.py's reader of Go durations, anchored."""
+    properties = json.loads((CHART / "values.schema.json").read_text(encoding="utf-8"))["properties"]
+    for name, spec in properties["profiles"]["properties"].items():
+        if name.endswith(("Duration", "RenewBefore")):
+            assert spec["pattern"] == f"^(?:{_GO_DURATION.pattern})$", name
+
+
+@pytest.mark.parametrize("duration", ["1.5h", "90m30s", "500ms", ".5h", "1.h", "2161h", "1h30m15.5s", "10us"])
+def test_the_schema_takes_the_go_durations_the_flags_take(duration: str) -> None:
+    assert _GO_DURATION.fullmatch(duration)
+    rendered = template(*values(profiles={"defaultDuration": duration}))
+    [reconciler] = [o for o in rendered if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("reconciler")]
+    assert f"--default-duration={duration}" in reconciler["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_one_webhook_replica_renders_without_a_pdb_and_notes_warn() -> None:
+    one = values(webhook={"replicas": 1})
+    assert [o for o in template(*one) if o["kind"] == "PodDisruptionBudget"] == []
+    assert [o["kind"] for o in template() if o["kind"] == "PodDisruptionBudget"] == ["PodDisruptionBudget"]
+    def notes(*args: str) -> str:
+        result = run_helm("install", "tls-injector", str(CHART), "--namespace", "tls-injector",
+                          "--dry-run=client", *args)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.split("NOTES:", 1)[1]
+    assert "WARNING: webhook.replicas is 1." in notes(*one)
+    assert "WARNING" not in notes()
+
+
 @pytest.mark.parametrize("namespace", ["default", "kube-system"])
 def test_a_release_into_a_shared_namespace_is_refused_with_the_reason(namespace: str) -> None:
     error = _refused(namespace=namespace)
@@ -459,6 +495,24 @@ def test_the_install_doc_lists_every_value_of_the_chart() -> None:
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     documented = {name for row in rows for name in re.findall(r"`([\w.]+)`", row.split("|")[1])}
     assert documented == _leaves(yaml.safe_load((CHART / "values.yaml").read_text()))
+
+
+def test_helm_show_readme_prints_the_charts_readme_and_every_value_it_names_exists() -> None:
+    shown = run_helm("show", "readme", str(CHART))
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == (CHART / "README.md").read_text().strip()
+    named = set(re.findall(r"`((?:image|webhook|reconciler|networkPolicy|profiles)\.[\w.]+)`", shown.stdout))
+    assert named, "the README names the values to set before production"
+    assert named <= _leaves(yaml.safe_load((CHART / "values.yaml").read_text())), named
+
+
+def test_the_chart_has_an_icon_helm_lint_accepts() -> None:
+    chart = yaml.safe_load(run_helm("show", "chart", str(CHART)).stdout)
+    assert chart["icon"].startswith("data:image/svg+xml;base64,")
+    assert base64.b64decode(chart["icon"].split(",", 1)[1]).startswith(b"<svg ")
+    linted = run_helm("lint", "--strict", str(CHART), "--namespace", "tls-injector")
+    assert linted.returncode == 0, linted.stdout
+    assert "icon is recommended" not in linted.stdout, linted.stdout
 
 
 def test_a_cluster_older_than_1_30_is_refused_at_render_time() -> None:
