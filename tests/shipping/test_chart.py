@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import ipaddress
 import json
 import os
 import re
@@ -22,7 +23,15 @@ import pytest
 import yaml
 
 from app.injection.profile import _DURATION as _GO_DURATION
-from tests.shipping.helm import CHART, EXAMPLE_VALUES, VERSION, run_helm, template_text
+from tests.shipping.helm import (
+    CHART,
+    EXAMPLE_CIDRS,
+    EXAMPLE_VALUES,
+    VERSION,
+    example_values,
+    run_helm,
+    template_text,
+)
 from tests.shipping.support import ROOT, Obj, load_docs, render, render_with_components
 from tests.shipping.test_schema import validate
 from tools import release
@@ -107,7 +116,7 @@ def test_chart_appversion_is_the_projects_version() -> None:
 
 @pytest.mark.parametrize("which", ["defaults", "example", "every value set"])
 def test_the_chart_lints_strictly(which: str) -> None:
-    extra = {"defaults": [], "example": ["-f", str(EXAMPLE_VALUES)], "every value set": values(**NON_DEFAULT)}[which]
+    extra = {"defaults": [], "example": example_values(), "every value set": values(**NON_DEFAULT)}[which]
     result = run_helm("lint", "--strict", "--namespace", "tls-injector", str(CHART), *extra)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[WARNING]" not in result.stdout, result.stdout
@@ -119,9 +128,52 @@ def test_with_default_values_the_chart_renders_the_kustomize_base_install() -> N
 
 
 def test_with_the_example_values_the_chart_renders_the_example_overlay_and_its_bootstrap() -> None:
-    assert_same_objects(template("-f", str(EXAMPLE_VALUES)),
-                        render(ROOT / "manifests/overlays/example")
+    overlay = yaml.safe_dump_all(render(ROOT / "manifests/overlays/example"))
+    for placeholder, (_, cidr) in EXAMPLE_CIDRS.items():
+        assert placeholder in overlay
+        overlay = overlay.replace(placeholder, cidr)
+    assert_same_objects(template(*example_values()),
+                        [doc for doc in yaml.safe_load_all(overlay) if doc]
                         + render(ROOT / "manifests/overlays/example/bootstrap"))
+
+
+def test_the_example_values_as_written_are_refused_until_the_cidrs_are_set() -> None:
+    """As `kubectl apply` refuses the overlay's placeholders, Helm refuses the example values' (earlier)."""
+    error = _refused("-f", str(EXAMPLE_VALUES))
+    assert "at '/networkPolicy/controlPlaneCIDR'" in error, error
+    assert "at '/networkPolicy/apiServerCIDR'" in error, error
+
+
+CIDRS_TAKEN = ["0.0.0.0/0", "10.0.0.0/24", "10.0.0.1/32", "255.255.255.255/32", "::/0", "fd00::/8",
+               "2001:db8::1/128", "1:2:3:4:5:6:7:8/64", "1:2:3:4:5:6:7::/112", "::2:3:4:5:6:7:8/112", "FE80::1/10"]
+CIDRS_REFUSED = ["10.0.0.0", "10.0.0.0/33", "256.0.0.0/8", "010.0.0.0/8", "10.0.0/8", "10.0.0.0/24 ",
+                 "2001:db8::/129", "1:2:3:4:5:6:7:8:9/64", "1:2::3::4/64", "gggg::/8", "fd00::",
+                 "10.0.0.0/24,10.1.0.0/24", "SET-control-plane-CIDR"]
+
+
+def test_the_cidr_pattern_takes_exactly_the_networks_python_reads_in_these_cases() -> None:
+    properties = json.loads((CHART / "values.schema.json").read_text())["properties"]["networkPolicy"]["properties"]
+    pattern = re.compile(properties["controlPlaneCIDR"]["pattern"])
+    assert properties["apiServerCIDR"]["pattern"] == pattern.pattern
+    assert pattern.fullmatch("")  # empty: the policy leaves that side open
+    for cidr in CIDRS_TAKEN:
+        assert pattern.fullmatch(cidr), cidr
+        ipaddress.ip_network(cidr, strict=False)
+    for cidr in CIDRS_REFUSED:
+        assert not pattern.fullmatch(cidr), cidr
+
+
+@pytest.mark.parametrize(("cidr", "taken"), [("0.0.0.0/0", True), ("10.0.0.0/33", False), ("fd00::/8", True),
+                                             ("2001:db8::/129", False), ("10.0.0.0", False)])
+def test_helm_takes_or_refuses_the_cidrs_at_the_edges(cidr: str, taken: bool) -> None:
+    args = values(networkPolicy={"controlPlaneCIDR": cidr, "apiServerCIDR": cidr})
+    if taken:
+        policies = _policies(template(*args))
+        assert _peers(policies["tls-injector"]["ingress"][0])[0] == {"ipBlock": {"cidr": cidr}}
+    else:
+        error = _refused(*args)
+        assert "at '/networkPolicy/controlPlaneCIDR'" in error, error
+        assert "at '/networkPolicy/apiServerCIDR'" in error, error
 
 
 def test_the_comparison_fails_on_a_field_that_differs() -> None:
@@ -238,7 +290,7 @@ def _excluded_lists(objects: list[Obj]) -> list[list[str]]:
 def test_every_object_of_every_rendering_validates_strictly_against_the_kubernetes_schema(
     non_default: list[Obj],
 ) -> None:
-    for objects in (template(), template("-f", str(EXAMPLE_VALUES)), non_default):
+    for objects in (template(), template(*example_values()), non_default):
         for obj in objects:
             validate(obj)
 
