@@ -67,3 +67,24 @@ def test_the_application_owners_page_states_what_the_code_does() -> None:
     assert f"a leaf lives {LEAF_VALIDITY.days} days and is renewed with {LEAF_LOOKAHEAD.days} left" in text
     assert f"shorter than {LEAF_LOOKAHEAD.days} days" in text
     assert f"`{names.INJECT_LABEL}: \"true\"`" in text
+
+
+def _cells(row_name: str) -> dict[str, str]:
+    """One row of the comparison, as {tool column: cell}."""
+    lines = CHOOSING.read_text().splitlines()
+    header = [c.strip() for c in next(line for line in lines if line.startswith("| |")).strip("|").split(" | ")]
+    row = next(line for line in lines if line.startswith(f"| {row_name} |"))
+    return dict(zip(header[1:], [c.strip() for c in row.strip("|").split(" | ")[1:]], strict=True))
+
+
+def test_the_offline_row_names_each_tools_own_offline_command_and_only_check_is_claimed_as_unique() -> None:
+    offline = _cells("works offline on manifests")
+    mesh = offline["a mesh's mTLS (Linkerd, Istio)"]
+    assert "`linkerd inject`" in mesh, mesh
+    assert "`istioctl kube-inject`" in mesh, mesh
+    assert "`inject`" in offline["tls-injector"]
+    assert "`check`" in offline["tls-injector"]
+    only = CHOOSING.read_text().split("## What only tls-injector does", 1)[1].split("\n## ", 1)[0]
+    offline_bullet = next(b for b in only.split("\n- ") if "offline" in b)
+    assert "`tls-injector check --old --new`" in offline_bullet
+    assert "is not unique" in offline_bullet, "inject has counterparts in the meshes' CLIs"

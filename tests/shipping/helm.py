@@ -84,6 +84,17 @@ def helm() -> str:
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "tls-injector"
 EXAMPLE_VALUES = CHART / "ci" / "example-values.yaml"
+# The example values keep the overlay's placeholders, which the schema refuses until they are set: the
+# renderings of the example set these in their place (and the overlay's rendering is compared with them
+# substituted too).
+EXAMPLE_CIDRS = {"SET-control-plane-CIDR": ("networkPolicy.controlPlaneCIDR", "10.0.0.0/24"),
+                 "SET-API-server-endpoint-CIDR": ("networkPolicy.apiServerCIDR", "10.0.0.1/32")}
+
+
+def example_values() -> list[str]:
+    """`-f ci/example-values.yaml` with the placeholder CIDRs set, as a user must before installing."""
+    sets = [arg for value, cidr in EXAMPLE_CIDRS.values() for arg in ("--set", f"{value}={cidr}")]
+    return ["-f", str(EXAMPLE_VALUES), *sets]
 NAMESPACE = "tls-injector"
 
 

@@ -9,7 +9,9 @@ why a test rather than a generator).
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import ipaddress
 import json
 import os
 import re
@@ -20,7 +22,16 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.shipping.helm import CHART, EXAMPLE_VALUES, VERSION, run_helm, template_text
+from app.injection.profile import _DURATION as _GO_DURATION
+from tests.shipping.helm import (
+    CHART,
+    EXAMPLE_CIDRS,
+    EXAMPLE_VALUES,
+    VERSION,
+    example_values,
+    run_helm,
+    template_text,
+)
 from tests.shipping.support import ROOT, Obj, load_docs, render, render_with_components
 from tests.shipping.test_schema import validate
 from tools import release
@@ -105,7 +116,7 @@ def test_chart_appversion_is_the_projects_version() -> None:
 
 @pytest.mark.parametrize("which", ["defaults", "example", "every value set"])
 def test_the_chart_lints_strictly(which: str) -> None:
-    extra = {"defaults": [], "example": ["-f", str(EXAMPLE_VALUES)], "every value set": values(**NON_DEFAULT)}[which]
+    extra = {"defaults": [], "example": example_values(), "every value set": values(**NON_DEFAULT)}[which]
     result = run_helm("lint", "--strict", "--namespace", "tls-injector", str(CHART), *extra)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[WARNING]" not in result.stdout, result.stdout
@@ -117,9 +128,52 @@ def test_with_default_values_the_chart_renders_the_kustomize_base_install() -> N
 
 
 def test_with_the_example_values_the_chart_renders_the_example_overlay_and_its_bootstrap() -> None:
-    assert_same_objects(template("-f", str(EXAMPLE_VALUES)),
-                        render(ROOT / "manifests/overlays/example")
+    overlay = yaml.safe_dump_all(render(ROOT / "manifests/overlays/example"))
+    for placeholder, (_, cidr) in EXAMPLE_CIDRS.items():
+        assert placeholder in overlay
+        overlay = overlay.replace(placeholder, cidr)
+    assert_same_objects(template(*example_values()),
+                        [doc for doc in yaml.safe_load_all(overlay) if doc]
                         + render(ROOT / "manifests/overlays/example/bootstrap"))
+
+
+def test_the_example_values_as_written_are_refused_until_the_cidrs_are_set() -> None:
+    """As `kubectl apply` refuses the overlay's placeholders, Helm refuses the example values' (earlier)."""
+    error = _refused("-f", str(EXAMPLE_VALUES))
+    assert "at '/networkPolicy/controlPlaneCIDR'" in error, error
+    assert "at '/networkPolicy/apiServerCIDR'" in error, error
+
+
+CIDRS_TAKEN = ["0.0.0.0/0", "10.0.0.0/24", "10.0.0.1/32", "255.255.255.255/32", "::/0", "fd00::/8",
+               "2001:db8::1/128", "1:2:3:4:5:6:7:8/64", "1:2:3:4:5:6:7::/112", "::2:3:4:5:6:7:8/112", "FE80::1/10"]
+CIDRS_REFUSED = ["10.0.0.0", "10.0.0.0/33", "256.0.0.0/8", "010.0.0.0/8", "10.0.0/8", "10.0.0.0/24 ",
+                 "2001:db8::/129", "1:2:3:4:5:6:7:8:9/64", "1:2::3::4/64", "gggg::/8", "fd00::",
+                 "10.0.0.0/24,10.1.0.0/24", "SET-control-plane-CIDR"]
+
+
+def test_the_cidr_pattern_takes_exactly_the_networks_python_reads_in_these_cases() -> None:
+    properties = json.loads((CHART / "values.schema.json").read_text())["properties"]["networkPolicy"]["properties"]
+    pattern = re.compile(properties["controlPlaneCIDR"]["pattern"])
+    assert properties["apiServerCIDR"]["pattern"] == pattern.pattern
+    assert pattern.fullmatch("")  # empty: the policy leaves that side open
+    for cidr in CIDRS_TAKEN:
+        assert pattern.fullmatch(cidr), cidr
+        ipaddress.ip_network(cidr, strict=False)
+    for cidr in CIDRS_REFUSED:
+        assert not pattern.fullmatch(cidr), cidr
+
+
+@pytest.mark.parametrize(("cidr", "taken"), [("0.0.0.0/0", True), ("10.0.0.0/33", False), ("fd00::/8", True),
+                                             ("2001:db8::/129", False), ("10.0.0.0", False)])
+def test_helm_takes_or_refuses_the_cidrs_at_the_edges(cidr: str, taken: bool) -> None:
+    args = values(networkPolicy={"controlPlaneCIDR": cidr, "apiServerCIDR": cidr})
+    if taken:
+        policies = _policies(template(*args))
+        assert _peers(policies["tls-injector"]["ingress"][0])[0] == {"ipBlock": {"cidr": cidr}}
+    else:
+        error = _refused(*args)
+        assert "at '/networkPolicy/controlPlaneCIDR'" in error, error
+        assert "at '/networkPolicy/apiServerCIDR'" in error, error
 
 
 def test_the_comparison_fails_on_a_field_that_differs() -> None:
@@ -236,7 +290,7 @@ def _excluded_lists(objects: list[Obj]) -> list[list[str]]:
 def test_every_object_of_every_rendering_validates_strictly_against_the_kubernetes_schema(
     non_default: list[Obj],
 ) -> None:
-    for objects in (template(), template("-f", str(EXAMPLE_VALUES)), non_default):
+    for objects in (template(), template(*example_values()), non_default):
         for obj in objects:
             validate(obj)
 
@@ -400,7 +454,12 @@ BAD_VALUES: dict[str, tuple[list[str], str]] = {
     # mistake: (values, where the schema's message points)
     "an unknown top-level key": (values(replica=3), "at '': additional properties 'replica' not allowed"),
     "a misspelt nested key": (values(webhook={"resource": {}}), "at '/webhook': additional properties 'resource'"),
-    "one webhook replica": (values(webhook={"replicas": 1}), "at '/webhook/replicas': minimum"),
+    "no webhook replica": (values(webhook={"replicas": 0}), "at '/webhook/replicas': minimum"),
+    "a duration in days (Go has no unit d)": (values(profiles={"defaultDuration": "90d"}),
+                                              "at '/profiles/defaultDuration'"),
+    "a duration without a unit": (values(profiles={"minDuration": "90"}), "at '/profiles/minDuration'"),
+    "a negative duration": (values(profiles={"maxDuration": "-1h"}), "at '/profiles/maxDuration'"),
+    "a duration with two points": (values(profiles={"minRenewBefore": "1.5.0h"}), "at '/profiles/minRenewBefore'"),
     "replicas as a string": (values(reconciler={"replicas": "two"}), "at '/reconciler/replicas'"),
     "a failure policy that is not Fail or Ignore": (values(webhook={"failurePolicy": {"mutating": "Open"}}),
                                                     "at '/webhook/failurePolicy/mutating'"),
@@ -437,6 +496,35 @@ def test_the_schema_refuses(mistake: str) -> None:
     assert where in error, error
 
 
+def test_the_profile_duration_pattern_is_the_one_the_flags_read() -> None:
+    """One source: the schema's pattern is app/injection/profile.py's reader of Go durations, anchored."""
+    properties = json.loads((CHART / "values.schema.json").read_text(encoding="utf-8"))["properties"]
+    for name, spec in properties["profiles"]["properties"].items():
+        if name.endswith(("Duration", "RenewBefore")):
+            assert spec["pattern"] == f"^(?:{_GO_DURATION.pattern})$", name
+
+
+@pytest.mark.parametrize("duration", ["1.5h", "90m30s", "500ms", ".5h", "1.h", "2161h", "1h30m15.5s", "10us"])
+def test_the_schema_takes_the_go_durations_the_flags_take(duration: str) -> None:
+    assert _GO_DURATION.fullmatch(duration)
+    rendered = template(*values(profiles={"defaultDuration": duration}))
+    [reconciler] = [o for o in rendered if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("reconciler")]
+    assert f"--default-duration={duration}" in reconciler["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_one_webhook_replica_renders_without_a_pdb_and_notes_warn() -> None:
+    one = values(webhook={"replicas": 1})
+    assert [o for o in template(*one) if o["kind"] == "PodDisruptionBudget"] == []
+    assert [o["kind"] for o in template() if o["kind"] == "PodDisruptionBudget"] == ["PodDisruptionBudget"]
+    def notes(*args: str) -> str:
+        result = run_helm("install", "tls-injector", str(CHART), "--namespace", "tls-injector",
+                          "--dry-run=client", *args)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.split("NOTES:", 1)[1]
+    assert "WARNING: webhook.replicas is 1." in notes(*one)
+    assert "WARNING" not in notes()
+
+
 @pytest.mark.parametrize("namespace", ["default", "kube-system"])
 def test_a_release_into_a_shared_namespace_is_refused_with_the_reason(namespace: str) -> None:
     error = _refused(namespace=namespace)
@@ -459,6 +547,24 @@ def test_the_install_doc_lists_every_value_of_the_chart() -> None:
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     documented = {name for row in rows for name in re.findall(r"`([\w.]+)`", row.split("|")[1])}
     assert documented == _leaves(yaml.safe_load((CHART / "values.yaml").read_text()))
+
+
+def test_helm_show_readme_prints_the_charts_readme_and_every_value_it_names_exists() -> None:
+    shown = run_helm("show", "readme", str(CHART))
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == (CHART / "README.md").read_text().strip()
+    named = set(re.findall(r"`((?:image|webhook|reconciler|networkPolicy|profiles)\.[\w.]+)`", shown.stdout))
+    assert named, "the README names the values to set before production"
+    assert named <= _leaves(yaml.safe_load((CHART / "values.yaml").read_text())), named
+
+
+def test_the_chart_has_an_icon_helm_lint_accepts() -> None:
+    chart = yaml.safe_load(run_helm("show", "chart", str(CHART)).stdout)
+    assert chart["icon"].startswith("data:image/svg+xml;base64,")
+    assert base64.b64decode(chart["icon"].split(",", 1)[1]).startswith(b"<svg ")
+    linted = run_helm("lint", "--strict", str(CHART), "--namespace", "tls-injector")
+    assert linted.returncode == 0, linted.stdout
+    assert "icon is recommended" not in linted.stdout, linted.stdout
 
 
 def test_a_cluster_older_than_1_30_is_refused_at_render_time() -> None:

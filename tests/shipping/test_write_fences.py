@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from app.rules.cel import EvalError
-from tests.shipping.helm import EXAMPLE_VALUES
+from tests.shipping.helm import example_values
 from tests.shipping.rbac import grants_for
 from tests.shipping.support import ROOT, Obj, of_kind, render, render_with_components
 from tests.shipping.test_reconciler_policy import ENV, _covers, cel_data
@@ -68,7 +68,7 @@ INSTALLS: dict[str, Callable[[], list[Obj]]] = {
     "kustomize base + admission-policy": lambda: render_with_components(
         "manifests/base", "manifests/components/admission-policy") + _bootstrap(),
     "chart default": _chart,
-    "chart example values": lambda: _chart("-f", str(EXAMPLE_VALUES)),
+    "chart example values": lambda: _chart(*example_values()),
     "chart member": lambda: _chart_role("member"),
     "chart hub": lambda: _chart_role("hub"),
 }
