@@ -14,7 +14,7 @@ from app import names
 from app.doctor.model import Result, error, ok, warning
 from app.doctor.profiles import check_profiles_accepted, check_profiles_applied, check_profiles_apply
 from app.doctor.snapshot import Snapshot
-from app.injection import pod_workload, template_of
+from app.injection import pod_workload, template_of, tls_change
 from app.kube import Obj
 from app.pki import (
     ServiceNames,
@@ -289,4 +289,24 @@ def checks(snap: Snapshot) -> list[Result]:
             check_service_names(snap, wanted), check_names_accepted(wanted), check_names_given(wanted),
             check_profiles_accepted(wanted), check_profiles_applied(snap, wanted), check_profiles_apply(snap),
             check_trust_only_bundles(snap), check_bundles_writable(snap, wanted),
-            check_pods_injected(snap), check_pod_mounts(snap)]
+            check_pods_injected(snap), check_pod_mounts(snap), check_tls_exceptions(snap)]
+
+
+def check_tls_exceptions(snap: Snapshot) -> Result:
+    """Workloads whose pod template names a TLS change (names.TLS_CHANGE_ANNOTATION): the sanctioned
+    exception to the TLS rules was taken, or may be (docs/rules.md, "Exceptions"). Nothing is broken by it:
+    a warning, so an operator sees where exceptions are in use; a leftover annotation allows nothing more."""
+    title = "no workload names a TLS exception"
+    found = []
+    for kind, obj in snap.observed.workloads:
+        if (change := tls_change(kind, obj)) is not None:
+            meta = obj.get("metadata") or {}
+            found.append(f"{kind} {meta.get('namespace')}/{meta.get('name')}: {change}")
+    found.sort()
+    if found:
+        said = f"{len(found)} workloads name a TLS change in {names.TLS_CHANGE_ANNOTATION}"
+        return warning(CATEGORY, title, said, details=found,
+                       hint="each was let through (or may be) as the exception its annotation names, for a subject "
+                            "granted change-tls on tlsexceptions.tls-injector.io; check that the change was meant, "
+                            "then the annotation may stay (it allows no other change) or go (which rolls the pods)")
+    return ok(CATEGORY, title, f"none among {len(snap.observed.workloads)} workloads")

@@ -16,6 +16,7 @@ from app.injection.workload import (
     secret_name_for,
     template_of,
     template_workload,
+    tls_change,
 )
 
 __all__ = [
@@ -41,4 +42,5 @@ __all__ = [
     "secret_name_for",
     "template_of",
     "template_workload",
+    "tls_change",
 ]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.kubenames import MAX_SUBDOMAIN
-from app.names import POD_TEMPLATE_HASH_LABEL, SECRET_NAME_ANNOTATION, SERVICE_NAMES_ANNOTATION
+from app.names import POD_TEMPLATE_HASH_LABEL, SECRET_NAME_ANNOTATION, SERVICE_NAMES_ANNOTATION, TLS_CHANGE_ANNOTATION
 
 # Where each kind keeps the template its controller stamps pods from; a Pod is its own template.
 TEMPLATE_PATHS: Mapping[str, tuple[str, ...]] = {
@@ -153,6 +153,15 @@ def template_of(kind: str, obj: Mapping[str, Any]) -> dict[str, Any] | None:
     for key in TEMPLATE_PATHS.get(kind, ("-",)):
         node = node.get(key) if isinstance(node, dict) else None
     return node if isinstance(node, dict) else None
+
+
+def tls_change(kind: str, obj: Mapping[str, Any]) -> str | None:
+    """The TLS change the object's pod template names in tls-injector.io/tls-change (docs/rules.md,
+    "Exceptions"), as written; None when it names none (no annotation, or not a string)."""
+    metadata = (template_of(kind, obj) or {}).get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    value = annotations.get(TLS_CHANGE_ANNOTATION) if isinstance(annotations, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def _pod_owner(metadata: Mapping[str, Any]) -> tuple[str, str]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from app import names
-from app.injection import template_of
+from app.injection import tls_change
 from app.kube import SECRETS
 from app.pki import CaSet, load_certificates
 from app.reconcile.discover import LISTED_KINDS, Target, WorkloadRef
@@ -109,9 +109,8 @@ class Reports(Writes):
         pass and in a Normal Event on the workload once per value, so the exception is seen where the
         workload is."""
         for kind, obj in observed.workloads:
-            annotations = ((template_of(kind, obj) or {}).get("metadata") or {}).get("annotations") or {}
-            value = annotations.get(names.TLS_CHANGE_ANNOTATION)
-            if not isinstance(value, str):
+            value = tls_change(kind, obj)
+            if value is None:
                 continue
             meta = obj.get("metadata") or {}
             namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")

@@ -14,6 +14,7 @@ from app.doctor.ca import check_ca
 from app.doctor.model import TEXT_DETAILS, Result, error
 from app.doctor.reconciler import check_lease
 from app.doctor.webhook import check_ca_bundle_trusts_secret, check_served_certificate
+from app.doctor.workloads import check_tls_exceptions
 from app.pki import CaSet, CaState, encode, make_ca
 from app.pki.trust import CaRecord
 from app.reconcile import ownership as own
@@ -128,3 +129,28 @@ def test_the_ca_bundle_check_is_no_pass_when_no_configuration_entry_was_there_to
     result = check_ca_bundle_trusts_secret(_snapshot(serving_secret=secret))
     assert result.status == "warning"
     assert "not checked" in result.message
+
+
+def _workload(kind: str, namespace: str, name: str, annotations: dict[str, object]) -> tuple[str, dict[str, object]]:
+    template = {"metadata": {"labels": {"tls-injector.io/inject": "true"}, "annotations": annotations}}
+    spec = {"jobTemplate": {"spec": {"template": template}}} if kind == "CronJob" else {"template": template}
+    return kind, {"metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+def test_workloads_naming_a_tls_exception_are_listed_as_a_warning_not_a_failure() -> None:
+    change = "tls-injector.io/tls-change"
+    snap = _snapshot()
+    snap.observed.workloads = [_workload("Deployment", "shop", "web", {}),
+                               _workload("Deployment", "shop", "api", {change: "api-tls->api-v2-tls"}),
+                               _workload("CronJob", "batch", "nightly", {change: "(default)->(off)"}),
+                               _workload("StatefulSet", "shop", "db", {change: 7}),  # not a string: names nothing
+                               _workload("DaemonSet", "shop", "agent", {"tls-injector.io/secret-name": "x"})]
+    found = check_tls_exceptions(snap)
+    assert (found.status, found.message) == ("warning", f"2 workloads name a TLS change in {change}")
+    assert found.details == ("CronJob batch/nightly: (default)->(off)", "Deployment shop/api: api-tls->api-v2-tls")
+    assert "change-tls" in found.hint
+    assert found in run_checks(snap)
+    snap.observed.workloads = snap.observed.workloads[:1]
+    assert (check_tls_exceptions(snap).status, check_tls_exceptions(snap).message) == ("ok", "none among 1 workloads")
+    snap.errors["cluster"] = "Forbidden: workloads"  # unread: said by the read check, not as "none named"
+    assert not [r for r in run_checks(snap) if r.title == found.title]
