@@ -304,9 +304,9 @@ def check_tls_exceptions(snap: Snapshot) -> Result:
             found.append(f"{kind} {meta.get('namespace')}/{meta.get('name')}: {change}")
     found.sort()
     if found:
-        said = f"{len(found)} workloads name a TLS change in {names.TLS_CHANGE_ANNOTATION}"
+        said = f"{len(found)} {'workload names' if len(found) == 1 else 'workloads name'} a TLS change in {names.TLS_CHANGE_ANNOTATION}"
         return warning(CATEGORY, title, said, details=found,
                        hint="each was let through (or may be) as the exception its annotation names, for a subject "
                             "granted change-tls on tlsexceptions.tls-injector.io; check that the change was meant, "
                             "then the annotation may stay (it allows no other change) or go (which rolls the pods)")
-    return ok(CATEGORY, title, f"none among {len(snap.observed.workloads)} workloads")
+    return ok(CATEGORY, title, f"none among the {len(snap.observed.workloads)} workloads read")
