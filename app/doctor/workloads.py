@@ -304,7 +304,8 @@ def check_tls_exceptions(snap: Snapshot) -> Result:
             found.append(f"{kind} {meta.get('namespace')}/{meta.get('name')}: {change}")
     found.sort()
     if found:
-        said = f"{len(found)} {'workload names' if len(found) == 1 else 'workloads name'} a TLS change in {names.TLS_CHANGE_ANNOTATION}"
+        which = "workload names" if len(found) == 1 else "workloads name"
+        said = f"{len(found)} {which} a TLS change in {names.TLS_CHANGE_ANNOTATION}"
         return warning(CATEGORY, title, said, details=found,
                        hint="each was let through (or may be) as the exception its annotation names, for a subject "
                             "granted change-tls on tlsexceptions.tls-injector.io; check that the change was meant, "

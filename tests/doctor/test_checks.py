@@ -151,6 +151,7 @@ def test_workloads_naming_a_tls_exception_are_listed_as_a_warning_not_a_failure(
     assert "change-tls" in found.hint
     assert found in run_checks(snap)
     snap.observed.workloads = snap.observed.workloads[:1]
-    assert (check_tls_exceptions(snap).status, check_tls_exceptions(snap).message) == ("ok", "none among the 1 workloads read")
+    none = check_tls_exceptions(snap)
+    assert (none.status, none.message) == ("ok", "none among the 1 workloads read")
     snap.errors["cluster"] = "Forbidden: workloads"  # unread: said by the read check, not as "none named"
     assert not [r for r in run_checks(snap) if r.title == found.title]
