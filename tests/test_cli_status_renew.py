@@ -22,7 +22,7 @@ import yaml
 
 from app.pki import load_certificates
 from tests.kubeapi import Emulator
-from tests.reconcile.cluster import OWN_NS, Clock, data, reconciler, small_cluster
+from tests.reconcile.cluster import OWN_NS, Clock, data, deployment, namespace, reconciler, small_cluster
 from tests.reconcile.test_leader import _wait_for, running_loop
 from tests.support.certs import ServingFiles, write_serving_pair
 from tests.support.cli import exit_of
@@ -30,6 +30,7 @@ from tests.support.partition import partition
 
 ROOT = Path(__file__).resolve().parents[1]
 FORCE = "tls-injector.io/force-renew"
+TLS_CHANGE = "tls-injector.io/tls-change"
 
 
 def common(emu: Emulator | str) -> list[str]:
@@ -109,6 +110,37 @@ def test_status_as_yaml_is_its_json(kubeapi: Emulator, capsys: pytest.CaptureFix
         yaml_code, as_yaml, _ = exit_of([*argv, "-o", "yaml", *common(kubeapi)], capsys)
         assert json_code == yaml_code == 1
         assert yaml.safe_load(as_yaml) == orjson.loads(as_json)
+
+
+def test_status_shows_the_tls_exception_its_own_pod_template_names(
+    kubeapi: Emulator, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The sanctioned exception (docs/rules.md, "Exceptions") is seen in `status`: a line and a field, for
+    the workload whose pod template names it, not for its namesake elsewhere nor its neighbour."""
+    namespace(kubeapi, OWN_NS)
+    for ns in ("ns0", "ns1"):
+        namespace(kubeapi, ns)
+    deployment(kubeapi, "app0", "ns0", annotations={TLS_CHANGE: "(default)->app0-v2-tls",
+                                                    "tls-injector.io/secret-name": "app0-v2-tls"})
+    deployment(kubeapi, "app1", "ns0")
+    deployment(kubeapi, "app1", "ns1", annotations={TLS_CHANGE: "app1-tls->(off)"})  # TLS still on: named, not made
+    reconciler(kubeapi, Clock(datetime.now(UTC))).run_pass()
+    code, out, _ = exit_of(["status", "ns0/app0", *common(kubeapi)], capsys)
+    assert code == 0, out
+    assert [line for line in out.splitlines() if line.startswith("TLS exception")] == [
+        f"TLS exception: (default)->app0-v2-tls (Deployment/app0, {TLS_CHANGE})"]
+    _, as_json, _ = exit_of(["status", "ns0/app0", "-o", "json", *common(kubeapi)], capsys)
+    assert orjson.loads(as_json)["tls_exceptions"] == [{"workload": "Deployment/app0",
+                                                        "change": "(default)->app0-v2-tls"}]
+    _, as_yaml, _ = exit_of(["status", "ns0/app0", "-o", "yaml", *common(kubeapi)], capsys)
+    assert yaml.safe_load(as_yaml) == orjson.loads(as_json)
+    code, out, _ = exit_of(["status", "ns0/app1", *common(kubeapi)], capsys)
+    assert code == 0, out
+    assert "TLS exception" not in out
+    _, as_json, _ = exit_of(["status", "ns0/app1", "-o", "json", *common(kubeapi)], capsys)
+    assert orjson.loads(as_json)["tls_exceptions"] == []
+    _, out, _ = exit_of(["status", "ns1/app1", *common(kubeapi)], capsys)
+    assert f"TLS exception: app1-tls->(off) (Deployment/app1, {TLS_CHANGE})" in out.splitlines()
 
 
 # ---- renew -------------------------------------------------------------------------------------------

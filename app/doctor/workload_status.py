@@ -22,7 +22,7 @@ from app import names
 from app.doctor.read import read_workloads
 from app.doctor.snapshot import DoctorSettings, Snapshot
 from app.doctor.workloads import targets
-from app.injection import pod_workload
+from app.injection import pod_workload, tls_change
 from app.injection.profile import parse_note
 from app.kube import EVENTS, SECRETS, KubeApi, NotFound, Obj
 from app.pki import LEAF_LOOKAHEAD, LEAF_VALIDITY, CaSet, CaState, dns_sans, load_certificates, renewal_time
@@ -64,6 +64,15 @@ class CaInfo:
 
 
 @dataclass(frozen=True)
+class TlsException:
+    """A workload whose pod template names a TLS change (tls-injector.io/tls-change), as written: the
+    sanctioned exception it was, or may be, updated with (docs/rules.md, "Exceptions")."""
+
+    workload: str  # Kind/name
+    change: str  # "<old>-><new>"
+
+
+@dataclass(frozen=True)
 class WorkloadReport:
     namespace: str
     workloads: tuple[str, ...]
@@ -77,6 +86,7 @@ class WorkloadReport:
     # What the attention list says of this certificate's dates: ending within EXPIRING_WITHIN, or past its
     # renewal time. Ready stays True (the certificate is valid and in place), yet the workload needs a look.
     attention: tuple[str, ...] = field(default=())
+    tls_exceptions: tuple[TlsException, ...] = field(default=())
 
     @property
     def ready(self) -> bool:
@@ -148,8 +158,21 @@ def report(cluster: Cluster, target: Target) -> WorkloadReport:
     found = WorkloadReport(namespace=target.namespace, workloads=tuple(sorted(str(w) for w in target.workloads)),
                            secret=target.secret_name, secret_state=secret_state(secret), certificate=certificate,
                            ca=_ca(cluster.cas, secret) if ours else None, conditions=conditions, pods=pods,
-                           events=tuple(events[-EVENTS_SHOWN:]))
+                           events=tuple(events[-EVENTS_SHOWN:]), tls_exceptions=tls_exceptions(cluster.snap, target))
     return replace(found, attention=tuple(text for _, text in _attention([_status_of(found, target)], cluster.now)))
+
+
+def tls_exceptions(snap: Snapshot, target: Target) -> tuple[TlsException, ...]:
+    """The TLS changes the target's workloads name in their pod templates, from the workloads already read."""
+    wanted = {(w.kind, w.name) for w in target.workloads}
+    found = []
+    for kind, obj in snap.observed.workloads:
+        meta = obj.get("metadata") or {}
+        if (meta.get("namespace") or "") != target.namespace or (kind, meta.get("name")) not in wanted:
+            continue
+        if (change := tls_change(kind, obj)) is not None:
+            found.append(TlsException(f"{kind}/{meta.get('name')}", change))
+    return tuple(sorted(found, key=lambda e: e.workload))
 
 
 def _status_of(found: WorkloadReport, target: Target) -> st.WorkloadStatus:
@@ -235,6 +258,7 @@ def render_report(found: WorkloadReport) -> str:
     lines.append("Conditions:")
     lines += [f"  {c.type}: {c.status} ({c.reason}) {c.message}" for c in found.conditions]
     lines += [f"Attention: {text}" for text in found.attention]
+    lines += [f"TLS exception: {e.change} ({e.workload}, {names.TLS_CHANGE_ANNOTATION})" for e in found.tls_exceptions]
     lines.append("Pods:" + ("" if found.pods else " none"))
     lines += [f"  {name}: {'injected' if injected else 'WITHOUT the injection: restart its workload'}"
               for name, injected in found.pods]
