@@ -134,7 +134,11 @@ def test_a_client_pod_verifies_a_server_pod_by_its_service_name_and_refuses_a_wr
     names = [f"web.{NS}.svc", f"web.{NS}.svc.cluster.local"]
     # The right bundle, then a wrong CA: the cluster's own CA (the service account's ca.crt) signed
     # the apiserver, not this server; the client must refuse it.
-    script = (f"node-probe get -ca {TRUST}/ca-bundle.crt https://web.{NS}.svc/ && echo right-ca-ok; "
+    # kube-proxy programs a new Service's rules a moment after its endpoints are ready (until then the
+    # ClusterIP answers "connection refused"): the right bundle is tried for up to 60 s, the wrong CA once
+    # the Service answers.
+    script = (f"i=0; while [ $i -lt 60 ]; do node-probe get -ca {TRUST}/ca-bundle.crt https://web.{NS}.svc/ "
+              "&& echo right-ca-ok && break; i=$((i+1)); sleep 1; done; "
               f"node-probe get -ca /var/run/secrets/kubernetes.io/serviceaccount/ca.crt https://web.{NS}.svc/ "
               "&& echo wrong-ca-accepted || echo wrong-ca-refused; echo done; sleep 3600")
     client = deployment(node, "client", script, pod_security=non_root,
