@@ -308,6 +308,7 @@ def check_tls_exceptions(snap: Snapshot) -> Result:
         said = f"{len(found)} {which} a TLS change in {names.TLS_CHANGE_ANNOTATION}"
         return warning(CATEGORY, title, said, details=found,
                        hint="each was let through (or may be) as the exception its annotation names, for a subject "
-                            "granted change-tls on tlsexceptions.tls-injector.io; check that the change was meant, "
+                            f"granted {names.EXCEPTION_VERB} on {names.EXCEPTION_RESOURCE}.{names.EXCEPTION_GROUP}; "
+                            "check that the change was meant, "
                             "then the annotation may stay (it allows no other change) or go (which rolls the pods)")
     return ok(CATEGORY, title, f"none among the {len(snap.observed.workloads)} workloads read")
