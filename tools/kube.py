@@ -25,6 +25,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 KUBERNETES = "1.37.2"
@@ -111,15 +112,22 @@ def build() -> Path:
     return bin_dir()
 
 
-def main(argv: list[str]) -> int:
+def command(argv: list[str], *, build: Callable[[], Path], bin_dir: Callable[[], Path],
+            built: Callable[[], bool], usage: str | None) -> int:
+    """`build` (when missing; print the folder) or `path` (print it; exit 1 when not built yet): the command
+    line of this script and of the other tool builders beside it (node.py, release_tools.py)."""
     if argv == ["build"]:
         print(build())
         return 0
     if argv == ["path"]:
         print(bin_dir())
         return 0 if built() else 1
-    print(__doc__, file=sys.stderr)
+    print(usage, file=sys.stderr)
     return 2
+
+
+def main(argv: list[str]) -> int:
+    return command(argv, build=build, bin_dir=bin_dir, built=built, usage=__doc__)
 
 
 if __name__ == "__main__":

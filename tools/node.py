@@ -254,14 +254,7 @@ def build() -> Path:
 
 
 def main(argv: list[str]) -> int:
-    if argv == ["build"]:
-        print(build())
-        return 0
-    if argv == ["path"]:
-        print(bin_dir())
-        return 0 if built() else 1
-    print(__doc__, file=sys.stderr)
-    return 2
+    return kube.command(argv, build=build, bin_dir=bin_dir, built=built, usage=__doc__)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+import kube  # tools/kube.py, beside this file: its command line
+
 # name: (package, version). The version is the module's; `go install` takes the module's go.sum.
 TOOLS: dict[str, tuple[str, str]] = {
     "registry": ("github.com/distribution/distribution/v3/cmd/registry", "v3.1.2"),
@@ -114,14 +116,7 @@ def build() -> Path:
 
 
 def main(argv: list[str]) -> int:
-    if argv == ["build"]:
-        print(build())
-        return 0
-    if argv == ["path"]:
-        print(bin_dir())
-        return 0 if built() else 1
-    print(__doc__, file=sys.stderr)
-    return 2
+    return kube.command(argv, build=build, bin_dir=bin_dir, built=built, usage=__doc__)
 
 
 if __name__ == "__main__":
