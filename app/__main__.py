@@ -1,3 +1,3 @@
-from app.cli import main
+from tls_injector.cli import main
 
 raise SystemExit(main())

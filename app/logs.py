@@ -15,7 +15,7 @@ from typing import BinaryIO, TextIO
 
 import orjson
 
-from app.admission.clip import clip
+from tls_injector.admission.clip import clip
 
 # A line stays within a few KiB whatever a client sent: each field is clipped to MAX_ECHO_CHARS (names,
 # paths, reasons), the message to MAX_MESSAGE_CHARS, and a traceback keeps only its last

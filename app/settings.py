@@ -18,7 +18,7 @@ API_TIMEOUT_SECONDS = 30.0
 
 @dataclass(frozen=True)
 class Limits:
-    """Every bound of the admission port (app.web.http). docs/serving.md gives each value's reason."""
+    """Every bound of the admission port (tls_injector.web.http). docs/serving.md gives each value's reason."""
 
     # Request line + headers. The apiserver sends ~10 short headers (< 1 KiB); Go's own server allows
     # 1 MiB, nginx 8 KiB per line: 32 KiB is generous for any real client and small to hold.
@@ -43,7 +43,7 @@ class Limits:
     # leaves the limit room for the process (~80 MiB) and the largest review being decoded. An apiserver
     # keeps a few per webhook. When full, a newcomer may take the slot of a connection that has not
     # completed a request from the source holding the most; a connection that has completed one (the
-    # apiserver's keep-alives) is never closed for it: the newcomer is (app.web.http.ConnectionSet).
+    # apiserver's keep-alives) is never closed for it: the newcomer is (tls_injector.web.http.ConnectionSet).
     max_connections: int = 500
     # Open connections from one client address. The apiserver opens a connection only when all its others
     # are busy, so it holds about its peak of concurrent calls to this replica; its mutating requests in

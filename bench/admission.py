@@ -76,7 +76,7 @@ class ServerSpec:
 
 
 def make_pki(directory: Path) -> Pki:
-    from app.pki import issue_leaf, make_ca
+    from tls_injector.pki import issue_leaf, make_ca
 
     now = datetime.now(UTC)
     ca = make_ca(common_name="bench CA", now=now)
@@ -90,7 +90,7 @@ def make_pki(directory: Path) -> Pki:
 
 def server_specs(pki: Pki, port: int) -> list[ServerSpec]:
     common = ["--host", "127.0.0.1", "--port", str(port)]
-    ours = [sys.executable, "-m", "app", "serve", *common, "--tls-cert-file", str(pki.cert_file),
+    ours = [sys.executable, "-m", "tls_injector", "serve", *common, "--tls-cert-file", str(pki.cert_file),
             "--tls-private-key-file", str(pki.key_file)]
     reference = [sys.executable, "-m", "bench.reference_webhook", *common, "--cert", str(pki.cert_file),
                  "--key", str(pki.key_file)]
@@ -306,7 +306,7 @@ def head_to_head(*, pki: Pki, context: ssl.SSLContext, wrk: str | None, workdir:
         bodies[stream] = workdir / f"h2h-{len(bodies)}.jsonl"
         bodies[stream].write_bytes(b"\n".join(reviews(STREAM_LENGTH)) + b"\n")
     ours_port, go_port = free_port(), free_port()
-    specs = [ServerSpec("tls-injector", [sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port",
+    specs = [ServerSpec("tls-injector", [sys.executable, "-m", "tls_injector", "serve", "--host", "127.0.0.1", "--port",
                                         str(ours_port), "--tls-cert-file", str(pki.cert_file),
                                         "--tls-private-key-file", str(pki.key_file), "--log-level", "info"])]
     if binary:
@@ -474,15 +474,15 @@ def app_path_us(endpoint: str, *, level: str, log_file: Path, n: int = 3000) -> 
     """
     import logging
 
-    from app.cli import build_handlers
-    from app.logs import configure_logging, flush_access_lines
-    from app.settings import ServeSettings
-    from app.web.endpoints import AdmissionEndpoint
-    from app.web.metrics import ServerMetrics
+    from tls_injector.cli import build_handlers
+    from tls_injector.logs import configure_logging, flush_access_lines
+    from tls_injector.settings import ServeSettings
+    from tls_injector.web.endpoints import AdmissionEndpoint
+    from tls_injector.web.metrics import ServerMetrics
 
     configure_logging(level)
     handler = logging.getLogger().handlers[0]
-    # The access log writes to sys.stderr itself (app.logs.AccessLog); other records go through logging.
+    # The access log writes to sys.stderr itself (tls_injector.logs.AccessLog); other records go through logging.
     with log_file.open("w") as stream, contextlib.redirect_stderr(stream):
         handler.stream = stream  # type: ignore[attr-defined]
         mutate, validate = build_handlers(ServeSettings())
@@ -511,7 +511,7 @@ def log_line_us(log_file: Path, *, calls: int = 20_000, rounds: int = 9) -> dict
     rounds' differences is the line's cost."""
     import statistics
 
-    from app.logs import AccessBatch, AccessLog
+    from tls_injector.logs import AccessBatch, AccessLog
 
     def fields() -> dict[str, object]:
         return {"endpoint": "mutate", "uid": "b2f6c1a0-5d3e-4c7a-9e1f-0a1b2c3d4e5f", "kind": "Pod",

@@ -21,10 +21,10 @@ from typing import Any
 
 import orjson
 
-from app.kube import KubeApi, LeaderElector
 from bench.reconcile import KINDS, OWN_NS, one_pass, populate
 from tests.doctor.cluster import install
 from tests.kubeapi import Emulator, running_emulator
+from tls_injector.kube import KubeApi, LeaderElector
 
 
 def pods(emu: Emulator, *, workloads: int, namespaces: int) -> None:
@@ -46,7 +46,7 @@ def pods(emu: Emulator, *, workloads: int, namespaces: int) -> None:
 
 def doctor(emu: Emulator) -> tuple[float, int, Counter[str], dict[str, Any]]:
     emu.reset_log()
-    command = [sys.executable, "-m", "app", "doctor", "--server", emu.url, "--namespace", OWN_NS, "-o", "json"]
+    command = [sys.executable, "-m", "tls_injector", "doctor", "--server", emu.url, "--namespace", OWN_NS, "-o", "json"]
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, check=False)
     seconds = time.perf_counter() - started

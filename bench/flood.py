@@ -21,9 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.settings import Limits
 from tests.support.attack import closed, mutate_once
 from tests.support.server import RunningServer, running_server
+from tls_injector.settings import Limits
 
 REASONS = ("evicted_unproven", "over_capacity", "source_over_capacity")
 

@@ -166,13 +166,19 @@ async def _probe(port: int, context: ssl.SSLContext) -> None:
     connection.close()
 
 
+def _module(root: Path) -> str:
+    """The import name the tree at root runs as: `tls_injector` (its link to app/), or `app` in a tree from
+    before the package was named for itself, so an A/B against an older commit serves that commit's code."""
+    return "tls_injector" if (root / "tls_injector").exists() else "app"
+
+
 def measure(*, pki: Pki, workdir: Path, kind: str, requests: int, connections: int,
             root: Path) -> tuple[float, Path]:
     """(instructions per request, the callgrind file) for one run."""
     port = free_port()
     out = workdir / "callgrind.out.%p"
     argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
-            sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port", str(port),
+            sys.executable, "-m", _module(root), "serve", "--host", "127.0.0.1", "--port", str(port),
             "--tls-cert-file", str(pki.cert_file), "--tls-private-key-file", str(pki.key_file), "--no-reconciler"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
     env.update(PYTHONHASHSEED="0", KUBECONFIG=str(workdir / "none"))
@@ -212,7 +218,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1],
-                        help="the checkout whose `app` is served (another commit's tree, for an A/B)")
+                        help="the checkout whose app/ is served (another commit's tree, for an A/B)")
     parser.add_argument("--profile", action="store_true", help="print the top functions too")
     args = parser.parse_args()
     if not shutil.which("valgrind") or not shutil.which("callgrind_control"):

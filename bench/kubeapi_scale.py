@@ -3,7 +3,7 @@
     python -m bench.kubeapi_scale --workloads 100000 --namespaces 10000
 
 The cluster of bench.reconcile (the one bench.reconcile_live measures the reconciler on), in this process;
-requests over HTTP as the reconciler makes them: whole lists read in pages of 500 (app.kube.api's page),
+requests over HTTP as the reconciler makes them: whole lists read in pages of 500 (tls_injector.kube.api's page),
 a label-selected list, a one-item list (where a watch starts), and a watch that must deliver --changes
 events, made straight in the store, to an HTTP client. Wall times; the emulator's CPU is this process's.
 """

@@ -36,10 +36,10 @@ from typing import Any
 import jsonpatch
 import orjson
 
-from app.admission import review_envelope
-from app.injection import InjectionOptions, make_mutate_handler, patch_ops, plan_injection, pod_spec
-from app.injection.answers import MAX_ENTRIES
 from bench.timing import per_call_us
+from tls_injector.admission import review_envelope
+from tls_injector.injection import InjectionOptions, make_mutate_handler, patch_ops, plan_injection, pod_spec
+from tls_injector.injection.answers import MAX_ENTRIES
 
 FINGERPRINTS = ("9f86d081884c7d65", "2c26b46b68ffc68f")
 
@@ -150,9 +150,9 @@ def main() -> None:
 
 def steps(options: InjectionOptions, bodies: list[bytes], number: int, repeat: int) -> None:
     """What a new shape's answer costs, step by step (each step timed alone over the same bodies)."""
-    from app.admission import allowed, decode_review, decoder
-    from app.injection.answers import Answer, shape_key
-    from app.injection.mutate import MutateRequest, _key_text
+    from tls_injector.admission import allowed, decode_review, decoder
+    from tls_injector.injection.answers import Answer, shape_key
+    from tls_injector.injection.mutate import MutateRequest, _key_text
 
     reviews = decoder(MutateRequest)
     requests = [decode_review(reviews, b) for b in bodies]

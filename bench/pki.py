@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from app.pki import (
+from tls_injector.pki import (
     CertKey,
     KeyType,
     dns_names_for_services,

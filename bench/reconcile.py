@@ -70,7 +70,7 @@ def one_pass(emu: Emulator) -> tuple[float, float, int, Counter[str], int, float
     answers, the reconciler's peak RSS in MiB."""
     emu.reset_log()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    command = [sys.executable, "-m", "app", "reconcile", "--once", "--server", emu.url, "--namespace", OWN_NS,
+    command = [sys.executable, "-m", "tls_injector", "reconcile", "--once", "--server", emu.url, "--namespace", OWN_NS,
                "--log-level", "warning"]
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "peak-rss"

@@ -183,7 +183,7 @@ class Reconciler:
 
 @contextmanager
 def running_reconciler(cluster: Cluster, folder: Path, *, resync: float | None) -> Iterator[Reconciler]:
-    command = [sys.executable, "-m", "app", "reconcile", *cluster.reconciler_args(), "--namespace", OWN_NS,
+    command = [sys.executable, "-m", "tls_injector", "reconcile", *cluster.reconciler_args(), "--namespace", OWN_NS,
                "--log-level", "warning", "--metrics-port", "0"]
     if resync is not None:
         command += ["--resync-period", f"{resync:g}s"]

@@ -29,11 +29,11 @@ from typing import Any
 
 import orjson
 
-from app.admission import AdmissionResponse, Route
-from app.offline.rulesfile import default_rule_set
-from app.rules import make_validate_handler, self_value
-from app.rules.memo import MEMO_ENTRIES
 from bench.timing import per_call_us
+from tls_injector.admission import AdmissionResponse, Route
+from tls_injector.offline.rulesfile import default_rule_set
+from tls_injector.rules import make_validate_handler, self_value
+from tls_injector.rules.memo import MEMO_ENTRIES
 
 INJECT, SECRET = "tls-injector.io/inject", "tls-injector.io/secret-name"
 RESTARTED = "kubectl.kubernetes.io/restartedAt"

@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         workdir = Path(tmp)
         pki: Pki = make_pki(workdir)
         port = free_port()
-        argv_ = [sys.executable, "-m", "app", "serve", "--no-reconciler", "--host", "127.0.0.1", "--port",
+        argv_ = [sys.executable, "-m", "tls_injector", "serve", "--no-reconciler", "--host", "127.0.0.1", "--port",
                  str(port), "--tls-cert-file", str(pki.cert_file), "--tls-private-key-file", str(pki.key_file),
                  "--log-level", "info"]
         with (workdir / "serve.log").open("wb") as log:

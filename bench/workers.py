@@ -56,7 +56,7 @@ def tree_cpu_seconds(pid: int) -> float:
 
 @contextlib.contextmanager
 def pool(workers: int, cores: str, *, port: int, pki: Pki, workdir: Path) -> Iterator[int]:
-    argv = [sys.executable, "-m", "app", "serve", "--no-reconciler", "--workers", str(workers), "--host",
+    argv = [sys.executable, "-m", "tls_injector", "serve", "--no-reconciler", "--workers", str(workers), "--host",
             "127.0.0.1", "--port", str(port), "--tls-cert-file", str(pki.cert_file),
             "--tls-private-key-file", str(pki.key_file), "--log-level", "info"]
     with (workdir / f"serve-{workers}.log").open("wb") as log:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.names import INJECT_LABEL, SECRET_NAME_ANNOTATION
+from tls_injector.names import INJECT_LABEL, SECRET_NAME_ANNOTATION
 
 KS, KP = "tls-injector.io/keystore", "tls-injector.io/keystore-password-secret"
 PR, MODE, CC = "tls-injector.io/public-roots", "tls-injector.io/mode", "tls-injector.io/client-certificate"

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.names import INJECT_LABEL, SECRET_NAME_ANNOTATION
+from tls_injector.names import INJECT_LABEL, SECRET_NAME_ANNOTATION
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_RULES = ROOT / "examples" / "sidecar-tls" / "webhook" / "rules.yaml"

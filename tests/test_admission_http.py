@@ -14,10 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
-from app.admission import AdmissionResponse, Envelope, JsonPatchOp, envelope_route, patched
 from tests.support.process import post_head, read_response
 from tests.support.reviews import fixture, review
 from tests.support.server import RunningServer, running_server
+from tls_injector.admission import AdmissionResponse, Envelope, JsonPatchOp, envelope_route, patched
 
 JSON = {"content-type": "application/json"}
 
@@ -168,7 +168,7 @@ def test_metrics_count_requests_by_endpoint_and_outcome(tmp_path: Path) -> None:
 
 def test_requests_arriving_in_pieces_on_several_connections_are_each_answered_from_their_own_bytes(
         server: RunningServer) -> None:
-    """Every connection reads into one buffer the server shares (app.web.http): a request that arrives in
+    """Every connection reads into one buffer the server shares (tls_injector.web.http): a request that arrives in
     pieces, with other connections' requests read in between, must still be answered from its own bytes."""
     def body_for(uid: str) -> bytes:
         sent = fixture("synthetic/pod-create-from-replicaset.json")

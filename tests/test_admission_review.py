@@ -13,11 +13,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.admission import BadReview, JsonPatchOp, allowed, decode_review, decoder, denied, patched, review_envelope
-from app.admission.review import review_problems
-from app.injection import pod_spec
-from app.injection.mutate import MutateRequest
 from tests.support.reviews import FIXTURES, decode, fixture
+from tls_injector.admission import (
+    BadReview,
+    JsonPatchOp,
+    allowed,
+    decode_review,
+    decoder,
+    denied,
+    patched,
+    review_envelope,
+)
+from tls_injector.admission.review import review_problems
+from tls_injector.injection import pod_spec
+from tls_injector.injection.mutate import MutateRequest
 
 API_TESTDATA = sorted(FIXTURES.glob("k8s-api-testdata*/*.json"))
 REVIEWS = [p for p in API_TESTDATA if p.name.startswith("admission.k8s.io.v1.AdmissionReview")]

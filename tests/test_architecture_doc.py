@@ -11,8 +11,8 @@ DOC = (ROOT / "docs" / "architecture.md").read_text()
 
 
 def package_paragraphs(doc: str) -> dict[str, str]:
-    """Each package's paragraph of the map, by package name: it opens with **`app.<name>`**."""
-    return dict(re.findall(r"^\*\*`app\.(\w+)`\*\*(.*?)(?=^\s*$)", doc, flags=re.MULTILINE | re.DOTALL))
+    """Each package's paragraph of the map, by package name: it opens with **`tls_injector.<name>`**."""
+    return dict(re.findall(r"^\*\*`tls_injector\.(\w+)`\*\*(.*?)(?=^\s*$)", doc, flags=re.MULTILINE | re.DOTALL))
 
 
 def unnamed(doc: str, app: Path) -> list[str]:
@@ -41,12 +41,13 @@ def test_a_module_named_only_under_another_package_is_unnamed(tmp_path: Path) ->
                  "fresh/__init__.py", "fresh/x.py", "loose.py"):
         (tmp_path / "app" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "app" / name).write_text("")
-    doc = "**`app.pkg`**: `plan.py`.\n\n**`app.other`**: `read.py`, and `app/loose.py`.\n\n"
+    doc = "**`tls_injector.pkg`**: `plan.py`.\n\n**`tls_injector.other`**: `read.py`, and `app/loose.py`.\n\n"
     assert unnamed(doc, tmp_path / "app") == ["app/fresh/", "app/pkg/read.py"]
 
 
 def test_the_layers_are_the_contracts_layers() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     (layers,) = [c["layers"] for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers"]
-    table = [re.findall(r"`(app\.\w+)`", row) for row in re.findall(r"^\| \d+ \| (.*?) \|", DOC, flags=re.MULTILINE)]
+    rows = re.findall(r"^\| \d+ \| (.*?) \|", DOC, flags=re.MULTILINE)
+    table = [re.findall(r"`(tls_injector\.\w+)`", row) for row in rows]
     assert table == [[p.strip() for p in layer.split(":")] for layer in layers]

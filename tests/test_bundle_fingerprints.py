@@ -10,14 +10,14 @@ from pathlib import Path
 import jsonpatch
 import pytest
 
-from app.cli import build_handlers
-from app.names import INJECTED_ANNOTATION
-from app.pki import fingerprint
-from app.settings import ServeSettings
-from app.web.fingerprints import BundleFingerprints
 from tests.support.certs import swap_secret_volume, write_serving_pair
 from tests.support.reviews import fixture
 from tests.support.server import running_server
+from tls_injector.cli import build_handlers
+from tls_injector.names import INJECTED_ANNOTATION
+from tls_injector.pki import fingerprint
+from tls_injector.settings import ServeSettings
+from tls_injector.web.fingerprints import BundleFingerprints
 
 
 def recorded_cas(client_post: object, review: dict[str, object]) -> list[str]:

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 import yaml
 
-from app.cli import main
 from tests.rules_matrix import (
     ENABLED_NAMESPACE_TRANSITIONS,
     EXAMPLE_RULES,
@@ -33,6 +32,7 @@ from tests.rules_matrix import (
     templated,
     workload,
 )
+from tls_injector.cli import main
 
 
 def write(path: Path, *objects: dict[str, Any]) -> Path:
@@ -132,7 +132,7 @@ def test_a_missing_file_or_a_bad_rules_file_exits_2(tmp_path: Path, capsys: pyte
 def test_the_installed_entry_point_exits_with_the_verdict(tmp_path: Path) -> None:
     before = write(tmp_path / "old.yaml", workload("Deployment", ON_X))
     after = write(tmp_path / "new.yaml", workload("Deployment", ON_Y))
-    command = [sys.executable, "-m", "app", "check", "--old", str(before), "--new", str(after)]
+    command = [sys.executable, "-m", "tls_injector", "check", "--old", str(before), "--new", str(after)]
     rejected = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
     usage = subprocess.run(command[:-2], capture_output=True, text=True, cwd=ROOT, check=False)
     assert (rejected.returncode, usage.returncode) == (1, 2)

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from app.cli import main
 from tests.rules_matrix import OFF, ON_X, ON_Y, WORKLOAD_KINDS, cronjob, workload
+from tls_injector.cli import main
 
 
 def write(path: Path, *objects: dict[str, Any]) -> str:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.cli.parser import build_parser as _parser
 from tests.support.cli import exit_of
+from tls_injector.cli.parser import build_parser as _parser
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = ["serve", "reconcile", "bootstrap", "inject", "check", "export-policy"]
@@ -128,7 +128,7 @@ def test_the_exit_codes_are_documented_in_the_readme() -> None:
         assert f"`{command}`" in section, command
 
 
-def test_the_entry_point_is_the_same_as_python_m_app() -> None:
-    result = subprocess.run([sys.executable, "-m", "app", "--version"], capture_output=True, text=True, cwd=ROOT,
-                            check=False, timeout=30)
+def test_the_entry_point_is_the_same_as_python_m_tls_injector() -> None:
+    result = subprocess.run([sys.executable, "-m", "tls_injector", "--version"], capture_output=True, text=True,
+                            cwd=ROOT, check=False, timeout=30)
     assert (result.returncode, result.stdout.strip()) == (0, f"tls-injector {metadata.version('tls-injector')}")

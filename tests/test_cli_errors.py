@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from app.cli.flags import duration
-from app.cli.parser import build_parser
-from app.settings import API_TIMEOUT_SECONDS
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, small_cluster
 from tests.support.cli import exit_of
 from tests.test_cli_serve import free_port
+from tls_injector.cli.flags import duration
+from tls_injector.cli.parser import build_parser
+from tls_injector.settings import API_TIMEOUT_SECONDS
 
 # The least each command needs to get past argparse's required arguments.
 COMMANDS = {"serve": [], "reconcile": [], "bootstrap": [], "doctor": [], "export-policy": [],

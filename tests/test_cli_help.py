@@ -8,9 +8,9 @@ import shlex
 
 import pytest
 
-from app.cli import main
-from app.cli.command import Command
-from app.cli.parser import COMMANDS, build_parser
+from tls_injector.cli import main
+from tls_injector.cli.command import Command
+from tls_injector.cli.parser import COMMANDS, build_parser
 
 DESCRIBED = ("serve", "reconcile", "inject", "check", "doctor")
 

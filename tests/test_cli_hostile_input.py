@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
+from tls_injector.cli import main
 
 # Past Python's default recursion limit (1,000: PyYAML needs several frames per level), yet quick to fail.
 DEPTH = 1_500

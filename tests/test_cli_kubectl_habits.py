@@ -20,12 +20,12 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from app.cli import flags
-from app.cli.completion import SHELLS, script
-from app.cli.parser import build_parser
 from tests.kubeapi import Emulator, running_emulator
 from tests.reconcile.cluster import OWN_NS, small_cluster
 from tests.support.cli import exit_of
+from tls_injector.cli import flags
+from tls_injector.cli.completion import SHELLS, script
+from tls_injector.cli.parser import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 # The commands that call the Kubernetes API, and those that never do.
@@ -255,7 +255,7 @@ def test_the_profile_flags_take_the_same_durations_as_the_timeouts(capsys: pytes
     args = build_parser().parse_args(["status", "--timeout", "1.5h", "--default-duration", "2159.5h",
                                       "--max-duration", "8759.5h"])
     assert args.timeout == 5400.0
-    from app.cli.cluster import profile_bounds
+    from tls_injector.cli.cluster import profile_bounds
 
     bounds = profile_bounds(args)
     assert bounds.default_duration.total_seconds() == 2159.5 * 3600

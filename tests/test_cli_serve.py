@@ -17,9 +17,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.cli import main
 from tests.rules_matrix import workload
 from tests.support.reviews import fixture, review
+from tls_injector.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,7 +34,7 @@ def free_port() -> int:
 @contextmanager
 def serve_process(tmp_path: Path, *extra: str) -> Iterator[tuple[subprocess.Popen[str], str, Path]]:
     port = free_port()
-    argv = [sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port", str(port),
+    argv = [sys.executable, "-m", "tls_injector", "serve", "--host", "127.0.0.1", "--port", str(port),
             "--self-signed-dir", str(tmp_path / "ss"), *extra]
     process = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -20,13 +20,13 @@ import orjson
 import pytest
 import yaml
 
-from app.pki import load_certificates
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, data, deployment, namespace, reconciler, small_cluster
 from tests.reconcile.test_leader import _wait_for, running_loop
 from tests.support.certs import ServingFiles, write_serving_pair
 from tests.support.cli import exit_of
 from tests.support.partition import partition
+from tls_injector.pki import load_certificates
 
 ROOT = Path(__file__).resolve().parents[1]
 FORCE = "tls-injector.io/force-renew"
@@ -267,9 +267,9 @@ def test_insecure_skip_tls_verify_is_one_line_on_stderr_not_a_warning_per_reques
     with tls_front(kubeapi.url, tmp_path / "tls") as front:
         config = insecure_kubeconfig(tmp_path / "config", front.url)
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHONWARNINGS")}
-        done = subprocess.run([sys.executable, "-m", "app", *argv, "--kubeconfig", str(config), "--namespace", OWN_NS,
-                               "--cluster-domain", "cluster.local"], capture_output=True, text=True, timeout=120,
-                              cwd=ROOT, env=env, check=False)
+        done = subprocess.run([sys.executable, "-m", "tls_injector", *argv, "--kubeconfig", str(config),
+                               "--namespace", OWN_NS, "--cluster-domain", "cluster.local"],
+                              capture_output=True, text=True, timeout=120, cwd=ROOT, env=env, check=False)
     assert kubeapi.calls() > 3  # the command did read the cluster, through the TLS front
     command = argv[0]
     assert done.stderr.splitlines() == [

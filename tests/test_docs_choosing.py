@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from app import names
-from app.pki import LEAF_LOOKAHEAD, LEAF_VALIDITY
+from tls_injector import names
+from tls_injector.pki import LEAF_LOOKAHEAD, LEAF_VALIDITY
 
 ROOT = Path(__file__).resolve().parent.parent
 CHOOSING = ROOT / "docs" / "choosing.md"

@@ -22,13 +22,13 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from app import names
-from app.pki.names import dns_names_for_services, peer_dns_names
-from app.reconcile import status as conditions
-from app.reconcile.metrics import ExpiryGauge, ReconcileMetrics
-from app.web.metrics import ServerMetrics
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import Clock, deployment, reconciler, small_cluster
+from tls_injector import names
+from tls_injector.pki.names import dns_names_for_services, peer_dns_names
+from tls_injector.reconcile import status as conditions
+from tls_injector.reconcile.metrics import ExpiryGauge, ReconcileMetrics
+from tls_injector.web.metrics import ServerMetrics
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

@@ -11,17 +11,17 @@ from datetime import datetime
 import orjson
 import pytest
 
-from app.admission import MAX_ECHO_CHARS, BadReview, clip, shown
-from app.cli import build_handlers
-from app.injection import InjectionOptions
-from app.injection.choices import InjectionRefused
-from app.injection.plan import MAX_CONTAINERS, plan_pod
-from app.logs import MAX_TRACEBACK_CHARS, AccessLog, JsonFormatter
-from app.settings import ServeSettings
-from app.web.endpoints import _fields
 from tests.rules_matrix import workload
 from tests.support.reviews import decode, review
 from tests.support.server import RunningServer, running_server
+from tls_injector.admission import MAX_ECHO_CHARS, BadReview, clip, shown
+from tls_injector.cli import build_handlers
+from tls_injector.injection import InjectionOptions
+from tls_injector.injection.choices import InjectionRefused
+from tls_injector.injection.plan import MAX_CONTAINERS, plan_pod
+from tls_injector.logs import MAX_TRACEBACK_CHARS, AccessLog, JsonFormatter
+from tls_injector.settings import ServeSettings
+from tls_injector.web.endpoints import _fields
 
 MEGA = "k" * 1_000_000
 INJECT = "tls-injector.io/inject"

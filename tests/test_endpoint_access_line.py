@@ -10,11 +10,11 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
-from app.admission import Envelope, allowed, decode_review, decoder, envelope_route
-from app.logs import AccessLog
-from app.web.endpoints import AdmissionEndpoint, _fields
-from app.web.metrics import ServerMetrics
 from tests.support.reviews import review
+from tls_injector.admission import Envelope, allowed, decode_review, decoder, envelope_route
+from tls_injector.logs import AccessLog
+from tls_injector.web.endpoints import AdmissionEndpoint, _fields
+from tls_injector.web.metrics import ServerMetrics
 
 
 @pytest.fixture

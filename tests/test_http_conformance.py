@@ -22,10 +22,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from app.web.selfsigned import write_self_signed
 from tests.support.process import free_port
 from tests.support.reviews import fixture
 from tests.support.server import running_server
+from tls_injector.web.selfsigned import write_self_signed
 
 GO_REFERENCE = os.environ.get("TLS_INJECTOR_GO_REFERENCE", "")
 HOST = b"Host: localhost\r\n"

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.settings import Limits
-from app.web.http import ConnectionSet, HttpConnection, Routes
-from app.web.metrics import ServerMetrics
+from tls_injector.settings import Limits
+from tls_injector.web.http import ConnectionSet, HttpConnection, Routes
+from tls_injector.web.metrics import ServerMetrics
 
 # Small limits, so that generated heads break each of them often.
 LIMITS = Limits(max_head_bytes=160, max_headers=6, max_body_bytes=7 * 1024 * 1024)

@@ -13,11 +13,11 @@ import jsonpatch
 import pytest
 import yaml
 
-from app.cli import main
-from app.injection import InjectionOptions, make_mutate_handler
-from app.names import INJECTED_ANNOTATION, SECRET_NAME_ANNOTATION
 from tests.support.kube_schema import schema_errors
 from tests.support.reviews import answer, review
+from tls_injector.cli import main
+from tls_injector.injection import InjectionOptions, make_mutate_handler
+from tls_injector.names import INJECTED_ANNOTATION, SECRET_NAME_ANNOTATION
 
 LABELS = 'labels: {app: web, tls-injector.io/inject: "true"}'
 SERVICE = """# the Service stays exactly as written, comments included

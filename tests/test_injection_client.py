@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 import yaml
 
-from app.cli import main
-from app.injection import InjectionOptions, InjectionRefused, plan_pod
-from app.names import CERT_PATH_ANNOTATION, CONTAINERS_ANNOTATION, MODE_ANNOTATION
-from app.offline.inject import inject_manifests
 from tests.test_injection_plan import inject, make_pod, record
+from tls_injector.cli import main
+from tls_injector.injection import InjectionOptions, InjectionRefused, plan_pod
+from tls_injector.names import CERT_PATH_ANNOTATION, CONTAINERS_ANNOTATION, MODE_ANNOTATION
+from tls_injector.offline.inject import inject_manifests
 
 CLIENT = "tls-injector.io/client-certificate"
 CLIENT_MOUNT = {"name": "tls-injector-client", "mountPath": "/etc/tls-injector/client", "readOnly": True}

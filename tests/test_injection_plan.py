@@ -10,7 +10,8 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from app.injection import (
+from tests.support.kube_schema import schema_errors
+from tls_injector.injection import (
     InjectionOptions,
     InjectionRefused,
     Plan,
@@ -19,7 +20,7 @@ from app.injection import (
     pointer,
     template_workload,
 )
-from app.names import (
+from tls_injector.names import (
     CERT_PATH_ANNOTATION,
     CLIENT_CERT_ANNOTATION,
     CONTAINERS_ANNOTATION,
@@ -31,7 +32,6 @@ from app.names import (
     SECRET_NAME_ANNOTATION,
     TRUST_PATH_ANNOTATION,
 )
-from tests.support.kube_schema import schema_errors
 
 OPTIONS = InjectionOptions()
 CERT = {"name": "tls-injector-cert", "mountPath": "/etc/tls-injector/certs", "readOnly": True}

@@ -17,9 +17,10 @@ import jsonpatch
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from app.injection import InjectionOptions, InjectionRefused, Plan, patch_ops, plan_pod
-from app.injection.plan import _normpath
-from app.names import (
+from tests.support.kube_schema import schema_errors
+from tls_injector.injection import InjectionOptions, InjectionRefused, Plan, patch_ops, plan_pod
+from tls_injector.injection.plan import _normpath
+from tls_injector.names import (
     CERT_PATH_ANNOTATION,
     CONTAINERS_ANNOTATION,
     ENV_ANNOTATION,
@@ -28,7 +29,6 @@ from app.names import (
     TLS_ENV_VARS,
     TRUST_PATH_ANNOTATION,
 )
-from tests.support.kube_schema import schema_errors
 
 OPTIONS = InjectionOptions()
 # derandomize: the same 2,000 pods on every run, so a failure in CI reproduces on a laptop; the suite's

@@ -14,9 +14,9 @@ import jsonpatch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.injection import InjectionOptions, InjectionRefused, Plan, patch_ops, plan_pod
 from tests.support.reviews import fixture
 from tests.support.shapes import DELETE, damage, paths
+from tls_injector.injection import InjectionOptions, InjectionRefused, Plan, patch_ops, plan_pod
 
 OPTIONS = InjectionOptions()
 BASES: list[dict[str, Any]] = [

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.admission import JsonPatchOp
-from app.injection import cronjob_pins, pod_workload, template_workload
-from app.injection.jobs import job_pin_ops
-from app.injection.mutate import PodObject
-from app.injection.workload import pod_secret_name
 from tests.support.shapes import DELETE, damage, paths
+from tls_injector.admission import JsonPatchOp
+from tls_injector.injection import cronjob_pins, pod_workload, template_workload
+from tls_injector.injection.jobs import job_pin_ops
+from tls_injector.injection.mutate import PodObject
+from tls_injector.injection.workload import pod_secret_name
 
 SECRET = "tls-injector.io/secret-name"
 SERVICES = "tls-injector.io/service-names"

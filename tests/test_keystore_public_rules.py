@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
-from app.cli import main
-from app.injection import InjectionOptions
-from app.injection.preview import what_pods_get
+from tls_injector.cli import main
+from tls_injector.injection import InjectionOptions
+from tls_injector.injection.preview import what_pods_get
 
 KEYSTORE, PASSWORD = "tls-injector.io/keystore", "tls-injector.io/keystore-password-secret"
 PUBLIC = "tls-injector.io/public-roots"

@@ -8,9 +8,9 @@ import socket
 import kubernetes.client
 import pytest
 
-from app.kube import CONFIG_MAPS, AlreadyExists, Conflict, KubeApi, NotFound, Unavailable
-from app.kube.bounded import Deadline
 from tests.kubeapi import Emulator
+from tls_injector.kube import CONFIG_MAPS, AlreadyExists, Conflict, KubeApi, NotFound, Unavailable
+from tls_injector.kube.bounded import Deadline
 
 # Any text a ConfigMap may hold: non-ASCII, quotes, backslashes, control characters; ~0.5 MiB (a
 # ConfigMap holds up to 1 MiB).

@@ -7,10 +7,10 @@ import threading
 import time
 from typing import Any
 
-from app.kube import CONFIG_MAPS, KubeApi
-from app.kube.api import WatchEvent
-from app.kube.informer import Informer, Key
 from tests.kubeapi import Emulator
+from tls_injector.kube import CONFIG_MAPS, KubeApi
+from tls_injector.kube.api import WatchEvent
+from tls_injector.kube.informer import Informer, Key
 
 Obj = dict[str, Any]
 

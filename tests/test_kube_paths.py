@@ -15,8 +15,16 @@ from typing import Any
 
 import pytest
 
-from app.kube import IllegalName, KubeApi, KubeError, Resource, api, cluster_trust_bundles, pod_certificate_requests
-from app.kubenames import (
+from tls_injector.kube import (
+    IllegalName,
+    KubeApi,
+    KubeError,
+    Resource,
+    api,
+    cluster_trust_bundles,
+    pod_certificate_requests,
+)
+from tls_injector.kubenames import (
     MAX_LABEL,
     MAX_SUBDOMAIN,
     label_problem,

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from app.pki import make_ca
 from tests.kubeapi import Emulator, running_emulator
 from tests.support.kubelet import Kubelet, Unresolvable
+from tls_injector.pki import make_ca
 
 NS = "shop"
 SIGNER = "example.com/serving"

@@ -20,9 +20,10 @@ def _contracts() -> list[dict[str, Any]]:
 
 
 def _top_level_modules() -> set[str]:
-    """app's packages and modules, `app.x` for app/x/ and app/x.py (app/__init__.py is the root itself)."""
-    packages = {f"app.{p.name}" for p in APP.iterdir() if (p / "__init__.py").is_file()}
-    modules = {f"app.{p.stem}" for p in APP.glob("*.py") if p.stem != "__init__"}
+    """app's packages and modules by their import names, `tls_injector.x` for app/x/ and app/x.py (app/__init__.py
+    is the root itself)."""
+    packages = {f"tls_injector.{p.name}" for p in APP.iterdir() if (p / "__init__.py").is_file()}
+    modules = {f"tls_injector.{p.stem}" for p in APP.glob("*.py") if p.stem != "__init__"}
     return packages | modules
 
 
@@ -37,7 +38,7 @@ def test_every_module_of_app_sits_in_a_layer() -> None:
 
 
 def test_each_only_x_contract_covers_every_module_but_x() -> None:
-    everything = _top_level_modules() - {"app.__main__"}  # one line: it runs app.cli.main
+    everything = _top_level_modules() - {"tls_injector.__main__"}  # one line: it runs tls_injector.cli.main
     for contract in _contracts():
         if contract["type"] == "forbidden" and contract["name"].startswith("Only "):
             owner = contract["name"].split()[1]
@@ -52,11 +53,12 @@ def _third_party_imports(paths: list[Path]) -> set[str]:
                 found |= {alias.name.split(".")[0] for alias in node.names}
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 found.add(node.module.split(".")[0])
-    return {name for name in found if name not in sys.stdlib_module_names and name not in ("app", "__future__")}
+    ours = ("tls_injector", "__future__")
+    return {name for name in found if name not in sys.stdlib_module_names and name not in ours}
 
 
 def test_the_http_contract_names_exactly_the_libraries_only_app_web_imports() -> None:
-    [contract] = [c for c in _contracts() if c["name"].startswith("Only app.web ")]
+    [contract] = [c for c in _contracts() if c["name"].startswith("Only tls_injector.web ")]
     web = _third_party_imports(sorted((APP / "web").rglob("*.py")))
     elsewhere = _third_party_imports([p for p in APP.rglob("*.py") if (APP / "web") not in p.parents])
     assert {"httptools", "uvloop"} <= web - elsewhere

@@ -10,7 +10,7 @@ from typing import Any, TextIO
 
 import pytest
 
-from app.logs import BATCH_BYTES, AccessBatch, AccessLog, JsonFormatter, LogHandler
+from tls_injector.logs import BATCH_BYTES, AccessBatch, AccessLog, JsonFormatter, LogHandler
 
 
 @pytest.fixture

@@ -11,13 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app import names
-from app.admission import AdmissionResponse, JsonPatchOp, allowed, denied
-from app.injection import InjectionOptions, make_mutate_handler
-from app.injection.answers import TOKEN_PLACEHOLDER, Answer, Answers, shape_key, shareable
 from tests.support.reviews import answer, review
 from tests.support.workloads import build
 from tests.test_naming_chain import NAMESPACE, Cluster, admit_job, shapes
+from tls_injector import names
+from tls_injector.admission import AdmissionResponse, JsonPatchOp, allowed, denied
+from tls_injector.injection import InjectionOptions, make_mutate_handler
+from tls_injector.injection.answers import TOKEN_PLACEHOLDER, Answer, Answers, shape_key, shareable
 
 OPTIONS = InjectionOptions()
 

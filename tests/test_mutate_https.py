@@ -13,13 +13,13 @@ import httpx
 import jsonpatch
 import pytest
 
-from app.cli import build_handlers
-from app.injection import InjectionOptions, make_mutate_handler
-from app.names import INJECTED_ANNOTATION, SECRET_NAME_ANNOTATION
-from app.settings import ServeSettings
 from tests.support.kube_schema import schema_errors
 from tests.support.reviews import answer, fixture, review
 from tests.support.server import running_server
+from tls_injector.cli import build_handlers
+from tls_injector.injection import InjectionOptions, make_mutate_handler
+from tls_injector.names import INJECTED_ANNOTATION, SECRET_NAME_ANNOTATION
+from tls_injector.settings import ServeSettings
 
 FINGERPRINTS = ["9f86d081884c7d65", "2c26b46b68ffc68f"]
 CERT_MOUNT = {"name": "tls-injector-cert", "mountPath": "/etc/tls-injector/certs", "readOnly": True}

@@ -17,16 +17,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app import names
-from app.injection import InjectionOptions, make_mutate_handler
-from app.injection.answers import Answers
-from app.web.endpoints import AdmissionEndpoint
-from app.web.metrics import ServerMetrics
 from tests.support.broken import broken, each_place_changed, nested, recursion_limit
 from tests.support.reviews import fixture, review
 from tests.support.workloads import build
 from tests.test_mutate_answers import TOKEN_PATH, replica, token_suffix
 from tests.test_naming_chain import NAMESPACE, Cluster, admit_job, shapes
+from tls_injector import names
+from tls_injector.injection import InjectionOptions, make_mutate_handler
+from tls_injector.injection.answers import Answers
+from tls_injector.web.endpoints import AdmissionEndpoint
+from tls_injector.web.metrics import ServerMetrics
 
 JSON = b"application/json"
 FINGERPRINTS = ("9f86d081884c7d65",)
@@ -203,7 +203,7 @@ def test_a_bug_in_the_plan_is_a_500_with_the_uid(caplog: pytest.LogCaptureFixtur
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("hunter2")
 
-    monkeypatch.setattr("app.injection.mutate.plan_injection", broken)
+    monkeypatch.setattr("tls_injector.injection.mutate.plan_injection", broken)
     endpoint = AdmissionEndpoint(name="mutate", route=make_mutate_handler(InjectionOptions()), metrics=ServerMetrics())
     status, body, _ = endpoint.answer(b"POST", JSON, orjson.dumps(GOOD))
     assert status == 500
@@ -261,7 +261,7 @@ def test_a_token_name_written_with_escapes_keeps_the_pods_apart() -> None:
 
 def test_a_value_nested_deep_where_a_name_belongs_is_a_400_at_every_depth() -> None:
     """A mount whose name is an array nested near the recursion limit, at the certificate's path: the
-    edge's typed decode (a mount's name is a string, app.injection.podspec) refuses it, with the path of
+    edge's typed decode (a mount's name is a string, tls_injector.injection.podspec) refuses it, with the path of
     the field while the nesting is within what it takes and as nested too deeply past it; never a 500."""
     limit = sys.getrecursionlimit()
     for depth in (1, limit - 300, limit - 200, *range(limit - 30, limit + 3)):

@@ -14,18 +14,18 @@ from typing import Any
 import httpx
 import pytest
 
-from app.cli import build_handlers
-from app.cli.parser import build_parser as _parser
-from app.cli.serve_cluster import webhook_pod_certificates as _webhook_pod_certificates
-from app.names import INJECTED_ANNOTATION, MODE_ANNOTATION, SIGNER_NAME
-from app.pki import load_certificates, verify_server
-from app.settings import ServeSettings
 from tests.kubeapi import running_emulator
 from tests.reconcile.cluster import OWN_NS, Clock, namespace, reconciler
 from tests.support.kubelet import NODE, Kubelet, controller_defaults
 from tests.support.reviews import fixture
 from tests.support.server import running_server
 from tests.test_mutate_https import again, applied, post
+from tls_injector.cli import build_handlers
+from tls_injector.cli.parser import build_parser as _parser
+from tls_injector.cli.serve_cluster import webhook_pod_certificates as _webhook_pod_certificates
+from tls_injector.names import INJECTED_ANNOTATION, MODE_ANNOTATION, SIGNER_NAME
+from tls_injector.pki import load_certificates, verify_server
+from tls_injector.settings import ServeSettings
 
 PROJECTED_CERT = {"name": "tls-injector-cert", "projected": {"sources": [
     {"podCertificate": {"signerName": SIGNER_NAME, "keyType": "ECDSAP256",

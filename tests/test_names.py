@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app import names
+from tls_injector import names
 
 ROOT = Path(__file__).resolve().parents[1]
 HOME = ROOT / "app" / "names.py"

@@ -16,12 +16,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.injection import InjectionOptions, make_mutate_handler, template_of
-from app.offline.inject import inject_manifests
-from app.reconcile.discover import discover
 from tests.support.kube_schema import schema_errors
 from tests.support.reviews import answer, review
 from tests.support.workloads import INJECT, KINDS, SECRET, SERVICES, Obj, Shape, build, manifest, stored_name
+from tls_injector.injection import InjectionOptions, make_mutate_handler, template_of
+from tls_injector.offline.inject import inject_manifests
+from tls_injector.reconcile.discover import discover
 
 NAMESPACE = "shop"
 OPTIONS = InjectionOptions()

@@ -1,4 +1,4 @@
-"""The operator port (app.web.operator): FastAPI on uvicorn in a thread of its own, its connections capped.
+"""The operator port (tls_injector.web.operator): FastAPI on uvicorn in a thread of its own, its connections capped.
 
 A flood of slow clients costs sockets, never threads, and never more sockets than the cap; a probe that
 sends its request at once is answered throughout.
@@ -15,8 +15,8 @@ import httpx
 import orjson
 import pytest
 
-from app.web.health import JSON, Probes, listen, plain_routes
-from app.web.operator import OperatorPort, PortLimits, create_app
+from tls_injector.web.health import JSON, Probes, listen, plain_routes
+from tls_injector.web.operator import OperatorPort, PortLimits, create_app
 
 LIMITS = PortLimits(max_connections=16, request_seconds=0.5, answer_seconds=5.0)
 

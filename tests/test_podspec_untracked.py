@@ -8,7 +8,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from app.injection.podspec import EnvVar, Volume, VolumeMount, pod_spec
+from tls_injector.injection.podspec import EnvVar, Volume, VolumeMount, pod_spec
 
 LEAVES = (Volume, VolumeMount, EnvVar)
 

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from app import names
-from app.cli import admission_handlers
-from app.injection import InjectionOptions
-from app.injection.preview import what_pods_get
-from app.injection.profile import ProfileBounds
-from app.settings import ServeSettings
 from tests.support.reviews import review
+from tls_injector import names
+from tls_injector.cli import admission_handlers
+from tls_injector.injection import InjectionOptions
+from tls_injector.injection.preview import what_pods_get
+from tls_injector.injection.profile import ProfileBounds
+from tls_injector.settings import ServeSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 NARROW = ProfileBounds(allowed_key_algorithms=("ecdsa-p256", "rsa-3072"))
@@ -78,13 +78,13 @@ def test_inject_warns_of_a_refused_profile_under_the_bounds_it_is_given(tmp_path
     manifest = tmp_path / "billing.json"
     manifest.write_text(json.dumps(_deployment({names.KEY_ALGORITHM_ANNOTATION: "rsa-2048",
                                                 names.DURATION_ANNOTATION: "10000000h"})))
-    narrow = subprocess.run([sys.executable, "-m", "app", "inject", "-f", str(manifest),
+    narrow = subprocess.run([sys.executable, "-m", "tls_injector", "inject", "-f", str(manifest),
                              "--allowed-key-algorithms=ecdsa-p256,rsa-3072"],
                             cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert narrow.returncode == 0, narrow.stderr
     assert "tls-injector.io/key-algorithm 'rsa-2048' refused" in narrow.stderr
     assert "tls-injector.io/duration '10000000h' refused" in narrow.stderr
-    contradictory = subprocess.run([sys.executable, "-m", "app", "inject", "-f", str(manifest),
+    contradictory = subprocess.run([sys.executable, "-m", "tls_injector", "inject", "-f", str(manifest),
                                     "--min-duration=100h", "--default-duration=50h"],
                                    cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert contradictory.returncode == 2
@@ -96,7 +96,7 @@ def test_check_says_a_changed_profile_the_reconciler_will_refuse(tmp_path: Path)
     old, new = tmp_path / "old.json", tmp_path / "new.json"
     old.write_text(json.dumps(_deployment({})))
     new.write_text(json.dumps(_deployment({names.KEY_ALGORITHM_ANNOTATION: "rsa-2048"})))
-    done = subprocess.run([sys.executable, "-m", "app", "check", "--old", str(old), "--new", str(new),
+    done = subprocess.run([sys.executable, "-m", "tls_injector", "check", "--old", str(old), "--new", str(new),
                            "--allowed-key-algorithms=ecdsa-p256,rsa-3072"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stdout + done.stderr  # allowed: no /validate rule on profiles (injection.md)

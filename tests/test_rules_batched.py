@@ -16,13 +16,6 @@ from typing import Any
 
 import pytest
 
-from app.admission import GroupVersionKind
-from app.offline.rulesfile import default_rule_set
-from app.rules import RuleSet, build_rule_set, judge
-from app.rules.cel import Environment
-from app.rules.judge import MAX_SELF_DEPTH, Verdict
-from app.rules.memo import MEMO_ENTRIES, MEMO_KEY_BYTES, Memo
-from app.rules.model import RULE_VARIABLES, SCOPE_ENABLED_NAMESPACES, SCOPE_OTHER_NAMESPACES
 from bench.payloads import deployment_update_review
 from tests.cel_semantics import (
     ERROR,
@@ -41,6 +34,13 @@ from tests.cel_semantics import (
     view,
 )
 from tests.rules_matrix import cronjob, namespace
+from tls_injector.admission import GroupVersionKind
+from tls_injector.offline.rulesfile import default_rule_set
+from tls_injector.rules import RuleSet, build_rule_set, judge
+from tls_injector.rules.cel import Environment
+from tls_injector.rules.judge import MAX_SELF_DEPTH, Verdict
+from tls_injector.rules.memo import MEMO_ENTRIES, MEMO_KEY_BYTES, Memo
+from tls_injector.rules.model import RULE_VARIABLES, SCOPE_ENABLED_NAMESPACES, SCOPE_OTHER_NAMESPACES
 
 INJECT, SECRET, MODE = "tls-injector.io/inject", "tls-injector.io/secret-name", "tls-injector.io/mode"
 CLIENT = "tls-injector.io/client-certificate"

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from app.admission import GroupVersionKind
-from app.names import TLS_CHANGE_ANNOTATION
-from app.offline.rulesfile import load_rule_set
-from app.rules import RulesError, build_rule_set, judge, validating_admission_policies
-from app.rules.export import EXCEPTION_GRANTED
-from app.rules.judge import EXCEPTION_TAKEN
+from tls_injector.admission import GroupVersionKind
+from tls_injector.names import TLS_CHANGE_ANNOTATION
+from tls_injector.offline.rulesfile import load_rule_set
+from tls_injector.rules import RulesError, build_rule_set, judge, validating_admission_policies
+from tls_injector.rules.export import EXCEPTION_GRANTED
+from tls_injector.rules.judge import EXCEPTION_TAKEN
 
 DEPLOYMENT = GroupVersionKind(group="apps", version="v1", kind="Deployment")
 CRONJOB = GroupVersionKind(group="batch", version="v1", kind="CronJob")
@@ -195,7 +195,7 @@ def test_the_exported_policy_and_the_webhook_agree_on_exceptions(case: tuple[Any
 def test_check_says_how_to_ask_and_judges_as_a_webhook_with_exceptions_would(
     tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from app.cli import main
+    from tls_injector.cli import main
 
     def manifest(metadata: dict[str, Any]) -> dict[str, Any]:
         return {**as_object(DEPLOYMENT, metadata)}

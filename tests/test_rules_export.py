@@ -14,11 +14,6 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from app.cli import main
-from app.offline.rulesfile import load_rule_set
-from app.rules import SCOPE_ENABLED_NAMESPACES, export_documents, make_validate_handler
-from app.rules.cel import Environment, EvalError, to_cel
-from app.rules.export import EXCEPTION_GRANTED, guess_resource
 from tests.rules_matrix import (
     ENABLED_NAMESPACE_TRANSITIONS,
     EXAMPLE_CRD,
@@ -37,6 +32,11 @@ from tests.rules_matrix import (
 )
 from tests.shipping.test_webhooks import matches
 from tests.support.reviews import answer, review
+from tls_injector.cli import main
+from tls_injector.offline.rulesfile import load_rule_set
+from tls_injector.rules import SCOPE_ENABLED_NAMESPACES, export_documents, make_validate_handler
+from tls_injector.rules.cel import Environment, EvalError, to_cel
+from tls_injector.rules.export import EXCEPTION_GRANTED, guess_resource
 
 RULES = load_rule_set(EXAMPLE_RULES)
 VALIDATE = make_validate_handler(RULES)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
-from app.offline.rulesfile import RulesFileError, default_rule_set, load_rule_set, parse_rules_text
 from tests.rules_matrix import EXAMPLE_RULES
+from tls_injector.cli import main
+from tls_injector.offline.rulesfile import RulesFileError, default_rule_set, load_rule_set, parse_rules_text
 
 GOOD_RULE = """\
   - name: keep-tls

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from app.admission import GroupVersionKind
-from app.offline.rulesfile import load_rule_set
-from app.rules import RuleSet, build_rule_set, judge
 from tests.rules_matrix import EXAMPLE_RULES, FIX, NAMESPACE_FIX, SIDECAR_MATRIX, sei_node
+from tls_injector.admission import GroupVersionKind
+from tls_injector.offline.rulesfile import load_rule_set
+from tls_injector.rules import RuleSet, build_rule_set, judge
 
 SEI = GroupVersionKind(group="example.com", version="v1", kind="SeiNode")
 RULES = load_rule_set(EXAMPLE_RULES)

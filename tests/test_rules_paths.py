@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.rules.cel import Environment
-from app.rules.paths import MISSING, BadPath, cel_value_or_empty, format_path, get_path, parse_path
+from tls_injector.rules.cel import Environment
+from tls_injector.rules.paths import MISSING, BadPath, cel_value_or_empty, format_path, get_path, parse_path
 
 
 @pytest.mark.parametrize(

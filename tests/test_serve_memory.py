@@ -16,7 +16,7 @@ import pytest
 
 PROBE = """
 import ctypes, sys
-from app.web.server import fix_malloc_thresholds
+from tls_injector.web.server import fix_malloc_thresholds
 fixed = fix_malloc_thresholds() if sys.argv[1] == "fix" else False
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p
@@ -62,7 +62,7 @@ def test_a_threshold_the_operator_set_in_the_environment_is_left_alone() -> None
 
 
 def test_the_heap_is_trimmed_after_connections_closed_at_most_every_few_seconds() -> None:
-    from app.web.server import HeapTrim
+    from tls_injector.web.server import HeapTrim
 
     heap = HeapTrim(every=5.0)
     calls: list[int] = []
@@ -78,7 +78,7 @@ def test_the_heap_is_trimmed_after_connections_closed_at_most_every_few_seconds(
 
 @needs_glibc
 def test_on_glibc_the_trim_is_the_c_librarys() -> None:
-    from app.web.server import HeapTrim
+    from tls_injector.web.server import HeapTrim
 
     assert HeapTrim()._trim is not None
 
@@ -111,9 +111,9 @@ def test_a_closed_connection_is_freed_at_once_not_at_the_next_garbage_collection
     import gc
     import weakref
 
-    from app.settings import Limits
-    from app.web.http import ConnectionSet, HttpConnection, Routes
-    from app.web.metrics import ServerMetrics
+    from tls_injector.settings import Limits
+    from tls_injector.web.http import ConnectionSet, HttpConnection, Routes
+    from tls_injector.web.metrics import ServerMetrics
 
     connections = ConnectionSet(Limits(), ServerMetrics())
     connection = HttpConnection(connections, Routes(admission={}, plain={}))

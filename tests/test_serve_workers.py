@@ -109,7 +109,7 @@ def wait_for(condition: object, seconds: float = 15) -> None:
 def pool(tmp_path: Path) -> Iterator[Pool]:
     files = write_serving_pair(tmp_path / "certs")
     port, probe_port = free_port(), free_port()
-    argv = [sys.executable, "-m", "app", "serve", "--workers", "2", "--no-reconciler", "--host", "127.0.0.1",
+    argv = [sys.executable, "-m", "tls_injector", "serve", "--workers", "2", "--no-reconciler", "--host", "127.0.0.1",
             "--port", str(port), "--probe-port", str(probe_port), "--drain-seconds", str(DRAIN_SECONDS),
             "--tls-cert-file", str(files.cert_file), "--tls-private-key-file", str(files.key_file)]
     stderr_file = tmp_path / "pool.stderr"
@@ -200,8 +200,8 @@ def test_sigterm_finishes_requests_in_flight_in_every_worker_and_exits_zero(pool
 
 def _serve(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     files = write_serving_pair(tmp_path / "certs")
-    argv = [sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--tls-cert-file", str(files.cert_file),
-            "--tls-private-key-file", str(files.key_file), *extra]
+    argv = [sys.executable, "-m", "tls_injector", "serve", "--host", "127.0.0.1", "--tls-cert-file",
+            str(files.cert_file), "--tls-private-key-file", str(files.key_file), *extra]
     return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=30, check=False)
 
 

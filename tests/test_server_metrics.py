@@ -1,4 +1,4 @@
-"""ServerMetrics.observe changes prometheus_client's values directly (app.web.metrics): it must leave
+"""ServerMetrics.observe changes prometheus_client's values directly (tls_injector.web.metrics): it must leave
 exactly what Counter.inc and Histogram.observe would, in one process and in a worker's shared files."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from app.web.metrics import ENDPOINTS, LATENCY_BUCKETS, OUTCOMES, ServerMetrics
+from tls_injector.web.metrics import ENDPOINTS, LATENCY_BUCKETS, OUTCOMES, ServerMetrics
 
 # Every bucket's bound itself (a value on a bound falls in that bucket), just above and below each, zero,
 # and past the last bound (+Inf).
@@ -35,7 +35,7 @@ def test_observe_leaves_what_counter_inc_and_histogram_observe_leave() -> None:
 RENDER_IN_A_WORKER = """
 import sys
 from pathlib import Path
-from app.web.metrics import ServerMetrics, render_shared
+from tls_injector.web.metrics import ServerMetrics, render_shared
 from tests.test_server_metrics import CALLS
 metrics = ServerMetrics()
 assert metrics.shared_dir is not None

@@ -16,9 +16,6 @@ import httpx
 import pytest
 import yaml
 
-from app.cli import admission_handlers
-from app.names import CLIENT_CERT_ANNOTATION, MODE_ANNOTATION, MODE_POD_CERTIFICATE
-from app.settings import ServeSettings
 from tests.rules_matrix import (
     FIX,
     OFF,
@@ -39,6 +36,9 @@ from tests.support.reviews import review
 from tests.support.server import RunningServer, running_server
 from tests.test_rules_export import exported
 from tests.test_validate_https import post
+from tls_injector.cli import admission_handlers
+from tls_injector.names import CLIENT_CERT_ANNOTATION, MODE_ANNOTATION, MODE_POD_CERTIFICATE
+from tls_injector.settings import ServeSettings
 
 CLIENT_WARNING = "pick up their client certificate"
 # (TLS state, client-certificate annotation or None) of a pod template.
@@ -196,7 +196,7 @@ def test_check_refuses_a_client_certificate_disable_or_swap_as_a_command(
         tmp_path: Path, old: ClientState, new: ClientState, status: int) -> None:
     before = _write(tmp_path / "old.yaml", with_client("Deployment", old))
     after = _write(tmp_path / "new.yaml", with_client("Deployment", new))
-    done = subprocess.run([sys.executable, "-m", "app", "check", "--old", str(before), "--new", str(after)],
+    done = subprocess.run([sys.executable, "-m", "tls_injector", "check", "--old", str(before), "--new", str(after)],
                           capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
     assert done.returncode == status, done.stdout + done.stderr
     if status:
@@ -210,7 +210,7 @@ def test_check_judges_a_client_certificate_disable_in_an_enabled_namespace_by_th
         tmp_path: Path) -> None:
     before = _write(tmp_path / "old.yaml", with_client("CronJob", (OFF, "true")))
     after = _write(tmp_path / "new.yaml", with_client("CronJob", (OFF, None)))
-    argv = [sys.executable, "-m", "app", "check", "--old", str(before), "--new", str(after)]
+    argv = [sys.executable, "-m", "tls_injector", "check", "--old", str(before), "--new", str(after)]
     plain = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
     assert plain.returncode == 0, plain.stdout + plain.stderr  # TLS was off there: nothing was issued
     enabled = subprocess.run([*argv, "--namespace-enabled", "shop"], capture_output=True, text=True, cwd=ROOT,

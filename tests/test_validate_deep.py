@@ -10,11 +10,11 @@ import httpx
 import orjson
 import pytest
 
-from app.cli import build_handlers
-from app.rules.judge import MAX_SELF_DEPTH, MAX_SELF_VALUES, measure, nesting_depth
-from app.settings import ServeSettings
 from tests.support.reviews import answer, review
 from tests.support.server import RunningServer, running_server
+from tls_injector.cli import build_handlers
+from tls_injector.rules.judge import MAX_SELF_DEPTH, MAX_SELF_VALUES, measure, nesting_depth
+from tls_injector.settings import ServeSettings
 
 INJECT = "tls-injector.io/inject"
 

@@ -8,9 +8,6 @@ from typing import Any
 import httpx
 import pytest
 
-from app.cli import admission_handlers
-from app.names import MODE_ANNOTATION, MODE_POD_CERTIFICATE
-from app.settings import ServeSettings
 from tests.rules_matrix import (
     ENABLED_NAMESPACE_RULES,
     ENABLED_NAMESPACE_TRANSITIONS,
@@ -36,6 +33,9 @@ from tests.rules_matrix import (
 )
 from tests.support.reviews import review
 from tests.support.server import RunningServer, running_server
+from tls_injector.cli import admission_handlers
+from tls_injector.names import MODE_ANNOTATION, MODE_POD_CERTIFICATE
+from tls_injector.settings import ServeSettings
 
 APPS = ("apps", "v1")
 SEI = ("example.com", "v1", "SeiNode")

@@ -20,13 +20,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.admission import Route
-from app.cli import admission_handlers
-from app.offline.rulesfile import default_rule_set
-from app.rules import RuleSet, build_rule_set, make_validate_handler
-from app.settings import ServeSettings
-from app.web.endpoints import AdmissionEndpoint
-from app.web.metrics import ServerMetrics
 from tests.rules_matrix import (
     ENABLED_NAMESPACE_TRANSITIONS,
     EXAMPLE_RULES,
@@ -43,6 +36,13 @@ from tests.rules_matrix import (
 )
 from tests.support.broken import CUTS, broken, each_place_changed, nested, recursion_limit
 from tests.support.reviews import review
+from tls_injector.admission import Route
+from tls_injector.cli import admission_handlers
+from tls_injector.offline.rulesfile import default_rule_set
+from tls_injector.rules import RuleSet, build_rule_set, make_validate_handler
+from tls_injector.settings import ServeSettings
+from tls_injector.web.endpoints import AdmissionEndpoint
+from tls_injector.web.metrics import ServerMetrics
 
 JSON = b"application/json"
 APPS = ("apps", "v1")
@@ -251,7 +251,7 @@ def test_nesting_near_the_limit_under_a_rule_on_the_whole_object_is_answered_not
 def test_the_memo_is_used_and_only_when_on(monkeypatch: pytest.MonkeyPatch) -> None:
     """A repeated pair of values is evaluated once with the memo, every time without it."""
     evaluated: list[object] = []
-    judge = importlib.import_module("app.rules.judge")  # the package's `judge` is the function
+    judge = importlib.import_module("tls_injector.rules.judge")  # the package's `judge` is the function
     judge_group = judge._judge_group
 
     def counted(group: Any, old: object, new: object) -> Any:

@@ -9,13 +9,13 @@ from typing import Any
 import httpx
 import pytest
 
-from app.cli import build_handlers
-from app.names import MODE_ANNOTATION
-from app.settings import ServeSettings
 from tests.rules_matrix import WORKLOAD_KINDS, workload
 from tests.support.reviews import review
 from tests.support.server import running_server
 from tests.test_validate_https import post
+from tls_injector.cli import build_handlers
+from tls_injector.names import MODE_ANNOTATION
+from tls_injector.settings import ServeSettings
 
 APPS = ("apps", "v1")
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from app.web.workers import Supervisor, WorkerSlot, _describe
+from tls_injector.web.workers import Supervisor, WorkerSlot, _describe
 
 # Dies of SIGHUP, as a worker without a handler would. Its default action set again: an ignored signal stays
 # ignored across fork and exec, so under `nohup` (or any parent ignoring SIGHUP) the stand-in would not die.

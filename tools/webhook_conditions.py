@@ -21,8 +21,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.offline.rulesfile import load_rule_set  # noqa: E402
-from app.rules.dispatch import CONDITION_NAME, entry_condition  # noqa: E402
+from tls_injector.offline.rulesfile import load_rule_set  # noqa: E402
+from tls_injector.rules.dispatch import CONDITION_NAME, entry_condition  # noqa: E402
 
 BASE = ROOT / "manifests/base/validatingwebhookconfiguration.yaml"
 FILES = (BASE, ROOT / "charts/tls-injector/templates/validatingwebhookconfiguration.yaml")

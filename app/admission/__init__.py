@@ -1,10 +1,10 @@
 """The AdmissionReview v1 protocol: parse what the kube-apiserver sends, build what it accepts.
 
-Pure: plain data in, plain data out. HTTP concerns (body cap, content type) live in app.web.
+Pure: plain data in, plain data out. HTTP concerns (body cap, content type) live in tls_injector.web.
 """
 
-from app.admission.clip import MAX_ECHO_CHARS, clip, shown
-from app.admission.responses import (
+from tls_injector.admission.clip import MAX_ECHO_CHARS, clip, shown
+from tls_injector.admission.responses import (
     AdmissionResponse,
     JsonPatchOp,
     allowed,
@@ -13,7 +13,7 @@ from app.admission.responses import (
     review_envelope,
     with_patch,
 )
-from app.admission.review import (
+from tls_injector.admission.review import (
     BadReview,
     Envelope,
     GroupVersionKind,

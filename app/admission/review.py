@@ -2,7 +2,7 @@
 
 Each endpoint decodes the body exactly once, against a schema (msgspec Structs) of the envelope and of
 what its handler reads of the objects: /mutate the pod's metadata and, typed, what the plan reads of its spec
-(app.injection.mutate), /validate the texts at its rules' `self` paths (app.rules.reader). Everything
+(tls_injector.injection.mutate), /validate the texts at its rules' `self` paths (tls_injector.rules.reader). Everything
 else in the review is skipped, not built. The envelope's Structs carry the checks of how the apiserver
 fills it (its literals, and the lengths below, as msgspec constraints: checked in the decode, ~6k
 instructions less per review than a Python check after it); what the decode refuses raises BadReview,
@@ -32,8 +32,8 @@ from typing import Annotated, Any, Generic, Literal, TypedDict, TypeVar
 import msgspec
 import orjson
 
-from app.admission.clip import clip, shown
-from app.admission.responses import AdmissionResponse
+from tls_injector.admission.clip import clip, shown
+from tls_injector.admission.responses import AdmissionResponse
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"

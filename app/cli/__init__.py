@@ -12,7 +12,7 @@ unreadable or invalid file, no cluster configured or none answering, a start-up 
 
 from __future__ import annotations
 
-from app.cli.handlers import AdmissionHandlers, admission_handlers, build_handlers
-from app.cli.parser import main
+from tls_injector.cli.handlers import AdmissionHandlers, admission_handlers, build_handlers
+from tls_injector.cli.parser import main
 
 __all__ = ["AdmissionHandlers", "admission_handlers", "build_handlers", "main"]

@@ -6,9 +6,16 @@ import argparse
 import sys
 from datetime import UTC, datetime
 
-from app.cli.cluster import NO_CLUSTER, connection_flags, find_cluster, settings_for, unreachable, webhook_flags
-from app.cli.command import EXIT_FINDINGS, EXIT_OK, LOG_LEVELS, Command, fail
-from app.cli.startup import HeldLogs
+from tls_injector.cli.cluster import (
+    NO_CLUSTER,
+    connection_flags,
+    find_cluster,
+    settings_for,
+    unreachable,
+    webhook_flags,
+)
+from tls_injector.cli.command import EXIT_FINDINGS, EXIT_OK, LOG_LEVELS, Command, fail
+from tls_injector.cli.startup import HeldLogs
 
 
 def add(boot: argparse.ArgumentParser) -> None:
@@ -20,8 +27,8 @@ def add(boot: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from app.reconcile import runner  # noqa: PLC0415 - only the commands that talk to a cluster load the client
-    from app.reconcile.bootstrap import bootstrap, bootstrap_settings, connect  # noqa: PLC0415
+    from tls_injector.reconcile import runner  # noqa: PLC0415 - only the commands that talk to a cluster load the client
+    from tls_injector.reconcile.bootstrap import bootstrap, bootstrap_settings, connect  # noqa: PLC0415
 
     with HeldLogs(args.log_level) as start:
         settings = bootstrap_settings(settings_for(args))

@@ -6,12 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from app.cli.cluster import profile_bounds, profile_flags, profile_problem
-from app.cli.command import EXIT_FINDINGS, EXIT_OK, Command, fail
-from app.cli.handlers import admission_handlers
-from app.cli.output import output_flag, structured, wants_structure
-from app.names import INJECT_LABEL, NAMESPACE_OPT_IN, TLS_CHANGE_ANNOTATION
-from app.settings import ServeSettings
+from tls_injector.cli.cluster import profile_bounds, profile_flags, profile_problem
+from tls_injector.cli.command import EXIT_FINDINGS, EXIT_OK, Command, fail
+from tls_injector.cli.handlers import admission_handlers
+from tls_injector.cli.output import output_flag, structured, wants_structure
+from tls_injector.names import INJECT_LABEL, NAMESPACE_OPT_IN, TLS_CHANGE_ANNOTATION
+from tls_injector.settings import ServeSettings
 
 
 def add(check: argparse.ArgumentParser) -> None:
@@ -34,8 +34,8 @@ def add(check: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from app.offline import InputError  # noqa: PLC0415 - YAML only here
-    from app.offline.check import check, enabled_namespaces, load_manifests, render, render_json  # noqa: PLC0415
+    from tls_injector.offline import InputError  # noqa: PLC0415 - YAML only here
+    from tls_injector.offline.check import check, enabled_namespaces, load_manifests, render, render_json  # noqa: PLC0415
 
     if args.old == "-" and args.new == "-":
         parser.error("only one of --old and --new can be read from stdin")

@@ -10,14 +10,14 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app import names
-from app.cli import flags
-from app.injection.profile import ProfileBounds, ProfileError, format_duration, key_algorithms, parse_duration
-from app.settings import API_TIMEOUT_SECONDS
+from tls_injector import names
+from tls_injector.cli import flags
+from tls_injector.injection.profile import ProfileBounds, ProfileError, format_duration, key_algorithms, parse_duration
+from tls_injector.settings import API_TIMEOUT_SECONDS
 
 if TYPE_CHECKING:
-    from app.kube import ClusterConfig
-    from app.reconcile.reconciler import ReconcileSettings
+    from tls_injector.kube import ClusterConfig
+    from tls_injector.reconcile.reconciler import ReconcileSettings
 
 NO_CLUSTER = "no cluster configured (no in-cluster account, no kubeconfig)"
 
@@ -177,8 +177,8 @@ def user_ca_flags(command: flags.Flags) -> None:
 def find_cluster(args: argparse.Namespace) -> ClusterConfig | None:
     """The cluster --kubeconfig/--server name, else the in-cluster account or $KUBECONFIG (in the
     --context given); None: none. Its requests time out after --timeout."""
-    from app.kube import TlsUnverifiedWarning  # noqa: PLC0415 - only the commands that call the API load the client
-    from app.kube import find_cluster as find  # noqa: PLC0415
+    from tls_injector.kube import TlsUnverifiedWarning  # noqa: PLC0415 - only the commands that call the API load the client
+    from tls_injector.kube import find_cluster as find  # noqa: PLC0415
 
     # The HTTP library warns on every request to a server whose certificate goes unchecked (a kubeconfig's
     # insecure-skip-tls-verify), a block of lines each time, before the report: the commands say it once
@@ -192,7 +192,7 @@ def unverified_tls(cluster: ClusterConfig, client: Any = None) -> str | None:
     """What to say, once, when the configuration does not check the API server's certificate; else None
     (a configuration that does not load is said by the command's own use of it). `client`: the one
     already made from `cluster`, if any."""
-    from app.kube import KubeError, api_client, verifies_tls  # noqa: PLC0415
+    from tls_injector.kube import KubeError, api_client, verifies_tls  # noqa: PLC0415
 
     try:
         if verifies_tls(client or api_client(cluster)):
@@ -209,7 +209,7 @@ def unreachable(cluster: ClusterConfig, command: str, *, flag: str = "--timeout"
     commands ask this first, so an API that never answers costs one timeout and one line, not a silent
     wait per call. Any other answer (even 403) says the server is there; the command's own calls then
     say what they may not do. A configuration that skips TLS verification is said here, in one line."""
-    from app.kube import KubeApi, KubeError, Unavailable, api_client  # noqa: PLC0415
+    from tls_injector.kube import KubeApi, KubeError, Unavailable, api_client  # noqa: PLC0415
 
     try:
         client = api_client(cluster)
@@ -230,10 +230,10 @@ def unreachable(cluster: ClusterConfig, command: str, *, flag: str = "--timeout"
 def settings_for(args: argparse.Namespace, *, resolv_conf: Path | None = None) -> ReconcileSettings:
     """The reconciler's settings from the flags `cluster_flags` defines (or the part a command has);
     `resolv_conf` where the cluster domain is looked up when --cluster-domain is not given (tests)."""
-    from app.kube import own_namespace  # noqa: PLC0415 - only the commands that call the API load the client
-    from app.reconcile.reconciler import ReconcileSettings  # noqa: PLC0415
-    from app.reconcile.runner import RESOLV_CONF, cluster_domain  # noqa: PLC0415
-    from app.reconcile.webhook_plan import WebhookSettings  # noqa: PLC0415
+    from tls_injector.kube import own_namespace  # noqa: PLC0415 - only the commands that call the API load the client
+    from tls_injector.reconcile.reconciler import ReconcileSettings  # noqa: PLC0415
+    from tls_injector.reconcile.runner import RESOLV_CONF, cluster_domain  # noqa: PLC0415
+    from tls_injector.reconcile.webhook_plan import WebhookSettings  # noqa: PLC0415
 
     namespace = own_namespace(args.namespace)
     domain = cluster_domain(args.cluster_domain, namespace=namespace, resolv_conf=resolv_conf or RESOLV_CONF)

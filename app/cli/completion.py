@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from app.cli.command import EXIT_OK, Command
+from tls_injector.cli.command import EXIT_OK, Command
 
 SHELLS = ("bash", "zsh", "tcsh")  # what shtab writes
 # Flags whose value is a file (or -): completed with file names rather than nothing.
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 def script(shell: str) -> str:
     import shtab  # noqa: PLC0415 - only this command needs it
 
-    from app.cli.parser import build_parser  # noqa: PLC0415 - the parser holds this command: built when run
+    from tls_injector.cli.parser import build_parser  # noqa: PLC0415 - the parser holds this command: built when run
 
     root = build_parser()
     for parser in _parsers(root):

@@ -6,8 +6,8 @@ import argparse
 import sys
 from datetime import UTC, datetime
 
-from app.cli import flags
-from app.cli.cluster import (
+from tls_injector.cli import flags
+from tls_injector.cli.cluster import (
     NO_CLUSTER,
     connection_flags,
     find_cluster,
@@ -18,10 +18,10 @@ from app.cli.cluster import (
     user_ca_flags,
     webhook_flags,
 )
-from app.cli.command import EXIT_FINDINGS, EXIT_OK, Command, fail
-from app.cli.output import output_flag, structured, wants_structure
-from app.logs import configure_logging
-from app.names import RECONCILER_ACCOUNT
+from tls_injector.cli.command import EXIT_FINDINGS, EXIT_OK, Command, fail
+from tls_injector.cli.output import output_flag, structured, wants_structure
+from tls_injector.logs import configure_logging
+from tls_injector.names import RECONCILER_ACCOUNT
 
 
 def add(doctor: argparse.ArgumentParser) -> None:
@@ -45,7 +45,7 @@ def add(doctor: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from app.doctor import (  # noqa: PLC0415 - only the commands that talk to a cluster load the client
+    from tls_injector.doctor import (  # noqa: PLC0415 - only the commands that talk to a cluster load the client
         ApiUnreachable,
         DoctorSettings,
         api_unreachable,
@@ -54,9 +54,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         render_text,
         run_checks,
     )
-    from app.reconcile import runner  # noqa: PLC0415
-    from app.reconcile.bootstrap import connect  # noqa: PLC0415
-    from app.reconcile.webhook_plan import WebhookSettings  # noqa: PLC0415
+    from tls_injector.reconcile import runner  # noqa: PLC0415
+    from tls_injector.reconcile.bootstrap import connect  # noqa: PLC0415
+    from tls_injector.reconcile.webhook_plan import WebhookSettings  # noqa: PLC0415
 
     configure_logging("warning")  # the report is the output; info lines would only interleave with it
     cluster = find_cluster(args)

@@ -6,12 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from app.cli import flags
-from app.cli.command import EXIT_OK, Command, fail
-from app.names import DEFAULT_NAMESPACE
-from app.offline.rulesfile import RulesFileError, load_rule_set
-from app.offline.yamltext import dump_all
-from app.rules import export_documents
+from tls_injector.cli import flags
+from tls_injector.cli.command import EXIT_OK, Command, fail
+from tls_injector.names import DEFAULT_NAMESPACE
+from tls_injector.offline.rulesfile import RulesFileError, load_rule_set
+from tls_injector.offline.yamltext import dump_all
+from tls_injector.rules import export_documents
 
 
 def add(export: argparse.ArgumentParser) -> None:

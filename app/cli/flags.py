@@ -7,8 +7,8 @@ import re
 import textwrap
 from datetime import timedelta
 
-from app.injection.profile import ProfileError, format_duration, go_duration
-from app.names import MODE_ANNOTATION, MODE_SECRET, MODES
+from tls_injector.injection.profile import ProfileError, format_duration, go_duration
+from tls_injector.names import MODE_ANNOTATION, MODE_SECRET, MODES
 
 # Where a command adds its flags: the parser itself or one of its groups (`serve --help` groups its own).
 Flags = argparse._ActionsContainer
@@ -112,7 +112,7 @@ def quoted(value: str, limit: int = 100) -> str:
 
 
 def cluster_domain(value: str) -> str:
-    from app.pki.names import vet_cluster_domain  # noqa: PLC0415 - loads the PKI only when the flag is given
+    from tls_injector.pki.names import vet_cluster_domain  # noqa: PLC0415 - loads the PKI only when the flag is given
 
     try:
         return vet_cluster_domain(value)

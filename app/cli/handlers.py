@@ -6,15 +6,15 @@ import dataclasses
 import functools
 from typing import Any
 
-from app.admission import Route
-from app.injection import FingerprintSource, InjectionOptions, make_mutate_handler, no_fingerprints
-from app.injection.answers import Answers
-from app.injection.preview import PREVIEW_PATHS, preview_lines
-from app.injection.profile import ProfileBounds
-from app.offline.rulesfile import load_rule_set
-from app.rules import SCOPE_ENABLED_NAMESPACES, Preview, make_validate_handler
-from app.rules.memo import MEMO_ENTRIES
-from app.settings import ServeSettings
+from tls_injector.admission import Route
+from tls_injector.injection import FingerprintSource, InjectionOptions, make_mutate_handler, no_fingerprints
+from tls_injector.injection.answers import Answers
+from tls_injector.injection.preview import PREVIEW_PATHS, preview_lines
+from tls_injector.injection.profile import ProfileBounds
+from tls_injector.offline.rulesfile import load_rule_set
+from tls_injector.rules import SCOPE_ENABLED_NAMESPACES, Preview, make_validate_handler
+from tls_injector.rules.memo import MEMO_ENTRIES
+from tls_injector.settings import ServeSettings
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from app.cli.cluster import profile_bounds, profile_flags, profile_problem
-from app.cli.command import EXIT_OK, EXIT_USAGE, Command, fail
-from app.cli.flags import mode_flag
-from app.injection import InjectionOptions
-from app.names import INJECT_LABEL, POD_OPT_IN, POD_OPT_OUT
+from tls_injector.cli.cluster import profile_bounds, profile_flags, profile_problem
+from tls_injector.cli.command import EXIT_OK, EXIT_USAGE, Command, fail
+from tls_injector.cli.flags import mode_flag
+from tls_injector.injection import InjectionOptions
+from tls_injector.names import INJECT_LABEL, POD_OPT_IN, POD_OPT_OUT
 
 
 def add(inject: argparse.ArgumentParser) -> None:
@@ -30,7 +30,7 @@ def add(inject: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from app.offline import inject_locations  # noqa: PLC0415 - YAML only here
+    from tls_injector.offline import inject_locations  # noqa: PLC0415 - YAML only here
 
     if args.filename.count("-") > 1:
         parser.error("stdin (-) can be read only once")

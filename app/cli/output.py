@@ -10,7 +10,7 @@ import argparse
 
 import orjson
 
-from app.cli.flags import Flags
+from tls_injector.cli.flags import Flags
 
 FORMATS = ("text", "json", "yaml")
 
@@ -25,7 +25,7 @@ def structured(json_text: str, output: str) -> str:
     """A JSON report as `-o` asks for it: as it is for json, as YAML for yaml."""
     if output != "yaml":
         return json_text
-    from app.offline.yamltext import dump  # noqa: PLC0415 - the one YAML library (app.offline), loaded when asked
+    from tls_injector.offline.yamltext import dump  # noqa: PLC0415 - the one YAML library (tls_injector.offline), loaded when asked
 
     text: str = dump(orjson.loads(json_text))
     return text

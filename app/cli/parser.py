@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from app.cli import (
+from tls_injector.cli import (
     bootstrap,
     check,
     completion,
@@ -19,9 +19,9 @@ from app.cli import (
     status,
     version,
 )
-from app.cli.command import EXIT_USAGE, Command
-from app.cli.flags import HelpFormatter
-from app.names import INJECT_LABEL, NAME, NAMESPACE_OPT_IN, POD_OPT_IN
+from tls_injector.cli.command import EXIT_USAGE, Command
+from tls_injector.cli.flags import HelpFormatter
+from tls_injector.names import INJECT_LABEL, NAME, NAMESPACE_OPT_IN, POD_OPT_IN
 
 DESCRIPTION = f"""Give every workload that opts in working TLS, and keep it working through certificate and CA
 rotation: a mutating webhook mounts each pod's certificate Secret and the trust bundle, a validating

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import logging
 
-from app import names
-from app.cli import flags
-from app.cli.cluster import (
+from tls_injector import names
+from tls_injector.cli import flags
+from tls_injector.cli.cluster import (
     NO_CLUSTER,
     cluster_flags,
     find_cluster,
@@ -17,8 +17,8 @@ from app.cli.cluster import (
     unreachable,
     unverified_tls,
 )
-from app.cli.command import EXIT_FINDINGS, EXIT_OK, LOG_LEVELS, Command
-from app.cli.startup import HeldLogs
+from tls_injector.cli.command import EXIT_FINDINGS, EXIT_OK, LOG_LEVELS, Command
+from tls_injector.cli.startup import HeldLogs
 
 log = logging.getLogger("tls_injector")
 
@@ -48,7 +48,7 @@ def add(reconcile: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from app.reconcile import runner  # noqa: PLC0415 - only the reconciling commands load the client
+    from tls_injector.reconcile import runner  # noqa: PLC0415 - only the reconciling commands load the client
 
     with HeldLogs(args.log_level) as start:
         cluster = find_cluster(args)

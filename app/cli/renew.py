@@ -14,15 +14,15 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from app import names
-from app.cli import flags
-from app.cli.cluster import connection_flags
-from app.cli.command import EXIT_FINDINGS, EXIT_OK, Command, fail
-from app.cli.status import read, workload_name
+from tls_injector import names
+from tls_injector.cli import flags
+from tls_injector.cli.cluster import connection_flags
+from tls_injector.cli.command import EXIT_FINDINGS, EXIT_OK, Command, fail
+from tls_injector.cli.status import read, workload_name
 
 if TYPE_CHECKING:
-    from app.doctor.workload_status import Cluster
-    from app.kube import KubeApi
+    from tls_injector.doctor.workload_status import Cluster
+    from tls_injector.kube import KubeApi
 
 # How often the Secret is read while waiting: a pass takes seconds, and one GET a second costs nothing.
 POLL_SECONDS = 1.0
@@ -47,8 +47,8 @@ def add(renew: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from app.doctor import workload_status as ws  # noqa: PLC0415 - only the commands that talk to a cluster load it
-    from app.kube import KubeError, Unavailable  # noqa: PLC0415
+    from tls_injector.doctor import workload_status as ws  # noqa: PLC0415 - only the commands that talk to a cluster load it
+    from tls_injector.kube import KubeError, Unavailable  # noqa: PLC0415
 
     cluster = read(args, "renew")
     if isinstance(cluster, int):
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 def renew(cluster: Cluster, args: argparse.Namespace) -> int:
     """Ask, wait, and say the serial before and after."""
-    from app.doctor import workload_status as ws  # noqa: PLC0415
+    from tls_injector.doctor import workload_status as ws  # noqa: PLC0415
 
     namespace, workload = args.workload
     shown = f"{namespace}/{workload}"
@@ -90,7 +90,7 @@ def renew(cluster: Cluster, args: argparse.Namespace) -> int:
 
 def request(api: KubeApi, namespace: str, secret: str) -> None:
     """The force-renew annotation on the Secret, with its resourceVersion as the precondition."""
-    from app.kube import SECRETS, Conflict  # noqa: PLC0415
+    from tls_injector.kube import SECRETS, Conflict  # noqa: PLC0415
 
     for _ in range(ATTEMPTS):
         body = api.get(SECRETS, secret, namespace=namespace)

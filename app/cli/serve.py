@@ -11,21 +11,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.cli import flags
-from app.cli.cluster import cluster_flags, profile_bounds, profile_problem, same_ca_secrets
-from app.cli.command import EXIT_OK, LOG_LEVELS, Command, fail
-from app.cli.handlers import admission_handlers
-from app.cli.serve_cluster import UnusableCluster, reconciler_in_background, webhook_pod_certificates
-from app.cli.startup import HeldLogs
-from app.cli.supervise import run_supervisor, workers
-from app.injection import no_fingerprints
-from app.names import BUNDLE_KEY, TLS_CHANGE_ANNOTATION
-from app.offline.rulesfile import RulesFileError
-from app.pki.serving import ServingPairError
-from app.settings import Limits, ServeSettings
+from tls_injector.cli import flags
+from tls_injector.cli.cluster import cluster_flags, profile_bounds, profile_problem, same_ca_secrets
+from tls_injector.cli.command import EXIT_OK, LOG_LEVELS, Command, fail
+from tls_injector.cli.handlers import admission_handlers
+from tls_injector.cli.serve_cluster import UnusableCluster, reconciler_in_background, webhook_pod_certificates
+from tls_injector.cli.startup import HeldLogs
+from tls_injector.cli.supervise import run_supervisor, workers
+from tls_injector.injection import no_fingerprints
+from tls_injector.names import BUNDLE_KEY, TLS_CHANGE_ANNOTATION
+from tls_injector.offline.rulesfile import RulesFileError
+from tls_injector.pki.serving import ServingPairError
+from tls_injector.settings import Limits, ServeSettings
 
 if TYPE_CHECKING:
-    from app.web.workers import WorkerSlot
+    from tls_injector.web.workers import WorkerSlot
 
 log = logging.getLogger("tls_injector")
 
@@ -72,7 +72,7 @@ def add(serve: argparse.ArgumentParser) -> None:
                         help="worker processes answering on the HTTPS port, one per core the pod is given ('auto': "
                              "the cores this process may run on); above 1 a supervisor process starts, restarts and "
                              "drains them, serves the probe port and sums their metrics; needs --no-reconciler")
-    # How a supervisor starts a worker (app.web.workers); not for people.
+    # How a supervisor starts a worker (tls_injector.web.workers); not for people.
     serve.add_argument("--worker-fd", type=int, help=argparse.SUPPRESS)
     serve.add_argument("--worker-state", type=Path, help=argparse.SUPPRESS)
     serve.add_argument("--worker-supervisor", type=int, help=argparse.SUPPRESS)
@@ -124,11 +124,11 @@ def _serve(args: argparse.Namespace, settings: ServeSettings, limits: Limits, st
     log.info(f"pod certificates for /mutate: {why}", extra={"pod_certificates": why})
     exceptions = "policy (the admission policies check RBAC)" if settings.tls_exceptions else "off"
     log.info(f"TLS exceptions for /validate: {exceptions}", extra={"tls_exceptions": exceptions})
-    from app.web.fingerprints import BundleFingerprints  # noqa: PLC0415
-    from app.web.health import Health  # noqa: PLC0415 - only serving loads the web stack
-    from app.web.metrics import ServerMetrics  # noqa: PLC0415
-    from app.web.selfsigned import SelfSignedError  # noqa: PLC0415
-    from app.web.server import build_server  # noqa: PLC0415
+    from tls_injector.web.fingerprints import BundleFingerprints  # noqa: PLC0415
+    from tls_injector.web.health import Health  # noqa: PLC0415 - only serving loads the web stack
+    from tls_injector.web.metrics import ServerMetrics  # noqa: PLC0415
+    from tls_injector.web.selfsigned import SelfSignedError  # noqa: PLC0415
+    from tls_injector.web.server import build_server  # noqa: PLC0415
 
     bundle = BundleFingerprints(settings.trust_bundle_file) if settings.trust_bundle_file else None
     metrics, health = ServerMetrics(), Health()
@@ -189,7 +189,7 @@ def limits_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Li
 def worker_slot(args: argparse.Namespace) -> WorkerSlot | None:
     if args.worker_fd is None:
         return None
-    from app.web.workers import WorkerSlot  # noqa: PLC0415
+    from tls_injector.web.workers import WorkerSlot  # noqa: PLC0415
 
     return WorkerSlot(args.worker_fd, args.worker_state, args.worker_supervisor or os.getppid())
 

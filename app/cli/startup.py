@@ -8,8 +8,8 @@ import threading
 from logging.handlers import MemoryHandler
 from types import TracebackType
 
-from app.cli.command import fail
-from app.logs import configure_logging
+from tls_injector.cli.command import fail
+from tls_injector.logs import configure_logging
 
 # A start logs a handful of lines (the cluster domain, what the reconciler and pod certificates do);
 # past this many the held lines are written anyway, so a start that logs in a loop cannot grow memory.

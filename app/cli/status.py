@@ -1,5 +1,5 @@
 """`tls-injector status [NAMESPACE/WORKLOAD]`: a workload's certificate, or what needs attention, read from
-the cluster directly (app.doctor.workload_status), with doctor's exit statuses."""
+the cluster directly (tls_injector.doctor.workload_status), with doctor's exit statuses."""
 
 from __future__ import annotations
 
@@ -8,18 +8,25 @@ import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from app import names
-from app.cli import flags
-from app.cli.cluster import NO_CLUSTER, connection_flags, find_cluster, profile_bounds, profile_flags, unreachable
-from app.cli.command import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, Command, fail
-from app.cli.flags import quoted
-from app.cli.output import output_flag, structured, wants_structure
-from app.logs import configure_logging
-from app.web.page import EXPIRING_WITHIN
+from tls_injector import names
+from tls_injector.cli import flags
+from tls_injector.cli.cluster import (
+    NO_CLUSTER,
+    connection_flags,
+    find_cluster,
+    profile_bounds,
+    profile_flags,
+    unreachable,
+)
+from tls_injector.cli.command import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, Command, fail
+from tls_injector.cli.flags import quoted
+from tls_injector.cli.output import output_flag, structured, wants_structure
+from tls_injector.logs import configure_logging
+from tls_injector.web.page import EXPIRING_WITHIN
 
 if TYPE_CHECKING:
-    from app.doctor.snapshot import DoctorSettings
-    from app.doctor.workload_status import Cluster
+    from tls_injector.doctor.snapshot import DoctorSettings
+    from tls_injector.doctor.workload_status import Cluster
 
 
 def add(status: argparse.ArgumentParser) -> None:
@@ -62,10 +69,10 @@ def split_workload(value: str) -> tuple[str, str]:
 
 def read(args: argparse.Namespace, command: str) -> Cluster | int:
     """The cluster as `status` and `renew` read it, or the exit status of why it could not be read."""
-    from app.doctor import ApiUnreachable  # noqa: PLC0415 - only the commands that talk to a cluster load the client
-    from app.doctor.workload_status import read_status  # noqa: PLC0415
-    from app.reconcile import runner  # noqa: PLC0415
-    from app.reconcile.bootstrap import connect  # noqa: PLC0415
+    from tls_injector.doctor import ApiUnreachable  # noqa: PLC0415 - only the commands that talk to a cluster load the client
+    from tls_injector.doctor.workload_status import read_status  # noqa: PLC0415
+    from tls_injector.reconcile import runner  # noqa: PLC0415
+    from tls_injector.reconcile.bootstrap import connect  # noqa: PLC0415
 
     configure_logging("warning")  # the report is the output
     cluster = find_cluster(args)
@@ -80,10 +87,10 @@ def read(args: argparse.Namespace, command: str) -> Cluster | int:
 
 
 def doctor_settings(args: argparse.Namespace) -> DoctorSettings:
-    from app.doctor.snapshot import DoctorSettings  # noqa: PLC0415
-    from app.kube import own_namespace  # noqa: PLC0415
-    from app.reconcile.runner import cluster_domain  # noqa: PLC0415
-    from app.reconcile.webhook_plan import WebhookSettings  # noqa: PLC0415
+    from tls_injector.doctor.snapshot import DoctorSettings  # noqa: PLC0415
+    from tls_injector.kube import own_namespace  # noqa: PLC0415
+    from tls_injector.reconcile.runner import cluster_domain  # noqa: PLC0415
+    from tls_injector.reconcile.webhook_plan import WebhookSettings  # noqa: PLC0415
 
     namespace = own_namespace(args.namespace)
     domain = cluster_domain(args.cluster_domain, namespace=namespace)
@@ -94,8 +101,8 @@ def doctor_settings(args: argparse.Namespace) -> DoctorSettings:
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from app.doctor import workload_status as ws  # noqa: PLC0415
-    from app.kube import KubeError  # noqa: PLC0415
+    from tls_injector.doctor import workload_status as ws  # noqa: PLC0415
+    from tls_injector.kube import KubeError  # noqa: PLC0415
 
     cluster = read(args, "status")
     if isinstance(cluster, int):

@@ -1,5 +1,5 @@
 """`serve --workers N`, N above 1: check once what every worker will need, listen, then start the
-workers (`python -m app serve ... --worker-fd`) and watch them (app.web.workers.Supervisor)."""
+workers (`python -m tls_injector serve ... --worker-fd`) and watch them (tls_injector.web.workers.Supervisor)."""
 
 from __future__ import annotations
 
@@ -10,19 +10,19 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from app.cli.flags import quoted
-from app.cli.handlers import admission_handlers
-from app.cli.startup import HeldLogs
-from app.offline.rulesfile import RulesFileError
-from app.pki.serving import ServingPairError
-from app.settings import ServeSettings
+from tls_injector.cli.flags import quoted
+from tls_injector.cli.handlers import admission_handlers
+from tls_injector.cli.startup import HeldLogs
+from tls_injector.offline.rulesfile import RulesFileError
+from tls_injector.pki.serving import ServingPairError
+from tls_injector.settings import ServeSettings
 
 log = logging.getLogger("tls_injector")
 
 
 def workers(value: str) -> int:
     """--workers: a number of at least 1, or 'auto'."""
-    from app.web.workers import worker_count  # noqa: PLC0415 - only serving loads the web stack
+    from tls_injector.web.workers import worker_count  # noqa: PLC0415 - only serving loads the web stack
 
     try:
         return worker_count(value)
@@ -38,9 +38,9 @@ def run_supervisor(args: argparse.Namespace, settings: ServeSettings) -> int:
 
 
 def _supervise(args: argparse.Namespace, settings: ServeSettings, start: HeldLogs) -> int:
-    from app.web.selfsigned import SelfSignedError, write_self_signed  # noqa: PLC0415
-    from app.web.tls import CertReloader  # noqa: PLC0415
-    from app.web.workers import Supervisor, strip_flags  # noqa: PLC0415
+    from tls_injector.web.selfsigned import SelfSignedError, write_self_signed  # noqa: PLC0415
+    from tls_injector.web.tls import CertReloader  # noqa: PLC0415
+    from tls_injector.web.workers import Supervisor, strip_flags  # noqa: PLC0415
 
     if not args.no_reconciler:
         return start.failed("serve", "--workers above 1 needs --no-reconciler: run the reconciler as its own "
@@ -61,8 +61,8 @@ def _supervise(args: argparse.Namespace, settings: ServeSettings, start: HeldLog
     passed_on = strip_flags(args.argv, {"--workers": 1, "--probe-port": 1})
 
     def worker_argv(index: int, fd: int, state: Path) -> list[str]:
-        return [sys.executable, "-m", "app", *passed_on, *extra, "--worker-fd", str(fd), "--worker-state", str(state),
-                "--worker-supervisor", str(os.getpid())]
+        return [sys.executable, "-m", "tls_injector", *passed_on, *extra, "--worker-fd", str(fd),
+                "--worker-state", str(state), "--worker-supervisor", str(os.getpid())]
 
     supervisor = Supervisor(count=args.workers, host=settings.host, port=settings.port,
                             probe_port=settings.probe_port, drain_seconds=settings.drain_seconds,

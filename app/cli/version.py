@@ -9,9 +9,9 @@ from importlib import metadata
 
 import orjson
 
-from app.cli.command import EXIT_OK, Command
-from app.cli.output import output_flag, structured
-from app.names import NAME
+from tls_injector.cli.command import EXIT_OK, Command
+from tls_injector.cli.output import output_flag, structured
+from tls_injector.names import NAME
 
 
 def installed_version() -> str:

@@ -6,10 +6,10 @@ The checks are pure functions of a `Snapshot` (read.py is the only module that r
 
 from __future__ import annotations
 
-from app.doctor import ca, clients, federation, jvm, reconciler, webhook, workloads
-from app.doctor.model import Result, error, exit_code, render_json, render_text
-from app.doctor.read import ApiUnreachable, read
-from app.doctor.snapshot import DoctorSettings, Snapshot
+from tls_injector.doctor import ca, clients, federation, jvm, reconciler, webhook, workloads
+from tls_injector.doctor.model import Result, error, exit_code, render_json, render_text
+from tls_injector.doctor.read import ApiUnreachable, read
+from tls_injector.doctor.snapshot import DoctorSettings, Snapshot
 
 __all__ = ["ApiUnreachable", "DoctorSettings", "Result", "Snapshot", "api_unreachable", "exit_code", "read",
            "render_json", "render_text", "run_checks"]

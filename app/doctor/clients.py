@@ -11,12 +11,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from app import names
-from app.doctor import ca
-from app.doctor.model import Result, error, ok, warning
-from app.doctor.snapshot import Snapshot
-from app.injection import template_of
-from app.pki import (
+from tls_injector import names
+from tls_injector.doctor import ca
+from tls_injector.doctor.model import Result, error, ok, warning
+from tls_injector.doctor.snapshot import Snapshot
+from tls_injector.injection import template_of
+from tls_injector.pki import (
     UntrustedChain,
     bundle_certificates,
     extended_key_usages,
@@ -25,9 +25,9 @@ from app.pki import (
     uri_sans,
     verify_client,
 )
-from app.reconcile import ownership as own
-from app.reconcile.discover import Target, wants_pod_certificates
-from app.reconcile.plan import CLIENT_PREFIX, secret_data
+from tls_injector.reconcile import ownership as own
+from tls_injector.reconcile.discover import Target, wants_pod_certificates
+from tls_injector.reconcile.plan import CLIENT_PREFIX, secret_data
 
 CATEGORY = "client certificates"
 _RENEW = "kubectl -n {ns} annotate secret {name} " + names.FORCE_RENEW_ANNOTATION + "=now"

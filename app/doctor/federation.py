@@ -4,9 +4,9 @@ the hub's intermediates it signs with are usable."""
 
 from __future__ import annotations
 
-from app.doctor.model import Result, error, ok, warning
-from app.doctor.snapshot import Snapshot
-from app.reconcile.federation import INTERMEDIATE_SECRETS, load_intermediate
+from tls_injector.doctor.model import Result, error, ok, warning
+from tls_injector.doctor.snapshot import Snapshot
+from tls_injector.reconcile.federation import INTERMEDIATE_SECRETS, load_intermediate
 
 CATEGORY = "multi-cluster"
 

@@ -8,13 +8,13 @@ only that the files are there."""
 
 from __future__ import annotations
 
-from app import names
-from app.doctor.model import Result, error, ok, warning
-from app.doctor.snapshot import Snapshot
-from app.pki import keystore_holds, public_roots
-from app.reconcile.discover import Target
-from app.reconcile.keystores import keystore_asks, password_name_problem
-from app.reconcile.plan import secret_data
+from tls_injector import names
+from tls_injector.doctor.model import Result, error, ok, warning
+from tls_injector.doctor.snapshot import Snapshot
+from tls_injector.pki import keystore_holds, public_roots
+from tls_injector.reconcile.discover import Target
+from tls_injector.reconcile.keystores import keystore_asks, password_name_problem
+from tls_injector.reconcile.plan import secret_data
 
 CATEGORY = "workloads"
 

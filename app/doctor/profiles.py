@@ -4,14 +4,14 @@ their profile, and profiles asked for where they do not apply (pod certificates:
 
 from __future__ import annotations
 
-from app import names
-from app.doctor.model import Result, ok, warning
-from app.doctor.snapshot import Snapshot
-from app.injection import template_of
-from app.injection.profile import Profile, parse_note
-from app.pki import key_type_of, load_certificates
-from app.reconcile.discover import Target, pod_mode
-from app.reconcile.plan import secret_data
+from tls_injector import names
+from tls_injector.doctor.model import Result, ok, warning
+from tls_injector.doctor.snapshot import Snapshot
+from tls_injector.injection import template_of
+from tls_injector.injection.profile import Profile, parse_note
+from tls_injector.pki import key_type_of, load_certificates
+from tls_injector.reconcile.discover import Target, pod_mode
+from tls_injector.reconcile.plan import secret_data
 
 CATEGORY = "workloads"
 _LISTED = 20  # details shown; the count says how many in all

@@ -1,4 +1,4 @@
-"""The one function that reads: the cluster through app.kube, and the webhook over TLS.
+"""The one function that reads: the cluster through tls_injector.kube, and the webhook over TLS.
 
 Each section is read on its own: a section the doctor may not read (403) or that is broken is recorded
 in `Snapshot.errors` and reported by its checks, and the other sections are still checked. Only an API
@@ -11,11 +11,11 @@ import functools
 from collections.abc import Callable
 from datetime import datetime
 
-from app.doctor.reconciler import required_permissions
-from app.doctor.snapshot import Access, DoctorSettings, Snapshot
-from app.doctor.webhook import served_targets
-from app.doctor.workloads import mounted, targets
-from app.kube import (
+from tls_injector.doctor.reconciler import required_permissions
+from tls_injector.doctor.snapshot import Access, DoctorSettings, Snapshot
+from tls_injector.doctor.webhook import served_targets
+from tls_injector.doctor.workloads import mounted, targets
+from tls_injector.kube import (
     CONFIG_MAPS,
     LEASES,
     SECRETS,
@@ -28,11 +28,11 @@ from app.kube import (
     Unauthorized,
     Unavailable,
 )
-from app.kubenames import subdomain_problem
-from app.names import CLIENT_CA_SECRET, MEMBER_LABEL
-from app.pki import SETTLE, CaRole
-from app.reconcile.ca import CaUnusable, load_ca_set
-from app.reconcile.federation import (
+from tls_injector.kubenames import subdomain_problem
+from tls_injector.names import CLIENT_CA_SECRET, MEMBER_LABEL
+from tls_injector.pki import SETTLE, CaRole
+from tls_injector.reconcile.ca import CaUnusable, load_ca_set
+from tls_injector.reconcile.federation import (
     INTERMEDIATE_SECRETS,
     Member,
     Roots,
@@ -41,11 +41,11 @@ from app.reconcile.federation import (
     roots_from,
     rotation_excluded,
 )
-from app.reconcile.hub import MemberOutcome, each_member, inspect_member, member_ack
-from app.reconcile.read import read_cluster
-from app.reconcile.served import Served, fetch_served
-from app.reconcile.signer import NativeApis
-from app.reconcile.webhook_plan import WEBHOOK_KINDS
+from tls_injector.reconcile.hub import MemberOutcome, each_member, inspect_member, member_ack
+from tls_injector.reconcile.read import read_cluster
+from tls_injector.reconcile.served import Served, fetch_served
+from tls_injector.reconcile.signer import NativeApis
+from tls_injector.reconcile.webhook_plan import WEBHOOK_KINDS
 
 Fetch = Callable[..., Served]
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from app.doctor.model import Result, error, ok, warning
-from app.doctor.snapshot import Snapshot
-from app.names import SIGNER_NAME
-from app.reconcile.podcerts import TRUST_BUNDLE_NAME
+from tls_injector.doctor.model import Result, error, ok, warning
+from tls_injector.doctor.snapshot import Snapshot
+from tls_injector.names import SIGNER_NAME
+from tls_injector.reconcile.podcerts import TRUST_BUNDLE_NAME
 
 CATEGORY = "tls-injector reconciler"
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from app.injection.profile import ProfileBounds
-from app.kube import Obj
-from app.names import LEASE_NAME, RECONCILER_ACCOUNT
-from app.pki import CaRole
-from app.reconcile.hub import MemberOutcome
-from app.reconcile.plan import Observed
-from app.reconcile.served import Served
-from app.reconcile.webhook_plan import WebhookSettings
+from tls_injector.injection.profile import ProfileBounds
+from tls_injector.kube import Obj
+from tls_injector.names import LEASE_NAME, RECONCILER_ACCOUNT
+from tls_injector.pki import CaRole
+from tls_injector.reconcile.hub import MemberOutcome
+from tls_injector.reconcile.plan import Observed
+from tls_injector.reconcile.served import Served
+from tls_injector.reconcile.webhook_plan import WebhookSettings
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ read straight from the API (no reconciler, no leader, no port-forward).
 
 The same reads and discovery as the reconciler (`read_cluster`, `discover`), so the status and a pass never
 disagree about which Secret a workload gets. Its conditions are those of the status API
-(app.reconcile.status.conditions), from the same facts: the objects in the way and the names refused are
+(tls_injector.reconcile.status.conditions), from the same facts: the objects in the way and the names refused are
 read from the cluster as the pass finds them; a wait or a refused write is known only from the Warning
 Event the pass raised, so those count when raised after the certificate now stored was issued (after the
 workload's last CertificateIssued or CertificateRenewed Event).
@@ -18,20 +18,20 @@ from typing import Any
 
 import orjson
 
-from app import names
-from app.doctor.read import read_workloads
-from app.doctor.snapshot import DoctorSettings, Snapshot
-from app.doctor.workloads import targets
-from app.injection import pod_workload, tls_change
-from app.injection.profile import parse_note
-from app.kube import EVENTS, SECRETS, KubeApi, NotFound, Obj
-from app.pki import LEAF_LOOKAHEAD, LEAF_VALIDITY, CaSet, CaState, dns_sans, load_certificates, renewal_time
-from app.reconcile import ownership as own
-from app.reconcile import status as st
-from app.reconcile.ca import CaUnusable, load_ca_set
-from app.reconcile.discover import Target, missing_injection
-from app.reconcile.plan import secret_data
-from app.web.page import attention_items
+from tls_injector import names
+from tls_injector.doctor.read import read_workloads
+from tls_injector.doctor.snapshot import DoctorSettings, Snapshot
+from tls_injector.doctor.workloads import targets
+from tls_injector.injection import pod_workload, tls_change
+from tls_injector.injection.profile import parse_note
+from tls_injector.kube import EVENTS, SECRETS, KubeApi, NotFound, Obj
+from tls_injector.pki import LEAF_LOOKAHEAD, LEAF_VALIDITY, CaSet, CaState, dns_sans, load_certificates, renewal_time
+from tls_injector.reconcile import ownership as own
+from tls_injector.reconcile import status as st
+from tls_injector.reconcile.ca import CaUnusable, load_ca_set
+from tls_injector.reconcile.discover import Target, missing_injection
+from tls_injector.reconcile.plan import secret_data
+from tls_injector.web.page import attention_items
 
 # Events shown for one workload: the latest, as `kubectl describe` does; a workload whose certificate
 # was renewed every hour for a year has thousands, which a person does not read.

@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from app import names
-from app.doctor.model import Result, error, ok, warning
-from app.doctor.profiles import check_profiles_accepted, check_profiles_applied, check_profiles_apply
-from app.doctor.snapshot import Snapshot
-from app.injection import pod_workload, template_of, tls_change
-from app.kube import Obj
-from app.pki import (
+from tls_injector import names
+from tls_injector.doctor.model import Result, error, ok, warning
+from tls_injector.doctor.profiles import check_profiles_accepted, check_profiles_applied, check_profiles_apply
+from tls_injector.doctor.snapshot import Snapshot
+from tls_injector.injection import pod_workload, template_of, tls_change
+from tls_injector.kube import Obj
+from tls_injector.pki import (
     ServiceNames,
     UntrustedChain,
     a_host_for,
@@ -26,8 +26,8 @@ from app.pki import (
     verify_nameless,
     verify_server,
 )
-from app.reconcile import ownership as own
-from app.reconcile.discover import (
+from tls_injector.reconcile import ownership as own
+from tls_injector.reconcile.discover import (
     Target,
     discover,
     legal_targets,
@@ -36,7 +36,7 @@ from app.reconcile.discover import (
     trust_only_split,
     wants_pod_certificates,
 )
-from app.reconcile.plan import bundle_namespaces, secret_data
+from tls_injector.reconcile.plan import bundle_namespaces, secret_data
 
 CATEGORY = "workloads"
 _RENEW = "kubectl -n {ns} annotate secret {name} " + names.FORCE_RENEW_ANNOTATION + "=now"

@@ -1,11 +1,11 @@
 """The mutating injector: a pure plan from a pod to the volumes, mounts and env it needs, and its patch."""
 
-from app.injection.choices import InjectionOptions, InjectionRefused
-from app.injection.mutate import FingerprintSource, make_mutate_handler, no_fingerprints
-from app.injection.patch import patch_ops, pointer
-from app.injection.plan import Plan, plan_injection, plan_pod
-from app.injection.podspec import PodSpec, pod_spec
-from app.injection.workload import (
+from tls_injector.injection.choices import InjectionOptions, InjectionRefused
+from tls_injector.injection.mutate import FingerprintSource, make_mutate_handler, no_fingerprints
+from tls_injector.injection.patch import patch_ops, pointer
+from tls_injector.injection.plan import Plan, plan_injection, plan_pod
+from tls_injector.injection.podspec import PodSpec, pod_spec
+from tls_injector.injection.workload import (
     TEMPLATE_KINDS,
     TEMPLATE_PATHS,
     Workload,

@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import orjson
 
-from app.admission import AdmissionResponse, JsonPatchOp, with_patch
+from tls_injector.admission import AdmissionResponse, JsonPatchOp, with_patch
 
 # Distinct pod templates a cluster creates pods from at once is in the hundreds; 512 answers of at most
 # 16 KiB of key each bounds the memory at 8 MiB. Real pod specs are 1-8 KB of JSON.

@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from app import names
-from app.injection.profile import ProfileBounds
-from app.injection.workload import client_secret_name_for
-from app.kubenames import MAX_SUBDOMAIN, subdomain_problem
+from tls_injector import names
+from tls_injector.injection.profile import ProfileBounds
+from tls_injector.injection.workload import client_secret_name_for
+from tls_injector.kubenames import MAX_SUBDOMAIN, subdomain_problem
 
 # DNS-1123 subdomain, what the apiserver requires of a Secret name (RFC 1123 labels, at most 253 chars).
 # Enough for any real name or path (Secret names stop at 253) while a hostile value cannot flood a message.
@@ -74,7 +74,7 @@ class Choices(NamedTuple):
     key_mode: int | None = None
 
 
-# The annotations a pod chooses with (the Secret's name is the workload's, see app.injection.workload).
+# The annotations a pod chooses with (the Secret's name is the workload's, see tls_injector.injection.workload).
 _CHOICE_ANNOTATIONS = frozenset({names.CERT_PATH_ANNOTATION, names.TRUST_PATH_ANNOTATION, names.MODE_ANNOTATION,
                                  names.CLIENT_CERT_ANNOTATION, names.CONTAINERS_ANNOTATION, names.ENV_ANNOTATION,
                                  names.PUBLIC_ROOTS, names.KEY_MODE_ANNOTATION})

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app import names
-from app.admission import JsonPatchOp
-from app.injection.patch import pointer
-from app.injection.podspec import JobPodTemplate
-from app.injection.workload import controller_of, cronjob_pins
+from tls_injector import names
+from tls_injector.admission import JsonPatchOp
+from tls_injector.injection.patch import pointer
+from tls_injector.injection.podspec import JobPodTemplate
+from tls_injector.injection.workload import controller_of, cronjob_pins
 
 
 def job_pin_ops(metadata: object, template: JobPodTemplate | None) -> list[JsonPatchOp]:

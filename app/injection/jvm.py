@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app import names
-from app.injection.choices import Choices, shown
-from app.kubenames import subdomain_problem
+from tls_injector import names
+from tls_injector.injection.choices import Choices, shown
+from tls_injector.kubenames import subdomain_problem
 
 
 def keystore_warnings(annotations: Mapping[str, Any], choices: Choices) -> list[str]:

@@ -24,15 +24,15 @@ from typing import Any
 
 import msgspec
 
-from app import names
-from app.admission import AdmissionResponse, Request, Route, Skipped, allowed, decoder, denied, patched
-from app.injection.answers import Answer, Answers
-from app.injection.choices import InjectionOptions, InjectionRefused
-from app.injection.jobs import job_pin_ops
-from app.injection.patch import patch_ops
-from app.injection.plan import plan_injection
-from app.injection.podspec import PodSpec
-from app.injection.workload import naming_inputs
+from tls_injector import names
+from tls_injector.admission import AdmissionResponse, Request, Route, Skipped, allowed, decoder, denied, patched
+from tls_injector.injection.answers import Answer, Answers
+from tls_injector.injection.choices import InjectionOptions, InjectionRefused
+from tls_injector.injection.jobs import job_pin_ops
+from tls_injector.injection.patch import patch_ops
+from tls_injector.injection.plan import plan_injection
+from tls_injector.injection.podspec import PodSpec
+from tls_injector.injection.workload import naming_inputs
 
 FingerprintSource = Callable[[], Sequence[str]]
 # The memo's key: what a pod's answer is a function of, as JSON (Structs and plain values in one call).

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from app.admission import JsonPatchOp
-from app.injection.plan import Plan
+from tls_injector.admission import JsonPatchOp
+from tls_injector.injection.plan import Plan
 
 
 def pointer(*tokens: str | int) -> str:

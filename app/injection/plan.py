@@ -1,5 +1,5 @@
 """The injection plan: from a pod (its metadata as decoded, its spec typed as the plan reads it: see
-app.injection.podspec) to what must be added to it.
+tls_injector.injection.podspec) to what must be added to it.
 
 The plan lists only what is missing, so planning an already injected pod gives an empty plan: that is
 what makes reinvocation (`reinvocationPolicy: IfNeeded`) and apiserver retries no-ops. It also records
@@ -23,11 +23,11 @@ from typing import Any, Literal, NamedTuple
 
 import orjson
 
-from app import names
-from app.injection.choices import Choices, InjectionOptions, InjectionRefused, read_choices, shown
-from app.injection.jvm import keystore_warnings
-from app.injection.podspec import Container, PodSpec, Source, Volume, pod_spec
-from app.injection.workload import Workload, pod_secret_name
+from tls_injector import names
+from tls_injector.injection.choices import Choices, InjectionOptions, InjectionRefused, read_choices, shown
+from tls_injector.injection.jvm import keystore_warnings
+from tls_injector.injection.podspec import Container, PodSpec, Source, Volume, pod_spec
+from tls_injector.injection.workload import Workload, pod_secret_name
 
 # Init containers first: that is the order the kubelet starts them in, and the order the record lists.
 ContainerField = Literal["initContainers", "containers"]
@@ -86,7 +86,7 @@ def plan_injection(
     pins: Mapping[str, str] | None = None,
 ) -> Plan:
     """Plan the injection into the pod with this `metadata` (as decoded: None when the pod has none) and
-    `spec` (typed, see app.injection.podspec); raise InjectionRefused when it cannot be done safely.
+    `spec` (typed, see tls_injector.injection.podspec); raise InjectionRefused when it cannot be done safely.
 
     `workload` replaces the one derived from the pod (an offline template has no owner yet); `pins` are
     annotations to add where the pod does not set them (a CronJob template's, see workload.cronjob_pins).

@@ -1,8 +1,8 @@
 """What the injection reads of a pod's spec, typed: decoded once, at the edge, and never as a whole.
 
-`/mutate` decodes a review's spec straight into these Structs (app.injection.mutate), in the same pass
+`/mutate` decodes a review's spec straight into these Structs (tls_injector.injection.mutate), in the same pass
 as the envelope; `inject` converts a manifest's pod template into them (`pod_spec`). Either way the plan
-(app.injection.plan) is a function of this and the pod's metadata only, and everything else in a spec
+(tls_injector.injection.plan) is a function of this and the pod's metadata only, and everything else in a spec
 (images, probes, resources: most of its bytes) is skipped, not built.
 
 Typed as the Kubernetes API types them (https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/):
@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 import msgspec
 
-from app.admission import Skipped, clip
-from app.injection.choices import InjectionRefused
+from tls_injector.admission import Skipped, clip
+from tls_injector.injection.choices import InjectionRefused
 
 # A refusal quotes the decoder's reason (a type and a path in the spec), cut to this many characters.
 _MAX_REASON = 300
@@ -67,7 +67,7 @@ class Container(msgspec.Struct, omit_defaults=True):
 
 
 class JobPodTemplate(msgspec.Struct):
-    """A Job's pod template, as the CronJob pin reads it (app.injection.jobs): its metadata only."""
+    """A Job's pod template, as the CronJob pin reads it (tls_injector.injection.jobs): its metadata only."""
 
     metadata: Any = None
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app import names
-from app.admission import GroupVersionKind
-from app.injection.choices import Choices, InjectionOptions, InjectionRefused, read_choices
-from app.injection.jvm import keystore_line, keystore_warnings, public_roots_line
-from app.injection.profile import profile_lines
-from app.injection.workload import TEMPLATE_PATHS, template_workload
+from tls_injector import names
+from tls_injector.admission import GroupVersionKind
+from tls_injector.injection.choices import Choices, InjectionOptions, InjectionRefused, read_choices
+from tls_injector.injection.jvm import keystore_line, keystore_warnings, public_roots_line
+from tls_injector.injection.profile import profile_lines
+from tls_injector.injection.workload import TEMPLATE_PATHS, template_workload
 
 # (group, kind) of the workloads whose dry runs get the line: those the shipped validating entries send.
 WORKLOAD_KINDS = frozenset({("apps", "Deployment"), ("apps", "StatefulSet"), ("apps", "DaemonSet"),

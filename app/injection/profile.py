@@ -7,7 +7,7 @@ the refusal is said where its owner looks (an Event on the workload, `status`, `
 
 Why here, in the pure core's injection package: the reconciler (which issues), the webhook's dry-run
 preview, `inject`, `doctor` and `status` all read the same annotations the same way, and this is the
-lowest package all of them may import (app.pki, beside it, only takes the resolved values as parameters).
+lowest package all of them may import (tls_injector.pki, beside it, only takes the resolved values as parameters).
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from datetime import timedelta
 from fractions import Fraction
 from typing import Any, TypeVar
 
-from app import names
-from app.names import DEFAULT_KEY_ALGORITHM, KEY_ALGORITHMS, KeyAlgorithm
+from tls_injector import names
+from tls_injector.names import DEFAULT_KEY_ALGORITHM, KEY_ALGORITHMS, KeyAlgorithm
 
 # The built-in profile: the External Secrets proposal's table (app/pki/renewal.py says why 90 and 35 days).
-# Spelled here rather than imported from app.pki (same layer): tests hold them equal to LEAF_VALIDITY and
+# Spelled here rather than imported from tls_injector.pki (same layer): tests hold them equal to LEAF_VALIDITY and
 # LEAF_LOOKAHEAD.
 BUILT_IN_DURATION = timedelta(days=90)
 BUILT_IN_RENEW_BEFORE = timedelta(days=35)

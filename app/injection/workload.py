@@ -22,8 +22,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.kubenames import MAX_SUBDOMAIN
-from app.names import POD_TEMPLATE_HASH_LABEL, SECRET_NAME_ANNOTATION, SERVICE_NAMES_ANNOTATION, TLS_CHANGE_ANNOTATION
+from tls_injector.kubenames import MAX_SUBDOMAIN
+from tls_injector.names import (
+    POD_TEMPLATE_HASH_LABEL,
+    SECRET_NAME_ANNOTATION,
+    SERVICE_NAMES_ANNOTATION,
+    TLS_CHANGE_ANNOTATION,
+)
 
 # Where each kind keeps the template its controller stamps pods from; a Pod is its own template.
 TEMPLATE_PATHS: Mapping[str, tuple[str, ...]] = {

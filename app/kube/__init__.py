@@ -1,6 +1,6 @@
 """The only package that talks to the Kubernetes API (through the official client)."""
 
-from app.kube.api import (
+from tls_injector.kube.api import (
     CONFIG_MAPS,
     CRON_JOBS,
     DAEMON_SETS,
@@ -30,7 +30,7 @@ from app.kube.api import (
     cluster_trust_bundles,
     pod_certificate_requests,
 )
-from app.kube.config import (
+from tls_injector.kube.config import (
     MEMBER_KUBECONFIG_LIMIT,
     ClusterConfig,
     TlsUnverifiedWarning,
@@ -41,7 +41,7 @@ from app.kube.config import (
     own_namespace,
     verifies_tls,
 )
-from app.kube.errors import (
+from tls_injector.kube.errors import (
     AlreadyExists,
     AnswerRefused,
     Conflict,
@@ -54,7 +54,7 @@ from app.kube.errors import (
     Unauthorized,
     Unavailable,
 )
-from app.kube.lease import LeaderElector
+from tls_injector.kube.lease import LeaderElector
 
 __all__ = [
     "CONFIG_MAPS",

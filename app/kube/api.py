@@ -23,10 +23,10 @@ from kubernetes import client
 from kubernetes.client import rest
 from kubernetes.client.exceptions import ApiException
 
-from app.kube.bounded import Deadline, read_capped
-from app.kube.errors import IllegalName, KubeError, NotFound, Unavailable, error_for
-from app.kubenames import label_problem, path_problem, path_segment_problem, shown
-from app.settings import API_TIMEOUT_SECONDS
+from tls_injector.kube.bounded import Deadline, read_capped
+from tls_injector.kube.errors import IllegalName, KubeError, NotFound, Unavailable, error_for
+from tls_injector.kubenames import label_problem, path_problem, path_segment_problem, shown
+from tls_injector.settings import API_TIMEOUT_SECONDS
 
 Obj = dict[str, Any]
 # Lists come in pages so one answer never holds the whole cluster in memory at once.

@@ -20,7 +20,7 @@ from typing import Any
 
 import urllib3
 
-from app.kube.errors import AnswerRefused, Unavailable
+from tls_injector.kube.errors import AnswerRefused, Unavailable
 
 
 @dataclass

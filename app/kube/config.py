@@ -16,11 +16,11 @@ import urllib3
 import yaml
 from kubernetes import client, config
 
-from app.kube.api import KubeApi
-from app.kube.bounded import deadline_for
-from app.kube.errors import KubeError
-from app.names import DEFAULT_NAMESPACE
-from app.settings import API_TIMEOUT_SECONDS
+from tls_injector.kube.api import KubeApi
+from tls_injector.kube.bounded import deadline_for
+from tls_injector.kube.errors import KubeError
+from tls_injector.names import DEFAULT_NAMESPACE
+from tls_injector.settings import API_TIMEOUT_SECONDS
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 # What the HTTP library warns on every request to a server whose certificate goes unchecked (`verifies_tls`).

@@ -22,8 +22,8 @@ from typing import Any
 
 import orjson
 
-from app.kube.api import KubeApi, Oversized, Resource, WatchEvent
-from app.kube.errors import Gone, KubeError
+from tls_injector.kube.api import KubeApi, Oversized, Resource, WatchEvent
+from tls_injector.kube.errors import Gone, KubeError
 
 log = logging.getLogger("tls_injector.informer")
 Obj = dict[str, Any]

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
-from app.kube.api import LEASES, KubeApi, Obj
-from app.kube.errors import Conflict, KubeError, NotFound
-from app.names import LEASE_NAME
+from tls_injector.kube.api import LEASES, KubeApi, Obj
+from tls_injector.kube.errors import Conflict, KubeError, NotFound
+from tls_injector.names import LEASE_NAME
 
 log = logging.getLogger("tls_injector.lease")
 LEASE_DURATION = timedelta(seconds=15)

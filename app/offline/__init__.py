@@ -3,8 +3,8 @@
 
 Files in, text out: one reader of manifests (app/offline/manifests.py), one YAML library (ruamel.yaml,
 app/offline/yamltext.py), one error for input that cannot be used (InputError, one line naming the
-file). The deciding is done by the pure core (app.injection, app.rules, app.admission); nothing here
-talks to a cluster or the network.
+file). The deciding is done by the pure core (tls_injector.injection, tls_injector.rules,
+tls_injector.admission); nothing here talks to a cluster or the network.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TextIO
 
-from app.injection import InjectionOptions
-from app.offline.errors import InputError
-from app.offline.inject import Injected, inject
-from app.offline.manifests import read_each
-from app.offline.progress import progress
+from tls_injector.injection import InjectionOptions
+from tls_injector.offline.errors import InputError
+from tls_injector.offline.inject import Injected, inject
+from tls_injector.offline.manifests import read_each
+from tls_injector.offline.progress import progress
 
 __all__ = ["Injected", "InputError", "inject_locations"]
 

@@ -22,10 +22,10 @@ from typing import Any, TextIO
 
 import orjson
 
-from app.admission import AdmissionResponse, BadReview, Route
-from app.offline import manifests
-from app.offline.errors import InputError
-from app.offline.yamltext import plain
+from tls_injector.admission import AdmissionResponse, BadReview, Route
+from tls_injector.offline import manifests
+from tls_injector.offline.errors import InputError
+from tls_injector.offline.yamltext import plain
 
 Key = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
 # An object the apiserver stores fits etcd's 1.5 MiB; at 2 bytes for the smallest JSON value ("0,")

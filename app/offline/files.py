@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TextIO
 
-from app.offline.errors import InputError
+from tls_injector.offline.errors import InputError
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 STDIN = "<stdin>"

@@ -17,8 +17,8 @@ from typing import Any
 
 import jsonpatch
 
-from app import names
-from app.injection import (
+from tls_injector import names
+from tls_injector.injection import (
     TEMPLATE_PATHS,
     InjectionOptions,
     InjectionRefused,
@@ -27,11 +27,11 @@ from app.injection import (
     plan_pod,
     template_workload,
 )
-from app.injection.profile import profile_lines
-from app.offline.errors import InputError
-from app.offline.manifests import Document, Source, document_objects, enabled_namespaces, objects, read_source
-from app.offline.splice import Change, Splicer, guess_indent
-from app.offline.yamltext import dump, plain
+from tls_injector.injection.profile import profile_lines
+from tls_injector.offline.errors import InputError
+from tls_injector.offline.manifests import Document, Source, document_objects, enabled_namespaces, objects, read_source
+from tls_injector.offline.splice import Change, Splicer, guess_indent
+from tls_injector.offline.yamltext import dump, plain
 
 # A pod template is a few hundred nodes; YAML aliases can make a small file expand exponentially when
 # read as plain data (the "billion laughs"), so the copy the planner reads stops at this many nodes.

@@ -19,10 +19,10 @@ from typing import Any, Literal, TextIO
 
 from ruamel.yaml.nodes import Node
 
-from app import names
-from app.offline.errors import InputError
-from app.offline.files import STDIN, manifest_files, read_stdin, read_text
-from app.offline.yamltext import load_all
+from tls_injector import names
+from tls_injector.offline.errors import InputError
+from tls_injector.offline.files import STDIN, manifest_files, read_stdin, read_text
+from tls_injector.offline.yamltext import load_all
 
 # kubectl never nests Lists; a few levels cover hand-made ones, and the bound stops a crafted one.
 MAX_LIST_DEPTH = 4

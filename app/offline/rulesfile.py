@@ -1,4 +1,4 @@
-"""Reading rules files (YAML) into a RuleSet: the file and YAML edge of the pure app.rules core.
+"""Reading rules files (YAML) into a RuleSet: the file and YAML edge of the pure tls_injector.rules core.
 
 Every problem is reported with the file, the line of the rule and its name, e.g.
 `rules.yaml:12: rules[1] (sidecar-tls) expression: CEL compile error: ...`, and raised before the
@@ -14,10 +14,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from app.offline.errors import InputError
-from app.offline.files import read_text
-from app.offline.yamltext import load_all, plain
-from app.rules import RulesError, RuleSet, build_rule_set
+from tls_injector.offline.errors import InputError
+from tls_injector.offline.files import read_text
+from tls_injector.offline.yamltext import load_all, plain
+from tls_injector.rules import RulesError, RuleSet, build_rule_set
 
 DEFAULTS_SOURCE = "built-in rules (app/rules/defaults.yaml)"
 # A rules file is a few hundred nodes; the bound stops YAML aliases expanding a small file into billions.
@@ -54,7 +54,7 @@ def default_rule_set() -> RuleSet:
 
 @functools.cache
 def _default_rules() -> tuple[Any, list[int]]:
-    text = resources.files("app.rules").joinpath("defaults.yaml").read_text(encoding="utf-8")
+    text = resources.files("tls_injector.rules").joinpath("defaults.yaml").read_text(encoding="utf-8")
     return _read(text, DEFAULTS_SOURCE)
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from app.offline.yamltext import Indent, dump
+from tls_injector.offline.yamltext import Indent, dump
 
 PathKey = str | int
 

@@ -23,7 +23,7 @@ from ruamel.yaml.nodes import Node, ScalarNode
 from ruamel.yaml.representer import RoundTripRepresenter
 from ruamel.yaml.scalarbool import ScalarBoolean
 
-from app.offline.errors import InputError
+from tls_injector.offline.errors import InputError
 
 # Written values stay on one line (the injected record is one JSON string), readable in a diff.
 LINE_WIDTH = 4096

@@ -5,8 +5,8 @@ and most TLS 1.2 clients reject it; chains holding it are verified here by a pla
 the ECDSA P-256 default, or RSA for old clients.
 """
 
-from app.pki.bundle import bundle_certificates, trust_bundle
-from app.pki.certs import (
+from tls_injector.pki.bundle import bundle_certificates, trust_bundle
+from tls_injector.pki.certs import (
     BACKDATE,
     CA_VALIDITY,
     LEAF_VALIDITY,
@@ -24,7 +24,7 @@ from app.pki.certs import (
     same_key,
     to_pem,
 )
-from app.pki.domains import (
+from tls_injector.pki.domains import (
     BUNDLE_PREFIX,
     CaRole,
     intermediate_renewal,
@@ -39,8 +39,8 @@ from app.pki.domains import (
     spiffe_id,
     uri_sans,
 )
-from app.pki.keys import KEY_TYPES, KeyType, PrivateKey, generate_key, key_type_of
-from app.pki.names import (
+from tls_injector.pki.keys import KEY_TYPES, KeyType, PrivateKey, generate_key, key_type_of
+from tls_injector.pki.names import (
     MAX_SERVICES,
     ServiceNames,
     cluster_domain_from_resolv_conf,
@@ -52,7 +52,7 @@ from app.pki.names import (
     service_name_problem,
     vet_service_names,
 )
-from app.pki.pkcs12 import (
+from tls_injector.pki.pkcs12 import (
     KDF_ROUNDS,
     KEYSTORE_ALIAS,
     TRUSTSTORE_PASSWORD,
@@ -62,7 +62,7 @@ from app.pki.pkcs12 import (
     to_truststore,
     truststore_fingerprints,
 )
-from app.pki.podcert import (
+from tls_injector.pki.podcert import (
     DEFAULT_POD_KEY_TYPE,
     ISSUED_KEY_TYPES,
     POD_CERT_VALIDITY,
@@ -73,8 +73,8 @@ from app.pki.podcert import (
     requested_key,
     vet_key_type,
 )
-from app.pki.public_roots import PublicRoots, public_roots, with_public_roots
-from app.pki.renewal import (
+from tls_injector.pki.public_roots import PublicRoots, public_roots, with_public_roots
+from tls_injector.pki.renewal import (
     CA_LOOKAHEAD,
     LEAF_LOOKAHEAD,
     RENEWAL_REASONS,
@@ -87,8 +87,8 @@ from app.pki.renewal import (
     renewal_time,
     sealed_leaf_renewal,
 )
-from app.pki.seal import Sealed, SealedLeaf, open_seal, seal, seal_key, sealed_window
-from app.pki.trust import (
+from tls_injector.pki.seal import Sealed, SealedLeaf, open_seal, seal, seal_key, sealed_window
+from tls_injector.pki.trust import (
     SETTLE,
     CaRecord,
     CaSet,
@@ -103,7 +103,7 @@ from app.pki.trust import (
     rotation_due,
     swap_signer,
 )
-from app.pki.verify import (
+from tls_injector.pki.verify import (
     UntrustedChain,
     a_host_for,
     dns_sans,

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from cryptography import x509
 
-from app.pki.certs import fingerprint, load_certificates, to_pem
+from tls_injector.pki.certs import fingerprint, load_certificates, to_pem
 
 # 16 hex digits = 64 bits of SHA-256: a collision among a handful of CAs has odds around 2^-60, and the
 # key stays short enough to read in `kubectl describe`.

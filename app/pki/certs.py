@@ -20,8 +20,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from app.names import DEFAULT_KEY_ALGORITHM, NAME
-from app.pki.keys import KeyType, PrivateKey, generate_key, key_from_pem, key_to_pem, signature_hash
+from tls_injector.names import DEFAULT_KEY_ALGORITHM, NAME
+from tls_injector.pki.keys import KeyType, PrivateKey, generate_key, key_from_pem, key_to_pem, signature_hash
 
 # Nodes whose clocks run a few minutes behind must still accept a certificate issued just now.
 BACKDATE = timedelta(minutes=5)

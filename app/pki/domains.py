@@ -18,10 +18,18 @@ from typing import Literal
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from app.names import DEFAULT_KEY_ALGORITHM
-from app.pki.certs import CA_VALIDITY, LEAF_VALIDITY, CertKey, issue_leaf, issued_by, load_certificates, make_ca
-from app.pki.keys import KeyType
-from app.pki.renewal import CA_LOOKAHEAD, Decision, ca_renewal
+from tls_injector.names import DEFAULT_KEY_ALGORITHM
+from tls_injector.pki.certs import (
+    CA_VALIDITY,
+    LEAF_VALIDITY,
+    CertKey,
+    issue_leaf,
+    issued_by,
+    load_certificates,
+    make_ca,
+)
+from tls_injector.pki.keys import KeyType
+from tls_injector.pki.renewal import CA_LOOKAHEAD, Decision, ca_renewal
 
 CaRole = Literal["serving", "client"]
 # ConfigMap key prefix of each role's bundle: `ca-bundle.crt` for the serving CAs (the contract in names.py), and

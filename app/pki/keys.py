@@ -7,7 +7,7 @@ from collections.abc import Callable
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from app.names import DEFAULT_KEY_ALGORITHM, KEY_ALGORITHMS, KeyAlgorithm
+from tls_injector.names import DEFAULT_KEY_ALGORITHM, KEY_ALGORITHMS, KeyAlgorithm
 
 KeyType = KeyAlgorithm  # the names users write (app/names.py): ecdsa-p256, ecdsa-p384, rsa-2048, ...
 KEY_TYPES: tuple[KeyType, ...] = KEY_ALGORITHMS

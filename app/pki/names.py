@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from app.names import DEFAULT_CLUSTER_DOMAIN
+from tls_injector.names import DEFAULT_CLUSTER_DOMAIN
 
 # A Service's name is a DNS-1123 label (what the apiserver accepts for `metadata.name` of a Service since
 # RelaxedServiceNameValidation, on in 1.36 and GA and locked on in 1.37: tests/cluster/test_contract.py):

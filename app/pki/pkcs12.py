@@ -19,8 +19,8 @@ from cryptography.hazmat.primitives.serialization import (
     pkcs12,
 )
 
-from app.pki.certs import CertKey, fingerprint, is_self_signed, load_cert_key
-from app.pki.keys import PrivateKey
+from tls_injector.pki.certs import CertKey, fingerprint, is_self_signed, load_cert_key
+from tls_injector.pki.keys import PrivateKey
 
 # OpenSSL 3 itself uses 2048 PBKDF2 rounds. The password usually sits in the same Secret as the file,
 # so the KDF guards little; 10,000 rounds costs ~5 ms per keystore, cheap at thousands of workloads.

@@ -20,8 +20,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from app.pki.certs import NAMELESS_SUBJECT, CertKey, is_self_signed, to_pem
-from app.pki.keys import signature_hash
+from tls_injector.pki.certs import NAMELESS_SUBJECT, CertKey, is_self_signed, to_pem
+from tls_injector.pki.keys import signature_hash
 
 # The key types the API names, and those this signer issues for. Ed25519 is refused because the strict
 # web-PKI verifiers (Go's for serving certificates in some setups, cryptography's, browsers) reject it;

@@ -17,10 +17,10 @@ from typing import Literal
 from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 
-from app.pki.certs import BACKDATE, LEAF_VALIDITY, CertKey, fingerprint, key_matches, load_certificates
-from app.pki.keys import KeyType, PrivateKey, key_from_pem, key_type_of
-from app.pki.seal import Sealed
-from app.pki.verify import UntrustedChain, a_host_for, dns_sans, verify_client, verify_nameless, verify_server
+from tls_injector.pki.certs import BACKDATE, LEAF_VALIDITY, CertKey, fingerprint, key_matches, load_certificates
+from tls_injector.pki.keys import KeyType, PrivateKey, key_from_pem, key_type_of
+from tls_injector.pki.seal import Sealed
+from tls_injector.pki.verify import UntrustedChain, a_host_for, dns_sans, verify_client, verify_nameless, verify_server
 
 CA_LOOKAHEAD = timedelta(days=60)
 LEAF_LOOKAHEAD = timedelta(days=35)

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from app.pki.certs import CertKey
+from tls_injector.pki.certs import CertKey
 
 _VERSION = "v1"
 _INFO = b"tls-injector leaf seal v1"

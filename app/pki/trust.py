@@ -30,9 +30,9 @@ from datetime import datetime, timedelta
 
 from cryptography import x509
 
-from app.pki.certs import CertKey, fingerprint, issued_by, key_matches, load_certificates, to_pem
-from app.pki.keys import PrivateKey, key_from_pem, key_to_pem
-from app.pki.renewal import CA_LOOKAHEAD
+from tls_injector.pki.certs import CertKey, fingerprint, issued_by, key_matches, load_certificates, to_pem
+from tls_injector.pki.keys import PrivateKey, key_from_pem, key_to_pem
+from tls_injector.pki.renewal import CA_LOOKAHEAD
 
 # Kubelet refreshes projected Secret/ConfigMap volumes within its sync period (1 min) plus its cache
 # TTL (1 min); 5 minutes leaves room for a slow node and for the workload to reload the files.

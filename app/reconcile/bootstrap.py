@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from app.kube import (
+from tls_injector.kube import (
     MUTATING_WEBHOOKS,
     SECRETS,
     VALIDATING_WEBHOOKS,
@@ -27,11 +27,11 @@ from app.kube import (
     Resource,
     api_client,
 )
-from app.pki import load_certificates
-from app.reconcile.plan import secret_data
-from app.reconcile.reconciler import PassReport, ReconcileSettings
-from app.reconcile.webhook import ensure_webhook_certificate
-from app.reconcile.webhook_plan import WebhookSettings, entry_trust_problem
+from tls_injector.pki import load_certificates
+from tls_injector.reconcile.plan import secret_data
+from tls_injector.reconcile.reconciler import PassReport, ReconcileSettings
+from tls_injector.reconcile.webhook import ensure_webhook_certificate
+from tls_injector.reconcile.webhook_plan import WebhookSettings, entry_trust_problem
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from app import names
-from app.kube import SECRETS
-from app.pki import (
+from tls_injector import names
+from tls_injector.kube import SECRETS
+from tls_injector.pki import (
     CA_LOOKAHEAD,
     CA_VALIDITY,
     SETTLE,
@@ -39,8 +39,8 @@ from app.pki import (
     same_key,
     swap_signer,
 )
-from app.reconcile import ownership as own
-from app.reconcile.plan import Obj, Write, encode_data, secret_data
+from tls_injector.reconcile import ownership as own
+from tls_injector.reconcile.plan import Obj, Write, encode_data, secret_data
 
 _PENDING = (CaState.UNTRUSTED, CaState.TRUSTED_UNUSED)
 _LEAVING = (CaState.PHASE_OUT, CaState.ZOMBIE)

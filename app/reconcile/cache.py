@@ -24,9 +24,9 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from app import names
-from app.injection import template_of
-from app.kube import (
+from tls_injector import names
+from tls_injector.injection import template_of
+from tls_injector.kube import (
     CONFIG_MAPS,
     NAMESPACES,
     PODS,
@@ -35,12 +35,12 @@ from app.kube import (
     KubeApi,
     KubeError,
 )
-from app.kube.informer import WATCH_TIMEOUT_SECONDS, Informer, Key, Writing
-from app.names import MANAGED_BY_LABEL, MANAGER, ROLE_LABEL
-from app.reconcile import ownership as own
-from app.reconcile.discover import enabled_namespaces, opted_in, pod_may_need_a_secret, public_roots_namespaces
-from app.reconcile.plan import Obj, Observed
-from app.reconcile.read import (
+from tls_injector.kube.informer import WATCH_TIMEOUT_SECONDS, Informer, Key, Writing
+from tls_injector.names import MANAGED_BY_LABEL, MANAGER, ROLE_LABEL
+from tls_injector.reconcile import ownership as own
+from tls_injector.reconcile.discover import enabled_namespaces, opted_in, pod_may_need_a_secret, public_roots_namespaces
+from tls_injector.reconcile.plan import Obj, Observed
+from tls_injector.reconcile.read import (
     MAX_SERVICE_BYTES,
     MAX_WORKLOAD_BYTES,
     WORKLOAD_KINDS,

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from app import names
-from app.kube import (
+from tls_injector import names
+from tls_injector.kube import (
     CONFIG_MAPS,
     SECRETS,
     Gone,
@@ -32,14 +32,14 @@ from app.kube import (
     Resource,
     pod_certificate_requests,
 )
-from app.kube.lease import RETRY_PERIOD
-from app.names import MANAGED_BY_LABEL, MANAGER
-from app.reconcile.budget import NAMESPACE_TURN_SECONDS
-from app.reconcile.cache import CLUSTER, ClusterCache
-from app.reconcile.events import Outbox
-from app.reconcile.keypool import KeyPool
-from app.reconcile.reconciler import PassReport, Reconciler
-from app.reconcile.status import Status
+from tls_injector.kube.lease import RETRY_PERIOD
+from tls_injector.names import MANAGED_BY_LABEL, MANAGER
+from tls_injector.reconcile.budget import NAMESPACE_TURN_SECONDS
+from tls_injector.reconcile.cache import CLUSTER, ClusterCache
+from tls_injector.reconcile.events import Outbox
+from tls_injector.reconcile.keypool import KeyPool
+from tls_injector.reconcile.reconciler import PassReport, Reconciler
+from tls_injector.reconcile.status import Status
 
 log = logging.getLogger("tls_injector.controller")
 # The resync period: long enough to cost little on a big cluster, short enough that a dropped
@@ -55,7 +55,7 @@ RETRY_SECONDS = 10.0
 # ConfigMaps every second would have it run every second. With it the loop spends at most half its time in
 # full passes; a change in a namespace never waits for one (a keyed pass takes it).
 MIN_PASS_GAP_SECONDS = 5.0
-# A lease round is at most two API calls of up to 30 s each (app.kube.api's timeout) plus the 2 s wait:
+# A lease round is at most two API calls of up to 30 s each (tls_injector.kube.api's timeout) plus the 2 s wait:
 # a loop that has not come round in 90 s is stuck, not slow. (An unreachable API server does not count
 # as stuck: the round fails fast or times out and comes round again, and a restart would not help.)
 STUCK_AFTER_SECONDS = 90.0

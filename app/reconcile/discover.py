@@ -20,11 +20,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app import names
-from app.injection import Workload, client_secret_name_for, controller_of, pod_workload, template_of, template_workload
-from app.injection.profile import BUILT_IN, Profile, ProfileBounds, Resolved, resolve_profile, shared_profile
-from app.kubenames import shown, subdomain_problem
-from app.pki import (
+from tls_injector import names
+from tls_injector.injection import (
+    Workload,
+    client_secret_name_for,
+    controller_of,
+    pod_workload,
+    template_of,
+    template_workload,
+)
+from tls_injector.injection.profile import BUILT_IN, Profile, ProfileBounds, Resolved, resolve_profile, shared_profile
+from tls_injector.kubenames import shown, subdomain_problem
+from tls_injector.pki import (
     MAX_SERVICES,
     ServiceNames,
     dns_names_for_services,

@@ -9,9 +9,9 @@ import threading
 from datetime import datetime
 from typing import Literal
 
-from app.kube import EVENTS, KubeApi, KubeError
-from app.names import EVENT_COMPONENT
-from app.reconcile.discover import WorkloadRef
+from tls_injector.kube import EVENTS, KubeApi, KubeError
+from tls_injector.names import EVENT_COMPONENT
+from tls_injector.reconcile.discover import WorkloadRef
 
 log = logging.getLogger("tls_injector.events")
 COMPONENT = EVENT_COMPONENT

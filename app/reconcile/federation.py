@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from app import names
-from app.pki import (
+from tls_injector import names
+from tls_injector.pki import (
     BACKDATE,
     CA_LOOKAHEAD,
     CaRole,
@@ -41,9 +41,9 @@ from app.pki import (
     root_problem,
     to_pem,
 )
-from app.reconcile import ownership as own
-from app.reconcile.ca import CaStep
-from app.reconcile.plan import Obj, encode_data, secret_data
+from tls_injector.reconcile import ownership as own
+from tls_injector.reconcile.ca import CaStep
+from tls_injector.reconcile.plan import Obj, encode_data, secret_data
 
 ROLES: tuple[CaRole, ...] = ("serving", "client")
 INTERMEDIATE_SECRETS: dict[CaRole, str] = {"serving": names.INTERMEDIATE_CA_SECRET,

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from app import names
-from app.kube import (
+from tls_injector import names
+from tls_injector.kube import (
     CONFIG_MAPS,
     NAMESPACES,
     SECRETS,
@@ -29,8 +29,8 @@ from app.kube import (
     Unavailable,
     member_api,
 )
-from app.pki import CaRole
-from app.reconcile.federation import (
+from tls_injector.pki import CaRole
+from tls_injector.reconcile.federation import (
     INTERMEDIATE_RECORDS,
     INTERMEDIATE_SECRETS,
     Member,

@@ -17,8 +17,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from app.names import KEY_ALGORITHMS
-from app.pki import KeyType, PrivateKey, generate_key
+from tls_injector.names import KEY_ALGORITHMS
+from tls_injector.pki import KeyType, PrivateKey, generate_key
 
 SLOW: frozenset[KeyType] = frozenset(a for a in KEY_ALGORITHMS if a.startswith("rsa-"))
 # Keys of each slow algorithm held ready: four RSA-4096 are ~1.2 s of one core, more than a turn's worth

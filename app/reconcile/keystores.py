@@ -22,11 +22,18 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app import names
-from app.injection import pod_workload, template_of, template_workload
-from app.kubenames import shown, subdomain_problem
-from app.pki import fingerprint, keystore_holds, keystore_of, load_certificates, to_truststore, truststore_fingerprints
-from app.reconcile.discover import opted_in
+from tls_injector import names
+from tls_injector.injection import pod_workload, template_of, template_workload
+from tls_injector.kubenames import shown, subdomain_problem
+from tls_injector.pki import (
+    fingerprint,
+    keystore_holds,
+    keystore_of,
+    load_certificates,
+    to_truststore,
+    truststore_fingerprints,
+)
+from tls_injector.reconcile.discover import opted_in
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, Secret name)

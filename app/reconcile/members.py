@@ -9,12 +9,12 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from app import names
-from app.kube import CONFIG_MAPS, NAMESPACES, SECRETS, KubeError
-from app.pki import CaRole, CaSet, CertKey, TrustFacts
-from app.reconcile import hub
-from app.reconcile.discover import WorkloadRef
-from app.reconcile.federation import (
+from tls_injector import names
+from tls_injector.kube import CONFIG_MAPS, NAMESPACES, SECRETS, KubeError
+from tls_injector.pki import CaRole, CaSet, CertKey, TrustFacts
+from tls_injector.reconcile import hub
+from tls_injector.reconcile.discover import WorkloadRef
+from tls_injector.reconcile.federation import (
     INTERMEDIATE_RECORDS,
     INTERMEDIATE_SECRETS,
     Intermediate,
@@ -27,10 +27,10 @@ from app.reconcile.federation import (
     rotation_excluded,
     same_cluster,
 )
-from app.reconcile.hub import converge_member
-from app.reconcile.ownership import is_owned
-from app.reconcile.reports import Reports
-from app.reconcile.state import PassReport
+from tls_injector.reconcile.hub import converge_member
+from tls_injector.reconcile.ownership import is_owned
+from tls_injector.reconcile.reports import Reports
+from tls_injector.reconcile.state import PassReport
 
 log = logging.getLogger("tls_injector.reconcile")
 

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from app.names import SIGNER_NAME
+from tls_injector.names import SIGNER_NAME
 
 # A pass over a few thousand objects takes seconds; a stuck one (API timeouts) takes minutes.
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)

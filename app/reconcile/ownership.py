@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from app.names import MANAGED_BY_LABEL, MANAGER, ROLE_LABEL
+from tls_injector.names import MANAGED_BY_LABEL, MANAGER, ROLE_LABEL
 
 Role = Literal["leaf", "bundle", "ca", "webhook", "intermediate", "intermediate-record", "federation-status"]
 

@@ -16,11 +16,17 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
-from app import names
-from app.injection.profile import BUILT_IN, Profile
-from app.kube import CONFIG_MAPS, SECRETS, Oversized, Resource
-from app.names import BUNDLE_KEY, CLIENT_BUNDLE_KEY, CLIENT_TRUSTSTORE_KEY, TRUST_BUNDLE_CONFIGMAP, TRUSTSTORE_KEY
-from app.pki import (
+from tls_injector import names
+from tls_injector.injection.profile import BUILT_IN, Profile
+from tls_injector.kube import CONFIG_MAPS, SECRETS, Oversized, Resource
+from tls_injector.names import (
+    BUNDLE_KEY,
+    CLIENT_BUNDLE_KEY,
+    CLIENT_TRUSTSTORE_KEY,
+    TRUST_BUNDLE_CONFIGMAP,
+    TRUSTSTORE_KEY,
+)
+from tls_injector.pki import (
     LEAF_VALIDITY,
     CaSet,
     CertKey,
@@ -45,11 +51,11 @@ from app.pki import (
     uri_sans,
     with_public_roots,
 )
-from app.reconcile import ownership as own
-from app.reconcile.budget import TurnBudget
-from app.reconcile.discover import Target, WorkloadRef
-from app.reconcile.keypool import KeyPool
-from app.reconcile.keystores import Keystore, with_keystore
+from tls_injector.reconcile import ownership as own
+from tls_injector.reconcile.budget import TurnBudget
+from tls_injector.reconcile.discover import Target, WorkloadRef
+from tls_injector.reconcile.keypool import KeyPool
+from tls_injector.reconcile.keystores import Keystore, with_keystore
 
 Obj = dict[str, Any]
 Action = Literal["create", "update", "delete"]

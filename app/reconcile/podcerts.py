@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from app import names
-from app.injection.workload import controller_of, pod_workload
-from app.pki import (
+from tls_injector import names
+from tls_injector.injection.workload import controller_of, pod_workload
+from tls_injector.pki import (
     CaSet,
     CertKey,
     KeyRejected,
@@ -36,8 +36,8 @@ from app.pki import (
     vet_key_type,
     vet_service_names,
 )
-from app.reconcile import ownership as own
-from app.reconcile.discover import opted_in
+from tls_injector.reconcile import ownership as own
+from tls_injector.reconcile.discover import opted_in
 
 Obj = dict[str, Any]
 SIGNER_NAME = names.SIGNER_NAME

@@ -8,9 +8,9 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Iterable
 
-from app.names import KEY_ALGORITHMS
-from app.reconcile.discover import Target
-from app.reconcile.metrics import ReconcileMetrics
+from tls_injector.names import KEY_ALGORITHMS
+from tls_injector.reconcile.discover import Target
+from tls_injector.reconcile.metrics import ReconcileMetrics
 
 log = logging.getLogger(__name__)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from app import names
-from app.injection import template_of
-from app.injection.workload import TEMPLATE_PATHS
-from app.kube import (
+from tls_injector import names
+from tls_injector.injection import template_of
+from tls_injector.injection.workload import TEMPLATE_PATHS
+from tls_injector.kube import (
     CONFIG_MAPS,
     CRON_JOBS,
     DAEMON_SETS,
@@ -22,9 +22,9 @@ from app.kube import (
     STATEFUL_SETS,
     KubeApi,
 )
-from app.reconcile import ownership as own
-from app.reconcile.discover import enabled_namespaces, opted_in, public_roots_namespaces
-from app.reconcile.plan import Obj, Observed, public_digest
+from tls_injector.reconcile import ownership as own
+from tls_injector.reconcile.discover import enabled_namespaces, opted_in, public_roots_namespaces
+from tls_injector.reconcile.plan import Obj, Observed, public_digest
 
 # Every kind whose pod template discovery reads (discover.LISTED_KINDS); pods of other controllers are
 # found from the pods themselves.

@@ -16,15 +16,15 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from app import names
-from app.kube import CONFIG_MAPS, NAMESPACES, SECRETS, SERVICE_ACCOUNTS, KubeError, NotFound
-from app.kubenames import shown, subdomain_problem
-from app.pki import CaSet
-from app.reconcile import keystores, podcerts, signer
-from app.reconcile import status as st
-from app.reconcile.budget import TurnBudget
-from app.reconcile.ca import CaUnusable, load_ca_set
-from app.reconcile.discover import (
+from tls_injector import names
+from tls_injector.kube import CONFIG_MAPS, NAMESPACES, SECRETS, SERVICE_ACCOUNTS, KubeError, NotFound
+from tls_injector.kubenames import shown, subdomain_problem
+from tls_injector.pki import CaSet
+from tls_injector.reconcile import keystores, podcerts, signer
+from tls_injector.reconcile import status as st
+from tls_injector.reconcile.budget import TurnBudget
+from tls_injector.reconcile.ca import CaUnusable, load_ca_set
+from tls_injector.reconcile.discover import (
     Target,
     discover,
     enabled_namespaces,
@@ -34,14 +34,14 @@ from app.reconcile.discover import (
     trust_only_split,
     truststore_namespaces,
 )
-from app.reconcile.plan import CLIENT_PREFIX, Item, Obj, Observed, Signing, plan
-from app.reconcile.profile import report_profiles
-from app.reconcile.read import read_candidate_pods, read_cluster
-from app.reconcile.reports import Expiries
-from app.reconcile.state import NotLeader, PassReport, ReconcileSettings, WorkloadsPassed, collector_paused
-from app.reconcile.webhook_pass import WebhookPass
-from app.reconcile.webhook_plan import WebhookSettings
-from app.reconcile.writes import BACKOFF_FIRST, BACKOFF_MAX, MAX_ATTEMPTS, UNAVAILABLE_STREAK
+from tls_injector.reconcile.plan import CLIENT_PREFIX, Item, Obj, Observed, Signing, plan
+from tls_injector.reconcile.profile import report_profiles
+from tls_injector.reconcile.read import read_candidate_pods, read_cluster
+from tls_injector.reconcile.reports import Expiries
+from tls_injector.reconcile.state import NotLeader, PassReport, ReconcileSettings, WorkloadsPassed, collector_paused
+from tls_injector.reconcile.webhook_pass import WebhookPass
+from tls_injector.reconcile.webhook_plan import WebhookSettings
+from tls_injector.reconcile.writes import BACKOFF_FIRST, BACKOFF_MAX, MAX_ATTEMPTS, UNAVAILABLE_STREAK
 
 # What callers import from here, as before the layers were split out.
 __all__ = ["BACKOFF_FIRST", "BACKOFF_MAX", "MAX_ATTEMPTS", "UNAVAILABLE_STREAK", "NotLeader", "PassReport",

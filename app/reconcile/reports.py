@@ -7,15 +7,15 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from app import names
-from app.injection import tls_change
-from app.kube import SECRETS
-from app.pki import CaSet, load_certificates
-from app.reconcile.discover import LISTED_KINDS, Target, WorkloadRef
-from app.reconcile.ownership import is_owned
-from app.reconcile.plan import Item, Obj, Observed, Signing, leaf_renewal_time, leaf_window, secret_data
-from app.reconcile.state import PassReport
-from app.reconcile.writes import Writes
+from tls_injector import names
+from tls_injector.injection import tls_change
+from tls_injector.kube import SECRETS
+from tls_injector.pki import CaSet, load_certificates
+from tls_injector.reconcile.discover import LISTED_KINDS, Target, WorkloadRef
+from tls_injector.reconcile.ownership import is_owned
+from tls_injector.reconcile.plan import Item, Obj, Observed, Signing, leaf_renewal_time, leaf_window, secret_data
+from tls_injector.reconcile.state import PassReport
+from tls_injector.reconcile.writes import Writes
 
 _OVERSIZED_HINT = (f"a Service is read as its name and selector, a workload as its pod template's labels, "
                    f"{names.DOMAIN} annotations and service account (docs/security.md, \"The reconciler's memory\")")

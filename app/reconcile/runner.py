@@ -14,14 +14,14 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from app.kube import ClusterConfig, KubeApi, KubeError, LeaderElector, api_client, find_cluster
-from app.names import DEFAULT_CLUSTER_DOMAIN
-from app.pki import cluster_domain_from_resolv_conf
-from app.reconcile.controller import RESYNC_SECONDS, Controller
-from app.reconcile.metrics import ReconcileMetrics
-from app.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
-from app.reconcile.signer import NativeApis
-from app.web.health import Probes, listen
+from tls_injector.kube import ClusterConfig, KubeApi, KubeError, LeaderElector, api_client, find_cluster
+from tls_injector.names import DEFAULT_CLUSTER_DOMAIN
+from tls_injector.pki import cluster_domain_from_resolv_conf
+from tls_injector.reconcile.controller import RESYNC_SECONDS, Controller
+from tls_injector.reconcile.metrics import ReconcileMetrics
+from tls_injector.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
+from tls_injector.reconcile.signer import NativeApis
+from tls_injector.web.health import Probes, listen
 
 log = logging.getLogger("tls_injector.reconcile")
 RESOLV_CONF = Path("/etc/resolv.conf")
@@ -117,7 +117,7 @@ def run_until_signalled(cluster: ClusterConfig, settings: ReconcileSettings, *,
                         identity: str | None = None, resync_seconds: float = RESYNC_SECONDS) -> None:
     """`tls-injector reconcile` without --once: until SIGTERM or SIGINT (or `stop`, for tests). With
     `probe_address`, the operator port is served there on plain HTTP while the loop runs: /healthz,
-    /readyz, /metrics and, with `status`, the status API and page (app.web.operator, app.web.status).
+    /readyz, /metrics and, with `status`, the status API and page (tls_injector.web.operator, tls_injector.web.status).
     `on_started` is called once the client is configured and the port open, before the first pass.
     `identity` names this replica in the Lease (default: hostname and PID; tests run two in one process)."""
     stop = stop or threading.Event()
@@ -133,8 +133,8 @@ def run_until_signalled(cluster: ClusterConfig, settings: ReconcileSettings, *,
             sock = listen(host, port)
             # Imported only here: FastAPI, uvicorn and pydantic cost a second of CPU, which `--once`,
             # `bootstrap` and the reconciler inside `serve` (none serves this port) need not pay.
-            from app.web.operator import OperatorPort  # noqa: PLC0415
-            from app.web.status import status_app  # noqa: PLC0415
+            from tls_injector.web.operator import OperatorPort  # noqa: PLC0415
+            from tls_injector.web.status import status_app  # noqa: PLC0415
 
             snapshot = loop.snapshot if status else None
             server = OperatorPort(sock, status_app(reconciler_probes(loop, metrics), snapshot))

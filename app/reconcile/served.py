@@ -2,7 +2,7 @@
 reconciler's check after each pass and for `tls-injector doctor`.
 
 The handshake verifies nothing itself: the chain is verified afterwards against each entry's caBundle
-(app.reconcile.webhook_plan.entry_trust_problem), which is the question asked, and a handshake that
+(tls_injector.reconcile.webhook_plan.entry_trust_problem), which is the question asked, and a handshake that
 refused an untrusted server would only say "no" without saying why.
 """
 

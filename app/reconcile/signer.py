@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from app import names
-from app.kube import (
+from tls_injector import names
+from tls_injector.kube import (
     NODES,
     SERVICE_ACCOUNTS,
     Conflict,
@@ -28,11 +28,11 @@ from app.kube import (
     cluster_trust_bundles,
     pod_certificate_requests,
 )
-from app.kube.api import CERTIFICATES_GROUP
-from app.kubenames import subdomain_problem
-from app.pki import CaSet, CertKey
-from app.reconcile import events, podcerts
-from app.reconcile.discover import WorkloadRef
+from tls_injector.kube.api import CERTIFICATES_GROUP
+from tls_injector.kubenames import subdomain_problem
+from tls_injector.pki import CaSet, CertKey
+from tls_injector.reconcile import events, podcerts
+from tls_injector.reconcile.discover import WorkloadRef
 
 log = logging.getLogger("tls_injector.signer")
 PodCertificates = Literal["auto", "on", "off"]

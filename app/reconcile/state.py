@@ -18,22 +18,22 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from app import names
-from app.injection.profile import ProfileBounds
-from app.kube import KubeApi, NotFound, Resource
-from app.pki import CaRole, CaSet, CertKey, service_name_constraints
-from app.reconcile import events, signer
-from app.reconcile import status as st
-from app.reconcile.ca import CaPolicy, CaStep
-from app.reconcile.discover import Target, WorkloadRef
-from app.reconcile.federation import Hold, Intermediate, MemberAck
-from app.reconcile.keypool import KeyPool
-from app.reconcile.metrics import ReconcileMetrics
-from app.reconcile.plan import Obj, Signing
-from app.reconcile.webhook_plan import WebhookSettings
+from tls_injector import names
+from tls_injector.injection.profile import ProfileBounds
+from tls_injector.kube import KubeApi, NotFound, Resource
+from tls_injector.pki import CaRole, CaSet, CertKey, service_name_constraints
+from tls_injector.reconcile import events, signer
+from tls_injector.reconcile import status as st
+from tls_injector.reconcile.ca import CaPolicy, CaStep
+from tls_injector.reconcile.discover import Target, WorkloadRef
+from tls_injector.reconcile.federation import Hold, Intermediate, MemberAck
+from tls_injector.reconcile.keypool import KeyPool
+from tls_injector.reconcile.metrics import ReconcileMetrics
+from tls_injector.reconcile.plan import Obj, Signing
+from tls_injector.reconcile.webhook_plan import WebhookSettings
 
 if TYPE_CHECKING:
-    from app.reconcile.cache import ClusterCache
+    from tls_injector.reconcile.cache import ClusterCache
 
 
 class NotLeader(Exception):
@@ -165,7 +165,7 @@ class ReconcilerState:
         self._backoff: dict[tuple[str, str, str], tuple[int, datetime]] = {}
         self._failing: set[tuple[str, str, str]] = set()  # failed in the pass under way
         self.native = signer.NativeApis(api, mode=settings.pod_certificates)
-        # What the last full pass saw, for the status API (app.reconcile.status); swapped in whole.
+        # What the last full pass saw, for the status API (tls_injector.reconcile.status); swapped in whole.
         self.status: st.Status | None = None
         self._steps: dict[str, CaStep] = {}  # by CA Secret, as the pass stepped them
         # A member: the hub's intermediates found in this pass, by role (docs/multicluster.md).

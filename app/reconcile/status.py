@@ -14,12 +14,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal
 
-from app.injection.workload import pod_workload
-from app.names import CLIENT_CA_SECRET
-from app.pki import CaState
-from app.reconcile.ca import CaStep
-from app.reconcile.discover import Target, WorkloadRef
-from app.reconcile.plan import Obj
+from tls_injector.injection.workload import pod_workload
+from tls_injector.names import CLIENT_CA_SECRET
+from tls_injector.pki import CaState
+from tls_injector.reconcile.ca import CaStep
+from tls_injector.reconcile.discover import Target, WorkloadRef
+from tls_injector.reconcile.plan import Obj
 
 CaRole = Literal["serving", "client"]
 # What each trust state waits for before its next step (app/pki/trust.py; docs/reconcile.md, Rotation).

@@ -9,18 +9,27 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, NoReturn
 
-from app import names
-from app.kube import CONFIG_MAPS, SECRETS, Conflict, KubeError, NotFound
-from app.names import BUNDLE_KEY, CLIENT_BUNDLE_KEY
-from app.pki import CaRole, CaSet, CertKey, Chains, TrustFacts, bundle_certificates, load_certificates, load_user_ca
-from app.reconcile import podcerts, signer
-from app.reconcile.ca import CaPolicy, CaStep, CaUnusable, decide_ca, other_role, shared_key_problem
-from app.reconcile.discover import Target, WorkloadRef
-from app.reconcile.federation import acknowledgement, status_body
-from app.reconcile.members import Members
-from app.reconcile.plan import CLIENT_PREFIX, Obj, Observed, bundle_namespaces, client_secrets, secret_data
-from app.reconcile.state import PassReport
-from app.reconcile.writes import MAX_ATTEMPTS
+from tls_injector import names
+from tls_injector.kube import CONFIG_MAPS, SECRETS, Conflict, KubeError, NotFound
+from tls_injector.names import BUNDLE_KEY, CLIENT_BUNDLE_KEY
+from tls_injector.pki import (
+    CaRole,
+    CaSet,
+    CertKey,
+    Chains,
+    TrustFacts,
+    bundle_certificates,
+    load_certificates,
+    load_user_ca,
+)
+from tls_injector.reconcile import podcerts, signer
+from tls_injector.reconcile.ca import CaPolicy, CaStep, CaUnusable, decide_ca, other_role, shared_key_problem
+from tls_injector.reconcile.discover import Target, WorkloadRef
+from tls_injector.reconcile.federation import acknowledgement, status_body
+from tls_injector.reconcile.members import Members
+from tls_injector.reconcile.plan import CLIENT_PREFIX, Obj, Observed, bundle_namespaces, client_secrets, secret_data
+from tls_injector.reconcile.state import PassReport
+from tls_injector.reconcile.writes import MAX_ATTEMPTS
 
 log = logging.getLogger("tls_injector.reconcile")
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from app import names
-from app.kube import KubeApi
-from app.reconcile.metrics import ReconcileMetrics
-from app.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
-from app.reconcile.webhook_plan import WebhookSettings
+from tls_injector import names
+from tls_injector.kube import KubeApi
+from tls_injector.reconcile.metrics import ReconcileMetrics
+from tls_injector.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
+from tls_injector.reconcile.webhook_plan import WebhookSettings
 
 __all__ = ["PassReport", "WebhookSettings", "ensure_webhook_certificate"]
 

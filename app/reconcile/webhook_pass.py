@@ -6,13 +6,13 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from app.kube import SECRETS
-from app.pki import load_certificates
-from app.reconcile.plan import Obj, Signing
-from app.reconcile.served import fetch_served
-from app.reconcile.state import PassReport
-from app.reconcile.trust import Trust
-from app.reconcile.webhook_plan import (
+from tls_injector.kube import SECRETS
+from tls_injector.pki import load_certificates
+from tls_injector.reconcile.plan import Obj, Signing
+from tls_injector.reconcile.served import fetch_served
+from tls_injector.reconcile.state import PassReport
+from tls_injector.reconcile.trust import Trust
+from tls_injector.reconcile.webhook_plan import (
     WEBHOOK_KINDS,
     WebhookSettings,
     bundles_in_use,

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from app import names
-from app.kube import MUTATING_WEBHOOKS, SECRETS, VALIDATING_WEBHOOKS, Resource
-from app.pki import UntrustedChain, dns_names_for_services, load_certificates, verify_server
-from app.reconcile.ca import CaPolicy
-from app.reconcile.discover import Target
-from app.reconcile.plan import Item, Obj, Outcome, Signing, Write, decide_leaf, secret_data
+from tls_injector import names
+from tls_injector.kube import MUTATING_WEBHOOKS, SECRETS, VALIDATING_WEBHOOKS, Resource
+from tls_injector.pki import UntrustedChain, dns_names_for_services, load_certificates, verify_server
+from tls_injector.reconcile.ca import CaPolicy
+from tls_injector.reconcile.discover import Target
+from tls_injector.reconcile.plan import Item, Obj, Outcome, Signing, Write, decide_leaf, secret_data
 
 WEBHOOK_KINDS: tuple[Resource, ...] = (MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS)
 

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from app.kube import SECRETS, Conflict, KubeError, NotFound, Unavailable
-from app.reconcile import events
-from app.reconcile.budget import TurnBudget
-from app.reconcile.discover import WorkloadRef
-from app.reconcile.plan import Deferred, Item, Obj, Refused, Waiting, Write
-from app.reconcile.state import NotLeader, PassReport, ReconcilerState
+from tls_injector.kube import SECRETS, Conflict, KubeError, NotFound, Unavailable
+from tls_injector.reconcile import events
+from tls_injector.reconcile.budget import TurnBudget
+from tls_injector.reconcile.discover import WorkloadRef
+from tls_injector.reconcile.plan import Deferred, Item, Obj, Refused, Waiting, Write
+from tls_injector.reconcile.state import NotLeader, PassReport, ReconcilerState
 
 log = logging.getLogger("tls_injector.reconcile")
 # Three tries per object: a 409 means someone wrote in between; three in a row means a hot object,

@@ -4,10 +4,10 @@ Pure: rule sets are built from plain data (the YAML is parsed at the edge, app/o
 compiled once; judging an update is a function of the rule set and the two objects.
 """
 
-from app.rules.export import crd_validation_snippets, export_documents, validating_admission_policies
-from app.rules.handler import DENIED_CODE, DENIED_REASON, Preview, denial_message, make_validate_handler
-from app.rules.judge import Change, Failure, Verdict, judge, self_value
-from app.rules.model import (
+from tls_injector.rules.export import crd_validation_snippets, export_documents, validating_admission_policies
+from tls_injector.rules.handler import DENIED_CODE, DENIED_REASON, Preview, denial_message, make_validate_handler
+from tls_injector.rules.judge import Change, Failure, Verdict, judge, self_value
+from tls_injector.rules.model import (
     SCOPE_ALL,
     SCOPE_ENABLED_NAMESPACES,
     SCOPE_OTHER_NAMESPACES,

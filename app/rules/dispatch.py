@@ -19,15 +19,15 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from app.admission import GroupVersionKind
-from app.rules.model import (
+from tls_injector.admission import GroupVersionKind
+from tls_injector.rules.model import (
     SCOPE_ENABLED_NAMESPACES,
     SCOPE_OTHER_NAMESPACES,
     Rule,
     RuleSet,
     guess_resource,
 )
-from app.rules.paths import Path
+from tls_injector.rules.paths import Path
 
 # The condition's sides: the object after the update, and before it (null on CREATE).
 OBJECT, OLD_OBJECT = "object", "oldObject"

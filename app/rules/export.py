@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from app.names import (
+from tls_injector.names import (
     DEFAULT_NAMESPACE,
     EXCEPTION_GROUP,
     EXCEPTION_RESOURCE,
@@ -28,10 +28,17 @@ from app.names import (
     NAMESPACE_OPT_IN,
     POLICY_NAME_PREFIX,
 )
-from app.rules.dispatch import condition_documents
-from app.rules.handler import DENIED_REASON
-from app.rules.model import SCOPE_ENABLED_NAMESPACES, SCOPE_OTHER_NAMESPACES, Match, Rule, RuleSet, guess_resource
-from app.rules.paths import cel_value_or_empty, format_path
+from tls_injector.rules.dispatch import condition_documents
+from tls_injector.rules.handler import DENIED_REASON
+from tls_injector.rules.model import (
+    SCOPE_ENABLED_NAMESPACES,
+    SCOPE_OTHER_NAMESPACES,
+    Match,
+    Rule,
+    RuleSet,
+    guess_resource,
+)
+from tls_injector.rules.paths import cel_value_or_empty, format_path
 
 ADMISSIONREGISTRATION = "admissionregistration.k8s.io/v1"
 NAME_PREFIX = POLICY_NAME_PREFIX

@@ -1,6 +1,6 @@
 """The /validate handler: the rule set's verdict as an AdmissionResponse (never a patch).
 
-One path. The review is decoded once at the edge along the rules' `self` paths (app.rules.reader): the
+One path. The review is decoded once at the edge along the rules' `self` paths (tls_injector.rules.reader): the
 handler gets the envelope and, per path, the JSON text of oldSelf and self, and judges those
 (`judge_texts`, which finds a pair's results in the rules' memo or decodes just the two texts).
 
@@ -20,12 +20,21 @@ from typing import Any
 
 import msgspec
 
-from app.admission import AdmissionResponse, BadReview, GroupVersionKind, Request, Review, Route, allowed, denied
-from app.rules.judge import Verdict, judge_texts
-from app.rules.memo import MEMO_ENTRIES
-from app.rules.model import SCOPE_OTHER_NAMESPACES, RuleSet
-from app.rules.paths import MISSING, Path
-from app.rules.reader import Reader, request_type
+from tls_injector.admission import (
+    AdmissionResponse,
+    BadReview,
+    GroupVersionKind,
+    Request,
+    Review,
+    Route,
+    allowed,
+    denied,
+)
+from tls_injector.rules.judge import Verdict, judge_texts
+from tls_injector.rules.memo import MEMO_ENTRIES
+from tls_injector.rules.model import SCOPE_OTHER_NAMESPACES, RuleSet
+from tls_injector.rules.paths import MISSING, Path
+from tls_injector.rules.reader import Reader, request_type
 
 log = logging.getLogger("tls_injector.rules")
 
@@ -35,7 +44,7 @@ DENIED_REASON = "Invalid"
 
 @dataclass(frozen=True, slots=True)
 class Preview:
-    """Lines added to an allowed dry run (app.injection.preview): the paths of the object it reads, and
+    """Lines added to an allowed dry run (tls_injector.injection.preview): the paths of the object it reads, and
     the lines for a kind given the values at those paths (MISSING where absent); none for no line."""
 
     paths: tuple[Path, ...]

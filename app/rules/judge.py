@@ -16,11 +16,11 @@ from typing import Any
 
 import orjson
 
-from app.admission import BadReview, GroupVersionKind, clip
-from app.rules.cel import EvalError, to_cel
-from app.rules.memo import Key
-from app.rules.model import Group, Rule, RuleSet
-from app.rules.paths import MISSING, Path, format_path, get_path
+from tls_injector.admission import BadReview, GroupVersionKind, clip
+from tls_injector.rules.cel import EvalError, to_cel
+from tls_injector.rules.memo import Key
+from tls_injector.rules.model import Group, Rule, RuleSet
+from tls_injector.rules.paths import MISSING, Path, format_path, get_path
 
 # A denial names what changed; a whole pod template can differ in many places, and kubectl shows the
 # message in one block, so at most this many changes are listed (the rest are counted).

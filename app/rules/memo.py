@@ -14,7 +14,7 @@ from collections import OrderedDict
 
 import orjson
 
-from app.rules.paths import MISSING
+from tls_injector.rules.paths import MISSING
 
 # Entries per group of rules. A burst of updates to one workload hits; past this many distinct pairs
 # the least recently used goes first, so a caller sending ever-new values costs a miss, never memory.

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from app.admission import GroupVersionKind
-from app.rules.cel import Batch, CelCompileError, Environment, Program
-from app.rules.memo import MEMO_ENTRIES, Memo
-from app.rules.paths import BadPath, Path, parse_path
+from tls_injector.admission import GroupVersionKind
+from tls_injector.rules.cel import Batch, CelCompileError, Environment, Program
+from tls_injector.rules.memo import MEMO_ENTRIES, Memo
+from tls_injector.rules.paths import BadPath, Path, parse_path
 
 # The variables a rule sees, as in a CRD transition rule.
 RULE_VARIABLES = ("self", "oldSelf")

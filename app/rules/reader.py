@@ -20,8 +20,8 @@ from typing import Any, Optional, Union
 
 import msgspec
 
-from app.admission import BadReview, Request
-from app.rules.paths import Path
+from tls_injector.admission import BadReview, Request
+from tls_injector.rules.paths import Path
 
 _ABSENT = msgspec.Raw(b"")
 

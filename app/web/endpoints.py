@@ -1,7 +1,7 @@
 """The admission endpoints' HTTP semantics, independent of the connection that carries them.
 
 `answer()` takes what the HTTP layer parsed (method, content type, body) and returns the status and the
-JSON body to send; the transport in app.web.http does the bytes. The protocol itself is app.admission.
+JSON body to send; the transport in tls_injector.web.http does the bytes. The protocol itself is tls_injector.admission.
 
 Two error channels, chosen on purpose:
 - A malformed call (wrong method or content type, oversize, empty, invalid JSON, not an AdmissionReview)
@@ -21,10 +21,10 @@ from typing import Any
 
 import orjson
 
-from app.admission import BadReview, Request, Route, clip, review_envelope
-from app.logs import AccessLog
-from app.settings import MAX_BODY_BYTES
-from app.web.metrics import ServerMetrics
+from tls_injector.admission import BadReview, Request, Route, clip, review_envelope
+from tls_injector.logs import AccessLog
+from tls_injector.settings import MAX_BODY_BYTES
+from tls_injector.web.metrics import ServerMetrics
 
 log = logging.getLogger("tls_injector.admission")
 

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from app.pki import fingerprint, load_certificates
+from tls_injector.pki import fingerprint, load_certificates
 
 log = logging.getLogger("tls_injector.bundle")
 

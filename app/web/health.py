@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from app.web.metrics import ServerMetrics
+from tls_injector.web.metrics import ServerMetrics
 
 BackgroundTask = Callable[[], Coroutine[Any, Any, None]]
 # (status, content type, body)
@@ -24,13 +24,13 @@ PROMETHEUS = b"text/plain; version=0.0.4; charset=utf-8"
 # restarts a wedged pod within about 30 s.
 STALL_SECONDS = 5.0
 # Connections the kernel queues on the operator port before they are accepted (capped at
-# net.core.somaxconn): its clients are a kubelet and a Prometheus or two (app.web.operator.PortLimits).
+# net.core.somaxconn): its clients are a kubelet and a Prometheus or two (tls_injector.web.operator.PortLimits).
 OPERATOR_BACKLOG = 128
 
 
 def listen(host: str, port: int) -> socket.socket:
     """The operator port's socket, bound now (OSError when the port cannot be had). Kept apart from
-    app.web.operator so a process can claim the port before it pays for importing FastAPI."""
+    tls_injector.web.operator so a process can claim the port before it pays for importing FastAPI."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     return socket.create_server((host, port), family=family, backlog=OPERATOR_BACKLOG)
 

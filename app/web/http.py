@@ -4,7 +4,7 @@ Why not a general ASGI server: the request path is the product. Per request this
 synchronous handler call and one `write` of precomputed header bytes plus the JSON body; no message
 dicts, no tasks, no per-request timers. Keep-alive and pipelining are HTTP/1.1's own.
 
-Bounded from the first byte (values and reasons in app.settings.Limits and docs/serving.md): the request
+Bounded from the first byte (values and reasons in tls_injector.settings.Limits and docs/serving.md): the request
 head's size and header count, the body's size, the time allowed for the TLS handshake, the head, the
 body and an idle kept-alive connection, and the number of open connections. A limit that trips answers
 with a status (431, 413, 408) where the client can still read one, then closes.
@@ -36,10 +36,10 @@ from email.utils import formatdate
 import httptools
 import orjson
 
-from app.settings import Limits
-from app.web.endpoints import JSON_TYPE, AdmissionEndpoint, Headers, HttpError, check_call
-from app.web.health import JSON, Plain
-from app.web.metrics import ServerMetrics
+from tls_injector.settings import Limits
+from tls_injector.web.endpoints import JSON_TYPE, AdmissionEndpoint, Headers, HttpError, check_call
+from tls_injector.web.health import JSON, Plain
+from tls_injector.web.metrics import ServerMetrics
 
 log = logging.getLogger("tls_injector.http")
 # One clock read per read of the socket (the connection's `now`): the deadlines it sets, and the end of the

@@ -28,8 +28,8 @@ import uvicorn
 from fastapi import FastAPI, Response
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from app.names import NAME
-from app.web.health import OPERATOR_BACKLOG, Plain
+from tls_injector.names import NAME
+from tls_injector.web.health import OPERATOR_BACKLOG, Plain
 
 log = logging.getLogger("tls_injector.operator")
 Routes = Mapping[bytes, Callable[[], Plain]]
@@ -92,7 +92,7 @@ class PortStats:
     open: set[Any] = field(default_factory=set)
 
 
-# The routes that answer 503 as well as 200 (app.web.health.plain_routes), as the OpenAPI schema says.
+# The routes that answer 503 as well as 200 (tls_injector.web.health.plain_routes), as the OpenAPI schema says.
 MAY_FAIL: Mapping[bytes, str] = {
     b"/healthz": "not healthy: the event loop stalled (webhook) or the reconcile loop has not come round for 90 s",
     b"/readyz": "not ready: the body says which check fails",
@@ -122,7 +122,7 @@ def _endpoint(route: Callable[[], Plain]) -> Callable[[], Any]:
 
 
 class OperatorPort:
-    """Serves `app` on a socket from `app.web.health.listen` (bound first, so a port that cannot be had is
+    """Serves `app` on a socket from `tls_injector.web.health.listen` (bound first, so a port that cannot be had is
     an error before anything starts): `start()` serves from a thread of its own, `stop()` closes the
     socket and ends the thread."""
 

@@ -14,7 +14,7 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from app.web.status import Status, Workload
+    from tls_injector.web.status import Status, Workload
 
 EXPIRING_WITHIN = timedelta(days=7)
 _FAR = datetime.max.replace(tzinfo=None)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from app.pki import issue_leaf, make_ca
+from tls_injector.pki import issue_leaf, make_ca
 
 DIR_MODE = 0o700
 KEY_MODE = 0o600

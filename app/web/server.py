@@ -26,19 +26,19 @@ from typing import TYPE_CHECKING, Any
 
 import uvloop
 
-from app.admission import Route
-from app.logs import flush_access_lines
-from app.settings import Limits, ServeSettings
-from app.web.endpoints import AdmissionEndpoint
-from app.web.health import BackgroundTask, Health, listen, plain_routes, webhook_probes
-from app.web.http import SOCKET_BUFFER_BYTES, Clock, ConnectionSet, HttpConnection, Routes
-from app.web.metrics import ServerMetrics
-from app.web.selfsigned import write_self_signed
-from app.web.tls import CertReloader, LoadedPair
-from app.web.workers import WorkerSlot
+from tls_injector.admission import Route
+from tls_injector.logs import flush_access_lines
+from tls_injector.settings import Limits, ServeSettings
+from tls_injector.web.endpoints import AdmissionEndpoint
+from tls_injector.web.health import BackgroundTask, Health, listen, plain_routes, webhook_probes
+from tls_injector.web.http import SOCKET_BUFFER_BYTES, Clock, ConnectionSet, HttpConnection, Routes
+from tls_injector.web.metrics import ServerMetrics
+from tls_injector.web.selfsigned import write_self_signed
+from tls_injector.web.tls import CertReloader, LoadedPair
+from tls_injector.web.workers import WorkerSlot
 
 if TYPE_CHECKING:
-    from app.web.operator import OperatorPort
+    from tls_injector.web.operator import OperatorPort
 
 log = logging.getLogger("tls_injector.server")
 
@@ -89,7 +89,7 @@ class WebhookServer:
         self.connections = ConnectionSet(limits, metrics)
         if metrics.shared_dir is None:
             metrics.connections_open.set_function(lambda: len(self.connections.open))
-        # The probe port is the operator port (app.web.operator), in a thread of its own. A worker of
+        # The probe port is the operator port (tls_injector.web.operator), in a thread of its own. A worker of
         # `serve --workers N` opens none: its supervisor serves the probe port.
         self.probes = (_operator_port(settings.host, settings.probe_port, routes)
                        if settings.probe_port is not None and worker is None else None)
@@ -153,7 +153,7 @@ class WebhookServer:
         log.info("drained", extra={"left_open": len(self.connections.open)})  # also writes the access lines
 
     async def _tick(self) -> None:
-        """Enforce connection deadlines, refresh the Date header, write the access lines gathered (app.logs),
+        """Enforce connection deadlines, refresh the Date header, write the access lines gathered (tls_injector.logs),
         and beat the heartbeat /healthz reads."""
         interval = self.limits.tick_seconds
         heap = HeapTrim()
@@ -200,7 +200,7 @@ def raise_open_files_limit() -> None:
 
 # Memory that connections leave behind. Every TLS connection allocates outside Python's allocator
 # (OpenSSL's state and record buffers, uvloop's 256 KiB read buffer) and frees it when it closes; with
-# glibc, freed pages stay in the process, so even with closed connections freed promptly (app.web.http,
+# glibc, freed pages stay in the process, so even with closed connections freed promptly (tls_injector.web.http,
 # HttpConnection.connection_lost) the C heap would creep with every new connection. Two remedies keep it
 # flat (python -m bench.soak measures it):
 # - glibc raises its mmap threshold to the size of every large block freed (up to 32 MiB), and its trim
@@ -251,7 +251,7 @@ def fix_malloc_thresholds() -> bool:
 def _operator_port(host: str, port: int, routes: Routes) -> OperatorPort:
     # Imported here: FastAPI and uvicorn take most of a second of CPU to import, and the workers of
     # `serve --workers N` (which open no probe port) would pay it on every start and restart.
-    from app.web.operator import OperatorPort, create_app  # noqa: PLC0415
+    from tls_injector.web.operator import OperatorPort, create_app  # noqa: PLC0415
 
     return OperatorPort(listen(host, port), create_app(routes.plain))
 

@@ -1,6 +1,6 @@
 """The reconciler's status: `GET /api/v1/status` (typed, in the OpenAPI schema) and the page at `/`.
 
-Both read the snapshot the last pass recorded (app.reconcile.status), handed over as a function, so a
+Both read the snapshot the last pass recorded (tls_injector.reconcile.status), handed over as a function, so a
 request makes no API call. The models here are the API's contract; they are filled from the snapshot's
 attributes by name (a test checks the two agree field for field). Read-only, no key material.
 """
@@ -15,9 +15,9 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict
 
-from app.web.health import Probes, plain_routes
-from app.web.operator import create_app
-from app.web.page import render_page
+from tls_injector.web.health import Probes, plain_routes
+from tls_injector.web.operator import create_app
+from tls_injector.web.page import render_page
 
 SortKey = Literal["namespace", "workload", "secret", "not_after", "renew_at", "waiting", "ready"]
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from app.pki.serving import ServingPairError, check_serving_pair
+from tls_injector.pki.serving import ServingPairError, check_serving_pair
 
 log = logging.getLogger("tls_injector.tls")
 

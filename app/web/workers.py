@@ -9,7 +9,7 @@ single-process server (`WebhookServer`): its own event loop, certificate reload 
 takes the supervisor's SIGHUP), limits and drain.
 
 The supervisor:
-- starts the workers as fresh interpreters (`python -m app serve ... --worker-fd FD`), not forks, so no
+- starts the workers as fresh interpreters (`python -m tls_injector serve ... --worker-fd FD`), not forks, so no
   thread or lock of its own is copied into them;
 - restarts a worker that exits unasked, after a pause that doubles from RESTART_FIRST_SECONDS up to
   RESTART_MAX_SECONDS and starts again once a worker has run for RESTART_RESET_SECONDS; a worker that
@@ -21,7 +21,7 @@ The supervisor:
 - serves the probe port itself (the workers open none), from what each worker writes to its state file
   every tick: /healthz fails when a worker is missing or its event loop has not beaten for
   STALL_SECONDS, /readyz is ready while the supervisor is not draining and at least one worker is ready,
-  and /metrics sums every worker's metrics (app.web.metrics).
+  and /metrics sums every worker's metrics (tls_injector.web.metrics).
 """
 
 from __future__ import annotations
@@ -44,15 +44,15 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from prometheus_client import multiprocess
 
-from app.web.health import STALL_SECONDS, Health, Plain, Probes, listen, plain_routes
-from app.web.metrics import MULTIPROCESS_ENV, render_shared
+from tls_injector.web.health import STALL_SECONDS, Health, Plain, Probes, listen, plain_routes
+from tls_injector.web.metrics import MULTIPROCESS_ENV, render_shared
 
 if TYPE_CHECKING:
-    from app.web.operator import OperatorPort
+    from tls_injector.web.operator import OperatorPort
 
 log = logging.getLogger("tls_injector.workers")
 
-# The kernel's accept queue, as for a single server (app.web.server).
+# The kernel's accept queue, as for a single server (tls_injector.web.server).
 BACKLOG = 1024
 RESTART_FIRST_SECONDS, RESTART_MAX_SECONDS, RESTART_RESET_SECONDS = 0.5, 16.0, 60.0
 # After SIGTERM each worker drains for up to --drain-seconds; this much more and it is killed.
@@ -171,7 +171,7 @@ class Supervisor:
         while its workers start rather than before."""
         if self.probe_sock is None:
             return
-        from app.web.operator import OperatorPort, create_app  # noqa: PLC0415
+        from tls_injector.web.operator import OperatorPort, create_app  # noqa: PLC0415
 
         self.probes = OperatorPort(self.probe_sock, create_app(self.routes()))
         self.probes.start()
@@ -292,7 +292,7 @@ class Supervisor:
         return found
 
     def routes(self) -> dict[bytes, Callable[[], Plain]]:
-        """The probe port's routes (app.web.health), answered from the workers' state files."""
+        """The probe port's routes (tls_injector.web.health), answered from the workers' state files."""
         return plain_routes(Probes(healthy=self._healthy, ready=self._ready,
                                    metrics=lambda: render_shared(self.metrics_dir)))
 

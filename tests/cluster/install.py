@@ -66,7 +66,7 @@ class Installation:
 
     def _spawn(self, name: str, *argv: str) -> subprocess.Popen[bytes]:
         with (self.folder / f"{name}.log").open("ab") as log:  # the child keeps its own descriptor
-            process = subprocess.Popen([sys.executable, "-m", "app", *argv], cwd=ROOT,
+            process = subprocess.Popen([sys.executable, "-m", "tls_injector", *argv], cwd=ROOT,
                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self._processes[name] = process
         return process
@@ -103,7 +103,7 @@ class Installation:
 
     def bootstrap(self) -> subprocess.CompletedProcess[str]:
         kubeconfig = self.service_account_kubeconfig(NS, "tls-injector-bootstrap")
-        return subprocess.run([sys.executable, "-m", "app", "bootstrap", f"--kubeconfig={kubeconfig}",
+        return subprocess.run([sys.executable, "-m", "tls_injector", "bootstrap", f"--kubeconfig={kubeconfig}",
                                f"--namespace={NS}", *WEBHOOK_FLAGS], cwd=ROOT, capture_output=True, text=True,
                               timeout=120, check=False)
 

@@ -2,7 +2,7 @@
 certificate, client certificates for the admin and the controller manager, and the service-account
 signing key.
 
-Written here with `cryptography` directly rather than with app.pki: the cluster's certificates are the
+Written here with `cryptography` directly rather than with tls_injector.pki: the cluster's certificates are the
 ground our product runs on, not something it makes, and a test of our PKI against a cluster built by
 our PKI would prove less.
 """

@@ -25,22 +25,22 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from app import names
-from app.kube import LEASES, MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS, KubeApi, LeaderElector
-from app.pki import public_roots, with_public_roots
-from app.pki.bundle import trust_bundle
-from app.pki.certs import make_ca
-from app.pki.podcert import issue_for_key, pod_cert_times
-from app.reconcile import events, ownership, podcerts
-from app.reconcile.discover import WorkloadRef
-from app.reconcile.keystores import Keystore, with_keystore
-from app.reconcile.plan import Write, owner_references
-from app.reconcile.webhook_plan import decide_ca_bundle
 from tests.cluster.contract import MERGE_PATCH, Obj, Reply, Server, Verdict, fresh_namespace_name, namespaced
 from tests.cluster.controlplane import ControlPlane, api_client
 from tests.kubeapi import Emulator, running_emulator
 from tests.kubeapi.errors import MAX_REQUEST_BODY, MAX_STORED_OBJECT
 from tests.support.kubelet import pkix_spec
+from tls_injector import names
+from tls_injector.kube import LEASES, MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS, KubeApi, LeaderElector
+from tls_injector.pki import public_roots, with_public_roots
+from tls_injector.pki.bundle import trust_bundle
+from tls_injector.pki.certs import make_ca
+from tls_injector.pki.podcert import issue_for_key, pod_cert_times
+from tls_injector.reconcile import events, ownership, podcerts
+from tls_injector.reconcile.discover import WorkloadRef
+from tls_injector.reconcile.keystores import Keystore, with_keystore
+from tls_injector.reconcile.plan import Write, owner_references
+from tls_injector.reconcile.webhook_plan import decide_ca_bundle
 
 KIB, MIB = 1024, 1024 * 1024
 NOW = datetime.now(UTC)
@@ -94,7 +94,7 @@ def workload(s: Server) -> WorkloadRef:
 
 def leaf_secret(s: Server, name: str = "web-tls") -> Obj:
     """A workload's certificate Secret as the reconciler writes it: kubernetes.io/tls, our labels, one
-    ownerReference per workload (app.reconcile.plan.owner_references)."""
+    ownerReference per workload (tls_injector.reconcile.plan.owner_references)."""
     ref = workload(s)
     return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
             "metadata": {"name": name, "namespace": s.namespace, "labels": ownership.owner_labels("leaf"),
@@ -172,7 +172,7 @@ def case_creating_a_secret_that_exists_is_already_exists(s: Server) -> Verdict:
 
 
 def _delete(s: Server, plural: str, name: str, resource_version: str = "", uid: str = "") -> Reply:
-    """DELETE with preconditions, as app.kube.KubeApi.delete sends it."""
+    """DELETE with preconditions, as tls_injector.kube.KubeApi.delete sends it."""
     body: Obj = {"apiVersion": "v1", "kind": "DeleteOptions"}
     pre = {k: v for k, v in (("resourceVersion", resource_version), ("uid", uid)) if v}
     if pre:
@@ -209,7 +209,7 @@ def case_replacing_a_missing_secret_is_not_found(s: Server) -> Verdict:
     return put(s, "secrets", {**leaf_secret(s), "metadata": {"name": "web-tls", "resourceVersion": "1"}}).verdict()
 
 
-# ---- the hub's writes in a member: Secrets written without reading them (app.kube.KubeApi.overwrite) --
+# ---- the hub's writes in a member: Secrets written without reading them (tls_injector.kube.KubeApi.overwrite) --
 
 
 def _blind(body: Obj) -> Obj:
@@ -418,7 +418,8 @@ def case_an_events_k8s_io_event_needs_its_reporting_fields(s: Server) -> Verdict
 
 @case(200)
 def case_the_leader_lease_is_taken_then_renewed(s: Server) -> Verdict:
-    """app.kube.LeaderElector itself, through app.kube.KubeApi: a create, then a replace at its version."""
+    """tls_injector.kube.LeaderElector itself, through tls_injector.kube.KubeApi: a create, then a replace at its
+    version."""
     elector = LeaderElector(KubeApi(s.client), s.namespace, "replica-a")
     first = elector.try_lead(datetime.now(UTC))
     second = elector.try_lead(datetime.now(UTC) + timedelta(seconds=2))
@@ -586,7 +587,7 @@ def _leaf_chain(public_key: ec.EllipticCurvePublicKey, *, now: datetime | None =
 
 
 def _issue(request: Obj, key: ec.EllipticCurvePrivateKey, *, now: datetime | None = None) -> Obj:
-    """The signer's status write (app.reconcile.podcerts.status_update) for an issued certificate."""
+    """The signer's status write (tls_injector.reconcile.podcerts.status_update) for an issued certificate."""
     when = now or datetime.now(UTC)
     times = pod_cert_times(now=when, max_expiration_seconds=86_400, issuer_not_after=CA.cert.not_valid_after_utc)
     chain = issue_for_key(issuer=CA, public_key=key.public_key(), dns_names=["web.contract.svc"], times=times)
@@ -697,7 +698,7 @@ def case_a_status_write_leaves_the_spec_alone(s: Server) -> Verdict:
 
 
 def _review(s: Server, verb: str, name: str = "") -> bool:
-    """The doctor's question (app.doctor.read): may the reconciler's account do this?"""
+    """The doctor's question (tls_injector.doctor.read): may the reconciler's account do this?"""
     user = f"system:serviceaccount:{s.namespace}:reconciler"
     groups = ["system:serviceaccounts", f"system:serviceaccounts:{s.namespace}", "system:authenticated"]
     attributes = {"verb": verb, "group": "", "resource": "secrets", "namespace": s.namespace,

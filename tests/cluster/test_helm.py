@@ -95,7 +95,7 @@ class HookKubelet:
         container = pod.spec.containers[0]
         kubeconfig = self._token_kubeconfig(pod.spec.service_account_name)
         started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        ran = subprocess.run([sys.executable, "-m", "app", *container.args, f"--kubeconfig={kubeconfig}"],
+        ran = subprocess.run([sys.executable, "-m", "tls_injector", *container.args, f"--kubeconfig={kubeconfig}"],
                              cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
         self.done[pod.metadata.name], self.logs[pod.metadata.name] = ran.returncode, ran.stderr[-3000:]
         finished = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -18,9 +18,6 @@ import kubernetes.client
 import pytest
 import yaml
 
-from app.kube import KubeApi
-from app.pki import load_certificates
-from app.reconcile.reconciler import Reconciler, ReconcileSettings
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.controlplane import api_client as cluster_client
 from tests.cluster.install import NS, Installation, wait_until
@@ -28,6 +25,9 @@ from tests.kubeapi import Emulator, running_emulator
 from tests.reconcile.cluster import OWN_NS, Clock, namespace
 from tests.reconcile.test_hub_members import register
 from tests.shipping.support import render_with_components
+from tls_injector.kube import KubeApi
+from tls_injector.pki import load_certificates
+from tls_injector.reconcile.reconciler import Reconciler, ReconcileSettings
 
 HUB = f"system:serviceaccount:{NS}:tls-injector-hub"
 SECRETS = ("tls-injector-intermediate-ca", "tls-injector-client-intermediate-ca")

@@ -20,16 +20,16 @@ import kubernetes.client
 import pytest
 from cryptography import x509
 
-from app.kube import KubeApi
-from app.kube.config import ClusterConfig, api_client
-from app.pki import bundle_certificates, load_certificates, make_ca, verify_server
-from app.reconcile.ca import CaPolicy
-from app.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.controlplane import api_client as cluster_client
 from tests.cluster.install import NS, Installation, wait_until
 from tests.cluster.test_mission import apply, deployment, make_namespace
 from tests.reconcile.cluster import Clock
+from tls_injector.kube import KubeApi
+from tls_injector.kube.config import ClusterConfig, api_client
+from tls_injector.pki import bundle_certificates, load_certificates, make_ca, verify_server
+from tls_injector.reconcile.ca import CaPolicy
+from tls_injector.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
 
 STATES = ("untrusted", "trusted-unused", "trusted-used", "phase-out", "zombie")
 

@@ -16,11 +16,11 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from app.names import CLUSTER_TRUST_BUNDLE, MODE_ANNOTATION, MODE_POD_CERTIFICATE, SIGNER_NAME
-from app.pki import load_certificates, verify_server
 from tests.cluster.controlplane import ControlPlane, api_client
 from tests.cluster.install import Installation, wait_until
 from tests.cluster.test_mission import make_namespace
+from tls_injector.names import CLUSTER_TRUST_BUNDLE, MODE_ANNOTATION, MODE_POD_CERTIFICATE, SIGNER_NAME
+from tls_injector.pki import load_certificates, verify_server
 
 NODE = "node-1"
 NS = "podcert"

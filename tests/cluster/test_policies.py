@@ -20,7 +20,7 @@ POLICY = "tls-injector.workload-tls-transition"
 
 
 def exported_policies() -> str:
-    done = subprocess.run([sys.executable, "-m", "app", "export-policy"], cwd=ROOT, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "tls_injector", "export-policy"], cwd=ROOT, capture_output=True,
                           text=True, check=True, timeout=60)
     return done.stdout
 

@@ -17,7 +17,7 @@ from tests.cluster.install import Installation, wait_until
 from tests.cluster.test_mission import apply, deployment, make_namespace
 
 NS = "profiles"
-BACKDATE = timedelta(minutes=5)  # app.pki.BACKDATE, restated: what a client sees is all this test reads
+BACKDATE = timedelta(minutes=5)  # tls_injector.pki.BACKDATE, restated: what a client sees is all this test reads
 
 
 def _profiled(name: str, annotations: dict[str, str]) -> dict[str, Any]:

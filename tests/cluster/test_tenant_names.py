@@ -23,14 +23,14 @@ import kubernetes.client
 import pytest
 import urllib3
 
-from app.kube import KubeApi
-from app.kube.config import ClusterConfig, api_client
-from app.reconcile.ca import CaPolicy
-from app.reconcile.reconciler import Reconciler, ReconcileSettings
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.install import NS, Installation, wait_until
 from tests.cluster.test_mission import apply, deployment, make_namespace
 from tests.reconcile.cluster import Clock
+from tls_injector.kube import KubeApi
+from tls_injector.kube.config import ClusterConfig, api_client
+from tls_injector.reconcile.ca import CaPolicy
+from tls_injector.reconcile.reconciler import Reconciler, ReconcileSettings
 
 TEAM_A, TEAM_B = "names-team-a", "names-team-b"
 KEYSTORE, PASSWORD = "tls-injector.io/keystore", "tls-injector.io/keystore-password-secret"

@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from app.kube import SECRETS, Gone, KubeApi
-from app.kube.config import ClusterConfig, api_client
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.install import Installation, wait_until
 from tests.cluster.test_mission import _secret, apply, deployment, make_namespace
+from tls_injector.kube import SECRETS, Gone, KubeApi
+from tls_injector.kube.config import ClusterConfig, api_client
 
 # Far below the loop's 10-minute resync, far above a watch event's latency on a loaded machine.
 SEEN_WITHIN_SECONDS = 45.0

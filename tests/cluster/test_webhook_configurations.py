@@ -21,18 +21,18 @@ from typing import Any
 import pytest
 import yaml
 
-from app.kube import KubeApi
-from app.kube.config import ClusterConfig, api_client
-from app.pki import load_certificates
-from app.reconcile.ca import CaPolicy
-from app.reconcile.reconciler import Reconciler, ReconcileSettings
-from app.reconcile.webhook_plan import WebhookSettings
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.controlplane import api_client as cluster_client
 from tests.cluster.install import NS, Installation, wait_until
 from tests.cluster.tokens import Token, stored
 from tests.reconcile.cluster import Clock
 from tests.shipping.support import render_with_components
+from tls_injector.kube import KubeApi
+from tls_injector.kube.config import ClusterConfig, api_client
+from tls_injector.pki import load_certificates
+from tls_injector.reconcile.ca import CaPolicy
+from tls_injector.reconcile.reconciler import Reconciler, ReconcileSettings
+from tls_injector.reconcile.webhook_plan import WebhookSettings
 
 POLICY = "tls-injector.webhook-configurations"
 PATHS = {"mutating": "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",

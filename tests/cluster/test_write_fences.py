@@ -29,13 +29,13 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from app.pki import make_ca
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.controlplane import api_client as cluster_client
 from tests.cluster.install import NS, Installation, wait_until
 from tests.cluster.test_mission import make_namespace
 from tests.cluster.tokens import Answer, Token, stored
 from tests.shipping.support import render_with_components
+from tls_injector.pki import make_ca
 
 TENANT = "team-a"
 OURS = {"app.kubernetes.io/managed-by": "tls-injector"}

@@ -23,17 +23,17 @@ from typing import Any
 import jsonpatch
 import orjson
 
-from app.cli import build_handlers, main
-from app.kube import KubeApi, LeaderElector
-from app.reconcile.reconciler import Reconciler, ReconcileSettings
-from app.reconcile.webhook_plan import WebhookSettings
-from app.settings import ServeSettings
 from tests.kubeapi import Emulator
 from tests.kubeapi.resources import lookup_qualified
 from tests.reconcile.cluster import OWN_NS, data, deployment, namespace
 from tests.shipping.support import ROOT, render
 from tests.support.reviews import review
 from tests.support.server import running_server
+from tls_injector.cli import build_handlers, main
+from tls_injector.kube import KubeApi, LeaderElector
+from tls_injector.reconcile.reconciler import Reconciler, ReconcileSettings
+from tls_injector.reconcile.webhook_plan import WebhookSettings
+from tls_injector.settings import ServeSettings
 
 SERVICE_DNS = "tls-injector.tls-injector.svc"
 Obj = dict[str, Any]

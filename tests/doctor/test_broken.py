@@ -14,12 +14,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from app.pki import CaSet, CaState, encode, issue_leaf, make_ca
-from app.pki.trust import CaRecord
 from tests.doctor.cluster import SERVICE_DNS, Cluster, admit, block, healthy_cluster, line, pod_of, run
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS
 from tests.support.server import running_server
+from tls_injector.pki import CaSet, CaState, encode, issue_leaf, make_ca
+from tls_injector.pki.trust import CaRecord
 
 
 @pytest.fixture

@@ -9,17 +9,17 @@ from datetime import UTC, datetime, timedelta
 import orjson
 import pytest
 
-from app.doctor import DoctorSettings, Snapshot, render_json, render_text, run_checks
-from app.doctor.ca import check_ca
-from app.doctor.model import TEXT_DETAILS, Result, error
-from app.doctor.reconciler import check_lease
-from app.doctor.webhook import check_ca_bundle_trusts_secret, check_served_certificate
-from app.doctor.workloads import check_tls_exceptions
-from app.pki import CaSet, CaState, encode, make_ca
-from app.pki.trust import CaRecord
-from app.reconcile import ownership as own
-from app.reconcile.served import Served
-from app.reconcile.webhook_plan import WebhookSettings
+from tls_injector.doctor import DoctorSettings, Snapshot, render_json, render_text, run_checks
+from tls_injector.doctor.ca import check_ca
+from tls_injector.doctor.model import TEXT_DETAILS, Result, error
+from tls_injector.doctor.reconciler import check_lease
+from tls_injector.doctor.webhook import check_ca_bundle_trusts_secret, check_served_certificate
+from tls_injector.doctor.workloads import check_tls_exceptions
+from tls_injector.pki import CaSet, CaState, encode, make_ca
+from tls_injector.pki.trust import CaRecord
+from tls_injector.reconcile import ownership as own
+from tls_injector.reconcile.served import Served
+from tls_injector.reconcile.webhook_plan import WebhookSettings
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 SETTINGS = DoctorSettings(namespace="tls-injector", cluster_domain="cluster.local", webhook=WebhookSettings(),

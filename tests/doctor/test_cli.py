@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
-from app.doctor.reconciler import required_permissions
 from tests.doctor.cluster import run
 from tests.kubeapi import Emulator
 from tests.shipping.rbac import grants_for
 from tests.shipping.support import ROOT, render
+from tls_injector.cli import main
+from tls_injector.doctor.reconciler import required_permissions
 
 
 @pytest.mark.parametrize("address", ["nohost", "host:", "host:0", "host:70000", "host:http"])

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from app.pki import CertKey, issue_client, issue_leaf, make_ca
-from app.reconcile.ca import load_ca_set
 from tests.doctor.cluster import Cluster, admit, block, healthy_cluster, line, pod_of, reconcile, run
 from tests.kubeapi import Emulator, running_emulator
 from tests.reconcile.cluster import OWN_NS, deployment
+from tls_injector.pki import CertKey, issue_client, issue_leaf, make_ca
+from tls_injector.reconcile.ca import load_ca_set
 
 CLIENT = "tls-injector.io/client-certificate"
 IDENTITY = "spiffe://cluster.local/ns/plain/sa/default"

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from app import names
-from app.injection.profile import ProfileBounds
 from tests.doctor.cluster import block, healthy_cluster, line, run
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, deployment, reconciler
+from tls_injector import names
+from tls_injector.injection.profile import ProfileBounds
 
 NARROW = ["--allowed-key-algorithms=ecdsa-p256,rsa-3072"]
 BOUNDS = ProfileBounds(allowed_key_algorithms=("ecdsa-p256", "rsa-3072"))

@@ -15,16 +15,16 @@ from pathlib import Path
 
 import httpx
 
-from app.kube import KubeApi
-from app.pki import issue_leaf, make_ca
-from app.reconcile.metrics import ReconcileMetrics
-from app.reconcile.reconciler import Reconciler, ReconcileSettings
-from app.reconcile.webhook_plan import WebhookSettings
 from tests.doctor.cluster import SERVICE_DNS, install, pod_of, serving_files, workloads
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS
 from tests.support.process import ROOT, free_port
 from tests.support.server import running_server
+from tls_injector.kube import KubeApi
+from tls_injector.pki import issue_leaf, make_ca
+from tls_injector.reconcile.metrics import ReconcileMetrics
+from tls_injector.reconcile.reconciler import Reconciler, ReconcileSettings
+from tls_injector.reconcile.webhook_plan import WebhookSettings
 
 TRUSTS = "tls_injector_cabundle_trusts_serving_cert"
 CONFIGURATIONS = ("MutatingWebhookConfiguration/tls-injector", "ValidatingWebhookConfiguration/tls-injector")
@@ -89,9 +89,9 @@ def _serve(emu: Emulator, tmp_path: Path, cert: Path, key: Path) -> Iterator[htt
     """`tls-injector serve` with the reconciler in-process, against the emulator; a client that trusts
     anything (the test asks about readiness, not about TLS)."""
     port = free_port()
-    argv = [sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port", str(port), "--tls-cert-file",
-            str(cert), "--tls-private-key-file", str(key), "--server", emu.url, "--namespace", OWN_NS,
-            "--log-level", "warning"]
+    argv = [sys.executable, "-m", "tls_injector", "serve", "--host", "127.0.0.1", "--port", str(port),
+            "--tls-cert-file", str(cert), "--tls-private-key-file", str(key), "--server", emu.url,
+            "--namespace", OWN_NS, "--log-level", "warning"]
     with (tmp_path / "serve.stderr").open("wb") as stderr:
         process = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr)
     context = ssl.create_default_context()

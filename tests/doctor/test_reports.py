@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
-from app.doctor.ca import CATEGORY as CA_CATEGORY
-from app.doctor.model import error, ok, render_text
-from app.reconcile.reconciler import PassReport
-from app.reconcile.runner import summary
+from tls_injector.cli import main
+from tls_injector.doctor.ca import CATEGORY as CA_CATEGORY
+from tls_injector.doctor.model import error, ok, render_text
+from tls_injector.reconcile.reconciler import PassReport
+from tls_injector.reconcile.runner import summary
 
 
 def test_doctor_json_without_a_cluster_is_one_failed_check_on_stdout_and_exit_2(

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from app.cli import main
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, deployment, reconciler, small_cluster
+from tls_injector.cli import main
 
 FLAGS = ["--server", "", "--namespace", OWN_NS, "--cluster-domain", "cluster.local"]
 NAMES = "tls-injector.io/service-names"

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from app.pki import issue_leaf, load_cert_key, make_ca
 from tests.doctor.cluster import Cluster, block, healthy_cluster, line, run
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, data
 from tests.reconcile.test_user_ca import put_user_ca
+from tls_injector.pki import issue_leaf, load_cert_key, make_ca
 
 CLIENT_TITLE = "your own client CA (--client-ca-secret) is usable"
 SERVING_TITLE = "your own serving CA (--ca-secret) is usable"

@@ -11,9 +11,9 @@ import threading
 import time
 from pathlib import Path
 
-from app.web.http import WRITE_BUFFER_HIGH
 from tests.support.attack import mutate_once, thread_cpu_clock, tls_connect
 from tests.support.server import running_server
+from tls_injector.web.http import WRITE_BUFFER_HIGH
 
 PIPELINED = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 256  # 9 KB of requests, each answered with ~10 KB
 

@@ -1,4 +1,4 @@
-"""Signals against the real `python -m app serve` process, and many kept-alive connections at once."""
+"""Signals against the real `python -m tls_injector serve` process, and many kept-alive connections at once."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.settings import Limits
 from tests.support.attack import ProbeWatch, mutate_once, small_server, tls_connect
 from tests.support.certs import write_serving_pair
 from tests.support.process import post_head, serve_process
 from tests.support.reviews import fixture
+from tls_injector.settings import Limits
 
 MANY = 2000
 

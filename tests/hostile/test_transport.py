@@ -16,13 +16,13 @@ from pathlib import Path
 import orjson
 import pytest
 
-from app.cli import build_handlers
-from app.settings import ServeSettings
 from tests.support import attack
 from tests.support.attack import SMALL, ProbeWatch, closed, closed_within, mutate_once, small_server, tls_connect
 from tests.support.process import post_head, read_response
 from tests.support.reviews import review
 from tests.support.server import RunningServer, running_server
+from tls_injector.cli import build_handlers
+from tls_injector.settings import ServeSettings
 
 # For the connection-cap tests: deadlines far from the few seconds it takes to open the flood, so only
 # the cap closes connections.

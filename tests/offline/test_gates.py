@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
+from tls_injector.cli import main
 
 DEPLOYMENT = """apiVersion: apps/v1
 kind: Deployment

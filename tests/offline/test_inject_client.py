@@ -17,7 +17,7 @@ from tests.test_inject_cli import CRONJOB, KINDS, POD, templates, workload
 
 
 def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "app", *argv], capture_output=True, text=True, cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "tls_injector", *argv], capture_output=True, text=True, cwd=ROOT,
                           timeout=120, check=False)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.cli import main
+from tls_injector.cli import main
 
 LABELLED = """apiVersion: apps/v1
 kind: Deployment

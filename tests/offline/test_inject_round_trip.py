@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from app.cli import main
 from tests.support.kube_schema import schema_errors
+from tls_injector.cli import main
 
 CORPUS = Path(__file__).parent / "corpus"
 

@@ -46,7 +46,7 @@ def manifests(tmp_path: Path) -> Path:
 def inject(path: Path, *, stderr: int) -> subprocess.Popen[bytes]:
     """The real command; its output goes to a file, so reading its stderr alone never blocks it."""
     with (path.parent / "out.yaml").open("wb") as out:
-        return subprocess.Popen([sys.executable, "-m", "app", "inject", "-f", str(path)], cwd=ROOT,
+        return subprocess.Popen([sys.executable, "-m", "tls_injector", "inject", "-f", str(path)], cwd=ROOT,
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=stderr)
 
 

@@ -17,16 +17,16 @@ from datetime import UTC, datetime
 
 import httpx
 
-from app.cli import main
-from app.cli.cluster import settings_for
-from app.cli.parser import build_parser as _parser
-from app.kube import find_cluster
-from app.pki import make_ca
-from app.reconcile.runner import run_until_signalled
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, deployment, small_cluster
 from tests.reconcile.test_user_ca import put_user_ca
 from tests.test_cli_serve import free_port
+from tls_injector.cli import main
+from tls_injector.cli.cluster import settings_for
+from tls_injector.cli.parser import build_parser as _parser
+from tls_injector.kube import find_cluster
+from tls_injector.pki import make_ca
+from tls_injector.reconcile.runner import run_until_signalled
 
 FLAGS = ["--namespace", OWN_NS, "--ca-secret", "my-ca", "--webhook-configurations", "", "--log-level", "error"]
 

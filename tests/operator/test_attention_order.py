@@ -8,9 +8,9 @@ import re
 from datetime import UTC, datetime, timedelta
 from html import unescape
 
-from app.reconcile import status as snapshot
-from app.web.page import attention_items, render_page
-from app.web.status import CertificateAuthority, Condition, Pod, Status, Workload
+from tls_injector.reconcile import status as snapshot
+from tls_injector.web.page import attention_items, render_page
+from tls_injector.web.status import CertificateAuthority, Condition, Pod, Status, Workload
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)

@@ -14,16 +14,16 @@ from dataclasses import dataclass
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.cli.cluster import settings_for
-from app.cli.parser import build_parser
-from app.kube import find_cluster
-from app.kube.lease import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD
-from app.reconcile.runner import run_until_signalled
 from tests.kubeapi import Emulator
 from tests.operator.scene import bare_pod
 from tests.reconcile.cluster import OWN_NS, small_cluster
 from tests.support.partition import partition
 from tests.test_cli_serve import free_port
+from tls_injector.cli.cluster import settings_for
+from tls_injector.cli.parser import build_parser
+from tls_injector.kube import find_cluster
+from tls_injector.kube.lease import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD
+from tls_injector.reconcile.runner import run_until_signalled
 
 FLAGS = ["--namespace", OWN_NS, "--webhook-configurations", "", "--log-level", "error"]
 PASS_GAUGES = ("tls_injector_pods_missing_injection", "tls_injector_certificates_earliest_expiry_timestamp_seconds",

@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from app.reconcile import status as snapshot
-from app.web.health import Probes, listen
-from app.web.operator import OperatorPort
-from app.web.status import status_app
+from tls_injector.reconcile import status as snapshot
+from tls_injector.web.health import Probes, listen
+from tls_injector.web.operator import OperatorPort
+from tls_injector.web.status import status_app
 
 STATUS = snapshot.Status(pass_at=datetime(2026, 6, 1, tzinfo=UTC), converged=True, aborted="", cas=(), workloads=(),
                          pods_missing_injection=())

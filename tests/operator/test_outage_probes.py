@@ -9,11 +9,11 @@ import time
 
 import httpx
 
-from app.kube.lease import RENEW_DEADLINE, RETRY_PERIOD
 from tests.kubeapi import Emulator
 from tests.operator.scene import bare_pod
 from tests.operator.test_lost_lease import replica, wait_for
 from tests.reconcile.cluster import small_cluster
+from tls_injector.kube.lease import RENEW_DEADLINE, RETRY_PERIOD
 
 
 def test_in_an_api_outage_the_probes_stay_ok_and_the_replica_stops_claiming_to_lead(kubeapi: Emulator) -> None:

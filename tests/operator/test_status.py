@@ -9,12 +9,12 @@ from typing import Any
 import httpx
 import pytest
 
-from app.reconcile import status as snapshot
-from app.web import status as api
-from app.web.health import Probes, listen
-from app.web.operator import OperatorPort
 from tests.kubeapi import Emulator
 from tests.operator.scene import Scene
+from tls_injector.reconcile import status as snapshot
+from tls_injector.web import status as api
+from tls_injector.web.health import Probes, listen
+from tls_injector.web.operator import OperatorPort
 
 REQUESTS = 100
 PAIRS = [(snapshot.Status, api.Status), (snapshot.CaStatus, api.CertificateAuthority),

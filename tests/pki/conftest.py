@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from app.pki import CertKey, make_ca
+from tls_injector.pki import CertKey, make_ca
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 from cryptography import x509
 
-from app.pki import (
+from tls_injector.pki import (
     CaSet,
     CertKey,
     add_ca,

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from app.pki import SETTLE, CaSet, CaState, add_ca, adopt_orphans, advance, issue_leaf, make_ca, observe
+from tls_injector.pki import SETTLE, CaSet, CaState, add_ca, adopt_orphans, advance, issue_leaf, make_ca, observe
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from app.pki import CertKey, bundle_certificates, fingerprint, make_ca, trust_bundle
 from tests.pki.conftest import NOW
+from tls_injector.pki import CertKey, bundle_certificates, fingerprint, make_ca, trust_bundle
 
 
 def test_the_bundle_holds_each_ca_once_oldest_first_whatever_the_input_order(ca: CertKey) -> None:

@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from app.pki import CA_LOOKAHEAD, CA_VALIDITY, CertKey, Decision, ca_renewal, issue_leaf, load_user_ca, make_ca
 from tests.pki.conftest import NOW
+from tls_injector.pki import CA_LOOKAHEAD, CA_VALIDITY, CertKey, Decision, ca_renewal, issue_leaf, load_user_ca, make_ca
 
 SECOND = timedelta(seconds=1)
 

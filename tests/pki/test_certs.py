@@ -8,8 +8,8 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from app.pki import BACKDATE, LEAF_VALIDITY, CertKey, issue_leaf, load_cert_key, make_ca, make_intermediate
 from tests.pki.conftest import NOW
+from tls_injector.pki import BACKDATE, LEAF_VALIDITY, CertKey, issue_leaf, load_cert_key, make_ca, make_intermediate
 
 
 def _ext(cert: x509.Certificate, kind: type[x509.ExtensionType]) -> x509.Extension[x509.ExtensionType]:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from app.pki import CaSet, Chains, add_ca, certs, issue_leaf, load_certificates, make_ca, observe, to_pem
+from tls_injector.pki import CaSet, Chains, add_ca, certs, issue_leaf, load_certificates, make_ca, observe, to_pem
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.pki import cluster_domain_from_resolv_conf
+from tls_injector.pki import cluster_domain_from_resolv_conf
 
 GKE = """search tls-injector.svc.cluster.local svc.cluster.local cluster.local c.my-project.internal google.internal
 nameserver 10.12.0.10

@@ -7,7 +7,8 @@ from datetime import timedelta
 import pytest
 from cryptography import x509
 
-from app.pki import (
+from tests.pki.conftest import NOW
+from tls_injector.pki import (
     BUNDLE_PREFIX,
     CA_LOOKAHEAD,
     CertKey,
@@ -22,7 +23,6 @@ from app.pki import (
     verify_client,
     verify_server,
 )
-from tests.pki.conftest import NOW
 
 
 def test_roots_are_named_after_their_role_and_bundles_use_distinct_keys() -> None:

@@ -12,8 +12,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from app.names import BUNDLE_KEY
-from app.pki import (
+from tests.pki.tls import Party, handshake
+from tls_injector.names import BUNDLE_KEY
+from tls_injector.pki import (
     CertKey,
     UntrustedChain,
     dns_names_for_services,
@@ -23,7 +24,6 @@ from app.pki import (
     trust_bundle,
     verify_server,
 )
-from tests.pki.tls import Party, handshake
 
 NOW = datetime.now(UTC)
 NAMES = dns_names_for_services(["web"], "shop")  # web.shop.svc, web.shop.svc.cluster.local

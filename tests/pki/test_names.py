@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.pki import dns_names_for_services
+from tls_injector.pki import dns_names_for_services
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.serialization import pkcs12
 
-from app.pki import (
+from tests.pki.conftest import NOW
+from tls_injector.pki import (
     CertKey,
     fingerprint,
     issue_leaf,
@@ -21,7 +22,6 @@ from app.pki import (
     to_truststore,
     truststore_fingerprints,
 )
-from tests.pki.conftest import NOW
 
 PASSWORD = b"s3cret-keystore"
 

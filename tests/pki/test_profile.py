@@ -8,8 +8,8 @@ from datetime import timedelta
 
 import pytest
 
-from app import names
-from app.injection.profile import (
+from tls_injector import names
+from tls_injector.injection.profile import (
     BUILT_IN,
     MAX_VALUE_CHARS,
     Profile,
@@ -22,8 +22,8 @@ from app.injection.profile import (
     resolve_profile,
     shared_profile,
 )
-from app.pki import KEY_TYPES, LEAF_LOOKAHEAD, LEAF_VALIDITY, generate_key, key_type_of
-from app.pki.keys import _MAKERS
+from tls_injector.pki import KEY_TYPES, LEAF_LOOKAHEAD, LEAF_VALIDITY, generate_key, key_type_of
+from tls_injector.pki.keys import _MAKERS
 
 DURATION, RENEW, KEY = names.DURATION_ANNOTATION, names.RENEW_BEFORE_ANNOTATION, names.KEY_ALGORITHM_ANNOTATION
 BOUNDS = ProfileBounds()

@@ -6,7 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from app.pki import (
+from tests.pki.conftest import NOW
+from tls_injector.pki import (
     LEAF_LOOKAHEAD,
     LEAF_VALIDITY,
     CertKey,
@@ -15,7 +16,6 @@ from app.pki import (
     leaf_renewal,
     make_ca,
 )
-from tests.pki.conftest import NOW
 
 NAMES = ["web", "web.shop", "web.shop.svc", "web.shop.svc.cluster.local"]
 SECOND = timedelta(seconds=1)

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from app import names
-from app.pki import issue_leaf, leaf_renewal, make_ca, sealed_leaf_renewal
-from app.pki.seal import SealedLeaf, open_seal, seal, seal_key
+from tls_injector import names
+from tls_injector.pki import issue_leaf, leaf_renewal, make_ca, sealed_leaf_renewal
+from tls_injector.pki.seal import SealedLeaf, open_seal, seal, seal_key
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 CA = make_ca(common_name="profile test CA", now=NOW - timedelta(days=1))

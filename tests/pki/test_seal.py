@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.pki import (
+from tls_injector.pki import (
     CertKey,
     Decision,
     Sealed,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 from datetime import timedelta
 
-from app.pki import CaState, decode
 from tests.pki.conftest import NOW
 from tests.pki.sim import WORKLOAD_NAMES, Cluster
+from tls_injector.pki import CaState, decode
 
 DAYS = 3 * 365
 

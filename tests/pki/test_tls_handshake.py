@@ -10,8 +10,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from app.names import BUNDLE_KEY
-from app.pki import (
+from tests.pki.tls import Party, handshake
+from tls_injector.names import BUNDLE_KEY
+from tls_injector.pki import (
     BUNDLE_PREFIX,
     CertKey,
     dns_names_for_services,
@@ -22,7 +23,6 @@ from app.pki import (
     make_root,
     trust_bundle,
 )
-from tests.pki.tls import Party, handshake
 
 NAMES = dns_names_for_services(["web"], "shop")
 NOW = datetime.now(UTC)

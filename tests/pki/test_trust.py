@@ -8,7 +8,9 @@ from datetime import timedelta
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from app.pki import (
+from tests.pki.conftest import NOW
+from tests.pki.sim import Cluster
+from tls_injector.pki import (
     SETTLE,
     CaSet,
     CaState,
@@ -22,8 +24,6 @@ from app.pki import (
     make_ca,
     rotation_due,
 )
-from tests.pki.conftest import NOW
-from tests.pki.sim import Cluster
 
 _PEM = serialization.Encoding.PEM
 
@@ -150,7 +150,7 @@ def test_every_leaf_in_use_verifies_against_every_bundle_in_use_at_every_step_of
 def test_mangled_bundles_and_leaves_in_the_cluster_hold_a_rotation_back_without_failing(
     ca: CertKey, other_ca: CertKey
 ) -> None:
-    from app.pki import bundle_certificates, issue_leaf, load_certificates, observe
+    from tls_injector.pki import bundle_certificates, issue_leaf, load_certificates, observe
 
     cas = add_ca(add_ca(CaSet(), ca, now=NOW), other_ca, now=NOW)
     good = bundle_certificates({"ca-bundle.crt": b"".join(c.public_bytes(_PEM) for c in cas.bundle()).decode()})

@@ -7,8 +7,20 @@ from datetime import timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.pki import SETTLE, CaSet, CaState, CertKey, TrustFacts, add_ca, advance, decode, encode, fingerprint, make_ca
 from tests.pki.conftest import NOW
+from tls_injector.pki import (
+    SETTLE,
+    CaSet,
+    CaState,
+    CertKey,
+    TrustFacts,
+    add_ca,
+    advance,
+    decode,
+    encode,
+    fingerprint,
+    make_ca,
+)
 
 # A handful of CAs made once: key generation is the slow part, and identity is all the machine sees.
 POOL: list[CertKey] = [make_ca(common_name=f"pool {i}", now=NOW) for i in range(4)]

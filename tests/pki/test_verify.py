@@ -7,7 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from app.pki import (
+from tests.pki.conftest import NOW
+from tls_injector.pki import (
     CertKey,
     KeyType,
     UntrustedChain,
@@ -17,7 +18,6 @@ from app.pki import (
     verify_client,
     verify_server,
 )
-from tests.pki.conftest import NOW
 
 KEY_TYPES: list[KeyType] = ["ecdsa-p256", "ed25519"]
 

@@ -7,11 +7,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from app.kube import KubeApi
-from app.pki import bundle_certificates, load_certificates, verify_server
-from app.reconcile.ca import CaPolicy
-from app.reconcile.reconciler import Reconciler, ReconcileSettings
 from tests.kubeapi import Emulator
+from tls_injector.kube import KubeApi
+from tls_injector.pki import bundle_certificates, load_certificates, verify_server
+from tls_injector.reconcile.ca import CaPolicy
+from tls_injector.reconcile.reconciler import Reconciler, ReconcileSettings
 
 OWN_NS = "tls-injector"
 START = datetime(2026, 1, 1, tzinfo=UTC)

@@ -16,12 +16,12 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from app.kube import KubeApi, pod_certificate_requests
-from app.names import MODE_ANNOTATION, MODE_POD_CERTIFICATE, SIGNER_NAME
-from app.pki import load_certificates
-from app.reconcile.podcerts import TRUST_BUNDLE_NAME
 from tests.kubeapi import Emulator
 from tests.support.kubelet import identity_uids, pkix_spec
+from tls_injector.kube import KubeApi, pod_certificate_requests
+from tls_injector.names import MODE_ANNOTATION, MODE_POD_CERTIFICATE, SIGNER_NAME
+from tls_injector.pki import load_certificates
+from tls_injector.reconcile.podcerts import TRUST_BUNDLE_NAME
 
 NODE = "node-1"
 _names = itertools.count()

@@ -7,11 +7,11 @@ import time
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from app.kube import ClusterConfig
-from app.reconcile.reconciler import ReconcileSettings
-from app.reconcile.runner import run_reconciler
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, small_cluster
+from tls_injector.kube import ClusterConfig
+from tls_injector.reconcile.reconciler import ReconcileSettings
+from tls_injector.reconcile.runner import run_reconciler
 
 
 def test_the_background_task_leads_converges_exports_metrics_and_stops_on_cancel(kubeapi: Emulator) -> None:

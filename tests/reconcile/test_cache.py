@@ -12,18 +12,18 @@ from typing import Any
 
 import pytest
 
-from app.kube import NAMESPACES, KubeApi
-from app.kube.api import WatchEvent
-from app.pki import CaSet, make_ca
-from app.pki.trust import add_ca
-from app.reconcile.ca import CaStep
-from app.reconcile.cache import CLUSTER, ClusterCache
-from app.reconcile.controller import Controller
-from app.reconcile.discover import Target, discover
-from app.reconcile.plan import Observed
-from app.reconcile.read import read_cluster
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, deployment, namespace, reconciler
+from tls_injector.kube import NAMESPACES, KubeApi
+from tls_injector.kube.api import WatchEvent
+from tls_injector.pki import CaSet, make_ca
+from tls_injector.pki.trust import add_ca
+from tls_injector.reconcile.ca import CaStep
+from tls_injector.reconcile.cache import CLUSTER, ClusterCache
+from tls_injector.reconcile.controller import Controller
+from tls_injector.reconcile.discover import Target, discover
+from tls_injector.reconcile.plan import Observed
+from tls_injector.reconcile.read import read_cluster
 
 INJECT = "tls-injector.io/inject"
 BIG = {f"k{i}": "v" * 60 for i in range(600)}  # ~45 KB of labels: over both caps (4 KiB, 32 KiB)

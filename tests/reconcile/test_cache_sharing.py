@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.kube import KubeApi
-from app.reconcile import cache as cache_module
-from app.reconcile.cache import ClusterCache
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import Clock, reconciler, small_cluster
+from tls_injector.kube import KubeApi
+from tls_injector.reconcile import cache as cache_module
+from tls_injector.reconcile.cache import ClusterCache
 
 
 def _filled(emu: Emulator) -> ClusterCache:

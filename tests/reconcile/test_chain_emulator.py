@@ -20,17 +20,27 @@ import pytest
 import yaml
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-from app.injection import InjectionOptions, make_mutate_handler
-from app.kube import CRON_JOBS, DAEMON_SETS, DEPLOYMENTS, JOBS, PODS, REPLICA_SETS, STATEFUL_SETS, KubeApi, Resource
-from app.names import CERT_MOUNT_PATH, MODE_ANNOTATION, MODE_POD_CERTIFICATE, TRUST_MOUNT_PATH
-from app.offline.inject import inject_manifests
-from app.pki import load_certificates, verify_server
 from tests.kubeapi import Emulator, running_emulator
 from tests.reconcile.cluster import OWN_NS, Clock, namespace, reconciler
 from tests.support.kubelet import NODE, Kubelet
 from tests.support.reviews import review
 from tests.support.server import running_server
 from tests.support.workloads import CRD_KIND, INJECT, SECRET, SERVICES, Obj, Shape, build, manifest
+from tls_injector.injection import InjectionOptions, make_mutate_handler
+from tls_injector.kube import (
+    CRON_JOBS,
+    DAEMON_SETS,
+    DEPLOYMENTS,
+    JOBS,
+    PODS,
+    REPLICA_SETS,
+    STATEFUL_SETS,
+    KubeApi,
+    Resource,
+)
+from tls_injector.names import CERT_MOUNT_PATH, MODE_ANNOTATION, MODE_POD_CERTIFICATE, TRUST_MOUNT_PATH
+from tls_injector.offline.inject import inject_manifests
+from tls_injector.pki import load_certificates, verify_server
 
 NS = "shop"
 RESOURCES: dict[str, Resource] = {r.kind: r for r in (DEPLOYMENTS, STATEFUL_SETS, DAEMON_SETS, REPLICA_SETS, JOBS,

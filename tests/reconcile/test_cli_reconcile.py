@@ -12,16 +12,16 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from app.cli import main
-from app.cli.cluster import settings_for
-from app.cli.parser import build_parser as _parser
-from app.kube import find_cluster
-from app.reconcile.controller import STUCK_AFTER_SECONDS, Controller
-from app.reconcile.runner import run_reconciler, run_until_signalled
 from tests.kubeapi import Emulator, running_emulator
 from tests.reconcile import podcert_cluster as kubelet
 from tests.reconcile.cluster import OWN_NS, namespace, small_cluster
 from tests.test_cli_serve import free_port
+from tls_injector.cli import main
+from tls_injector.cli.cluster import settings_for
+from tls_injector.cli.parser import build_parser as _parser
+from tls_injector.kube import find_cluster
+from tls_injector.reconcile.controller import STUCK_AFTER_SECONDS, Controller
+from tls_injector.reconcile.runner import run_reconciler, run_until_signalled
 
 
 def test_reconcile_once_converges_then_writes_nothing_and_exits_zero(
@@ -64,9 +64,9 @@ def test_a_kubeconfig_that_cannot_be_loaded_is_a_message_and_exit_two(
 def test_serve_runs_the_reconciler_in_the_background_only_when_a_cluster_is_configured(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from app.cli.serve_cluster import reconciler_in_background as _reconciler_in_background
-    from app.web.health import Health
-    from app.web.metrics import ServerMetrics
+    from tls_injector.cli.serve_cluster import reconciler_in_background as _reconciler_in_background
+    from tls_injector.web.health import Health
+    from tls_injector.web.metrics import ServerMetrics
 
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")

@@ -16,9 +16,12 @@ from typing import Any
 
 import pytest
 
-from app import names
-from app.injection.profile import default_renew_before, format_duration, max_renew_before, parse_duration
-from app.pki import (
+from tests.kubeapi import Emulator
+from tests.reconcile.cluster import OWN_NS, Clock, data, deployment, namespace, reconciler
+from tests.reconcile.test_user_ca import put_user_ca
+from tls_injector import names
+from tls_injector.injection.profile import default_renew_before, format_duration, max_renew_before, parse_duration
+from tls_injector.pki import (
     BACKDATE,
     CA_LOOKAHEAD,
     CertKey,
@@ -29,11 +32,8 @@ from app.pki import (
     make_root,
     renewal_time,
 )
-from app.reconcile.federation import INTERMEDIATE_VALIDITY, Roots, check_intermediate, decide_intermediate
-from app.reconcile.reconciler import PassReport, Reconciler
-from tests.kubeapi import Emulator
-from tests.reconcile.cluster import OWN_NS, Clock, data, deployment, namespace, reconciler
-from tests.reconcile.test_user_ca import put_user_ca
+from tls_injector.reconcile.federation import INTERMEDIATE_VALIDITY, Roots, check_intermediate, decide_intermediate
+from tls_injector.reconcile.reconciler import PassReport, Reconciler
 
 NS = "team-a"
 NOW = datetime(2026, 6, 1, tzinfo=UTC)

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
-from app.cli.cluster import settings_for
-from app.cli.parser import build_parser as _parser
-from app.pki import load_certificates
-from app.pki.verify import dns_sans
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, data, small_cluster
+from tls_injector.cli import main
+from tls_injector.cli.cluster import settings_for
+from tls_injector.cli.parser import build_parser as _parser
+from tls_injector.pki import load_certificates
+from tls_injector.pki.verify import dns_sans
 
 IN_A_POD = """search tls-injector.svc.k8s.corp.example svc.k8s.corp.example k8s.corp.example
 nameserver 10.96.0.10

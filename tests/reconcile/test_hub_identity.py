@@ -10,16 +10,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from app.kube import CONFIG_MAPS, SECRETS, KubeApi
-from app.names import CLUSTER_ID_ANNOTATION
-from app.reconcile import hub as hub_module
-from app.reconcile.federation import Member, MemberAck, same_cluster
-from app.reconcile.hub import REISSUE_INTERVAL
-from app.reconcile.reconciler import Reconciler, ReconcileSettings
 from tests.kubeapi import Emulator, running_emulator
 from tests.reconcile.cluster import OWN_NS, Clock, namespace, reconciler
 from tests.reconcile.test_hub_members import INTERMEDIATES, register
 from tests.reconcile.test_hub_quiet import versions
+from tls_injector.kube import CONFIG_MAPS, SECRETS, KubeApi
+from tls_injector.names import CLUSTER_ID_ANNOTATION
+from tls_injector.reconcile import hub as hub_module
+from tls_injector.reconcile.federation import Member, MemberAck, same_cluster
+from tls_injector.reconcile.hub import REISSUE_INTERVAL
+from tls_injector.reconcile.reconciler import Reconciler, ReconcileSettings
 
 UID = "6f1c0c1e-58b5-4e51-9d1e-3f2a1b0c9d8e"
 

@@ -16,17 +16,17 @@ from typing import Any
 
 import pytest
 
-from app.kube import KubeApi
-from app.names import CLIENT_INTERMEDIATE_CA_RECORD, INTERMEDIATE_CA_RECORD
-from app.pki import load_certificates, make_intermediate, make_root
-from app.reconcile.hub import REISSUE_INTERVAL
-from app.reconcile.ownership import owner_labels
-from app.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
 from tests.kubeapi import Emulator, running_emulator
 from tests.reconcile.cluster import OWN_NS, Clock, namespace, reconciler
 from tests.reconcile.test_hub_members import INTERMEDIATES, register
 from tests.reconcile.test_hub_quiet import versions
 from tests.shipping.support import render_with_components
+from tls_injector.kube import KubeApi
+from tls_injector.names import CLIENT_INTERMEDIATE_CA_RECORD, INTERMEDIATE_CA_RECORD
+from tls_injector.pki import load_certificates, make_intermediate, make_root
+from tls_injector.reconcile.hub import REISSUE_INTERVAL
+from tls_injector.reconcile.ownership import owner_labels
+from tls_injector.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
 
 HUB = "system:serviceaccount:tls-injector:tls-injector-hub"
 RECORDS = (INTERMEDIATE_CA_RECORD, CLIENT_INTERMEDIATE_CA_RECORD)

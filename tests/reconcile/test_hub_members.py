@@ -1,6 +1,6 @@
 """One chain of trust across clusters (docs/multicluster.md), through the real CLI processes: three API
-server emulators at once (a hub and two members), `python -m app reconcile --once --hub` against the hub,
-`python -m app reconcile --once` against each member; the members are registered in the hub as Secrets
+server emulators at once (a hub and two members), `python -m tls_injector reconcile --once --hub` against the hub,
+`python -m tls_injector reconcile --once` against each member; the members are registered in the hub as Secrets
 holding a kubeconfig for their emulator. Pods go through the real /mutate; the kubelet
 (tests/support/kubelet.py) resolves their volumes; real TLS 1.3 handshakes with client auth then run
 between pods of different members with nothing but the files mounted in them."""
@@ -25,20 +25,6 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from app.kube import KubeApi
-from app.names import CERT_MOUNT_PATH, CLIENT_MOUNT_PATH, MEMBER_LABEL, TRUST_MOUNT_PATH
-from app.pki import (
-    fingerprint,
-    issue_client,
-    issue_leaf,
-    load_cert_key,
-    load_certificates,
-    make_ca,
-    make_root,
-    uri_sans,
-)
-from app.reconcile.metrics import ReconcileMetrics
-from app.reconcile.reconciler import Reconciler, ReconcileSettings
 from tests.kubeapi import Emulator, running_emulator
 from tests.reconcile.cluster import OWN_NS, data, namespace
 from tests.reconcile.test_mtls_chain import (
@@ -54,6 +40,20 @@ from tests.reconcile.test_mtls_chain import (
     webhook,
 )
 from tests.support.workloads import Shape
+from tls_injector.kube import KubeApi
+from tls_injector.names import CERT_MOUNT_PATH, CLIENT_MOUNT_PATH, MEMBER_LABEL, TRUST_MOUNT_PATH
+from tls_injector.pki import (
+    fingerprint,
+    issue_client,
+    issue_leaf,
+    load_cert_key,
+    load_certificates,
+    make_ca,
+    make_root,
+    uri_sans,
+)
+from tls_injector.reconcile.metrics import ReconcileMetrics
+from tls_injector.reconcile.reconciler import Reconciler, ReconcileSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 __all__ = ["webhook"]  # the /mutate fixture, shared with test_mtls_chain
@@ -71,9 +71,9 @@ FEDERATION_MATRIX = {
 
 
 def cli(url: str, *extra: str) -> subprocess.Popen[bytes]:
-    """`python -m app reconcile --once` against one emulator (no webhook self-care, no pod certificates:
+    """`python -m tls_injector reconcile --once` against one emulator (no webhook self-care, no pod certificates:
     neither is what these tests look at)."""
-    argv = [sys.executable, "-m", "app", "reconcile", "--once", "--server", url, "--namespace", OWN_NS,
+    argv = [sys.executable, "-m", "tls_injector", "reconcile", "--once", "--server", url, "--namespace", OWN_NS,
             "--cluster-domain", "cluster.local", "--webhook-configurations", "", "--pod-certificates", "off", *extra]
     env = {**os.environ, "KUBECONFIG": os.devnull}
     return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -90,7 +90,7 @@ def finished(*procs: subprocess.Popen[bytes]) -> list[tuple[int, str, str]]:
 
 
 def doctor(url: str, *extra: str) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-m", "app", "doctor", "--server", url, "--namespace", OWN_NS, "--cluster-domain",
+    argv = [sys.executable, "-m", "tls_injector", "doctor", "--server", url, "--namespace", OWN_NS, "--cluster-domain",
             "cluster.local", "--webhook-configurations", "", "-o", "json", *extra]
     return subprocess.Popen(argv, cwd=ROOT, env={**os.environ, "KUBECONFIG": os.devnull}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)

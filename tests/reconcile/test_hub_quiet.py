@@ -9,12 +9,12 @@ from datetime import UTC, datetime
 
 import httpx
 
-from app.kube import KubeApi
-from app.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, reconciler
 from tests.reconcile.test_hub_members import CLIENT, OPTED_IN, Federation, federation, run, webhook
 from tests.support.workloads import Shape
+from tls_injector.kube import KubeApi
+from tls_injector.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
 
 __all__ = ["federation", "webhook"]  # fixtures
 

@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from app.kube import CONFIG_MAPS, SECRETS, KubeApi
-from app.names import FORCE_REPLACE_ANNOTATION, IN_EVERY_BUNDLE_SINCE_PREFIX, ROOTS_IN_USE_ANNOTATION
-from app.reconcile.federation import MAX_REPORTED_ROOTS, MemberAck, ReportUnreadable, read_ack
-from app.reconcile.reconciler import Reconciler, ReconcileSettings
 from tests.kubeapi import Emulator, running_emulator
 from tests.reconcile.cluster import OWN_NS, Clock, namespace, reconciler
 from tests.reconcile.test_hub_members import register
 from tests.reconcile.test_hub_rotation import root_states
+from tls_injector.kube import CONFIG_MAPS, SECRETS, KubeApi
+from tls_injector.names import FORCE_REPLACE_ANNOTATION, IN_EVERY_BUNDLE_SINCE_PREFIX, ROOTS_IN_USE_ANNOTATION
+from tls_injector.reconcile.federation import MAX_REPORTED_ROOTS, MemberAck, ReportUnreadable, read_ack
+from tls_injector.reconcile.reconciler import Reconciler, ReconcileSettings
 
 FP = "0123456789abcdef"
 OURS = {"app.kubernetes.io/managed-by": "tls-injector", "tls-injector.io/role": "federation-status"}

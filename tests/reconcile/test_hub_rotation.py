@@ -11,9 +11,6 @@ from datetime import UTC, datetime, timedelta
 import httpx
 from cryptography import x509
 
-from app.kube import SECRETS, KubeApi
-from app.pki import UntrustedChain, fingerprint, load_certificates, verify_client, verify_server
-from app.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, data, reconciler
 from tests.reconcile.test_hub_members import (
@@ -29,6 +26,9 @@ from tests.reconcile.test_hub_members import (
     webhook,
 )
 from tests.support.workloads import Shape
+from tls_injector.kube import SECRETS, KubeApi
+from tls_injector.pki import UntrustedChain, fingerprint, load_certificates, verify_client, verify_server
+from tls_injector.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
 
 __all__ = ["federation", "webhook"]  # fixtures
 

@@ -12,8 +12,11 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from app.names import MEMBER_LABEL, MEMBER_TRUST_DOMAIN_ANNOTATION
-from app.pki import (
+from tests.reconcile.cluster import OWN_NS, data
+from tests.reconcile.test_hub_members import Federation, federation
+from tests.reconcile.test_mtls_chain import client_context, handshake, server_context
+from tls_injector.names import MEMBER_LABEL, MEMBER_TRUST_DOMAIN_ANNOTATION
+from tls_injector.pki import (
     UntrustedChain,
     issue_client,
     issue_leaf,
@@ -23,10 +26,7 @@ from app.pki import (
     to_pem,
     verify_client,
 )
-from app.reconcile.federation import Roots, decide_intermediate, load_intermediate, members_from
-from tests.reconcile.cluster import OWN_NS, data
-from tests.reconcile.test_hub_members import Federation, federation
-from tests.reconcile.test_mtls_chain import client_context, handshake, server_context
+from tls_injector.reconcile.federation import Roots, decide_intermediate, load_intermediate, members_from
 
 __all__ = ["federation"]  # the fixture
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)

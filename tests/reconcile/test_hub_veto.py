@@ -13,20 +13,20 @@ from typing import Any
 
 import httpx
 
-from app.doctor import DoctorSettings
-from app.doctor.federation import hub_checks
-from app.doctor.read import read
-from app.kube import SECRETS, KubeApi
-from app.names import FORCE_REPLACE_ANNOTATION, ROTATION_EXCLUDED_ANNOTATION
-from app.pki import UntrustedChain, dns_sans, fingerprint, load_certificates, make_root, verify_server
-from app.pki.trust import CaRecord, CaSet, CaState
-from app.reconcile.federation import ROTATION_HOLD_DEADLINE, MemberAck, overdue_holds
-from app.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
-from app.reconcile.webhook_plan import WebhookSettings
 from tests.reconcile.cluster import OWN_NS, Clock, data, reconciler
 from tests.reconcile.test_hub_members import CLIENT, NS, OPTED_IN, Federation, federation, run, webhook
 from tests.reconcile.test_hub_rotation import bundles_of, leaves_of, root_states, untrusted
 from tests.support.workloads import Shape
+from tls_injector.doctor import DoctorSettings
+from tls_injector.doctor.federation import hub_checks
+from tls_injector.doctor.read import read
+from tls_injector.kube import SECRETS, KubeApi
+from tls_injector.names import FORCE_REPLACE_ANNOTATION, ROTATION_EXCLUDED_ANNOTATION
+from tls_injector.pki import UntrustedChain, dns_sans, fingerprint, load_certificates, make_root, verify_server
+from tls_injector.pki.trust import CaRecord, CaSet, CaState
+from tls_injector.reconcile.federation import ROTATION_HOLD_DEADLINE, MemberAck, overdue_holds
+from tls_injector.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
+from tls_injector.reconcile.webhook_plan import WebhookSettings
 
 __all__ = ["federation", "webhook"]  # fixtures
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import threading
 import time
 
-from app import names
-from app.pki import PrivateKey, generate_key, key_type_of
-from app.pki.keys import KeyType
-from app.reconcile.keypool import DEPTH, SLOW, KeyPool
+from tls_injector import names
+from tls_injector.pki import PrivateKey, generate_key, key_type_of
+from tls_injector.pki.keys import KeyType
+from tls_injector.reconcile.keypool import DEPTH, SLOW, KeyPool
 
 
 def _made_by(log: list[tuple[KeyType, str]], made: threading.Event | None = None) -> KeyPool:

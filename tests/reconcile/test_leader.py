@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from app.kube import CRON_JOBS, DEPLOYMENTS, PODS, KubeApi, LeaderElector
-from app.kube.api import WatchEvent
-from app.kube.lease import lease_step
-from app.reconcile.cache import ClusterCache
-from app.reconcile.controller import Controller
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, START, Clock, namespace, reconciler, small_cluster
+from tls_injector.kube import CRON_JOBS, DEPLOYMENTS, PODS, KubeApi, LeaderElector
+from tls_injector.kube.api import WatchEvent
+from tls_injector.kube.lease import lease_step
+from tls_injector.reconcile.cache import ClusterCache
+from tls_injector.reconcile.controller import Controller
 
 
 @pytest.mark.parametrize(

@@ -27,16 +27,26 @@ import kubernetes.config
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from app.injection import InjectionOptions, make_mutate_handler
-from app.kube import CRON_JOBS, DAEMON_SETS, DEPLOYMENTS, JOBS, PODS, REPLICA_SETS, STATEFUL_SETS, KubeApi, Resource
-from app.pki import bundle_certificates, dns_sans, load_certificates, verify_nameless, verify_server
-from app.reconcile.runner import summary
 from tests.kubeapi import Emulator
 from tests.pki.tls import Party, handshake
 from tests.reconcile.cluster import OWN_NS, Clock, data, namespace, reconciler
 from tests.reconcile.legal_names import KINDS, illegal_names, legal_names
 from tests.support.reviews import answer, review
 from tests.support.workloads import INJECT, Obj, Shape, app_label, build, manifest
+from tls_injector.injection import InjectionOptions, make_mutate_handler
+from tls_injector.kube import (
+    CRON_JOBS,
+    DAEMON_SETS,
+    DEPLOYMENTS,
+    JOBS,
+    PODS,
+    REPLICA_SETS,
+    STATEFUL_SETS,
+    KubeApi,
+    Resource,
+)
+from tls_injector.pki import bundle_certificates, dns_sans, load_certificates, verify_nameless, verify_server
+from tls_injector.reconcile.runner import summary
 
 NS = "team-a"
 KUBECONFIG_ENV = "TLS_INJECTOR_TEST_KUBECONFIG"

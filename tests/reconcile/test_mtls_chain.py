@@ -21,10 +21,18 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from app.injection import InjectionOptions, client_secret_name_for, make_mutate_handler
-from app.kube import DEPLOYMENTS, PODS, REPLICA_SETS, SECRETS, KubeApi
-from app.names import CERT_MOUNT_PATH, CLIENT_MOUNT_PATH, TRUST_MOUNT_PATH
-from app.pki import (
+from tests.kubeapi import Emulator
+from tests.reconcile import cluster
+from tests.reconcile.cluster import OWN_NS, Clock, data, deployment, namespace, reconciler
+from tests.reconcile.test_chain_emulator import NS, admitted
+from tests.support.kube_schema import schema_errors
+from tests.support.kubelet import NODE, File, Kubelet
+from tests.support.server import running_server
+from tests.support.workloads import INJECT, Obj, Shape, build
+from tls_injector.injection import InjectionOptions, client_secret_name_for, make_mutate_handler
+from tls_injector.kube import DEPLOYMENTS, PODS, REPLICA_SETS, SECRETS, KubeApi
+from tls_injector.names import CERT_MOUNT_PATH, CLIENT_MOUNT_PATH, TRUST_MOUNT_PATH
+from tls_injector.pki import (
     fingerprint,
     issue_client,
     issue_leaf,
@@ -34,15 +42,7 @@ from app.pki import (
     uri_sans,
     verify_client,
 )
-from app.pki.keys import key_to_pem
-from tests.kubeapi import Emulator
-from tests.reconcile import cluster
-from tests.reconcile.cluster import OWN_NS, Clock, data, deployment, namespace, reconciler
-from tests.reconcile.test_chain_emulator import NS, admitted
-from tests.support.kube_schema import schema_errors
-from tests.support.kubelet import NODE, File, Kubelet
-from tests.support.server import running_server
-from tests.support.workloads import INJECT, Obj, Shape, build
+from tls_injector.pki.keys import key_to_pem
 
 CLIENT = "tls-injector.io/client-certificate"
 OPTED_IN = {INJECT: "true"}

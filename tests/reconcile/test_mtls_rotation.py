@@ -18,13 +18,6 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from app.injection import InjectionOptions, make_mutate_handler
-from app.kube import SECRETS, KubeApi
-from app.names import CERT_MOUNT_PATH, CLIENT_MOUNT_PATH, TRUST_MOUNT_PATH
-from app.pki import load_certificates, verify_client
-from app.reconcile.ca import CaPolicy
-from app.reconcile.metrics import ReconcileMetrics
-from app.reconcile.reconciler import Reconciler, ReconcileSettings
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, data, deployment, namespace
 from tests.reconcile.test_mtls_chain import (
@@ -39,6 +32,13 @@ from tests.reconcile.test_mtls_chain import (
 )
 from tests.support.server import running_server
 from tests.support.workloads import Obj, Shape
+from tls_injector.injection import InjectionOptions, make_mutate_handler
+from tls_injector.kube import SECRETS, KubeApi
+from tls_injector.names import CERT_MOUNT_PATH, CLIENT_MOUNT_PATH, TRUST_MOUNT_PATH
+from tls_injector.pki import load_certificates, verify_client
+from tls_injector.reconcile.ca import CaPolicy
+from tls_injector.reconcile.metrics import ReconcileMetrics
+from tls_injector.reconcile.reconciler import Reconciler, ReconcileSettings
 
 NS = "shop"  # tests.reconcile.test_mtls_chain.run creates its workloads there
 SETTLE = timedelta(seconds=1)  # the trust state machine's wait, short so the real clock the handshakes use fits

@@ -24,15 +24,15 @@ from typing import Any
 
 import pytest
 
-from app import names
-from app.kube import SECRETS, KubeApi, KubeError
-from app.pki import certs, generate_key, key_type_of, load_certificates
-from app.pki.keys import KeyType, PrivateKey
-from app.reconcile import keypool
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, data, deployment, namespace
 from tests.reconcile.test_leader import _wait_for as wait_for
 from tests.reconcile.test_leader import running_loop
+from tls_injector import names
+from tls_injector.kube import SECRETS, KubeApi, KubeError
+from tls_injector.pki import certs, generate_key, key_type_of, load_certificates
+from tls_injector.pki.keys import KeyType, PrivateKey
+from tls_injector.reconcile import keypool
 
 TENANT, OTHER = "tenant-x", "team-b"
 WORKLOADS = 16

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.doctor.read import read
-from app.doctor.workloads import targets
-from app.kube import KubeApi
-from app.names import TRUST_BUNDLE_CONFIGMAP
 from tests.doctor.test_checks import SETTINGS
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, START, Clock, deployment, namespace, reconciler
 from tests.shipping.support import installed, of_kind, only
+from tls_injector.doctor.read import read
+from tls_injector.doctor.workloads import targets
+from tls_injector.kube import KubeApi
+from tls_injector.names import TRUST_BUNDLE_CONFIGMAP
 
 Obj = dict[str, Any]
 

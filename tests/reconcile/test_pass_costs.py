@@ -6,9 +6,9 @@ import gc
 
 import pytest
 
-from app.reconcile.state import collector_paused
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import Clock, reconciler, small_cluster
+from tls_injector.reconcile.state import collector_paused
 
 
 @pytest.mark.parametrize("outage", [False, True], ids=["converged", "aborted"])

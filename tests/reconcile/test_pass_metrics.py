@@ -9,9 +9,9 @@ from datetime import timedelta
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.pki import issue_leaf, make_ca
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import Clock, reconciler, small_cluster
+from tls_injector.pki import issue_leaf, make_ca
 
 LAST = "tls_injector_last_successful_pass_timestamp_seconds"
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from app.kube import KubeApi
-from app.reconcile import writes
-from app.reconcile.cache import ClusterCache
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import Clock, reconciler, small_cluster
+from tls_injector.kube import KubeApi
+from tls_injector.reconcile import writes
+from tls_injector.reconcile.cache import ClusterCache
 
 
 def _cached(emu: Emulator, **kwargs: Any) -> tuple[Any, ClusterCache]:

@@ -15,15 +15,22 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
 
-from app.kube import KubeApi
-from app.pki import bundle_certificates, fingerprint, issued_by, load_certificates, verify_nameless, verify_server
-from app.reconcile.controller import Controller
-from app.reconcile.signer import DISCOVERY_TTL_SECONDS, NativeApis
 from tests.kubeapi import Emulator, running_emulator
 from tests.pki.tls import Party, handshake
 from tests.reconcile import podcert_cluster as kubelet
 from tests.reconcile.cluster import OWN_NS, Clock, deployment, namespace, reconciler
 from tests.reconcile.test_rotation import ca_states, force_replace
+from tls_injector.kube import KubeApi
+from tls_injector.pki import (
+    bundle_certificates,
+    fingerprint,
+    issued_by,
+    load_certificates,
+    verify_nameless,
+    verify_server,
+)
+from tls_injector.reconcile.controller import Controller
+from tls_injector.reconcile.signer import DISCOVERY_TTL_SECONDS, NativeApis
 
 
 @pytest.fixture

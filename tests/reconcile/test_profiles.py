@@ -13,14 +13,14 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app import names
-from app.injection.profile import ProfileBounds
-from app.pki import BACKDATE, dns_sans, key_type_of, load_certificates
-from app.reconcile.reconciler import Reconciler
-from app.reconcile.runner import summary
 from tests.kubeapi import Emulator
 from tests.pki.tls import Party, handshake
 from tests.reconcile.cluster import OWN_NS, Clock, data, deployment, namespace, reconciler
+from tls_injector import names
+from tls_injector.injection.profile import ProfileBounds
+from tls_injector.pki import BACKDATE, dns_sans, key_type_of, load_certificates
+from tls_injector.reconcile.reconciler import Reconciler
+from tls_injector.reconcile.runner import summary
 
 NS = "team-a"
 # The real time: the handshakes check the certificates against the system clock.

@@ -18,14 +18,14 @@ import certifi
 import jsonpatch
 import pytest
 
-from app.injection import InjectionOptions, make_mutate_handler
-from app.kube import KubeApi
-from app.pki import CertKey, issue_leaf, make_ca, public_roots
-from app.reconcile.read import read_cluster
 from tests.kubeapi import Emulator
 from tests.pki.tls import Party, handshake
 from tests.reconcile.cluster import OWN_NS, Clock, data, deployment, namespace, reconciler
 from tests.support.reviews import answer, review
+from tls_injector.injection import InjectionOptions, make_mutate_handler
+from tls_injector.kube import KubeApi
+from tls_injector.pki import CertKey, issue_leaf, make_ca, public_roots
+from tls_injector.reconcile.read import read_cluster
 
 NS = "team-a"
 PUBLIC, KEY = "tls-injector.io/public-roots", "ca-bundle-with-public-roots.pem"

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from app.kube import KubeApi, LeaderElector
-from app.reconcile.webhook_plan import WebhookSettings
 from tests.kubeapi import Emulator
 from tests.kubeapi.resources import lookup_qualified
 from tests.reconcile.cluster import OWN_NS, Clock, reconciler, small_cluster
 from tests.reconcile.test_webhook_selfcare import install_webhooks
 from tests.shipping.rbac import Call, authorized, grants_for
 from tests.shipping.support import installed
+from tls_injector.kube import KubeApi, LeaderElector
+from tls_injector.reconcile.webhook_plan import WebhookSettings
 
 
 def test_a_lifetime_of_reconciling_stays_within_the_shipped_roles(kubeapi: Emulator) -> None:

@@ -6,9 +6,6 @@ from datetime import timedelta
 
 import pytest
 
-from app.kube import DEPLOYMENTS, SECRETS, KubeApi
-from app.pki import load_certificates
-from app.pki.verify import dns_sans
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import (
     Clock,
@@ -18,6 +15,9 @@ from tests.reconcile.cluster import (
     reconciler,
     small_cluster,
 )
+from tls_injector.kube import DEPLOYMENTS, SECRETS, KubeApi
+from tls_injector.pki import load_certificates
+from tls_injector.pki.verify import dns_sans
 
 
 @pytest.fixture

@@ -7,9 +7,6 @@ from datetime import timedelta
 
 import pytest
 
-from app.kube import SECRETS, KubeApi
-from app.pki import fingerprint, load_certificates, make_ca
-from app.reconcile.plan import encode_data
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import (
     OWN_NS,
@@ -21,6 +18,9 @@ from tests.reconcile.cluster import (
     reconciler,
     small_cluster,
 )
+from tls_injector.kube import SECRETS, KubeApi
+from tls_injector.pki import fingerprint, load_certificates, make_ca
+from tls_injector.reconcile.plan import encode_data
 
 
 def test_an_unreachable_api_mints_no_ca_and_exactly_one_once_it_is_back(kubeapi: Emulator) -> None:

@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from app.cli import main
-from app.cli.renew import wait_for
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, data, small_cluster
 from tests.reconcile.test_leader import _wait_for, running_loop
+from tls_injector.cli import main
+from tls_injector.cli.renew import wait_for
 
 FORCE = "tls-injector.io/force-renew"
 

@@ -11,12 +11,12 @@ from datetime import UTC, datetime
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.reconcile.read import MAX_SERVICE_BYTES
-from app.reconcile.runner import summary
-from app.web.page import attention_items
-from app.web.status import Status
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, deployment, namespace, reconciler
+from tls_injector.reconcile.read import MAX_SERVICE_BYTES
+from tls_injector.reconcile.runner import summary
+from tls_injector.web.page import attention_items
+from tls_injector.web.status import Status
 
 NAMELESS = "tls_injector_certificates_without_names"
 

@@ -7,8 +7,6 @@ from datetime import timedelta
 
 import pytest
 
-from app.kube import SECRETS, KubeApi
-from app.pki import bundle_certificates, fingerprint, load_certificates
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import (
     OWN_NS,
@@ -19,6 +17,8 @@ from tests.reconcile.cluster import (
     small_cluster,
 )
 from tests.reconcile.test_reconcile_safety import assert_no_ca_key_outside_its_secret
+from tls_injector.kube import SECRETS, KubeApi
+from tls_injector.pki import bundle_certificates, fingerprint, load_certificates
 
 STATES = ("untrusted", "trusted-unused", "trusted-used", "phase-out", "zombie")
 

@@ -12,8 +12,11 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from app.kube import SECRETS, KubeApi
-from app.pki import (
+from tests.kubeapi import Emulator
+from tests.reconcile.cluster import Clock, data, reconciler, small_cluster
+from tests.reconcile.test_plan import NOW, TARGET, stored_from
+from tls_injector.kube import SECRETS, KubeApi
+from tls_injector.pki import (
     CaSet,
     CaState,
     SealedLeaf,
@@ -27,13 +30,10 @@ from app.pki import (
     seal,
     seal_key,
 )
-from app.reconcile import plan
-from app.reconcile.discover import Target, WorkloadRef
-from app.reconcile.metrics import ReconcileMetrics
-from app.reconcile.plan import Signing, Write, decide_leaf, leaf_expiry, secret_data
-from tests.kubeapi import Emulator
-from tests.reconcile.cluster import Clock, data, reconciler, small_cluster
-from tests.reconcile.test_plan import NOW, TARGET, stored_from
+from tls_injector.reconcile import plan
+from tls_injector.reconcile.discover import Target, WorkloadRef
+from tls_injector.reconcile.metrics import ReconcileMetrics
+from tls_injector.reconcile.plan import Signing, Write, decide_leaf, leaf_expiry, secret_data
 
 SEAL = "tls-injector.io/seal"
 

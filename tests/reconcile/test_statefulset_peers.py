@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from app.pki import dns_sans, load_certificates
 from tests.kubeapi import Emulator, running_emulator
 from tests.pki.tls import Party, handshake
 from tests.reconcile import podcert_cluster as kubelet
 from tests.reconcile.cluster import OWN_NS, Clock, data, deployment, namespace, reconciler
+from tls_injector.pki import dns_sans, load_certificates
 
 NS = "team-a"
 PEERS = ["*.web.team-a.svc", "*.web.team-a.svc.cluster.local"]

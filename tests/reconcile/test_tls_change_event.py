@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from app.names import TLS_CHANGE_ANNOTATION
-from app.reconcile.runner import summary
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, deployment, namespace, reconciler
+from tls_injector.names import TLS_CHANGE_ANNOTATION
+from tls_injector.reconcile.runner import summary
 
 NS = "shop"
 

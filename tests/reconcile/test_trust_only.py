@@ -14,9 +14,6 @@ from pathlib import Path
 import jsonpatch
 import pytest
 
-from app.injection import InjectionOptions, make_mutate_handler
-from app.injection.preview import what_pods_get
-from app.kube import JOBS, PODS, KubeApi
 from tests.doctor.cluster import healthy_cluster, line, run
 from tests.kubeapi import Emulator
 from tests.pki.tls import Party, handshake
@@ -24,6 +21,9 @@ from tests.reconcile.cluster import OWN_NS, Clock, data, deployment, namespace, 
 from tests.support.kubelet import NODE, Kubelet
 from tests.support.reviews import answer, review
 from tests.support.workloads import Obj
+from tls_injector.injection import InjectionOptions, make_mutate_handler
+from tls_injector.injection.preview import what_pods_get
+from tls_injector.kube import JOBS, PODS, KubeApi
 
 MODE, INJECT = "tls-injector.io/mode", "tls-injector.io/inject"
 NS = "team-a"

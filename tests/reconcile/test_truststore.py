@@ -7,10 +7,10 @@ from __future__ import annotations
 import base64
 from datetime import timedelta
 
-from app.pki import bundle_certificates, fingerprint, truststore_fingerprints
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, deployment, namespace, reconciler
 from tests.reconcile.test_rotation import ca_states, force_replace
+from tls_injector.pki import bundle_certificates, fingerprint, truststore_fingerprints
 
 ASK = {"tls-injector.io/truststore": "pkcs12"}
 

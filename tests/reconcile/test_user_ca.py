@@ -11,9 +11,14 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from app.cli import main
-from app.kube import SECRETS, KubeApi
-from app.pki import (
+from tests.kubeapi import Emulator
+from tests.reconcile.cluster import OWN_NS, START, Clock, ca_fingerprints, data, deployment, reconciler, small_cluster
+from tests.reconcile.test_leader import _wait_for as wait_for
+from tests.reconcile.test_leader import running_loop
+from tests.reconcile.test_reconcile_safety import assert_no_ca_key_outside_its_secret
+from tls_injector.cli import main
+from tls_injector.kube import SECRETS, KubeApi
+from tls_injector.pki import (
     CaSet,
     CertKey,
     add_ca,
@@ -24,16 +29,11 @@ from app.pki import (
     make_ca,
     verify_server,
 )
-from app.reconcile.controller import next_pass_delay
-from app.reconcile.discover import Target, WorkloadRef
-from app.reconcile.metrics import ReconcileMetrics
-from app.reconcile.plan import Signing, Waiting, Write, decide_leaf, encode_data, secret_data
-from app.reconcile.reconciler import Reconciler
-from tests.kubeapi import Emulator
-from tests.reconcile.cluster import OWN_NS, START, Clock, ca_fingerprints, data, deployment, reconciler, small_cluster
-from tests.reconcile.test_leader import _wait_for as wait_for
-from tests.reconcile.test_leader import running_loop
-from tests.reconcile.test_reconcile_safety import assert_no_ca_key_outside_its_secret
+from tls_injector.reconcile.controller import next_pass_delay
+from tls_injector.reconcile.discover import Target, WorkloadRef
+from tls_injector.reconcile.metrics import ReconcileMetrics
+from tls_injector.reconcile.plan import Signing, Waiting, Write, decide_leaf, encode_data, secret_data
+from tls_injector.reconcile.reconciler import Reconciler
 
 PASS_EVERY = timedelta(minutes=1)
 

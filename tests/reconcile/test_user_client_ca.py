@@ -13,18 +13,6 @@ from typing import Any
 import httpx
 import pytest
 
-from app.pki import (
-    bundle_certificates,
-    extended_key_usages,
-    fingerprint,
-    issue_leaf,
-    issued_by,
-    load_cert_key,
-    load_certificates,
-    make_ca,
-    verify_client,
-)
-from app.reconcile.plan import CLIENT_PREFIX
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, START, Clock, ca_fingerprints, data, deployment, namespace, reconciler
 from tests.reconcile.test_chain_emulator import NS
@@ -44,6 +32,18 @@ from tests.reconcile.test_reconcile_safety import assert_no_ca_key_outside_its_s
 from tests.reconcile.test_user_ca import issuers, leaves, put_user_ca
 from tests.support.cli import exit_of
 from tests.support.workloads import Shape
+from tls_injector.pki import (
+    bundle_certificates,
+    extended_key_usages,
+    fingerprint,
+    issue_leaf,
+    issued_by,
+    load_cert_key,
+    load_certificates,
+    make_ca,
+    verify_client,
+)
+from tls_injector.reconcile.plan import CLIENT_PREFIX
 
 __all__ = ["federation", "webhook"]  # fixtures, shared with test_hub_members and test_mtls_chain
 PASS_EVERY = timedelta(minutes=1)

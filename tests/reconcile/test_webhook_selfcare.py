@@ -6,11 +6,11 @@ import base64
 from datetime import timedelta
 from typing import Any
 
-from app.kube import SECRETS, KubeApi
-from app.pki import load_certificates, verify_server
-from app.reconcile.webhook import ensure_webhook_certificate
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, START, data, namespace
+from tls_injector.kube import SECRETS, KubeApi
+from tls_injector.pki import load_certificates, verify_server
+from tls_injector.reconcile.webhook import ensure_webhook_certificate
 
 DNS = "tls-injector.tls-injector.svc"
 

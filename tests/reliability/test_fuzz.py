@@ -2,7 +2,7 @@
 
 Reviews are made by damaging real ones (the apiserver-shaped fixtures): one to three places anywhere in
 the document get a wrong type, a huge or odd unicode string, deep nesting, or disappear. Plus whole
-documents of arbitrary JSON. The handlers are the real ones, from `app.cli.build_handlers`, so the
+documents of arbitrary JSON. The handlers are the real ones, from `tls_injector.cli.build_handlers`, so the
 suite covers the injector and the rules as they land.
 
 Every answer must be a 4xx with a JSON reason or a 200 whose AdmissionReview the apiserver accepts (uid
@@ -25,13 +25,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.admission import BadReview, Route
-from app.cli import admission_handlers, build_handlers
-from app.settings import ServeSettings
 from tests.reliability.conftest import LONG
 from tests.support.reviews import fixture, review
 from tests.support.server import RunningServer, running_server
 from tests.support.shapes import paths
+from tls_injector.admission import BadReview, Route
+from tls_injector.cli import admission_handlers, build_handlers
+from tls_injector.settings import ServeSettings
 
 HTTPS_EXAMPLES = 10_000 if LONG else 300
 IN_PROCESS_EXAMPLES = 50_000 if LONG else 600

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from app.admission import BadReview
-from app.cli import build_handlers
-from app.rules.judge import MAX_SELF_DEPTH
-from app.settings import ServeSettings
 from tests.support.reviews import answer, decode, review
 from tests.support.server import running_server
+from tls_injector.admission import BadReview
+from tls_injector.cli import build_handlers
+from tls_injector.rules.judge import MAX_SELF_DEPTH
+from tls_injector.settings import ServeSettings
 
 
 @pytest.mark.parametrize("operation", [[], ["CREATE"], {"op": "CREATE"}])

@@ -1,6 +1,6 @@
 """Serving-certificate rotation while ~200 admission requests a second flow: not one may fail.
 
-The server is the real `python -m app serve` process, so the load generator here does not share its
+The server is the real `python -m tls_injector serve` process, so the load generator here does not share its
 interpreter (and GIL). The load mixes kept-alive connections (which keep the certificate they were
 established with) and fresh ones (which must get the newest), like an apiserver that reconnects now and
 then. Each new pair is published as the kubelet updates a Secret volume (one atomic symlink swap) and is
@@ -17,10 +17,10 @@ from pathlib import Path
 import httpx
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from app.pki import CertKey, issue_leaf, make_ca
 from tests.support.certs import ServingFiles, swap_secret_volume
 from tests.support.process import ServeProcess, serve_process
 from tests.support.reviews import fixture
+from tls_injector.pki import CertKey, issue_leaf, make_ca
 
 ROTATIONS = 10
 RATE = 200  # requests per second, the issue's figure

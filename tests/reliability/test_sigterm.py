@@ -1,4 +1,4 @@
-"""SIGTERM while requests flow, against the real `python -m app serve` process.
+"""SIGTERM while requests flow, against the real `python -m tls_injector serve` process.
 
 What the kube-apiserver needs from a terminating webhook pod: the request it is sending completes, a new
 connection is refused (so its client tries another endpoint) rather than accepted and dropped, and the

@@ -17,10 +17,10 @@ from datetime import timedelta
 
 from cryptography import x509
 
-from app.kube import SERVICE_ACCOUNTS, KubeApi
-from app.names import CLIENT_CERT_ANNOTATION
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, namespace, reconciler, service_account
+from tls_injector.kube import SERVICE_ACCOUNTS, KubeApi
+from tls_injector.names import CLIENT_CERT_ANNOTATION
 
 ASKS = {CLIENT_CERT_ANNOTATION: "true"}
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from app.kube import SECRETS, KubeApi
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, deployment, namespace, reconciler
+from tls_injector.kube import SECRETS, KubeApi
 
 
 def _broken_cluster(emu: Emulator, count: int) -> None:

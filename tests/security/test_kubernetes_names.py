@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from app.pki import MAX_SERVICES, dns_sans, load_certificates, served_by_kubernetes, vet_service_names
 from tests.kubeapi import Emulator, running_emulator
 from tests.reconcile import podcert_cluster as kubelet
 from tests.reconcile.cluster import OWN_NS, Clock, data, deployment, namespace, reconciler
+from tls_injector.pki import MAX_SERVICES, dns_sans, load_certificates, served_by_kubernetes, vet_service_names
 
 SERVICE_NAMES = "tls-injector.io/service-names"
 API_SERVER = ["kubernetes.default.svc", "kubernetes.default.svc.cluster.local"]

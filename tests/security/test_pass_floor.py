@@ -9,10 +9,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from app.kube import DEPLOYMENTS, SECRETS, KubeApi, Resource
-from app.reconcile.controller import MIN_PASS_GAP_SECONDS, Controller
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, reconciler, small_cluster
+from tls_injector.kube import DEPLOYMENTS, SECRETS, KubeApi, Resource
+from tls_injector.reconcile.controller import MIN_PASS_GAP_SECONDS, Controller
 
 
 def _churn(api: KubeApi, resource: Resource, name: str, namespace: str, change: Callable[[dict[str, Any], int], None],

@@ -13,11 +13,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from app.kube import CONFIG_MAPS, SECRETS, KubeApi
-from app.pki import CertKey, bundle_certificates, fingerprint, issue_leaf, load_certificates, make_ca
 from tests.kubeapi import Emulator
 from tests.pki.tls import Party, handshake
 from tests.reconcile.cluster import OWN_NS, Clock, data, deployment, namespace, reconciler
+from tls_injector.kube import CONFIG_MAPS, SECRETS, KubeApi
+from tls_injector.pki import CertKey, bundle_certificates, fingerprint, issue_leaf, load_certificates, make_ca
 
 LABELS = {"app.kubernetes.io/managed-by": "tls-injector"}
 

@@ -17,8 +17,10 @@ import base64
 import pytest
 from cryptography import x509
 
-from app.kube import SERVICES, KubeApi, ListTooLarge
-from app.reconcile.read import (
+from tests.kubeapi import Emulator
+from tests.reconcile.cluster import OWN_NS, Clock, deployment, namespace, reconciler
+from tls_injector.kube import SERVICES, KubeApi, ListTooLarge
+from tls_injector.reconcile.read import (
     MAX_SERVICE_BYTES,
     MAX_WORKLOAD_BYTES,
     SERVICE_LISTS,
@@ -26,8 +28,6 @@ from app.reconcile.read import (
     service_shape,
     workload_shape,
 )
-from tests.kubeapi import Emulator
-from tests.reconcile.cluster import OWN_NS, Clock, deployment, namespace, reconciler
 
 
 def dns_names(emu: Emulator, ns: str, secret: str) -> list[str]:

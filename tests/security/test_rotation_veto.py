@@ -11,10 +11,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from app.pki import bundle_certificates, load_certificates, verify_server
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, data, deployment, namespace, reconciler
 from tests.reconcile.test_rotation import ca_states, force_replace
+from tls_injector.pki import bundle_certificates, load_certificates, verify_server
 
 BUNDLE = "tls-injector-trust-bundle"
 # Passes three days apart: every CA step needs only a pass past the 5-minute settle, and the CA's last 60

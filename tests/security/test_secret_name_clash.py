@@ -17,9 +17,9 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from app.names import CLIENT_CERT_ANNOTATION, SECRET_NAME_ANNOTATION
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, deployment, namespace, reconciler
+from tls_injector.names import CLIENT_CERT_ANNOTATION, SECRET_NAME_ANNOTATION
 
 WRITES = ("create", "update", "patch", "delete")
 

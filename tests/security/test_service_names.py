@@ -12,11 +12,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from app.pki import MAX_SERVICES, issue_leaf, load_certificates, make_ca
-from app.pki.verify import dns_sans
 from tests.kubeapi import Emulator
 from tests.pki.tls import Party, handshake
 from tests.reconcile.cluster import OWN_NS, Clock, data, deployment, namespace, reconciler
+from tls_injector.pki import MAX_SERVICES, issue_leaf, load_certificates, make_ca
+from tls_injector.pki.verify import dns_sans
 
 # What a tenant asked for in the reproduction, and got signed before: other tenants' Services, the API
 # server, the injector itself, wildcards, a public name and the API server's ClusterIP.

@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 import yaml
 
-from app.cli import main
-from app.injection import InjectionOptions, make_mutate_handler
-from app.injection.preview import what_pods_get
 from tests.doctor.cluster import healthy_cluster, line, run
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import Clock, deployment, namespace, reconciler
 from tests.support.reviews import answer, review
+from tls_injector.cli import main
+from tls_injector.injection import InjectionOptions, make_mutate_handler
+from tls_injector.injection.preview import what_pods_get
 
 KEYSTORE, PASSWORD = "tls-injector.io/keystore", "tls-injector.io/keystore-password-secret"
 HOSTILE = "../../../secrets"

@@ -10,18 +10,26 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
-from app.cli.cluster import settings_for
-from app.cli.parser import build_parser as _parser
-from app.kube import KubeApi
-from app.pki import SETTLE, UntrustedChain, issue_leaf, load_cert_key, load_certificates, make_ca, verify_server
-from app.reconcile.bootstrap import bootstrap as bootstrap_once
-from app.reconcile.bootstrap import bootstrap_settings
-from app.reconcile.webhook_plan import WebhookSettings
 from tests.kubeapi import Emulator
 from tests.kubeapi.resources import lookup_qualified
 from tests.shipping.support import ROOT, Obj, only, render
 from tests.support.server import running_server
+from tls_injector.cli import main
+from tls_injector.cli.cluster import settings_for
+from tls_injector.cli.parser import build_parser as _parser
+from tls_injector.kube import KubeApi
+from tls_injector.pki import (
+    SETTLE,
+    UntrustedChain,
+    issue_leaf,
+    load_cert_key,
+    load_certificates,
+    make_ca,
+    verify_server,
+)
+from tls_injector.reconcile.bootstrap import bootstrap as bootstrap_once
+from tls_injector.reconcile.bootstrap import bootstrap_settings
+from tls_injector.reconcile.webhook_plan import WebhookSettings
 
 NS = "tls-injector"
 SERVICE = "tls-injector"

@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 import yaml
 
-from app.injection.profile import _DURATION as _GO_DURATION
 from tests.shipping.helm import (
     CHART,
     EXAMPLE_CIDRS,
@@ -34,6 +33,7 @@ from tests.shipping.helm import (
 )
 from tests.shipping.support import ROOT, Obj, load_docs, render, render_with_components
 from tests.shipping.test_schema import validate
+from tls_injector.injection.profile import _DURATION as _GO_DURATION
 from tools import release
 
 # The first test to ask for helm may fetch it (npm pack, ~36 MB) before it runs.

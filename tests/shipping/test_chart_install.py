@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 import yaml
 
-from app.cli import build_handlers, main
-from app.settings import ServeSettings
 from tests.doctor.cluster import admit, healthy_cluster, lead, pod_of, reconcile, run, serving_files, workloads
 from tests.kubeapi import Emulator, running_emulator
 from tests.shipping.helm import template_text
 from tests.shipping.support import ROOT, Obj, kubectl
 from tests.support.server import running_server
+from tls_injector.cli import build_handlers, main
+from tls_injector.settings import ServeSettings
 
 pytestmark = pytest.mark.timeout(300)  # may fetch helm first (see tests/shipping/helm.py)
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.cli.parser import build_parser
-from app.injection.profile import ProfileBounds, format_duration
 from tests.shipping.test_chart import _args, _refused, template, values
+from tls_injector.cli.parser import build_parser
+from tls_injector.injection.profile import ProfileBounds, format_duration
 
 PROFILES = {"defaultDuration": "720h", "minDuration": "48h", "maxDuration": "4380h", "minRenewBefore": "2h",
             "defaultKeyAlgorithm": "ecdsa-p384", "allowedKeyAlgorithms": ["ecdsa-p384", "rsa-3072"]}

@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 import yaml
 
-from app.admission import GroupVersionKind
-from app.offline.rulesfile import load_rule_set
-from app.rules import build_rule_set, export_documents
-from app.rules.dispatch import CONDITION_NAME, entry_condition, entry_kinds, match_condition, narrowable
 from tests.dispatch_matrix import CASES, KINDS, NAMESPACE_CASES, Case, expected_rule, manifest
 from tests.dispatch_matrix import Keys as KeysType
 from tests.shipping.support import ROOT, render
 from tests.shipping.test_webhooks import ENABLED_NS, ENABLED_PATH, PLAIN_NS, RESOURCES, _answer, _sent_to
+from tls_injector.admission import GroupVersionKind
+from tls_injector.offline.rulesfile import load_rule_set
+from tls_injector.rules import build_rule_set, export_documents
+from tls_injector.rules.dispatch import CONDITION_NAME, entry_condition, entry_kinds, match_condition, narrowable
 from tools import webhook_conditions
 
 DEPLOYMENT = GroupVersionKind(group="apps", version="v1", kind="Deployment")

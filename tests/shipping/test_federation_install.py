@@ -16,9 +16,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.cli.parser import build_parser
-from app.kube.config import member_client
-from app.names import (
+from tests.kubeapi import Emulator, running_emulator
+from tests.reconcile.cluster import OWN_NS, namespace
+from tests.reconcile.test_hub_members import cli, finished, register
+from tests.shipping.rbac import Call, authorized, grants_for
+from tests.shipping.support import ROOT, Obj, kubectl, of_kind, only, render, render_with_components
+from tests.shipping.test_reconciler_policy import ADMIN, RECONCILER, TENANT, changed, refusals, request, thing
+from tests.shipping.test_schema import validate
+from tls_injector.cli.parser import build_parser
+from tls_injector.kube.config import member_client
+from tls_injector.names import (
     CLIENT_INTERMEDIATE_CA_RECORD,
     CLIENT_INTERMEDIATE_CA_SECRET,
     FEDERATION_STATUS_CONFIGMAP,
@@ -28,14 +35,7 @@ from app.names import (
     MEMBER_KUBECONFIG_KEY,
     MEMBER_LABEL,
 )
-from app.reconcile.ownership import owner_labels
-from tests.kubeapi import Emulator, running_emulator
-from tests.reconcile.cluster import OWN_NS, namespace
-from tests.reconcile.test_hub_members import cli, finished, register
-from tests.shipping.rbac import Call, authorized, grants_for
-from tests.shipping.support import ROOT, Obj, kubectl, of_kind, only, render, render_with_components
-from tests.shipping.test_reconciler_policy import ADMIN, RECONCILER, TENANT, changed, refusals, request, thing
-from tests.shipping.test_schema import validate
+from tls_injector.reconcile.ownership import owner_labels
 
 MEMBER = "manifests/components/member"
 NAMESPACE = "tls-injector"

@@ -18,8 +18,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.names import MEMBER_LABEL
-from app.reconcile.ownership import owner_labels
 from tests.kubeapi import Emulator
 from tests.shipping.support import ROOT, Obj, of_kind, render
 from tests.shipping.test_chart import template, values
@@ -34,6 +32,8 @@ from tests.shipping.test_reconciler_policy import (
     request,
     thing,
 )
+from tls_injector.names import MEMBER_LABEL
+from tls_injector.reconcile.ownership import owner_labels
 
 pytestmark = pytest.mark.timeout(300)
 

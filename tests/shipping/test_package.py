@@ -57,16 +57,20 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
 
 
 def test_the_wheel_holds_every_module_and_data_file_of_the_app(wheel: zipfile.ZipFile) -> None:
-    wanted = {str(p.relative_to(ROOT)) for p in (ROOT / "app").rglob("*")
+    """Every file of app/ under the installed name, and nothing else at the top level but the metadata: the
+    wheel installs no `app` package to clobber (or be clobbered by) another project's."""
+    wanted = {"tls_injector/" + p.relative_to(ROOT / "app").as_posix() for p in (ROOT / "app").rglob("*")
               if p.is_file() and p.suffix in (".py", ".yaml", ".typed") and "__pycache__" not in p.parts}
-    assert "app/rules/defaults.yaml" in wanted
+    assert "tls_injector/rules/defaults.yaml" in wanted
     assert wanted <= set(wheel.namelist())
+    tops = {name.split("/")[0] for name in wheel.namelist()}
+    assert {top for top in tops if not top.endswith(".dist-info")} == {"tls_injector"}
 
 
 def test_the_wheel_declares_the_entry_point_and_the_dependencies_of_pyproject(wheel: zipfile.ZipFile) -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     info = next(n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt"))
-    assert "tls-injector = app.cli:main" in wheel.read(info).decode()
+    assert "tls-injector = tls_injector.cli:main" in wheel.read(info).decode()
     metadata = wheel.read(next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))).decode()
     required = {_normal(line.split(": ", 1)[1]) for line in metadata.splitlines()
                 if line.startswith("Requires-Dist:") and "extra ==" not in line}
@@ -81,7 +85,7 @@ def _normal(requirement: str) -> tuple[str, str, frozenset[str]]:
 def test_the_wheel_installs_a_working_command_as_pipx_would(wheel: zipfile.ZipFile, tmp_path: Path) -> None:
     """docs/install.md: `pipx install` from the repository gives a `tls-injector` command. pipx makes a
     virtual environment and installs the wheel into it; so does this, with the dependencies taken from the
-    test environment (no index here) and the wheel's own `app` package, never this source tree."""
+    test environment (no index here) and the wheel's own `tls_injector` package, never this source tree."""
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=False)
     bin_dir = env_dir / ("Scripts" if os.name == "nt" else "bin")
@@ -102,9 +106,9 @@ def test_the_wheel_installs_a_working_command_as_pipx_would(wheel: zipfile.ZipFi
     version = metadata.version("tls-injector")
     command = run(bin_dir / "tls-injector", "--version")
     assert (command.returncode, command.stdout.strip()) == (0, f"tls-injector {version}"), command.stderr
-    module = run(bin_dir / "python", "-m", "app", "--version")
+    module = run(bin_dir / "python", "-m", "tls_injector", "--version")
     assert (module.returncode, module.stdout.strip()) == (0, f"tls-injector {version}"), module.stderr
-    where = run(bin_dir / "python", "-c", "import app; print(app.__file__)")
+    where = run(bin_dir / "python", "-c", "import tls_injector; print(tls_injector.__file__)")
     assert Path(where.stdout.strip()).is_relative_to(site), where.stdout + where.stderr
     helped = run(bin_dir / "tls-injector", "--help")
     assert helped.returncode == 0, helped.stderr
@@ -137,4 +141,42 @@ def test_the_install_instructions_are_the_commands_this_file_checks(wheel: zipfi
                      "tls-injector completion bash > /dev/null", "tls-injector version -o yaml"]
     assert not re.search(r"<[a-z][^>]*>", section), "a placeholder the reader cannot run"
     assert fnmatch.fnmatch(Path(str(wheel.filename)).name, "tls_injector-*-py3-none-any.whl")
-    assert "`python -m app` is the same command" in section
+    assert "`python -m tls_injector` is the same command" in section
+
+
+def test_the_wheel_installs_beside_another_projects_app_package(wheel: zipfile.ZipFile, tmp_path: Path) -> None:
+    """A top-level `app` is what many projects name their code. Installed into an environment that already
+    has one, and run from a directory that has one of its own, both still work: the command and `python -m
+    tls_injector` are ours, `import app` is theirs, before and after."""
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=False)
+    bin_dir = env_dir / "bin"
+    site = Path(subprocess.run([bin_dir / "python", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               capture_output=True, text=True, check=True, timeout=60).stdout.strip())
+    (site / "dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    (site / "app").mkdir()
+    (site / "app" / "__init__.py").write_text("WHO = 'the other project (installed)'\n")
+    (site / "app" / "__main__.py").write_text("print('the other project runs')\n")
+    workdir = tmp_path / "their-project"
+    (workdir / "app").mkdir(parents=True)
+    (workdir / "app" / "__init__.py").write_text("WHO = 'the other project (working directory)'\n")
+    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(bin_dir / "python"), "install", "--no-deps",
+                              "--no-index", "--disable-pip-version-check", "-q", str(wheel.filename)],
+                             capture_output=True, text=True, check=False, timeout=120)
+    assert install.returncode == 0, install.stdout + install.stderr
+    assert (site / "app" / "__init__.py").read_text() == "WHO = 'the other project (installed)'\n", "ours clobbered it"
+
+    def run(*argv: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120, cwd=cwd,
+                              env={k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")})
+
+    version = f"tls-injector {metadata.version('tls-injector')}"
+    for cwd in (tmp_path, workdir):
+        ours = run(bin_dir / "python", "-m", "tls_injector", "--version", cwd=cwd)
+        assert (ours.returncode, ours.stdout.strip()) == (0, version), ours.stderr
+        command = run(bin_dir / "tls-injector", "--version", cwd=cwd)
+        assert (command.returncode, command.stdout.strip()) == (0, version), command.stderr
+    theirs = run(bin_dir / "python", "-m", "app", cwd=tmp_path)
+    assert (theirs.returncode, theirs.stdout.strip()) == (0, "the other project runs"), theirs.stderr
+    who = run(bin_dir / "python", "-c", "import app; print(app.WHO)", cwd=workdir)
+    assert who.stdout.strip() == "the other project (working directory)", who.stderr

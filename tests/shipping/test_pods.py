@@ -10,9 +10,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.cli.parser import build_parser as _parser
-from app.offline.rulesfile import load_rule_set
-from app.settings import ServeSettings
 from tests.shipping.support import (
     RECONCILER,
     RENDERINGS,
@@ -26,6 +23,9 @@ from tests.shipping.support import (
     render,
     webhook,
 )
+from tls_injector.cli.parser import build_parser as _parser
+from tls_injector.offline.rulesfile import load_rule_set
+from tls_injector.settings import ServeSettings
 
 
 def _pod_specs() -> list[tuple[str, Obj]]:
@@ -239,7 +239,7 @@ def test_the_reconciler_runs_alone_with_its_own_account_two_leader_elected_repli
     assert pod["serviceAccountName"] == RECONCILER != webhook()["spec"]["template"]["spec"]["serviceAccountName"]
     assert pod["automountServiceAccountToken"] is True
     flags = _parsed(pod)
-    assert flags.run.__module__ == "app.cli.reconcile"
+    assert flags.run.__module__ == "tls_injector.cli.reconcile"
     assert flags.once is False
     container = _container(pod)
     (port,) = container["ports"]

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.cli.parser import build_parser as _parser
-from app.reconcile.webhook_plan import WebhookSettings
 from tests.shipping.support import Obj, installed, of_kind, only
+from tls_injector.cli.parser import build_parser as _parser
+from tls_injector.reconcile.webhook_plan import WebhookSettings
 
 ROLE_KINDS = ("Role", "ClusterRole")
 # Verbs that hand out more than their resource: granting roles, acting as someone else.

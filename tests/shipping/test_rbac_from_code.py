@@ -23,20 +23,20 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from app.cli import main
-from app.cli.cluster import settings_for
-from app.cli.parser import build_parser as _parser
-from app.kube import KubeApi, LeaderElector
-from app.names import SIGNER_NAME
-from app.pki import issue_leaf, make_ca
-from app.reconcile.controller import Controller
-from app.reconcile.reconciler import Reconciler, ReconcileSettings
 from tests.kubeapi import Emulator, running_emulator
 from tests.shipping.rbac import Call, Grant, authorized, grants_for
 from tests.shipping.support import ROOT, Obj, only, reconciler, render, webhook
 from tests.support.kubelet import identity_uids
 from tests.support.reviews import fixture
 from tests.test_cli_serve import serve_process, wait_ready
+from tls_injector.cli import main
+from tls_injector.cli.cluster import settings_for
+from tls_injector.cli.parser import build_parser as _parser
+from tls_injector.kube import KubeApi, LeaderElector
+from tls_injector.names import SIGNER_NAME
+from tls_injector.pki import issue_leaf, make_ca
+from tls_injector.reconcile.controller import Controller
+from tls_injector.reconcile.reconciler import Reconciler, ReconcileSettings
 
 INJECT = "tls-injector.io/inject"
 BUNDLE = "tls-injector-trust-bundle"

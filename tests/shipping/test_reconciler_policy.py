@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from app.kube import DEPLOYMENTS, KubeApi
-from app.names import TRUST_BUNDLE_CONFIGMAP
-from app.reconcile.ownership import MANAGED_BY_LABEL, MANAGER, owner_labels
-from app.rules.cel import Environment, EvalError, to_cel
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import Clock, deployment, namespace, reconciler, small_cluster
 from tests.reconcile.test_rotation import force_replace
 from tests.shipping.support import ROOT, Obj, installed, load_docs, of_kind, only, render
+from tls_injector.kube import DEPLOYMENTS, KubeApi
+from tls_injector.names import TRUST_BUNDLE_CONFIGMAP
+from tls_injector.reconcile.ownership import MANAGED_BY_LABEL, MANAGER, owner_labels
+from tls_injector.rules.cel import Environment, EvalError, to_cel
 
 POLICY_FILE = ROOT / "manifests" / "base" / "reconciler-admission-policy.yaml"
 POLICIES = [d for d in load_docs(POLICY_FILE) if d["kind"] == "ValidatingAdmissionPolicy"]

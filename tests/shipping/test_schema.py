@@ -11,8 +11,6 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
-from app.offline.rulesfile import load_rule_set
-from app.rules import export_documents
 from tests.shipping.monitoring_schemas import SCHEMAS as MONITORING_SCHEMAS
 from tests.shipping.support import (
     KUSTOMIZATION,
@@ -27,6 +25,8 @@ from tests.shipping.support import (
     resource_files,
     yaml_files,
 )
+from tls_injector.offline.rulesfile import load_rule_set
+from tls_injector.rules import export_documents
 
 VERSION = kubernetes_validate.latest_version()
 

@@ -8,17 +8,6 @@ from typing import Any
 import pytest
 from cel_expr_python import cel
 
-from app.cli import admission_handlers
-from app.names import (
-    INJECT_LABEL,
-    MODE_ANNOTATION,
-    MODE_POD_CERTIFICATE,
-    NAMESPACE_OPT_IN,
-    POD_OPT_IN,
-    POD_OPT_OUT,
-)
-from app.offline.rulesfile import load_rule_set
-from app.settings import ServeSettings
 from tests.rules_matrix import (
     ENABLED_NAMESPACE_TRANSITIONS,
     NAMESPACE_TRANSITIONS,
@@ -35,6 +24,17 @@ from tests.rules_matrix import (
 )
 from tests.shipping.support import RENDERINGS, ROOT, Obj, installed, of_kind, only, render, webhook
 from tests.support.reviews import answer, review
+from tls_injector.cli import admission_handlers
+from tls_injector.names import (
+    INJECT_LABEL,
+    MODE_ANNOTATION,
+    MODE_POD_CERTIFICATE,
+    NAMESPACE_OPT_IN,
+    POD_OPT_IN,
+    POD_OPT_OUT,
+)
+from tls_injector.offline.rulesfile import load_rule_set
+from tls_injector.settings import ServeSettings
 
 SYSTEM_NAMESPACES = {"kube-system", "kube-node-lease", "kube-public"}
 NAME_LABEL = "kubernetes.io/metadata.name"

@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from app.rules.cel import EvalError
 from tests.shipping.helm import example_values
 from tests.shipping.rbac import grants_for
 from tests.shipping.support import ROOT, Obj, of_kind, render, render_with_components
 from tests.shipping.test_reconciler_policy import ENV, _covers, cel_data
+from tls_injector.rules.cel import EvalError
 
 NS = "tls-injector"
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")

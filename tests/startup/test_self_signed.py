@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.web.selfsigned import SelfSignedError, write_self_signed
+from tls_injector.web.selfsigned import SelfSignedError, write_self_signed
 
 NOW = datetime(2026, 11, 22, tzinfo=UTC)
 

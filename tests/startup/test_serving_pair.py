@@ -8,8 +8,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, rsa
 
-from app.pki import KeyType, issue_leaf, make_ca
-from app.pki.serving import ServingPairError, check_serving_pair
+from tls_injector.pki import KeyType, issue_leaf, make_ca
+from tls_injector.pki.serving import ServingPairError, check_serving_pair
 
 NOW = datetime(2026, 11, 22, 12, tzinfo=UTC)
 CA = make_ca(common_name="startup test CA", now=NOW - timedelta(days=1), validity=timedelta(days=400))

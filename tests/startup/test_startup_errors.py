@@ -12,7 +12,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from app.pki import issue_leaf, make_ca
+from tls_injector.pki import issue_leaf, make_ca
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def run(*argv: str, cwd: Path) -> tuple[int, list[str]]:
     """Exit status and the lines on stderr that are not the JSON log (the one-line message, if any)."""
     env = {**os.environ, "KUBECONFIG": str(cwd / "no-kubeconfig")}
-    done = subprocess.run([sys.executable, "-m", "app", *argv], cwd=ROOT, env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "tls_injector", *argv], cwd=ROOT, env=env, capture_output=True,
                           timeout=30, check=False)
     stderr = done.stderr.decode()
     assert "Traceback" not in stderr

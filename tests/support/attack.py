@@ -13,10 +13,10 @@ from pathlib import Path
 
 import httpx
 
-from app.settings import Limits
 from tests.support.process import post_head, read_response
 from tests.support.reviews import fixture
 from tests.support.server import RunningServer, running_server
+from tls_injector.settings import Limits
 
 # Small on purpose: an attack on a 5 s deadline would take 5 s per test.
 SMALL = Limits(max_head_bytes=8 * 1024, max_headers=50, max_body_bytes=512 * 1024, handshake_seconds=0.5,

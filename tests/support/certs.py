@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from app.pki import CertKey, issue_leaf, make_ca
+from tls_injector.pki import CertKey, issue_leaf, make_ca
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.cli import main
+from tls_injector.cli import main
 
 
 def exit_of(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

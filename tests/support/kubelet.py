@@ -50,10 +50,10 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 
-from app.kube import KubeApi, pod_certificate_requests
 from tests.kubeapi import Emulator
 from tests.kubeapi.selectors import Requirement
 from tests.kubeapi.validation import selector_requirements
+from tls_injector.kube import KubeApi, pod_certificate_requests
 
 Obj = dict[str, Any]
 NODE = "node-1"

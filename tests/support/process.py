@@ -1,4 +1,4 @@
-"""The real `python -m app serve` as a subprocess: signals, exit status and /proc figures are its own."""
+"""The real `python -m tls_injector serve` as a subprocess: signals, exit status and /proc figures are its own."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def free_port() -> int:
 def serve_process(tmp_path: Path, files: ServingFiles, *extra: str) -> Iterator[ServeProcess]:
     """Start the server on a free loopback port and wait until it answers; kill it if still running."""
     port = free_port()
-    argv = [sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port", str(port),
+    argv = [sys.executable, "-m", "tls_injector", "serve", "--host", "127.0.0.1", "--port", str(port),
             "--tls-cert-file", str(files.cert_file), "--tls-private-key-file", str(files.key_file), *extra]
     stderr_file = tmp_path / f"serve-{port}.stderr"
     with stderr_file.open("wb") as stderr:

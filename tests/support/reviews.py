@@ -7,7 +7,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from app.admission import AdmissionResponse, Envelope, Route, decode_review, decoder
+from tls_injector.admission import AdmissionResponse, Envelope, Route, decode_review, decoder
 
 # Vendored under tests/fixtures (see its README for origin and version): a clone needs nothing beside it.
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -13,10 +13,10 @@ from typing import Any
 
 import httpx
 
-from app.admission import AdmissionResponse, Envelope, Route, allowed, envelope_route
-from app.settings import Limits, ServeSettings
-from app.web.metrics import ServerMetrics
-from app.web.server import WebhookServer, build_server
+from tls_injector.admission import AdmissionResponse, Envelope, Route, allowed, envelope_route
+from tls_injector.settings import Limits, ServeSettings
+from tls_injector.web.metrics import ServerMetrics
+from tls_injector.web.server import WebhookServer, build_server
 
 
 def _allow(request: Envelope) -> AdmissionResponse:
