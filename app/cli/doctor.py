@@ -54,9 +54,11 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         render_text,
         run_checks,
     )
+    from tls_injector.offline.rulesfile import default_rule_set  # noqa: PLC0415
     from tls_injector.reconcile import runner  # noqa: PLC0415
     from tls_injector.reconcile.bootstrap import connect  # noqa: PLC0415
     from tls_injector.reconcile.webhook_plan import WebhookSettings  # noqa: PLC0415
+    from tls_injector.rules import exception_policy_names  # noqa: PLC0415
 
     configure_logging("warning")  # the report is the output; info lines would only interleave with it
     cluster = find_cluster(args)
@@ -78,7 +80,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                               ca_secret=reconcile.ca.secret_name, webhook_address=args.webhook_address,
                               trust_domain=args.trust_domain or "",
                               reconciler_account=args.reconciler_service_account, hub=args.hub,
-                              user_ca_secrets=reconcile.user_ca_secrets, profiles=reconcile.profiles)
+                              user_ca_secrets=reconcile.user_ca_secrets, profiles=reconcile.profiles,
+                              exception_policies=exception_policy_names(default_rule_set()))
     try:
         results = run_checks(read(connect(cluster), settings, now=datetime.now(UTC)))
     except runner.KubeError as error:  # the configuration itself cannot be loaded

@@ -11,15 +11,19 @@ import functools
 from collections.abc import Callable
 from datetime import datetime
 
+from tls_injector.doctor.exceptions import granting_deployments
 from tls_injector.doctor.reconciler import required_permissions
 from tls_injector.doctor.snapshot import Access, DoctorSettings, Snapshot
 from tls_injector.doctor.webhook import served_targets
 from tls_injector.doctor.workloads import mounted, targets
 from tls_injector.kube import (
     CONFIG_MAPS,
+    DEPLOYMENTS,
     LEASES,
     SECRETS,
     SUBJECT_ACCESS_REVIEWS,
+    VALIDATING_ADMISSION_POLICIES,
+    VALIDATING_ADMISSION_POLICY_BINDINGS,
     KubeApi,
     KubeError,
     NotFound,
@@ -65,9 +69,21 @@ def read(api: KubeApi, settings: DoctorSettings, *, now: datetime, fetch: Fetch 
     _section(snap, "lease", lambda: setattr(snap, "lease", _optional(api, LEASES, settings.lease_name,
                                                                           settings.namespace)))
     _section(snap, "access", lambda: _access(api, snap))
+    _section(snap, "exceptions", lambda: _exceptions(api, snap))
     _section(snap, "federation", lambda: _federation(api, snap))
     snap.served = _served(snap, fetch)
     return snap
+
+
+def _exceptions(api: KubeApi, snap: Snapshot) -> None:
+    """The Deployments in our namespace that grant TLS exceptions; only if one does, the policies and
+    bindings that must guard them (cluster-scoped, by name)."""
+    deployments = api.list_objects(DEPLOYMENTS, namespace=snap.settings.namespace).items
+    snap.exceptions.granting = granting_deployments(deployments)
+    if snap.exceptions.granting:
+        for name in snap.settings.exception_policies:
+            snap.exceptions.policies[name] = _optional(api, VALIDATING_ADMISSION_POLICIES, name)
+            snap.exceptions.bindings[name] = _optional(api, VALIDATING_ADMISSION_POLICY_BINDINGS, name)
 
 
 def _federation(api: KubeApi, snap: Snapshot) -> None:

@@ -32,6 +32,9 @@ class DoctorSettings:
     user_ca_secrets: tuple[tuple[CaRole, str], ...] = ()
     # The reconciler's bounds of certificate profiles (its profile flags), which the profile checks judge by.
     profiles: ProfileBounds = field(default_factory=ProfileBounds)
+    # The exported admission policies that check RBAC for a TLS exception (rules.exception_policy_names of
+    # the built-in rules): what must stand wherever the webhook runs with `--tls-exceptions policy`.
+    exception_policies: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,16 @@ class Access:
         where = f" in {self.namespace}" if self.namespace else " cluster-wide"
         named = f" {self.name}" if self.name else ""
         return f"{self.verb} {self.resource}{'.' + self.group if self.group else ''}{named}{where}"
+
+
+@dataclass
+class Exceptions:
+    """The webhook's Deployments (`namespace/name`) that grant TLS exceptions, and, read only when one does,
+    the policies and bindings that must guard them, by name (None: not installed)."""
+
+    granting: list[str] = field(default_factory=list)
+    policies: dict[str, Obj | None] = field(default_factory=dict)
+    bindings: dict[str, Obj | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -71,6 +84,7 @@ class Snapshot:
     # Multi-cluster: a hub's members as `inspect_member` found them; a member's intermediate Secrets by name.
     members: list[MemberOutcome] = field(default_factory=list)
     intermediates: dict[str, Obj | None] = field(default_factory=dict)
+    exceptions: Exceptions = field(default_factory=Exceptions)
     errors: dict[str, str] = field(default_factory=dict)
 
     def secret(self, namespace: str, name: str) -> Obj | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from tls_injector.doctor.exceptions import check_exceptions_guarded
 from tls_injector.doctor.model import Result, error, ok, warning
 from tls_injector.doctor.snapshot import Snapshot
 from tls_injector.kube import Obj
@@ -129,7 +130,8 @@ def served_targets(snap: Snapshot) -> list[tuple[str, int]]:
 
 
 def checks(snap: Snapshot) -> list[Result]:
-    return [check_configurations(snap), check_ca_bundle_trusts_secret(snap), check_served_certificate(snap)]
+    return [check_configurations(snap), check_ca_bundle_trusts_secret(snap), check_served_certificate(snap),
+            check_exceptions_guarded(snap)]
 
 
 __all__ = ["checks", "served_targets", "service_dns_name"]

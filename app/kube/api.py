@@ -96,6 +96,14 @@ SUBJECT_ACCESS_REVIEWS = Resource(
 VALIDATING_WEBHOOKS = Resource(
     "ValidatingWebhookConfiguration", "/apis/admissionregistration.k8s.io/v1", "validatingwebhookconfigurations", False
 )
+# Read by doctor only: the exported admission policies that guard a TLS exception, and their bindings.
+VALIDATING_ADMISSION_POLICIES = Resource(
+    "ValidatingAdmissionPolicy", "/apis/admissionregistration.k8s.io/v1", "validatingadmissionpolicies", False
+)
+VALIDATING_ADMISSION_POLICY_BINDINGS = Resource(
+    "ValidatingAdmissionPolicyBinding", "/apis/admissionregistration.k8s.io/v1", "validatingadmissionpolicybindings",
+    False,
+)
 
 
 CERTIFICATES_GROUP = "certificates.k8s.io"

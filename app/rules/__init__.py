@@ -4,7 +4,12 @@ Pure: rule sets are built from plain data (the YAML is parsed at the edge, app/o
 compiled once; judging an update is a function of the rule set and the two objects.
 """
 
-from tls_injector.rules.export import crd_validation_snippets, export_documents, validating_admission_policies
+from tls_injector.rules.export import (
+    crd_validation_snippets,
+    exception_policy_names,
+    export_documents,
+    validating_admission_policies,
+)
 from tls_injector.rules.handler import DENIED_CODE, DENIED_REASON, Preview, denial_message, make_validate_handler
 from tls_injector.rules.judge import Change, Failure, Verdict, judge, self_value
 from tls_injector.rules.model import (
@@ -41,6 +46,7 @@ __all__ = [
     "build_rule_set",
     "crd_validation_snippets",
     "denial_message",
+    "exception_policy_names",
     "export_documents",
     "judge",
     "make_validate_handler",

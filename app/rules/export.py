@@ -87,6 +87,11 @@ def validating_admission_policies(rule_set: RuleSet, *,
     return documents
 
 
+def exception_policy_names(rule_set: RuleSet) -> tuple[str, ...]:
+    """The Deny policies (and their bindings, of the same name) that check RBAC for a rule's exception."""
+    return tuple(NAME_PREFIX + rule.name for rule in rule_set if rule.exception is not None)
+
+
 def validation_expression(rule: Rule) -> str:
     """The rule, or its exception taken by a subject RBAC grants it."""
     held = vap_expression(rule.expression.source)

@@ -18,8 +18,9 @@ def test_a_healthy_cluster_passes_every_check(kubeapi: Emulator, tmp_path: Path,
     assert code == 0, out
     # The client CA's two and the client certificates' one pass too (no workload asks: "not needed"), the
     # three of certificate profiles (none asked for), the keystores' and the public roots' (none asked for), and
-    # every workload's Secret name, and that no workload names a TLS exception.
-    assert sum(text.startswith("✔ ") for text in out.splitlines()) == 28, out
+    # every workload's Secret name, that no workload names a TLS exception, and that the webhook grants none
+    # without the policies that check RBAC (it grants none here).
+    assert sum(text.startswith("✔ ") for text in out.splitlines()) == 29, out
     assert "✖" not in out
     assert "⚠" not in out
 
