@@ -94,12 +94,25 @@ class Installed:
         self._wait(f"job {name} to complete", complete)
 
     def wait_available(self, name: str) -> None:
+        """Every replica of the Deployment's current template available, and no other left."""
         def available() -> bool:
             deployment = self.node.get_json(f"/apis/apps/v1/namespaces/{NS}/deployments/{name}")
-            status = deployment.get("status", {})
-            return bool(status.get("availableReplicas", 0) == deployment["spec"]["replicas"]
-                        and status.get("updatedReplicas", 0) == deployment["spec"]["replicas"])
+            status, wanted = deployment.get("status", {}), deployment["spec"]["replicas"]
+            return bool(status.get("observedGeneration", 0) >= deployment["metadata"]["generation"]
+                        and status.get("availableReplicas", 0) == wanted
+                        and status.get("updatedReplicas", 0) == wanted and status.get("replicas", 0) == wanted)
         self._wait(f"deployment {name} available", available)
+
+    def serve_pod_certificates(self) -> None:
+        """What docs/install.md tells a cluster serving pod certificates (Kubernetes 1.37) to do: add
+        `--pod-certificates=on` to the webhook Deployment's args (its pods have no API access to find out;
+        the reconciler finds the API itself and signs), then wait for the rollout. Once per session."""
+        path = f"/apis/apps/v1/namespaces/{NS}/deployments/tls-injector"
+        args = self.node.get_json(path)["spec"]["template"]["spec"]["containers"][0]["args"]
+        if "--pod-certificates=on" not in args:
+            self.node.kubectl("patch", "deployment", "tls-injector", "-n", NS, "--type=json", "-p", json.dumps(
+                [{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--pod-certificates=on"}]))
+        self.wait_available("tls-injector")
 
     def wait_ca_bundles(self) -> None:
         def kept() -> bool:
