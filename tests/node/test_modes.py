@@ -96,6 +96,8 @@ def test_a_pod_certificate_is_asked_for_by_the_kubelet_signed_by_our_signer_and_
     # The request the kubelet made for this pod, as this node, answered by our signer.
     (request,) = pod_certificate_requests(node, pod)
     assert request["spec"]["nodeName"] == NODE_NAME, request["spec"]
+    spec_writers = [f["manager"] for f in request["metadata"]["managedFields"] if not f.get("subresource")]
+    assert spec_writers == ["kubelet"], request["metadata"]  # who wrote it: the kubelet; our signer the status
     assert request["spec"]["signerName"] == SIGNER_NAME, request["spec"]
     assert request["spec"]["podName"] == pod["metadata"]["name"], request["spec"]
     (issued,) = [c for c in request["status"]["conditions"] if c["type"] == "Issued"]
