@@ -309,10 +309,11 @@ state = "{folder / 'state'}"
                             "-o", "custom-columns=REASON:.reason,MESSAGE:.message", check=False)
         return f"--- events of {namespace}/{name} ---\n{done.stdout}{done.stderr}"
 
-    def container_log(self, namespace: str, pod: str, container: str) -> str:
-        """A container's output, read from the kubelet's pod log folder (no apiserver-to-kubelet path)."""
+    def container_log(self, namespace: str, pod: str, container: str, uid: str = "*") -> str:
+        """A container's output, read from the kubelet's pod log folder (no apiserver-to-kubelet path);
+        `uid` picks one pod of that name (a StatefulSet's pod re-created), else any."""
         root = self.folder / "kubelet" / "pod-logs"
-        found = sorted(root.glob(f"{namespace}_{pod}_*/{container}/*.log"))
+        found = sorted(root.glob(f"{namespace}_{pod}_{uid}/{container}/*.log"))
         if not found:
             return ""
         lines = found[-1].read_text(errors="replace").splitlines()

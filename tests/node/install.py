@@ -94,12 +94,45 @@ class Installed:
         self._wait(f"job {name} to complete", complete)
 
     def wait_available(self, name: str) -> None:
+        """Every replica of the Deployment's current template available, and no other left."""
         def available() -> bool:
             deployment = self.node.get_json(f"/apis/apps/v1/namespaces/{NS}/deployments/{name}")
-            status = deployment.get("status", {})
-            return bool(status.get("availableReplicas", 0) == deployment["spec"]["replicas"]
-                        and status.get("updatedReplicas", 0) == deployment["spec"]["replicas"])
+            status, wanted = deployment.get("status", {}), deployment["spec"]["replicas"]
+            return bool(status.get("observedGeneration", 0) >= deployment["metadata"]["generation"]
+                        and status.get("availableReplicas", 0) == wanted
+                        and status.get("updatedReplicas", 0) == wanted and status.get("replicas", 0) == wanted)
         self._wait(f"deployment {name} available", available)
+
+    def serve_pod_certificates(self) -> None:
+        """What docs/install.md tells a cluster serving pod certificates (Kubernetes 1.37) to do: add
+        `--pod-certificates=on` to the webhook Deployment's args (its pods have no API access to find out;
+        the reconciler finds the API itself and signs), then wait for the rollout and for the old pods to
+        be gone: while one drains (--drain-seconds) it still answers the apiserver on the connections the
+        apiserver keeps open to it, without the flag."""
+        path = f"/apis/apps/v1/namespaces/{NS}/deployments/tls-injector"
+        args = self.node.get_json(path)["spec"]["template"]["spec"]["containers"][0]["args"]
+        if "--pod-certificates=on" not in args:
+            self.node.kubectl("patch", "deployment", "tls-injector", "-n", NS, "--type=json", "-p", json.dumps(
+                [{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--pod-certificates=on"}]))
+        self.wait_available("tls-injector")
+
+        def only_new_pods() -> bool:
+            found = self.node.get_json(f"/api/v1/namespaces/{NS}/pods?labelSelector=app.kubernetes.io%2Fname%3D"
+                                       "tls-injector,app.kubernetes.io%2Fcomponent%3Dwebhook")["items"]
+            return bool(found) and all("--pod-certificates=on" in pod["spec"]["containers"][0]["args"]
+                                       and not pod["metadata"].get("deletionTimestamp") for pod in found)
+        self._wait("the webhook's old pods to end", only_new_pods)
+
+        probe = json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": "pod-certificates-probe", "namespace": "default", "labels": {"tls-injector.io/inject": "true"},
+            "annotations": {"tls-injector.io/mode": "pod-certificate"}},
+            "spec": {"containers": [{"name": "main", "image": "tls-injector.test/none:1"}]}})
+
+        def answered() -> bool:  # a server-side dry run: the webhook pods now give the projected volume
+            done = self.node.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=probe, check=False)
+            volumes = json.loads(done.stdout).get("spec", {}).get("volumes", []) if done.returncode == 0 else []
+            return any(v["name"] == "tls-injector-cert" and "projected" in v for v in volumes)
+        self._wait("the webhook pods to inject pod certificates", answered, timeout=60)
 
     def wait_ca_bundles(self) -> None:
         def kept() -> bool:

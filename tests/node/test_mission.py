@@ -10,19 +10,18 @@ verifies the certificate against is the Service's DNS name all the same; only it
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
 
+from tests.node import pods
 from tests.node.harness import Node
 from tests.node.install import IMAGE_BUILD_SECONDS, Installed
+from tests.node.pods import CERTS, TRUST, apply, make_namespace, modes
 
 # The first test here pays for the image build (cached by tools/image.py) and the install.
 pytestmark = pytest.mark.timeout(IMAGE_BUILD_SECONDS + 600)
 NS = "node-mission"
-CERTS = "/etc/tls-injector/certs"
-TRUST = "/etc/tls-injector/trust"
 # The modes seen inside the container, `stat -L -c '%a %u %g'` (docs/node-tests.md records them): a
 # Secret or ConfigMap volume's defaultMode 0644, owned by root; with fsGroup the kubelet gives the files
 # that group (and keeps them group-readable). Non-root reads them either way, the key included; a
@@ -32,67 +31,23 @@ MODES_WITH_FS_GROUP = {"tls.crt": "644 0 2000", "tls.key": "644 0 2000", "ca-bun
 
 
 @pytest.fixture(scope="session")
-def installed(node: Node) -> Installed:
-    return Installed(node).install()
-
-
-@pytest.fixture(scope="session")
 def mission_namespace(node: Node, installed: Installed) -> str:
-    node.kubectl("create", "namespace", NS)
-    node.cp.wait_for_service_account(NS, "default")
-    return NS
+    return make_namespace(node, NS)
 
 
 def deployment(node: Node, name: str, script: str, *, pod_security: dict[str, Any],
                annotations: dict[str, str] | None = None, host_aliases: list[dict[str, Any]] | None = None,
-               restart: bool = True) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "terminationGracePeriodSeconds": 1, "securityContext": pod_security,
-        "containers": [{"name": "main", "image": node.busybox.name, "imagePullPolicy": "Never",
-                        "command": ["/bin/sh", "-c", script],
-                        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                            "capabilities": {"drop": ["ALL"]}}}]}
-    if host_aliases:
-        spec["hostAliases"] = host_aliases
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": NS},
-            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": {
-                "metadata": {"labels": {"app": name, "tls-injector.io/inject": "true"},
-                             "annotations": annotations or {}},
-                "spec": spec}}}
-
-
-def apply(node: Node, *objects: dict[str, Any]) -> None:
-    node.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}))
+               ) -> dict[str, Any]:
+    return pods.deployment(node, NS, name, script, pod_security=pod_security, annotations=annotations,
+                           host_aliases=host_aliases)
 
 
 def running_pod(node: Node, app: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        pods = node.get_json(f"/api/v1/namespaces/{NS}/pods?labelSelector=app%3D{app}")["items"]
-        if pods:
-            return node.wait_pod(NS, pods[0]["metadata"]["name"])
-        time.sleep(0.5)
-    raise AssertionError(f"no pod of {app} in 120 s:\n{node.pod_events(NS, app)}\n{node.diagnosis()}")
+    return pods.running_pod(node, NS, app)
 
 
 def wait_log(node: Node, pod: str, marker: str, timeout: float = 60.0) -> str:
-    deadline = time.monotonic() + timeout
-    log = ""
-    while time.monotonic() < deadline:
-        log = node.container_log(NS, pod, "main")
-        if marker in log:
-            return log
-        time.sleep(0.5)
-    raise AssertionError(f"no {marker!r} in {NS}/{pod}'s log after {timeout:.0f} s: {log!r}\n{node.diagnosis()}")
-
-
-def modes(log: str) -> dict[str, str]:
-    found = {}
-    for line in log.splitlines():
-        if line.startswith("mode "):
-            _, value_a, value_b, value_c, path = line.split(" ", 4)
-            found[path.rsplit("/", 1)[1]] = f"{value_a} {value_b} {value_c}"
-    return found
+    return pods.wait_log(node, NS, pod, marker, timeout=timeout)
 
 
 SHOW = (f"for f in {CERTS}/tls.crt {CERTS}/tls.key {TRUST}/ca-bundle.crt; do "
