@@ -10,19 +10,17 @@ verifies the certificate against is the Service's DNS name all the same; only it
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
 
 from tests.node.harness import Node
 from tests.node.install import IMAGE_BUILD_SECONDS, Installed
+from tests.node.workloads import CERTS, TRUST, apply, deployment, running_pod, wait_log
 
 # The first test here pays for the image build (cached by tools/image.py) and the install.
 pytestmark = pytest.mark.timeout(IMAGE_BUILD_SECONDS + 600)
 NS = "node-mission"
-CERTS = "/etc/tls-injector/certs"
-TRUST = "/etc/tls-injector/trust"
 # The modes seen inside the container, `stat -L -c '%a %u %g'` (docs/node-tests.md records them): a
 # Secret or ConfigMap volume's defaultMode 0644, owned by root; with fsGroup the kubelet gives the files
 # that group (and keeps them group-readable). Non-root reads them either way, the key included; a
@@ -32,58 +30,10 @@ MODES_WITH_FS_GROUP = {"tls.crt": "644 0 2000", "tls.key": "644 0 2000", "ca-bun
 
 
 @pytest.fixture(scope="session")
-def installed(node: Node) -> Installed:
-    return Installed(node).install()
-
-
-@pytest.fixture(scope="session")
 def mission_namespace(node: Node, installed: Installed) -> str:
     node.kubectl("create", "namespace", NS)
     node.cp.wait_for_service_account(NS, "default")
     return NS
-
-
-def deployment(node: Node, name: str, script: str, *, pod_security: dict[str, Any],
-               annotations: dict[str, str] | None = None, host_aliases: list[dict[str, Any]] | None = None,
-               restart: bool = True) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "terminationGracePeriodSeconds": 1, "securityContext": pod_security,
-        "containers": [{"name": "main", "image": node.busybox.name, "imagePullPolicy": "Never",
-                        "command": ["/bin/sh", "-c", script],
-                        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                            "capabilities": {"drop": ["ALL"]}}}]}
-    if host_aliases:
-        spec["hostAliases"] = host_aliases
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": NS},
-            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": {
-                "metadata": {"labels": {"app": name, "tls-injector.io/inject": "true"},
-                             "annotations": annotations or {}},
-                "spec": spec}}}
-
-
-def apply(node: Node, *objects: dict[str, Any]) -> None:
-    node.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}))
-
-
-def running_pod(node: Node, app: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        pods = node.get_json(f"/api/v1/namespaces/{NS}/pods?labelSelector=app%3D{app}")["items"]
-        if pods:
-            return node.wait_pod(NS, pods[0]["metadata"]["name"])
-        time.sleep(0.5)
-    raise AssertionError(f"no pod of {app} in 120 s:\n{node.pod_events(NS, app)}\n{node.diagnosis()}")
-
-
-def wait_log(node: Node, pod: str, marker: str, timeout: float = 60.0) -> str:
-    deadline = time.monotonic() + timeout
-    log = ""
-    while time.monotonic() < deadline:
-        log = node.container_log(NS, pod, "main")
-        if marker in log:
-            return log
-        time.sleep(0.5)
-    raise AssertionError(f"no {marker!r} in {NS}/{pod}'s log after {timeout:.0f} s: {log!r}\n{node.diagnosis()}")
 
 
 def modes(log: str) -> dict[str, str]:
@@ -109,10 +59,10 @@ SHOW = (f"for f in {CERTS}/tls.crt {CERTS}/tls.key {TRUST}/ca-bundle.crt; do "
 def test_a_labelled_deployments_pod_reads_its_certificate_and_bundle_as_non_root(
         node: Node, mission_namespace: str, name: str, pod_security: dict[str, Any],
         expected: dict[str, str]) -> None:
-    apply(node, deployment(node, name, SHOW, pod_security=pod_security))
-    pod = running_pod(node, name)
+    apply(node, deployment(node, NS, name, SHOW, pod_security=pod_security))
+    pod = running_pod(node, NS, name)
     assert "tls-injector.io/injected" in pod["metadata"]["annotations"], pod["metadata"]
-    log = wait_log(node, pod["metadata"]["name"], "done")
+    log = wait_log(node, NS, pod["metadata"]["name"], "done")
     assert "uid=1000" in log, log
     assert "key-readable" in log, log
     assert "bundle-readable" in log, log
@@ -122,14 +72,14 @@ def test_a_labelled_deployments_pod_reads_its_certificate_and_bundle_as_non_root
 def test_a_client_pod_verifies_a_server_pod_by_its_service_name_and_refuses_a_wrong_ca(
         node: Node, mission_namespace: str) -> None:
     non_root = {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000}
-    server = deployment(node, "web", f"exec node-probe serve -addr :8443 -cert {CERTS}/tls.crt "
+    server = deployment(node, NS, "web", f"exec node-probe serve -addr :8443 -cert {CERTS}/tls.crt "
                                      f"-key {CERTS}/tls.key", pod_security=non_root)
     server["spec"]["template"]["spec"]["containers"][0]["readinessProbe"] = {
         "tcpSocket": {"port": 8443}, "periodSeconds": 1}
     service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": NS},
                "spec": {"selector": {"app": "web"}, "ports": [{"port": 443, "targetPort": 8443}]}}
     apply(node, server, service)
-    running_pod(node, "web")
+    running_pod(node, NS, "web")
     cluster_ip = node.get_json(f"/api/v1/namespaces/{NS}/services/web")["spec"]["clusterIP"]
     names = [f"web.{NS}.svc", f"web.{NS}.svc.cluster.local"]
     # The right bundle, then a wrong CA: the cluster's own CA (the service account's ca.crt) signed
@@ -141,13 +91,13 @@ def test_a_client_pod_verifies_a_server_pod_by_its_service_name_and_refuses_a_wr
               "&& echo right-ca-ok && break; i=$((i+1)); sleep 1; done; "
               f"node-probe get -ca /var/run/secrets/kubernetes.io/serviceaccount/ca.crt https://web.{NS}.svc/ "
               "&& echo wrong-ca-accepted || echo wrong-ca-refused; echo done; sleep 3600")
-    client = deployment(node, "client", script, pod_security=non_root,
+    client = deployment(node, NS, "client", script, pod_security=non_root,
                         annotations={"tls-injector.io/mode": "trust-only"},
                         host_aliases=[{"ip": cluster_ip, "hostnames": names}])
     client["spec"]["template"]["spec"]["automountServiceAccountToken"] = True
     apply(node, client)
-    pod = running_pod(node, "client")
-    log = wait_log(node, pod["metadata"]["name"], "done")
+    pod = running_pod(node, NS, "client")
+    log = wait_log(node, NS, pod["metadata"]["name"], "done")
     assert "ok client=-" in log, log
     assert "right-ca-ok" in log, log
     assert "wrong-ca-refused" in log, log
@@ -185,13 +135,13 @@ def test_the_key_mode_annotation_sets_the_mode_a_non_root_container_sees(
     if fs_group:
         security["fsGroup"] = 2000
     name = f"key-{key_mode}-{'fsgroup' if fs_group else 'plain'}"
-    apply(node, deployment(node, name, SHOW_KEY, pod_security=security,
+    apply(node, deployment(node, NS, name, SHOW_KEY, pod_security=security,
                            annotations={"tls-injector.io/key-mode": key_mode}))
-    pod = running_pod(node, name)
+    pod = running_pod(node, NS, name)
     volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "tls-injector-cert")
     assert volume["secret"]["defaultMode"] == int(key_mode, 8), volume
     assert json.loads(pod["metadata"]["annotations"]["tls-injector.io/injected"])["keyMode"] == key_mode
-    log = wait_log(node, pod["metadata"]["name"], "done")
+    log = wait_log(node, NS, pod["metadata"]["name"], "done")
     seen = modes(log)
     assert seen["tls.key"] == KEY_MODES_SEEN[key_mode, fs_group], log
     assert seen["tls.crt"] == seen["tls.key"], log  # the whole volume's mode
@@ -237,7 +187,7 @@ def test_the_webhook_pods_refuse_turning_tls_off_or_swapping_the_secret(
         node: Node, mission_namespace: str, change: str, dry_run: bool) -> None:
     name = f"guard-{change}-{'dry' if dry_run else 'real'}"
     security = {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000}
-    before = deployment(node, name, "sleep 3600", pod_security=security,
+    before = deployment(node, NS, name, "sleep 3600", pod_security=security,
                         annotations={"tls-injector.io/secret-name": f"{name}-tls"})
     assert apply_result(node, before).returncode == 0
     stored = stored_template(node, name)
@@ -257,7 +207,7 @@ def test_the_webhook_pods_refuse_turning_tls_off_or_swapping_the_secret(
 def test_a_dry_run_create_is_answered_by_the_webhook_pods_with_a_warning_naming_the_secret(
         node: Node, mission_namespace: str) -> None:
     security = {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000}
-    created = apply_result(node, deployment(node, "preview", "sleep 3600", pod_security=security,
+    created = apply_result(node, deployment(node, NS, "preview", "sleep 3600", pod_security=security,
                                             annotations={"tls-injector.io/key-mode": "0400"}), "--dry-run=server")
     assert created.returncode == 0, created.stderr
     warned = " ".join(created.stderr.split())
