@@ -38,22 +38,33 @@ KUBE_BINARIES = ("kubelet", "kube-scheduler", "kube-proxy")
 CONTAINERD_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr")
 
 # The sandbox process of every pod and the TLS peers of the tests. `pause` waits for a stop signal and
-# reaps children; `serve` answers HTTPS with the certificate files re-read at each handshake (a renewed
-# certificate is served without a restart) and, given --client-ca, asks for and verifies a client
-# certificate; `get` fetches a URL verifying the server against a CA file (and may present a client
-# certificate), printing the body, or the verification error and exit 1.
+# reaps children; `serve` answers HTTPS with the certificate files re-read at each handshake and, given
+# --client-ca, requires and verifies a client certificate against that bundle (also re-read each time); `get`
+# fetches a URL verifying the server against a CA file (and may present a client certificate), printing the
+# body, or the error and exit 1; `handshakes` makes a new TLS connection and one request every --interval,
+# for ever, and prints each failure, each change of the served certificate, and running counts.
+# A key pair is read as two files: a reader can see one of them before and the other after the kubelet's
+# atomic swap of a volume's ..data link, so a pair that does not load keeps the last good one in use (and
+# the next handshake reads both again); that is what a server reloading its files must do.
 PROBE_SOURCE = r'''package main
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -76,15 +87,52 @@ func pause() {
 }
 
 func pool(file string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(file)
+	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, err
 	}
 	certs := x509.NewCertPool()
-	if !certs.AppendCertsFromPEM(pem) {
+	if !certs.AppendCertsFromPEM(data) {
 		return nil, errors.New("no certificate in " + file)
 	}
 	return certs, nil
+}
+
+func now() int64 { return time.Now().UnixMilli() }
+
+// keyPair is a certificate and key file pair, re-read at each use. The two files are read one after the
+// other, so a pair that does not load (one read before a swap of the files, one after) keeps the last
+// good pair in use, and the next use reads both again.
+type keyPair struct {
+	cert, key, role string
+	mu              sync.Mutex
+	certPEM, keyPEM []byte
+	pair            *tls.Certificate
+}
+
+func (p *keyPair) load() (*tls.Certificate, error) {
+	certPEM, certErr := os.ReadFile(p.cert)
+	keyPEM, keyErr := os.ReadFile(p.key)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	err := errors.Join(certErr, keyErr)
+	if err == nil && (!bytes.Equal(certPEM, p.certPEM) || !bytes.Equal(keyPEM, p.keyPEM)) {
+		pair, pairErr := tls.X509KeyPair(certPEM, keyPEM)
+		if pairErr == nil {
+			leaf, _ := x509.ParseCertificate(pair.Certificate[0])
+			p.certPEM, p.keyPEM, p.pair = certPEM, keyPEM, &pair
+			fmt.Printf("loaded %d %s serial=%s\n", now(), p.role, leaf.SerialNumber.Text(16))
+		} else {
+			err = pairErr
+			if p.pair != nil {
+				fmt.Printf("kept %d %s: %v\n", now(), p.role, pairErr)
+			}
+		}
+	}
+	if p.pair == nil {
+		return nil, err
+	}
+	return p.pair, nil
 }
 
 func serve(args []string) error {
@@ -92,13 +140,14 @@ func serve(args []string) error {
 	addr := flags.String("addr", ":8443", "listen address")
 	cert := flags.String("cert", "", "certificate file")
 	key := flags.String("key", "", "key file")
-	clientCA := flags.String("client-ca", "", "verify client certificates against this bundle")
+	clientCA := flags.String("client-ca", "", "require client certificates and verify them against this bundle")
 	flags.Parse(args)
+	served := &keyPair{cert: *cert, key: *key, role: "server"}
+	if _, err := served.load(); err != nil {
+		return err
+	}
 	config := &tls.Config{MinVersion: tls.VersionTLS12,
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			pair, err := tls.LoadX509KeyPair(*cert, *key)
-			return &pair, err
-		}}
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return served.load() }}
 	if *clientCA != "" {
 		config.ClientAuth = tls.RequireAnyClientCert
 		config.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error {
@@ -110,17 +159,27 @@ func serve(args []string) error {
 			if err != nil {
 				return err
 			}
+			intermediates := x509.NewCertPool()
+			for _, der := range raw[1:] {
+				if parsed, err := x509.ParseCertificate(der); err == nil {
+					intermediates.AddCert(parsed)
+				}
+			}
 			usage := []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-			_, err = leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: usage})
+			_, err = leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: intermediates, KeyUsages: usage})
 			return err
 		}
 	}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		peer := "-"
+		peer, uri, serial := "-", "-", "-"
 		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
-			peer = r.TLS.PeerCertificates[0].Subject.CommonName
+			leaf := r.TLS.PeerCertificates[0]
+			peer, serial = leaf.Subject.CommonName, leaf.SerialNumber.Text(16)
+			if len(leaf.URIs) > 0 {
+				uri = leaf.URIs[0].String()
+			}
 		}
-		fmt.Fprintf(w, "ok client=%s\n", peer)
+		fmt.Fprintf(w, "ok client=%s uri=%s serial=%s\n", peer, uri, serial)
 	})
 	server := &http.Server{Addr: *addr, Handler: handler, TLSConfig: config, ReadHeaderTimeout: 10 * time.Second}
 	return server.ListenAndServeTLS("", "")
@@ -159,9 +218,140 @@ func get(args []string) error {
 	return nil
 }
 
+// handshake makes one connection (a full handshake, no session resumption) and one request on it, and
+// returns the served leaf, the anchor its verified chain ends at, and the answer's first line.
+func handshake(addr, name string, roots *x509.CertPool, client *keyPair,
+	timeout time.Duration) (*x509.Certificate, *x509.Certificate, string, error) {
+	config := &tls.Config{RootCAs: roots, ServerName: name, MinVersion: tls.VersionTLS12}
+	if client != nil {
+		config.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return client.load()
+		}
+	}
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: timeout}, "tcp", addr, config)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(timeout))
+	if _, err := fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", name); err != nil {
+		return nil, nil, "", err
+	}
+	answer, err := io.ReadAll(conn)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	text := string(answer)
+	at := strings.Index(text, "ok client=")
+	if !strings.HasPrefix(text, "HTTP/1.1 200") || at < 0 {
+		return nil, nil, "", fmt.Errorf("unexpected answer %q", text)
+	}
+	state := conn.ConnectionState()
+	chain := state.VerifiedChains[0]
+	return state.PeerCertificates[0], chain[len(chain)-1], strings.TrimSpace(strings.SplitN(text[at:], "\n", 2)[0]), nil
+}
+
+// bundle is a trust bundle file, re-read at each use; each change of its CAs is printed (their subject
+// key identifiers), so a test sees when a CA reached the pod and when one left it.
+type bundle struct {
+	file  string
+	data  []byte
+	roots *x509.CertPool
+}
+
+func (b *bundle) load() (*x509.CertPool, error) {
+	data, err := os.ReadFile(b.file)
+	if err != nil {
+		return nil, err
+	}
+	if b.roots != nil && bytes.Equal(data, b.data) {
+		return b.roots, nil
+	}
+	roots, keys, rest := x509.NewCertPool(), []string{}, data
+	for {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		ca, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, err
+		}
+		roots.AddCert(ca)
+		keys = append(keys, hex.EncodeToString(ca.SubjectKeyId))
+	}
+	if len(keys) == 0 {
+		return nil, errors.New("no certificate in " + b.file)
+	}
+	b.data, b.roots = data, roots
+	fmt.Printf("bundle %d keys=%s\n", now(), strings.Join(keys, ","))
+	return roots, nil
+}
+
+func handshakes(args []string) error {
+	flags := flag.NewFlagSet("handshakes", flag.ExitOnError)
+	addr := flags.String("addr", "", "host:port to connect to")
+	name := flags.String("name", "", "the name to verify the server's certificate for")
+	ca := flags.String("ca", "", "trust bundle file")
+	cert := flags.String("cert", "", "client certificate file")
+	key := flags.String("key", "", "client key file")
+	interval := flags.Duration("interval", 200*time.Millisecond, "pause between handshakes")
+	every := flags.Duration("report", 2*time.Second, "how often to print the counts")
+	first := flags.Duration("first", 60*time.Second, "how long to try for the first success (the window starts there)")
+	timeout := flags.Duration("timeout", 5*time.Second, "each connection, handshake and answer")
+	flags.Parse(args)
+	var client *keyPair
+	if *cert != "" {
+		client = &keyPair{cert: *cert, key: *key, role: "client"}
+	}
+	trust := &bundle{file: *ca}
+	ok, failed, started := 0, 0, false
+	served, answered := "", ""
+	reported, giveUp := time.Now(), time.Now().Add(*first)
+	for {
+		roots, err := trust.load()
+		var leaf, anchor *x509.Certificate
+		answer := ""
+		if err == nil {
+			leaf, anchor, answer, err = handshake(*addr, *name, roots, client, *timeout)
+		}
+		switch {
+		case err != nil && !started:
+			if time.Now().After(giveUp) {
+				return fmt.Errorf("no handshake succeeded in %v: %w", *first, err)
+			}
+		case err != nil:
+			failed++
+			fmt.Printf("fail %d %v\n", now(), err)
+		default:
+			if !started {
+				started = true
+				fmt.Printf("first %d\n", now())
+			}
+			ok++
+			if serial := leaf.SerialNumber.Text(16); serial != served {
+				served = serial
+				sum := sha256.Sum256(anchor.Raw)
+				fmt.Printf("served %d serial=%s issuer-key=%s anchor=%s\n", now(), serial,
+					hex.EncodeToString(leaf.AuthorityKeyId), hex.EncodeToString(sum[:]))
+			}
+			if answer != answered {
+				answered = answer
+				fmt.Printf("answer %d %s\n", now(), answer)
+			}
+		}
+		if started && time.Since(reported) >= *every {
+			reported = time.Now()
+			fmt.Printf("count %d ok=%d fail=%d\n", now(), ok, failed)
+		}
+		time.Sleep(*interval)
+	}
+}
+
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: node-probe pause | serve FLAGS | get FLAGS URL")
+		fmt.Fprintln(os.Stderr, "usage: node-probe pause | serve FLAGS | get FLAGS URL | handshakes FLAGS")
 		os.Exit(2)
 	}
 	var err error
@@ -172,6 +362,8 @@ func main() {
 		err = serve(os.Args[2:])
 	case "get":
 		err = get(os.Args[2:])
+	case "handshakes":
+		err = handshakes(os.Args[2:])
 	default:
 		err = errors.New("unknown command " + os.Args[1])
 	}

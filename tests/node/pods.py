@@ -14,6 +14,7 @@ from tests.node.harness import Node
 
 CERTS = "/etc/tls-injector/certs"
 TRUST = "/etc/tls-injector/trust"
+CLIENT = "/etc/tls-injector/client"
 NON_ROOT = {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000}
 APPEAR_SECONDS = 120.0
 
