@@ -315,6 +315,11 @@ def test_a_key_mode_with_pod_certificates_sets_the_projected_volumes_default_mod
     plan = plan_pod(pod, options=options)
     cert = next(v for v in plan.volumes if v["name"] == "tls-injector-cert")
     assert cert["projected"]["defaultMode"] == 0o440
+    # What the node tier saw the kubelet do (tests/node/test_modes.py): the warning says it, and does not
+    # call the files root's, as it does for a Secret volume.
+    (warning,) = plan.warnings
+    assert "the kubelet gives the files to the pod's user itself" in warning
+    assert "root:root" not in warning
     result = jsonpatch.apply_patch(pod, patch_ops(plan))
     assert patch_ops(plan_pod(result, options=options)) == []
 

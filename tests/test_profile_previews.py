@@ -110,6 +110,12 @@ def test_the_dry_run_says_the_key_mode_and_refuses_one_outside_the_set() -> None
     assert "mode 0440" in said[0]
     assert "fsGroup" in said[0]
     assert all(len(line) <= 256 for line in lines)
+    pod_certs = what_pods_get("Deployment", "billing", _template(
+        {names.KEY_MODE_ANNOTATION: "0440", names.MODE_ANNOTATION: names.MODE_POD_CERTIFICATE}),
+        InjectionOptions(pod_certificates=True))
+    (said,) = [line for line in pod_certs if names.KEY_MODE_ANNOTATION in line]
+    assert "only where the kubelet knows neither the pod's one user nor its fsGroup" in said
+    assert len(said) <= 256
     refused = what_pods_get("Deployment", "billing", _template({names.KEY_MODE_ANNOTATION: "644"}), InjectionOptions())
     assert len(refused) == 1
     assert "will be refused: tls-injector.io/key-mode: '644' is not one of" in refused[0]

@@ -120,7 +120,14 @@ def plan_injection(
         # The ClusterTrustBundle holds our CAs only; the public roots live in the namespace's ConfigMap.
         warnings.append(f"{names.PUBLIC_ROOTS}: no public roots with pod certificates; the TLS variables, if "
                         f"asked for, name our CAs alone")
-    if choices.key_mode is not None and (spec.securityContext is None or spec.securityContext.fsGroup is None):
+    if choices.key_mode is not None and choices.mode == names.MODE_POD_CERTIFICATE:
+        # Measured on the kubelet (docs/injection.md, "Two modes"): it writes a pod certificate's files as it
+        # writes a service-account token, to the pod's one user (0600) or with its fsGroup (0640), whatever
+        # the volume's defaultMode says; the key mode is the files' mode only when it knows neither.
+        warnings.append(f"{names.KEY_MODE_ANNOTATION}: with pod certificates the kubelet gives the files to the "
+                        f"pod's user itself (0600, or 0640 with securityContext.fsGroup) when all its containers run "
+                        f"as one user or it has an fsGroup; {choices.key_mode:04o} applies only otherwise")
+    elif choices.key_mode is not None and (spec.securityContext is None or spec.securityContext.fsGroup is None):
         warnings.append(f"{names.KEY_MODE_ANNOTATION}: without securityContext.fsGroup the files are root:root "
                         f"{choices.key_mode:04o}, readable by root (uid or group 0) only: set fsGroup for a non-root "
                         f"container")

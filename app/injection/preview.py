@@ -88,6 +88,10 @@ def _key_mode_line(choices: Choices) -> str:
     reads them through the pod's fsGroup only (the template's spec is not read here; /mutate warns per pod)."""
     if choices.key_mode is None:
         return ""
+    if choices.mode == names.MODE_POD_CERTIFICATE:
+        return (f"tls-injector: its pod certificate's files with mode {choices.key_mode:04o} "
+                f"({names.KEY_MODE_ANNOTATION}) only where the kubelet knows neither the pod's one user nor its "
+                f"fsGroup; otherwise the kubelet gives them to that user (0600, 0640 with fsGroup)")
     return (f"tls-injector: its certificate's files with mode {choices.key_mode:04o} ({names.KEY_MODE_ANNOTATION}), "
             f"owned by root: a non-root container reads them only with securityContext.fsGroup (the kubelet "
             f"then gives that group read)")
