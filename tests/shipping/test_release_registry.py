@@ -9,7 +9,7 @@ image and chart, and is refused for an image nobody signed, for an image pushed 
 afterwards, and for a chart pushed over the chart's version.
 
 Not here: `helm install` from the registry on a real node, with containerd pulling the image by digest
-(the node tier's).
+(tests/node/test_install_paths.py, with the same release steps: tests/shipping/release_flow.py).
 """
 
 from __future__ import annotations
