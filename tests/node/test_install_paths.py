@@ -177,7 +177,9 @@ def test_the_bootstrap_job_completed(installed: Installation) -> None:
 
 def test_every_webhook_replica_is_ready_behind_the_service_and_answers_through_it(installed: Installation) -> None:
     wanted = installed.declared("Deployment", "tls-injector")["spec"]["replicas"]
-    assert wanted == 3, "the example overlay and values ask for three webhook replicas"
+    # The example overlay and values ask for three; the released chart installed as the doc writes it,
+    # with no values, for the chart's default of two.
+    assert wanted == (2 if installed.path == "registry" else 3)
     assert installed.deployment("tls-injector")["spec"]["replicas"] == wanted
     pods = [p for p in installed.pods("webhook") if not p["metadata"].get("deletionTimestamp")]
     assert len(pods) == wanted, installed.state()
