@@ -31,6 +31,7 @@ COPIES: tuple[tuple[str, str], ...] = (
     ("manifests/base/reconciler.yaml", rf"image: tls-injector:{_VERSION}"),
     ("certs-bootstrap/job.yaml", rf"image: tls-injector:{_VERSION}"),
     ("docs/install.md", rf"/tls-injector:{_VERSION}"),
+    ("docs/install.md", rf"charts/tls-injector\" --version {_VERSION}"),
     ("docs/security.md", rf"`tls-injector:{_VERSION}`"),
     ("manifests/overlays/example/image/kustomization.yaml", rf"platform/tls-injector:{_VERSION}"),
 )

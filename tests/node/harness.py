@@ -79,6 +79,7 @@ class Node:
         self.pause = images.pause_image(images_cache(), self.probe)
         self.busybox = images.busybox_image(images_cache(), self.probe)
         self.containerd_socket = folder / "containerd" / "containerd.sock"
+        self.registry_hosts = folder / "containerd" / "certs.d"
 
     # ---- the control plane -------------------------------------------------------------------------
 
@@ -126,19 +127,43 @@ class Node:
         return self.namespace.run(str(self.bin / "ctr"), f"--address={self.containerd_socket}", "-n", "k8s.io",
                                   *argv, timeout=timeout)
 
-    def import_image(self, archive: Path) -> None:
+    def import_image(self, archive: Path, *, by_digest: bool = False) -> None:
+        """`by_digest`: also name it `<repository>@<manifest digest>`, as a pull by digest names it, so a pod
+        naming the image by digest finds it here (`ctr images import --digests` names it `import-<date>@<index
+        digest>`, which no pod names)."""
         self.ctr("images", "import", "--snapshotter=overlayfs", str(archive), timeout=300)
+        if by_digest:
+            name, digest = images.archive_name_and_digest(archive)
+            self.ctr("images", "tag", name, f"{name.rsplit(':', 1)[0]}@{digest}")
+
+    def trust_registry(self, host: str, ca: Path) -> None:
+        """containerd pulls from `host` (HOST:PORT, reachable inside the node) over TLS verified by `ca`
+        (containerd 2's hosts.toml under the CRI registry's config_path; no restart needed)."""
+        folder = self.registry_hosts / host
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "hosts.toml").write_text(f'server = "https://{host}"\n\n[host."https://{host}"]\n'
+                                           f'  capabilities = ["pull", "resolve"]\n  ca = "{ca}"\n')
 
     # ---- start -------------------------------------------------------------------------------------
 
     def start(self) -> Node:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.namespace.start()
+        # The apiserver's client certificate for the kubelet's API (port-forward, logs, exec go through it),
+        # written by the control plane's PKI below under this name. Its group is system:masters: the
+        # kubelet authorizes each call by a SubjectAccessReview, and this cluster is the test's own.
+        kubelet_client = self.folder / "control-plane" / "pki" / "apiserver-kubelet-client"
         self.plane = ControlPlane(
             self.folder / "control-plane", wrap=self.namespace.prefix(),
             apiserver_ips=(NODE_IP, KUBERNETES_SERVICE_IP), service_range=SERVICE_RANGE,
             apiserver_args=[f"--advertise-address={NODE_IP}", "--bind-address=0.0.0.0",
-                            "--endpoint-reconciler-type=lease"])
+                            "--endpoint-reconciler-type=lease",
+                            f"--kubelet-client-certificate={kubelet_client}.crt",
+                            f"--kubelet-client-key={kubelet_client}.key",
+                            # the node's name resolves nowhere (no DNS): reach the kubelet at its address
+                            "--kubelet-preferred-address-types=InternalIP"])
+        pair = self.plane.pki.client(kubelet_client.name, "kube-apiserver-kubelet-client", "system:masters")
+        assert pair.cert == kubelet_client.with_suffix(".crt"), pair
         self._forwarder = Forwarder(self.namespace, self.plane.port).start()
         self.plane.start()
         self._start_containerd()
@@ -153,6 +178,7 @@ class Node:
     def _start_containerd(self) -> None:
         folder = self.folder / "containerd"
         (folder / "cni").mkdir(parents=True, exist_ok=True)
+        self.registry_hosts.mkdir(parents=True, exist_ok=True)
         (folder / "cni" / "10-bridge.conflist").write_text(json.dumps({
             "cniVersion": "0.4.0", "name": "tls-injector-node",
             "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": False,
@@ -177,6 +203,10 @@ state = "{folder / 'state'}"
   snapshotter = "overlayfs"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = "{self.pause.name}"
+  # Registries the node may pull from: a folder per host (hosts.toml, read at each pull), empty until a
+  # test adds one (trust_registry).
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = "{self.registry_hosts}"
 
 [plugins.'io.containerd.cri.v1.runtime']
   restrict_oom_score_adj = true

@@ -135,3 +135,13 @@ def busybox_image(folder: Path, probe: Path) -> Image:
                    _Entry("etc/group", b"root:x:0:\nnobody:x:65534:\n", mode=0o644)]
         write_oci_archive(target, name=name, entries=entries, entrypoint=["/bin/sh"])
     return Image(name, target)
+
+
+def archive_name_and_digest(archive: Path) -> tuple[str, str]:
+    """The name an OCI archive gives its one image (`io.containerd.image.name`, what `ctr images import`
+    names it) and its manifest digest (what a registry stores it under, and a pod names it by)."""
+    with tarfile.open(archive) as tar:
+        member = tar.extractfile("index.json")
+        assert member is not None, f"{archive} holds no index.json"
+        (manifest,) = json.load(member)["manifests"]
+    return str(manifest["annotations"]["io.containerd.image.name"]), str(manifest["digest"])

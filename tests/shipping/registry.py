@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,8 +106,12 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def running(root: Path, port: int = 0) -> Iterator[Registry]:
-    """The registry on `port` of 127.0.0.1 (0: a free one), storage under `root`; stopped on the way out."""
+def running(root: Path, port: int = 0, wrap: Sequence[str] = ()) -> Iterator[Registry]:
+    """The registry on `port` of 127.0.0.1 (0: a free one), storage under `root`; stopped on the way out.
+
+    `wrap` prefixes its command: the node tier runs it inside the node's network namespace (where the
+    node's containerd reaches it) and relays the same port of the host's loopback to it first, so the
+    readiness check below and the release's clients reach it at the same address."""
     ca, cert, key = make_tls(root / "tls")
     binary = release_tools().binary("registry")
     assert binary.is_file(), f"{binary} is not built: python3.11 tools/release_tools.py build (tools/dev.py test does)"
@@ -116,7 +120,7 @@ def running(root: Path, port: int = 0) -> Iterator[Registry]:
     # Its tracing exporter would try a collector on localhost: none here.
     env = {**os.environ, "OTEL_TRACES_EXPORTER": "none", "OTEL_SDK_DISABLED": "true"}
     with log.open("wb") as out:
-        process = subprocess.Popen([str(binary), "serve", str(_config(root, port, cert, key))], stdout=out,
+        process = subprocess.Popen([*wrap, str(binary), "serve", str(_config(root, port, cert, key))], stdout=out,
                                    stderr=subprocess.STDOUT, env=env)
     registry = Registry(f"127.0.0.1:{port}", process.pid, ca, root / "storage", log)
     try:

@@ -139,6 +139,7 @@ RELEASE_COPIED = ("pyproject.toml", "README.md", "CHANGELOG.md", "LICENSE", "NOT
 
 def release_tree(tmp: Path) -> Path:
     """A copy of what a release is made from, under `tmp` (the release steps write dist/ and rewrite files)."""
+    tmp.mkdir(parents=True, exist_ok=True)
     for name in RELEASE_COPIED:
         source = ROOT / name
         if source.is_dir():

@@ -102,7 +102,8 @@ def test_probes_use_readyz_for_readiness_and_healthz_for_liveness_on_the_probe_p
     """The probe listener has its own thread and port, so a saturated HTTPS port cannot starve probes."""
     container = _container(_deployment()["spec"]["template"]["spec"])
     https, probes = container["ports"]
-    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz"),
+                        ("startupProbe", "/healthz")):
         get = container[probe]["httpGet"]
         assert get == {"path": path, "port": probes["name"]}  # plain HTTP: the kubelet's default scheme
     parsed = _parsed(_deployment()["spec"]["template"]["spec"])
@@ -244,7 +245,7 @@ def test_the_reconciler_runs_alone_with_its_own_account_two_leader_elected_repli
     container = _container(pod)
     (port,) = container["ports"]
     assert port["containerPort"] == flags.metrics_port
-    for probe in ("livenessProbe", "readinessProbe"):
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": port["name"]}
     # The reconciler's pods are not the webhook's: the Service and the PDB select only the webhook.
     labels = deployment["spec"]["template"]["metadata"]["labels"]

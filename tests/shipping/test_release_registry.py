@@ -9,7 +9,7 @@ image and chart, and is refused for an image nobody signed, for an image pushed 
 afterwards, and for a chart pushed over the chart's version.
 
 Not here: `helm install` from the registry on a real node, with containerd pulling the image by digest
-(the node tier's).
+(tests/node/test_install_paths.py, with the same release steps: tests/shipping/release_flow.py).
 """
 
 from __future__ import annotations
@@ -21,79 +21,29 @@ import io
 import json
 import os
 import re
-import shutil
 import subprocess
 import tarfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.image.oci import image_tool
 from tests.shipping.helm import helm
-from tests.shipping.install_doc import Block, blocks, run, run_block
-from tests.shipping.registry import Registry, client_env, release_tools, running
-from tests.shipping.support import ROOT, release_tree
+from tests.shipping.install_doc import run
+from tests.shipping.registry import running
+from tests.shipping.release_flow import INSTALL_DOC, Released, release_to, the_block
+from tests.shipping.support import ROOT
 from tools import release
-
-RELEASE_DOC = ROOT / "docs" / "release.md"
-INSTALL_DOC = ROOT / "docs" / "install.md"
-PASSWORD = "release-test-password"
-# The release block pushes ~100 MB, runs two syft scans and four cosign signatures: ~1-2 min on 2 busy
-# cores; bounded well above that.
-BLOCK_SECONDS = 900.0
-TOOL_SECONDS = 300.0
 
 pytestmark = pytest.mark.timeout(2400)
 
 
-@dataclass(frozen=True)
-class Released:
-    root: Path  # the release's working tree: dist/, cosign.key, cosign.pub
-    registry: Registry
-    prefix: str  # 127.0.0.1:PORT/platform, the docs' REGISTRY
-    digest: str  # the image's, as the release block recorded it
-    archive: Path
-    env: dict[str, str]
-
-    @property
-    def tools(self) -> tuple[Path, ...]:
-        return (Path(release_tools().bin_dir()),)
-
-    def sh(self, script: str, **more: str) -> subprocess.CompletedProcess[str]:
-        return run(script, cwd=self.root, tools_first=self.tools, timeout=TOOL_SECONDS,
-                   **{**self.env, "REGISTRY": self.prefix, "DIGEST": self.digest, **more})
-
-
-def _the_block(doc: Path, where: str) -> Block:
-    (found,) = [b for b in blocks(doc) if b.where == where]
-    return found
-
-
 @pytest.fixture(scope="module")
 def released(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Released]:
-    version = release.version()
-    tools = release_tools()
-    assert tools.built(), "the release tools are not built: python3.11 tools/release_tools.py build"
-    root = release_tree(tmp_path_factory.mktemp("release"))
-    for block in (b for b in blocks(RELEASE_DOC) if b.where == "offline"):
-        run_block(block, cwd=root, doc="docs/release.md", VERSION=version)
-    # The network block's archive, made by the suite's build of the same Dockerfile (docs/release.md).
-    archive = root / "dist" / f"tls-injector-{version}.oci.tar"
-    shutil.copyfile(image_tool().build(), archive)
-    home = tmp_path_factory.mktemp("home")
     with running(tmp_path_factory.mktemp("registry")) as registry:
-        env = {**client_env(registry, home), "COSIGN_PASSWORD": PASSWORD}
-        keys = run("cosign generate-key-pair", cwd=root, tools_first=(Path(tools.bin_dir()),), **env)
-        assert keys.returncode == 0, keys.stderr
-        prefix = f"{registry.host}/platform"
-        run_block(_the_block(RELEASE_DOC, "registry"), cwd=root, doc="docs/release.md", tools_first=(
-            Path(tools.bin_dir()),), timeout=BLOCK_SECONDS, REGISTRY=prefix, VERSION=version, **env)
-        digest = (root / "dist" / "image.digest").read_text().strip()
-        yield Released(root, registry, prefix, digest, archive, env)
+        yield release_to(registry, tree=tmp_path_factory.mktemp("release"), home=tmp_path_factory.mktemp("home"))
 
 
 def _archive_manifest_digest(archive: Path) -> str:
@@ -229,12 +179,12 @@ def _push(released: Released, layout: Path, tag: str) -> str:
 
 def _verify_step(released: Released, digest: str) -> subprocess.CompletedProcess[str]:
     """docs/install.md's verify block, as written, for the image `digest`."""
-    return released.sh(_the_block(INSTALL_DOC, "registry").text, DIGEST=digest)
+    return released.sh(the_block(INSTALL_DOC, "registry").text, DIGEST=digest)
 
 
 def test_install_verify_passes_for_the_signed_release_and_refuses_an_unsigned_image(released: Released,
                                                                                   tmp_path: Path) -> None:
-    assert f"/charts/tls-injector:{release.version()}" in _the_block(INSTALL_DOC, "registry").text
+    assert f"/charts/tls-injector:{release.version()}" in the_block(INSTALL_DOC, "registry").text
     signed = _verify_step(released, released.digest)
     assert signed.returncode == 0, signed.stderr
     unsigned = _push(released, _tiny_image(tmp_path / "unsigned", "nobody signed this"), "unsigned")
