@@ -24,13 +24,17 @@ class Announcer:
     def __init__(self, api: KubeApi, outbox: events.Outbox | None = None) -> None:
         self._api = api
         # The loop's Events, posted beside the pass (events.Outbox); None: each posted at once.
-        self.outbox = outbox
+        self._outbox = outbox
         # Conditions (reason, object) an Event already announced and that lasted into the last pass: each is
         # announced once while it lasts, not once per pass (a broken workload must not grow the Event list).
         self._told: set[tuple[str, str]] = set()
         self._lasting: set[tuple[str, str]] = set()  # the conditions of the pass under way
         # The same conditions by the workloads they are told on, (reason, message): the status's conditions.
         self._facts: dict[WorkloadRef, list[tuple[str, str]]] = {}
+
+    def use_outbox(self, outbox: events.Outbox | None) -> None:
+        """The loop's outbox, which Events go through from now on (None: each posted at once)."""
+        self._outbox = outbox
 
     @property
     def facts(self) -> dict[WorkloadRef, list[tuple[str, str]]]:
@@ -45,15 +49,15 @@ class Announcer:
         """A pass ended: its Events are written. A condition that ended and starts again is announced again;
         a pass that was not `complete` (aborted, or keyed: a few namespaces) saw only part of them, so the
         ended ones are forgotten by the next complete pass."""
-        if self.outbox is not None:
-            self.outbox.flush()  # a pass ends with its Events written
+        if self._outbox is not None:
+            self._outbox.flush()  # a pass ends with its Events written
         self._told = self._lasting if complete else self._told | self._lasting
 
     def emit(self, refs: tuple[WorkloadRef, ...], *, reason: str, message: str,
              kind: Literal["Normal", "Warning"], now: datetime) -> None:
         """Through the loop's outbox when there is one (posted beside the pass), else at once."""
-        if self.outbox is not None:
-            self.outbox.emit(refs, reason=reason, kind=kind, message=message, now=now)
+        if self._outbox is not None:
+            self._outbox.emit(refs, reason=reason, kind=kind, message=message, now=now)
         else:
             events.emit(self._api, refs, reason=reason, kind=kind, message=message, now=now)
 

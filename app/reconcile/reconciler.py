@@ -142,7 +142,7 @@ class Reconciler:
         """The loop's cache (a pass reads it; our writes go into it) and its Events' outbox."""
         self._cache = cache
         self.writer.use_cache(cache)
-        self.announcer.outbox = outbox
+        self.announcer.use_outbox(outbox)
 
     def retries(self, namespaces: set[str] | None = None) -> dict[str, datetime]:
         """When the next write of each of `namespaces` (None: any) that failed may be tried again."""
@@ -213,7 +213,8 @@ class Reconciler:
 
     def forget(self) -> None:
         """Drop what the last pass saw (status and gauges): this replica no longer leads."""
-        self.status, self.keeper.signing = None, None
+        self.status = None
+        self.keeper.forget()
         self.metrics.forget()
 
     def run_signer_pass(self) -> PassReport:
@@ -331,8 +332,8 @@ class Reconciler:
                 client.cas, now=now, waiting=client.waiting, prefix=CLIENT_PREFIX,
                 anchors=member.roots("client") if member is not None else ()))
         # Kept for keyed passes without this pass's opened seals (~100,000 of them at 100,000 workloads).
-        keeper.signing = dataclasses.replace(signing, opened={}, client=signing.client and dataclasses.replace(
-            signing.client, opened={}))
+        keeper.keep(dataclasses.replace(signing, opened={}, client=signing.client and dataclasses.replace(
+            signing.client, opened={})))
         signing = dataclasses.replace(signing, budget=self._turn_budget(), keys=self.keys)
         self._native_served = native is not None
         found = Expiries({(t.namespace, t.secret_name): t for t in targets}, signing)

@@ -70,7 +70,7 @@ class CaKeeper:
         self._user: dict[CaRole, CertKey] = {}  # the user's own CAs by role, as read at the start of this pass
         # What the last full pass signed with: a keyed pass (run_namespaces_pass) signs with the same,
         # stepping no CA set (None: no full pass yet, or the last stopped before its CA sets were stepped).
-        self.signing: Signing | None = None
+        self._signing: Signing | None = None
 
     @property
     def steps(self) -> dict[str, CaStep]:
@@ -81,7 +81,20 @@ class CaKeeper:
         """A full pass starts: no CA set stepped yet. Keyed passes sign with what this pass steps; one that
         stops before (a user CA that cannot be used, say) leaves them nothing to sign with, so they wait
         for a full pass that succeeds."""
-        self._steps, self.signing = {}, None
+        self._steps, self._signing = {}, None
+
+    @property
+    def signing(self) -> Signing | None:
+        """What the last full pass signed with (None: nothing a keyed pass may sign with)."""
+        return self._signing
+
+    def keep(self, signing: Signing) -> None:
+        """This full pass signs with `signing`: keyed passes sign with the same until the next."""
+        self._signing = signing
+
+    def forget(self) -> None:
+        """This replica no longer leads: nothing to sign with until its next full pass."""
+        self._signing = None
 
     def user(self, role: CaRole) -> CertKey | None:
         """The user's own CA of `role`, as this pass read it (read_user_cas)."""

@@ -5,9 +5,11 @@ CA keeper with a writer and no federation. The chain tests beside this file run 
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, Literal, cast
 
 import pytest
@@ -307,3 +309,48 @@ def test_an_object_of_no_namespace_is_read_back_in_our_own_namespace_after_a_409
     item = Item(CONFIG_MAPS, "", "cfg", lambda existing: None if existing else
                 Write("create", CONFIG_MAPS, "", "cfg", body={"metadata": {"name": "cfg"}}, reason="bundle"))
     assert part.converge_cached(item, None, PassReport(), NOW) == {"metadata": {"name": "cfg"}}
+
+
+# ---- how the parts hold together ------------------------------------------------------------------------
+
+RECONCILE = Path(__file__).resolve().parents[2] / "app" / "reconcile"
+PARTS = ("announcer", "writes", "reports", "targets", "trust", "members", "signer_pass", "webhook_pass", "reconciler")
+
+
+def reaches(source: str) -> list[str]:
+    """Where code reads or writes a private field of another object (`x._f`, `self.part._f`), or writes a
+    field of a part it holds (`self.part.f = ...`): each part is reached through its methods only."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__") \
+                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AnnAssign, ast.AugAssign)) else []
+        for target in targets:
+            for sub in target.elts if isinstance(target, ast.Tuple) else [target]:
+                # The metrics are no part: what a pass reports is set on them (serving_verdict, say).
+                if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Attribute) and \
+                        sub.value.attr not in ("metrics", "_metrics"):
+                    found.append(f"line {sub.lineno}: {ast.unparse(sub)} =")
+    return sorted(found)
+
+
+def test_no_part_reaches_into_another_parts_fields() -> None:
+    for part in PARTS:
+        assert reaches((RECONCILE / f"{part}.py").read_text()) == [], part
+
+
+def test_reaching_into_another_objects_fields_is_found() -> None:
+    source = ("def f(self, other, d):\n    other._told.add(1)\n    self.keeper.signing, x = None, 1\n    self._ok = 1\n"
+              "    d[other.kind] = self.keeper.steps\n")
+    assert reaches(source) == ["line 2: other._told", "line 3: self.keeper.signing ="]
+
+
+def test_no_class_of_the_reconciler_inherits_from_another_of_its_classes() -> None:
+    defined = {path.stem: [node for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ClassDef)]
+               for path in RECONCILE.glob("*.py")}
+    ours = {cls.name for classes in defined.values() for cls in classes}
+    inherits = [f"{module}.{cls.name}({ast.unparse(base)})" for module, classes in defined.items() for cls in classes
+                for base in cls.bases if ast.unparse(base).rsplit(".", 1)[-1] in ours]
+    assert inherits == []
