@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from bench.live_cluster import BUNDLE, PROFILE_ANNOTATION, ROLE_LABEL, Target, proc_cpu
 from bench.reconcile import populate
-from bench.reconcile_live import BUNDLE, PROFILE_ANNOTATION, ROLE_LABEL, Target, proc_cpu
 from tests.cluster.controlplane import ControlPlane
 
 RECONCILER_USER = "bench:reconciler"

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -42,13 +41,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bench.admission import stop
+from bench.live_cluster import BUNDLE, PROFILE_ANNOTATION, Target, proc_cpu
 from bench.reconcile import KINDS, OWN_NS, populate
 from tests.kubeapi import Emulator, running_emulator
 from tests.kubeapi.patches import MERGE_PATCH
 
-BUNDLE = "tls-injector-trust-bundle"
-ROLE_LABEL = "tls-injector.io/role"
-PROFILE_ANNOTATION = "tls-injector.io/profile"
 DURATION_ANNOTATION = "tls-injector.io/duration"
 # The burst's duration: within the default bounds (24h..8760h) and unlike the built-in 2160h, so every
 # changed workload's certificate must be issued again and its Secret then records `duration=1000h`.
@@ -56,18 +53,6 @@ BURST_DURATION = "1000h"
 WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 LEASES = "leases.coordination.k8s.io"
 KIND_RESOURCES = {kind: f"{kind.lower()}s.apps" for kind in KINDS}
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-@dataclass(frozen=True, order=True)
-class Target:
-    """An object the reconciler must write: `resource` is "secrets" or "configmaps"; with `needs`, its
-    profile annotation must contain that text (a re-issue), else it must only exist."""
-
-    resource: str
-    namespace: str
-    name: str
-    needs: str = ""
 
 
 class Cluster(Protocol):
@@ -143,13 +128,6 @@ class EmulatorCluster:
 
 
 # ---- the reconciler -----------------------------------------------------------------------------------
-
-
-def proc_cpu(pid: int) -> float:
-    """utime + stime of a process, in seconds (10 ms ticks)."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
 
 
 def peak_rss_mib(pid: int) -> float:

@@ -269,7 +269,7 @@ def test_app_owners_names_no_variable_the_product_does_not_set() -> None:
 
 # ---- Events -------------------------------------------------------------------------------------------
 
-_EVENT_CALLS = {"_announce", "emit", "_emit", "event_body"}
+_EVENT_CALLS = {"announce", "emit", "event_body"}
 # The one place a reason is computed: writes.py's `_written`, "(Client)Certificate(Issued|Renewed)"; the
 # reasons it makes are taken from a pass that makes them (`computed_reasons`).
 COMPUTED_AT = ("app/reconcile/writes.py", "_written")
@@ -294,7 +294,7 @@ def written_reasons() -> tuple[set[str], list[str]]:
 
 
 # Functions that take a reason and pass it on (`reason=reason`): the reasons are their callers'.
-_PASSING_ON = {"_emit", "_announce", "emit"}
+_PASSING_ON = {"announce", "emit"}
 
 
 def _constants(value: ast.expr, computed: list[str], where: tuple[str, str]) -> set[str]:

@@ -227,10 +227,13 @@ def unreachable(cluster: ClusterConfig, command: str, *, flag: str = "--timeout"
     return None
 
 
-def settings_for(args: argparse.Namespace, *, resolv_conf: Path | None = None) -> ReconcileSettings:
+def settings_for(args: argparse.Namespace, *, loop: bool = False, resolv_conf: Path | None = None) -> ReconcileSettings:
     """The reconciler's settings from the flags `cluster_flags` defines (or the part a command has);
+    `loop`: for the long-running loop (`reconcile` without --once, `serve`), whose passes bound what one
+    namespace may cost (budget.NAMESPACE_TURN_SECONDS); a one-shot pass has no other namespace waiting.
     `resolv_conf` where the cluster domain is looked up when --cluster-domain is not given (tests)."""
     from tls_injector.kube import own_namespace  # noqa: PLC0415 - only the commands that call the API load the client
+    from tls_injector.reconcile.budget import NAMESPACE_TURN_SECONDS  # noqa: PLC0415
     from tls_injector.reconcile.reconciler import ReconcileSettings  # noqa: PLC0415
     from tls_injector.reconcile.runner import RESOLV_CONF, cluster_domain  # noqa: PLC0415
     from tls_injector.reconcile.webhook_plan import WebhookSettings  # noqa: PLC0415
@@ -248,7 +251,8 @@ def settings_for(args: argparse.Namespace, *, resolv_conf: Path | None = None) -
                              pod_certificates=getattr(args, "pod_certificates", "auto"),
                              per_object_metrics=getattr(args, "metrics_per_object", False),
                              trust_domain=getattr(args, "trust_domain", "") or "",
-                             hub=getattr(args, "hub", False), profiles=profile_bounds(args))
+                             hub=getattr(args, "hub", False), profiles=profile_bounds(args),
+                             turn_seconds=NAMESPACE_TURN_SECONDS if loop else None)
 
 
 def served_address(args: argparse.Namespace, namespace: str) -> tuple[str, int] | None:

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             return start.failed("reconcile", problem)
         if not args.once and (notice := unverified_tls(cluster)):
             log.warning(notice)  # once, in place of the HTTP library's warning on every request
-        settings = settings_for(args)
+        settings = settings_for(args, loop=not args.once)
         try:
             if args.once:
                 start.started()

@@ -62,7 +62,7 @@ def reconciler_in_background(args: argparse.Namespace, metrics: ServerMetrics,
         log.warning(notice)  # once, in place of the HTTP library's warning on every request
     from tls_injector.reconcile.metrics import ReconcileMetrics  # noqa: PLC0415
 
-    settings = settings_for(args)
+    settings = settings_for(args, loop=True)
     reconcile_metrics = ReconcileMetrics(metrics.registry)
     health.serving_trusted = lambda: reconcile_metrics.serving_verdict
     task = functools.partial(runner.run_reconciler, cluster, settings, metrics=reconcile_metrics)

@@ -12,7 +12,6 @@ a keyed pass of its namespace when its backoff ends.
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import logging
 import threading
@@ -34,7 +33,6 @@ from tls_injector.kube import (
 )
 from tls_injector.kube.lease import RETRY_PERIOD
 from tls_injector.names import MANAGED_BY_LABEL, MANAGER
-from tls_injector.reconcile.budget import NAMESPACE_TURN_SECONDS
 from tls_injector.reconcile.cache import CLUSTER, ClusterCache
 from tls_injector.reconcile.events import Outbox
 from tls_injector.reconcile.keypool import KeyPool
@@ -85,8 +83,6 @@ class Controller:
     debounce_seconds: float = DEBOUNCE_SECONDS
     watch_timeout_seconds: int = 300
     min_pass_gap_seconds: float = MIN_PASS_GAP_SECONDS
-    # What one namespace may cost a pass of the loop (budget.py), unless the reconciler's settings say.
-    turn_seconds: float = NAMESPACE_TURN_SECONDS
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     # Monotonic time the loop last came round (lease round or loop turn); None before run() starts.
     heartbeat: float | None = None
@@ -103,10 +99,6 @@ class Controller:
     _pool: KeyPool | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _wake: threading.Event | None = None
-
-    def __post_init__(self) -> None:
-        if self.reconciler.settings.turn_seconds is None:  # the loop bounds each namespace; `--once` does not
-            self.reconciler.settings = dataclasses.replace(self.reconciler.settings, turn_seconds=self.turn_seconds)
 
     def alive(self, now: float | None = None) -> bool:
         """For a liveness probe: running, and came round within STUCK_AFTER_SECONDS."""
@@ -169,8 +161,7 @@ class Controller:
     def _start_watches(self, stop: threading.Event) -> ClusterCache:
         """The cache's informers, and the watches that only tell: our other ConfigMaps and the user's CAs."""
         cache = ClusterCache(self.api, on_key=self._queue)
-        self.reconciler.cache = cache
-        self.reconciler.outbox = Outbox(self.api)
+        self.reconciler.attach(cache, Outbox(self.api))
         threading.Thread(target=cache.run, args=(stop, self.watch_timeout_seconds), daemon=True,
                          name="cache").start()
         # Our ConfigMaps other than the bundles (a member's report, a hub's record): only their change is told.

@@ -1,10 +1,15 @@
 """A reconcile pass: one reading of the cluster, then the three passes of docs/reconcile.md, in order:
 workload certificates and bundles (`converge_workloads`), the pod-certificate signer
-(`converge_pod_certificates`) and the webhook's certificate and caBundle (`converge_webhook`).
+(`PodCertificateSigner.converge`) and the webhook's certificate and caBundle (`WebhookPass.converge`).
 
 Reads first and writes only what the plan says; a 409 re-reads that one object and decides again. An
 object that fails is reported and the pass goes on; an unreachable API (or a lost lease) stops the pass,
 because nothing that follows could be trusted or written.
+
+The Reconciler composes parts, each an object holding only its own state and handed what it uses: the
+announcer (Events, conditions), the writer (writes, backoff), the findings (what a pass says), the CA
+keeper (the CA sets, what a pass signs with), the member side or the hub side (built only where that
+role runs) and the webhook's own pass. None reaches into another's fields.
 """
 
 from __future__ import annotations
@@ -13,35 +18,45 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from tls_injector import names
-from tls_injector.kube import CONFIG_MAPS, NAMESPACES, SECRETS, SERVICE_ACCOUNTS, KubeError, NotFound
-from tls_injector.kubenames import shown, subdomain_problem
+from tls_injector.kube import CONFIG_MAPS, NAMESPACES, SECRETS, KubeApi, KubeError
 from tls_injector.pki import CaSet
-from tls_injector.reconcile import keystores, podcerts, signer
+from tls_injector.reconcile import signer
 from tls_injector.reconcile import status as st
+from tls_injector.reconcile.announcer import Announcer
 from tls_injector.reconcile.budget import TurnBudget
 from tls_injector.reconcile.ca import CaUnusable, load_ca_set
 from tls_injector.reconcile.discover import (
-    Target,
-    discover,
     enabled_namespaces,
-    legal_targets,
     missing_injection,
-    secret_users,
-    trust_only_split,
-    truststore_namespaces,
 )
+from tls_injector.reconcile.events import Outbox
+from tls_injector.reconcile.keypool import KeyPool
+from tls_injector.reconcile.members import HubSide, MemberSide
+from tls_injector.reconcile.metrics import ReconcileMetrics
 from tls_injector.reconcile.plan import CLIENT_PREFIX, Item, Obj, Observed, Signing, plan
-from tls_injector.reconcile.profile import report_profiles
 from tls_injector.reconcile.read import read_candidate_pods, read_cluster
-from tls_injector.reconcile.reports import Expiries
-from tls_injector.reconcile.state import NotLeader, PassReport, ReconcileSettings, WorkloadsPassed, collector_paused
+from tls_injector.reconcile.reports import Expiries, Findings
+from tls_injector.reconcile.signer_pass import PodCertificateSigner
+from tls_injector.reconcile.state import (
+    NotLeader,
+    PassReport,
+    ReconcileSettings,
+    WorkloadsPassed,
+    collector_paused,
+    read_optional,
+)
+from tls_injector.reconcile.targets import TargetFinder
+from tls_injector.reconcile.trust import CaKeeper
 from tls_injector.reconcile.webhook_pass import WebhookPass
 from tls_injector.reconcile.webhook_plan import WebhookSettings
-from tls_injector.reconcile.writes import BACKOFF_FIRST, BACKOFF_MAX, MAX_ATTEMPTS, UNAVAILABLE_STREAK
+from tls_injector.reconcile.writes import BACKOFF_FIRST, BACKOFF_MAX, MAX_ATTEMPTS, UNAVAILABLE_STREAK, Writer
+
+if TYPE_CHECKING:
+    from tls_injector.reconcile.cache import ClusterCache
 
 # What callers import from here, as before the layers were split out.
 __all__ = ["BACKOFF_FIRST", "BACKOFF_MAX", "MAX_ATTEMPTS", "UNAVAILABLE_STREAK", "NotLeader", "PassReport",
@@ -77,16 +92,72 @@ def _after(observed: Observed, stored: dict[tuple[str, str, str], Obj | None]) -
     return dataclasses.replace(observed, leaves=leaves, bundles=bundles)
 
 
-class Reconciler(WebhookPass):
-    """The passes of docs/reconcile.md, composed of the layers below (state, writes, reports, members, trust,
-    the webhook's pass)."""
+class Reconciler:
+    """The passes of docs/reconcile.md, composed of the parts above (announcer, writer, findings, CA keeper,
+    member or hub side, the webhook's pass), each handed what it uses."""
+
+    def __init__(self, api: KubeApi, settings: ReconcileSettings, *, metrics: ReconcileMetrics | None = None,
+                 may_write: Callable[[], bool] = lambda: True,
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self.api = api
+        # Built by the command and handed down whole (read-only here: each part holds the same ones).
+        self._settings = settings
+        self._metrics = metrics = metrics or ReconcileMetrics()
+        self.clock = clock
+        self.native = signer.NativeApis(api, mode=settings.pod_certificates)
+        # What the last full pass saw, for the status API (tls_injector.reconcile.status); swapped in whole.
+        self.status: st.Status | None = None
+        # The loop's keys made ahead (keypool.py; the controller starts its thread); None: made at the call.
+        self.keys: KeyPool | None = None
+        # The long-running loop's cache (app/reconcile/cache.py): a pass reads it instead of listing, and
+        # our writes go into it at once. None for `reconcile --once` and the other one-shot commands.
+        self._cache: ClusterCache | None = None
+        self.announcer = Announcer(api)
+        self.writer = Writer(api, metrics, self.announcer, namespace=settings.namespace, may_write=may_write)
+        self.findings = Findings(metrics, self.announcer, per_object_metrics=settings.per_object_metrics)
+        self.keeper = CaKeeper(api, settings, metrics, self.writer, self.announcer)
+        # Each side of federation only where its role runs: a hub has members, every other reconciler may be one.
+        self.hub = HubSide(api, settings, metrics, self.announcer, clock=clock,
+                           guard=self.writer.guard) if settings.hub else None
+        self.member = None if settings.hub else MemberSide(api, settings, metrics)
+        self.webhook = WebhookPass(api, settings, metrics, self.writer, self.keeper)
+        self.targets = TargetFinder(api, settings, metrics, self.findings, self.announcer)
+        self.pod_signer = PodCertificateSigner(api, settings, metrics, self.native, guard=self.writer.guard)
+        self._seen: tuple[list[st.WorkloadStatus], list[st.PodStatus]] | None = None
+        self._native_served = False  # whether the cluster served pod certificates at the last full pass
+
+    @property
+    def settings(self) -> ReconcileSettings:
+        return self._settings
+
+    @property
+    def metrics(self) -> ReconcileMetrics:
+        return self._metrics
+
+    @property
+    def cache(self) -> ClusterCache | None:
+        return self._cache
+
+    def attach(self, cache: ClusterCache | None, outbox: Outbox | None = None) -> None:
+        """The loop's cache (a pass reads it; our writes go into it) and its Events' outbox."""
+        self._cache = cache
+        self.writer.use_cache(cache)
+        self.announcer.use_outbox(outbox)
+
+    def retries(self, namespaces: set[str] | None = None) -> dict[str, datetime]:
+        """When the next write of each of `namespaces` (None: any) that failed may be tried again."""
+        return self.writer.retries(namespaces)
+
+    def rotating(self) -> bool:
+        """A CA set of the last full pass is mid-rotation (CaKeeper.rotating)."""
+        return self.keeper.rotating()
 
     def run_pass(self) -> PassReport:
         """Workloads, their CA and bundles, then the webhook's own certificate when configured."""
-        self._steps, self._members, now = {}, {}, self.clock()
-        # Keyed passes sign with what this pass steps; one that stops before (a user CA that cannot be
-        # used, say) leaves them nothing to sign with, so they wait for a full pass that succeeds.
-        self._signing = None
+        now = self.clock()
+        self.keeper.begin()
+        if self.hub is not None:
+            self.hub.begin()
         report = self._guarded(self._pass)
         seen, self._seen = self._seen, None  # set by a pass that got as far as the workloads
         if seen is None:
@@ -95,8 +166,9 @@ class Reconciler(WebhookPass):
             workloads, pods = seen
             if not report.aborted:
                 self.metrics.last_complete_pass.set(now.timestamp())
-            cas = [ca for name, step in self._steps.items() for ca in st.ca_statuses(name, step)]
-            members = tuple(st.MemberStatus(name, not problem, problem) for name, problem in self._members.items())
+            cas = [ca for name, step in self.keeper.steps.items() for ca in st.ca_statuses(name, step)]
+            visited = self.hub.members if self.hub is not None else {}
+            members = tuple(st.MemberStatus(name, not problem, problem) for name, problem in visited.items())
             self.status = st.Status(pass_at=now, converged=report.converged, aborted=report.aborted,
                                     cas=tuple(cas), workloads=tuple(workloads), pods_missing_injection=tuple(pods),
                                     members=members)
@@ -109,7 +181,7 @@ class Reconciler(WebhookPass):
         every namespace). None when only a full pass can decide: none ran yet, or a workload here asks for
         a client certificate while no client CA set exists. The certificates of `last` (namespaces the
         previous turn left over, budget.py) are decided after the others."""
-        if self.cache is None or self._signing is None:
+        if self._cache is None or self.keeper.signing is None:
             return None
         report = self._guarded(lambda report, now: self._namespaces_pass(namespaces, report, now, last),
                                keyed=True)
@@ -117,12 +189,12 @@ class Reconciler(WebhookPass):
 
     def _namespaces_pass(self, namespaces: set[str], report: PassReport, now: datetime,
                          last: set[str] | frozenset[str] = frozenset()) -> None:
-        assert self.cache is not None
-        assert self._signing is not None
-        observed = self.cache.observed(namespaces)
-        targets = self._targets(observed, self._native_served, report, now)
+        assert self._cache is not None
+        assert self.keeper.signing is not None
+        observed = self._cache.observed(namespaces)
+        targets = self.targets.find(observed, self._native_served, report, now)
         targets.sort(key=lambda t: t.namespace in last)  # stable: the rest in their order
-        signing = self._signing
+        signing = self.keeper.signing
         client = None if signing.client is None else dataclasses.replace(signing.client, now=now, opened={})
         if client is None and any(t.client_wanted for t in targets):
             raise _FullPassNeeded(_NEEDS_FULL)
@@ -130,18 +202,19 @@ class Reconciler(WebhookPass):
         signing = dataclasses.replace(signing, now=now, client=client, opened={}, budget=self._turn_budget(),
                                       keys=self.keys)
         found = Expiries({(t.namespace, t.secret_name): t for t in targets}, signing)
-        self.converge_all(((item, observed.lookup(item)) for item in plan(targets, observed, signing)), report, now,
-                          found.note, signing.budget)
+        self.writer.converge_all(((item, observed.lookup(item)) for item in plan(targets, observed, signing)), report,
+                                 now, found.note, signing.budget)
         expiries = found.leaves
         if self.status is not None:  # the status API's workloads of these namespaces, as this pass left them
             kept = tuple(w for w in self.status.workloads if w.namespace not in namespaces)
-            fresh = st.workload_statuses([*targets, *self._refused_targets], expiries, report.waiting, self._facts,
-                                         found.renewals)
+            fresh = st.workload_statuses([*targets, *self.targets.refused], expiries, report.waiting,
+                                         self.announcer.facts, found.renewals)
             self.status = dataclasses.replace(self.status, workloads=kept + tuple(fresh))
 
     def forget(self) -> None:
         """Drop what the last pass saw (status and gauges): this replica no longer leads."""
-        self.status, self._signing = None, None
+        self.status = None
+        self.keeper.forget()
         self.metrics.forget()
 
     def run_signer_pass(self) -> PassReport:
@@ -151,14 +224,31 @@ class Reconciler(WebhookPass):
         bundle not written here; the next full pass does both."""
         return self._guarded(self._signer_pass)
 
+    def _signer_pass(self, report: PassReport, now: datetime) -> None:
+        def cas() -> CaSet:  # a member's intermediate as the last full pass found it (never in the CA Secret)
+            stored = read_optional(self.api, SECRETS, self.settings.ca.secret_name, self.settings.namespace)
+            intermediate = self.member.ca("serving") if self.member is not None else None
+            return load_ca_set(stored, user_ca=self.keeper.user_ca(now, "serving") or intermediate)
+
+        def observed() -> Observed:
+            if self._cache is not None:
+                return self._cache.observed()
+            found = Observed()
+            selector = f"{names.INJECT_LABEL}={names.NAMESPACE_OPT_IN}"
+            found.enabled = enabled_namespaces(self.api.list_objects(NAMESPACES, label_selector=selector).items)
+            found.pods = read_candidate_pods(self.api, found.enabled)
+            return found
+
+        self.pod_signer.requests_only(report, now, cas=cas, observed=observed)
+
     def run_webhook_pass(self, ws: WebhookSettings) -> PassReport:
         """Only the webhook's serving certificate and caBundle (what `tls-injector bootstrap` does)."""
-        return self._guarded(lambda report, now: self.converge_webhook(ws, report, now))
+        return self._guarded(lambda report, now: self.webhook.converge(ws, report, now))
 
     def _guarded(self, work: Callable[[PassReport, datetime], object], *, keyed: bool = False) -> PassReport:
         """Run one pass; `keyed`: a pass of a few namespaces, which sees only their conditions and counts."""
         report, started, now = PassReport(), time.monotonic(), self.clock()
-        self._lasting, self._facts = set(), {}
+        self.announcer.begin()
         try:
             with collector_paused():
                 work(report, now)
@@ -169,15 +259,13 @@ class Reconciler(WebhookPass):
             report.aborted = f"{type(e).__name__}: {e}"
             self.metrics.failures.labels("pass-aborted").inc()
             log.error("reconcile pass stopped", extra={"error": report.aborted})
-        if self.outbox is not None:
-            self.outbox.flush()  # a pass ends with its Events written
+        # A pass ends with its Events written; an aborted pass saw only part of its conditions, and a keyed
+        # pass only those of its namespaces (the next full pass forgets the ended ones).
+        self.announcer.end(complete=not (report.aborted or keyed))
         self.metrics.duration.observe(time.monotonic() - started)
         if not keyed:  # the gauges count the whole cluster: a full pass sets them
             self.metrics.conflicts.set(len(report.conflicts))
             self.metrics.waiting.set(len(report.waiting))
-        # A condition that ended and starts again is announced again; an aborted pass saw only part of them,
-        # and a keyed pass only those of its namespaces (the next full pass forgets the ended ones).
-        self._told = self._lasting if not (report.aborted or keyed) else self._told | self._lasting
         log.info("reconcile pass done", extra={"keyed": keyed, "writes": dict(report.writes),
                                                "conflicts": len(report.conflicts),
                                                "names_refused": len(report.names_refused),
@@ -191,63 +279,77 @@ class Reconciler(WebhookPass):
     def _pass(self, report: PassReport, now: datetime) -> None:
         """A full pass: the three passes of docs/reconcile.md, on one reading of the cluster."""
         # Requests before pods: a request's pod was created before it, so it is in the pod list read next.
-        native = signer.observe(self.api, self.native)
-        observed = self.cache.observed() if self.cache is not None else read_cluster(self.api)
+        native = self.pod_signer.observe()
+        observed = self._cache.observed() if self._cache is not None else read_cluster(self.api)
         workloads = self.converge_workloads(observed, native, report, now)
-        if self.settings.hub:
-            self.converge_members(report)
+        if self.hub is not None:
+            self.hub.converge_members(report, self.keeper.steps)
         if native is not None:
-            self.converge_pod_certificates(native, workloads.cas, observed, report, now)
+            self.pod_signer.converge(native, workloads.cas, observed, report, now)
         missing = missing_injection(observed.pods, enabled=observed.enabled, own_namespace=self.settings.namespace)
         self.metrics.missing_injection.set(len(missing))
-        self._seen = (st.workload_statuses([*workloads.targets, *self._refused_targets], workloads.expiries,
-                                           report.waiting, self._facts, workloads.renewals),
+        self._seen = (st.workload_statuses([*workloads.targets, *self.targets.refused], workloads.expiries,
+                                           report.waiting, self.announcer.facts, workloads.renewals),
                       st.pod_statuses(missing))
         if self.settings.webhook is not None:
-            configs = self.converge_webhook(self.settings.webhook, report, now)
-            self.metrics.serving_verdict = self._served_verdict(self.settings.webhook, configs, now)
+            configs = self.webhook.converge(self.settings.webhook, report, now)
+            self.metrics.serving_verdict = self.webhook.served_verdict(self.settings.webhook, configs, now)
 
     def converge_workloads(self, observed: Observed, native: signer.NativeView | None, report: PassReport,
                            now: datetime) -> WorkloadsPassed:
         """Workload certificates and bundles: discover the Secrets the cluster needs, step the workload CA
         on the bundles and leaves in use, then plan and write every leaf Secret and trust bundle. Returns
         the CA set as stepped (the pod-certificate signer signs with it), the Secrets and their expiries."""
-        targets = self._targets(observed, native is not None, report, now)
+        targets = self.targets.find(observed, native is not None, report, now)
         # Before anything is stepped or written: a user CA that cannot be used stops the pass here.
-        self._user = self._user_cas(now)
-        self._intermediates, self._ack_scope, self._held = self._read_intermediates(report, now), {}, {}
-        self._acks, self._ack_problems = self._read_acks() if self.settings.hub else ({}, {})
-        step = self._ensure_ca(observed, targets, now, report, native=native)
-        self._ca_metrics(step.cas)
+        keeper, member, hub = self.keeper, self.member, self.hub
+        users = keeper.read_user_cas(now)
+        if member is not None:
+            member.read(report, now, user_roles=users)
+        if hub is not None:
+            hub.read()
+        step, namespaces = keeper.ensure_ca(observed, targets, now, report, native=native,
+                                            intermediate=member.ca("serving") if member is not None else None,
+                                            gate=hub.gate("serving", now) if hub is not None else None)
+        if member is not None:
+            member.stepped("serving", namespaces)
+        self.findings.ca_metrics(step.cas)
         if step.waiting:
             log.warning("no CA may sign yet: certificates that need one wait", extra={"reason": step.waiting})
         stored: dict[tuple[str, str, str], Obj | None] = {}
-        signing = Signing.of(step.cas, now=now, waiting=step.waiting, anchors=self._roots("serving"))
+        signing = Signing.of(step.cas, now=now, waiting=step.waiting,
+                             anchors=member.roots("serving") if member is not None else ())
         self.metrics.client_ca_expiry.clear()
         # The client CA set only once a workload asks for it, or in a hub, where it is the client root.
         if any(t.client_ids for t in targets) or self.settings.hub:
-            client = self._ensure_client_ca(observed, targets, now, report)
-            self._ca_metrics(client.cas, client=True)
-            signing = dataclasses.replace(signing, client=Signing.of(client.cas, now=now, waiting=client.waiting,
-                                                                     prefix=CLIENT_PREFIX,
-                                                                     anchors=self._roots("client")))
+            client, namespaces = keeper.ensure_client_ca(
+                observed, targets, now, report, intermediate=member.ca("client") if member is not None else None,
+                gate=hub.gate("client", now) if hub is not None else None)
+            if member is not None:
+                member.stepped("client", namespaces)
+            self.findings.ca_metrics(client.cas, client=True)
+            signing = dataclasses.replace(signing, client=Signing.of(
+                client.cas, now=now, waiting=client.waiting, prefix=CLIENT_PREFIX,
+                anchors=member.roots("client") if member is not None else ()))
         # Kept for keyed passes without this pass's opened seals (~100,000 of them at 100,000 workloads).
-        self._signing = dataclasses.replace(signing, opened={}, client=signing.client and dataclasses.replace(
-            signing.client, opened={}))
+        keeper.keep(dataclasses.replace(signing, opened={}, client=signing.client and dataclasses.replace(
+            signing.client, opened={})))
         signing = dataclasses.replace(signing, budget=self._turn_budget(), keys=self.keys)
         self._native_served = native is not None
         found = Expiries({(t.namespace, t.secret_name): t for t in targets}, signing)
 
+        federated = member is not None and member.federated
+
         def done(item: Item, obj: Obj | None) -> None:
-            if self._intermediates:  # a member's report reads what the pass left
+            if federated:  # a member's report reads what the pass left
                 stored[item.key] = obj
             found.note(item, obj)
 
-        self.converge_all(((item, observed.lookup(item)) for item in plan(targets, observed, signing)), report, now,
-                          done, signing.budget)
-        if self._intermediates:
-            self._report_roots(_after(observed, stored), targets, native, report, now)
-        self._cert_metrics(found)
+        self.writer.converge_all(((item, observed.lookup(item)) for item in plan(targets, observed, signing)), report,
+                                 now, done, signing.budget)
+        if member is not None and federated:
+            member.report_roots(_after(observed, stored), targets, native, report, now, facts=keeper.facts)
+        self.findings.cert_metrics(found)
         expiries = found.leaves
         self.metrics.not_issued.set(sum((t.namespace, t.secret_name) not in expiries for t in targets))
         return WorkloadsPassed(step.cas, targets, expiries, found.renewals)
@@ -257,124 +359,10 @@ class Reconciler(WebhookPass):
         seconds = self.settings.turn_seconds
         return None if seconds is None else TurnBudget(seconds)
 
-    def _targets(self, observed: Observed, native_served: bool, report: PassReport, now: datetime) -> list[Target]:
-        """The certificate Secrets the observed workloads and pods need (discover), with what is refused
-        of them reported; fills in the observed namespaces' truststores, trust-only asks and keystores."""
-        workloads, pods = observed.workloads, observed.pods
-        if native_served:  # pod certificates served: who asked for them gets no Secret
-            workloads, pods = secret_users(workloads, pods)
-        observed.truststores = truststore_namespaces(workloads, pods, enabled=observed.enabled)
-        # Who asked for trust alone gets no Secret; their namespaces get the bundle (names.MODE_TRUST_ONLY).
-        workloads, pods, observed.trust_only = trust_only_split(workloads, pods, enabled=observed.enabled)
-        targets = discover(workloads, pods, enabled=observed.enabled, cluster_domain=self.settings.cluster_domain,
-                           services=observed.services, own_namespace=self.settings.namespace,
-                           trust_domain=self.settings.trust_domain, profiles=self.settings.profiles)
-        targets, self._refused_targets = legal_targets(targets)
-        self._report_secret_names(self._refused_targets, report, now)
-        targets = self._accounts_checked(targets)
-        observed.keystores = self._keystores(workloads, pods, targets, observed=observed, report=report, now=now)
-        self._report_refused_names(targets, report, now)
-        report_profiles(targets, report.profiles_refused, self.metrics,
-                        lambda t, m: self._announce(t.workloads, f"{t.namespace}/{t.secret_name}",
-                                                    reason="ProfileRefused", message=m, now=now))
-        self._report_oversized(observed, report, now)
-        self._report_tls_changes(observed, now)
-        return targets
 
-    def _accounts_checked(self, targets: list[Target]) -> list[Target]:
-        """A client certificate names its workload's service account (its SPIFFE ID): one that does not
-        exist is no identity to vouch for, and whoever creates it later gets a certificate already made
-        for that name. So that client certificate is refused (reported with the other client refusals,
-        the rest go on), and one issued before is removed. One `get` per account asked for, per pass."""
-        exists: dict[tuple[str, str], bool] = {}
-        checked = []
-        for target in targets:
-            key = (target.namespace, target.client_ids[0].rsplit("/sa/", 1)[-1]) if target.client_wanted else None
-            if key is not None and (why := subdomain_problem(key[1])):  # the pod spec's, as its author wrote it
-                checked.append(target.client_refused(f"its service account {shown(key[1])} is no ServiceAccount "
-                                                     f"name: {why}"))
-                continue
-            if key is not None and key not in exists:
-                exists[key] = self._account_exists(*key)
-            checked.append(target if key is None or exists[key] else target.client_refused(
-                f"its service account {key[1]} does not exist in namespace {key[0]}; create it, or run the "
-                "workload as one that exists"))
-        return checked
 
-    def _keystores(self, workloads: list[tuple[str, Obj]], pods: list[Obj], targets: list[Target], *,
-                   observed: Observed, report: PassReport, now: datetime) -> dict[tuple[str, str], keystores.Keystore]:
-        """The JVM keystores asked for, each password Secret read once (one `get` per name a pass); a
-        keystore that cannot be made is reported and told on its workloads, the rest go on."""
-        asks = keystores.keystore_asks(workloads, pods, enabled=observed.enabled)
-        found = keystores.resolve(asks, read=self._read_password_secret, own_namespace=self.settings.namespace)
-        for (namespace, secret), keystore in found.items():
-            if keystore.problem:
-                report.keystores_refused.append(keystore.problem)
-                log.warning("keystore refused", extra={"namespace": namespace, "object": secret,
-                                                       "reason": keystore.problem})
-                refs = next((t.workloads for t in targets if (t.namespace, t.secret_name) == (namespace, secret)), ())
-                self._announce(refs, f"{namespace}/{secret}", reason="KeystoreRefused", message=keystore.problem,
-                               now=now)
-        return found
 
-    def _read_password_secret(self, namespace: str, name: str) -> tuple[Obj | None, str]:
-        try:
-            return self.api.get(SECRETS, name, namespace=namespace), ""
-        except NotFound:
-            return None, ""
-        except KubeError as e:
-            return None, str(e)[:200]
 
-    def _account_exists(self, namespace: str, name: str) -> bool:
-        """False only when the API confirmed it missing: an API error keeps what is issued (one failed read
-        must not remove every client certificate of the namespace)."""
-        try:
-            self.api.get(SERVICE_ACCOUNTS, name, namespace=namespace)
-        except NotFound:
-            return False
-        except KubeError as e:
-            log.warning("service account not checked", extra={"namespace": namespace, "object": name,
-                                                               "error": str(e)})
-        return True
 
-    def converge_pod_certificates(self, native: signer.NativeView, cas: CaSet, observed: Observed, report: PassReport,
-                         now: datetime) -> None:
-        """The pod-certificate signer: publish the CA set as the ClusterTrustBundle, then answer the pending
-        pod certificate requests (they wait, pending, while no CA may sign)."""
-        try:
-            report.writes["update" if native.bundle else "create"] += signer.publish(
-                self.api, native, cas, now=now, guard=self._guard)
-        except ValueError as e:  # a bundle of our name that is not ours
-            report.conflicts.append(str(e))
-        self._answer_requests(native, cas, observed, report, now)
 
-    def _answer_requests(self, native: signer.NativeView, cas: CaSet, observed: Observed, report: PassReport,
-                         now: datetime) -> None:
-        signing = cas.signer()
-        if signing is None:
-            return
-        pods = {(p["metadata"].get("namespace") or "", p["metadata"]["name"]): p for p in observed.pods}
-        outcome = signer.sign(self.api, native, signer=signing, pods=pods, enabled=observed.enabled, now=now,
-                              guard=self._guard, cluster_domain=self.settings.cluster_domain)
-        report.writes["update"] += outcome.writes
-        report.reasons["pod-certificate:issued"] += outcome.issued
-        report.reasons["pod-certificate:denied"] += outcome.denied
-        for verdict, count in outcome.verdicts.items():
-            self.metrics.pod_certificates.labels(verdict).inc(count)
-        report.failed += outcome.failed
 
-    def _signer_pass(self, report: PassReport, now: datetime) -> None:
-        native = signer.observe(self.api, self.native)
-        if native is None or not any(podcerts.is_ours(r) for r in native.requests):
-            return
-        # A member's intermediate as the last full pass found it (the key is never in the CA Secret).
-        cas = load_ca_set(self._read_optional(SECRETS, self.settings.ca.secret_name),
-                          user_ca=self._user_ca(now, "serving") or self._member_ca("serving"))
-        if self.cache is not None:
-            observed = self.cache.observed()
-        else:
-            observed = Observed()
-            selector = f"{names.INJECT_LABEL}={names.NAMESPACE_OPT_IN}"
-            observed.enabled = enabled_namespaces(self.api.list_objects(NAMESPACES, label_selector=selector).items)
-            observed.pods = read_candidate_pods(self.api, observed.enabled)
-        self._answer_requests(native, cas, observed, report, now)

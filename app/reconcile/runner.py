@@ -99,6 +99,8 @@ def run_once(cluster: ClusterConfig, settings: ReconcileSettings, *, metrics: Re
 
 def controller(cluster: ClusterConfig, settings: ReconcileSettings, *, metrics: ReconcileMetrics,
                identity: str | None = None, resync_seconds: float = RESYNC_SECONDS) -> Controller:
+    if settings.turn_seconds is None:  # built by the command (cli.cluster.settings_for), never changed here
+        raise ValueError("the loop's settings bound no namespace's turn: build them with settings_for(loop=True)")
     api = connect(cluster, metrics)
     elector = LeaderElector(api, settings.namespace, identity or default_identity())
     reconciler = Reconciler(api, settings, metrics=metrics,

@@ -1,39 +1,31 @@
-"""What a reconciler holds between passes and what a pass reports: the settings, the report of a pass, and
-the state the other parts share (backoff, announced conditions, what the CA and federation steps found).
+"""What every part of a reconciler is handed, and what a pass reports: the settings (built by the command
+that runs the reconciler, never changed after), the report of a pass, what the workloads' pass leaves for
+the rest, and the one read every part makes (an object, or None when it does not exist).
 
-The Reconciler is composed in layers, each a module of what it does (docs/reconcile.md, "The code"):
-state (this), writes (writes, backoff, Events), reports (what a pass says), members (federation), trust
-(the CA sets and their facts), reconciler (the passes themselves). Each layer uses only those below it.
+The Reconciler composes parts, each an object with its own state (docs/reconcile.md, "The code"):
+the announcer, the writer, the findings, the CA keeper, the member side or the hub side, and the
+webhook's own pass. None reaches into another's fields; each is handed what it uses.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import gc
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from datetime import datetime
 
 from tls_injector import names
 from tls_injector.injection.profile import ProfileBounds
 from tls_injector.kube import KubeApi, NotFound, Resource
-from tls_injector.pki import CaRole, CaSet, CertKey, service_name_constraints
-from tls_injector.reconcile import events, signer
-from tls_injector.reconcile import status as st
-from tls_injector.reconcile.ca import CaPolicy, CaStep
-from tls_injector.reconcile.discover import Target, WorkloadRef
-from tls_injector.reconcile.federation import Hold, Intermediate, MemberAck
-from tls_injector.reconcile.keypool import KeyPool
-from tls_injector.reconcile.metrics import ReconcileMetrics
-from tls_injector.reconcile.plan import Obj, Signing
+from tls_injector.pki import CaRole, CaSet, service_name_constraints
+from tls_injector.reconcile import signer
+from tls_injector.reconcile.ca import CaPolicy
+from tls_injector.reconcile.discover import Target
+from tls_injector.reconcile.plan import Obj
 from tls_injector.reconcile.webhook_plan import WebhookSettings
-
-if TYPE_CHECKING:
-    from tls_injector.reconcile.cache import ClusterCache
 
 
 class NotLeader(Exception):
@@ -72,6 +64,21 @@ class ReconcileSettings:
         given: tuple[tuple[CaRole, str | None], ...] = (("serving", self.user_ca_secret),
                                                          ("client", self.user_client_ca_secret))
         return tuple((role, name) for role, name in given if name)
+
+    def user_secret(self, role: CaRole) -> str | None:
+        """The Secret of the user's own CA of `role`, if given."""
+        return (self.user_ca_secret if role == "serving" else self.user_client_ca_secret) or None
+
+    @property
+    def workload_ca_policy(self) -> CaPolicy:
+        """The workload CA's policy, its name constraints those of the cluster domain unless set; a hub's
+        CA is a root that signs its members' intermediates (path length 1)."""
+        policy = self.ca
+        if self.hub:
+            policy = dataclasses.replace(policy, path_length=max(policy.path_length, 1))
+        if policy.permitted_dns:
+            return policy
+        return dataclasses.replace(policy, permitted_dns=service_name_constraints(self.cluster_domain))
 
 
 @dataclass
@@ -140,93 +147,12 @@ class WorkloadsPassed:
     renewals: dict[tuple[str, str], datetime] = field(default_factory=dict)  # when each is due (Expiries)
 
 
-class ReconcilerState:
-    """The state a reconciler keeps from pass to pass, and the reads every layer makes."""
-
-    def __init__(self, api: KubeApi, settings: ReconcileSettings, *, metrics: ReconcileMetrics | None = None,
-                 may_write: Callable[[], bool] = lambda: True,
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
-        self.api = api
-        self.settings = settings
-        self.metrics = metrics or ReconcileMetrics()
-        self.may_write = may_write
-        self.clock = clock
-        # Conditions (reason, object) an Event already announced and that lasted into the last pass: each is
-        # announced once while it lasts, not once per pass (a broken workload must not grow the Event list).
-        self._told: set[tuple[str, str]] = set()
-        self._lasting: set[tuple[str, str]] = set()  # the conditions of the pass under way
-        # The same conditions by the workloads they are told on, (reason, message): the status's conditions.
-        self._facts: dict[WorkloadRef, list[tuple[str, str]]] = {}
-        # The targets of the pass under way refused whole for a Secret name that is none: never planned,
-        # shown in the status with their SecretNameRefused condition.
-        self._refused_targets: list[Target] = []
-        # Objects whose write failed: (failures in a row, not tried again before). A write the API server
-        # keeps refusing is retried after 30 s, doubling up to the resync period, not at every pass.
-        self._backoff: dict[tuple[str, str, str], tuple[int, datetime]] = {}
-        self._failing: set[tuple[str, str, str]] = set()  # failed in the pass under way
-        self.native = signer.NativeApis(api, mode=settings.pod_certificates)
-        # What the last full pass saw, for the status API (tls_injector.reconcile.status); swapped in whole.
-        self.status: st.Status | None = None
-        self._steps: dict[str, CaStep] = {}  # by CA Secret, as the pass stepped them
-        # A member: the hub's intermediates found in this pass, by role (docs/multicluster.md).
-        self._intermediates: dict[CaRole, Intermediate] = {}
-        self._user: dict[CaRole, CertKey] = {}  # the user's own CAs by role, as read at the start of this pass
-        self._members: dict[str, str] = {}  # a hub: member -> why it is not ready ("" when it is), last pass
-        # A hub: each member's report on the roots, read before the CA sets are stepped (None: unreadable),
-        # and per role the new roots held for members; a member: per role, what its report is made of.
-        self._acks: dict[str, MemberAck | None] = {}
-        self._ack_problems: dict[str, str] = {}  # a hub: member -> why its report cannot be used, this pass
-        self._cluster_uid = ""  # a member: its kube-system Namespace uid, once read (CLUSTER_ID_ANNOTATION)
-        # A hub: when it last wrote each member's intermediate of each role (re-issue of a deleted one is
-        # rate-limited: hub.REISSUE_INTERVAL).
-        self._issued: dict[tuple[str, CaRole], datetime] = {}
-        self._held: dict[str, dict[str, Hold]] = {}
-        self._excluded: frozenset[str] = frozenset()  # a hub: members no root rotation waits for
-        # A member: per role, the namespaces whose bundles its report speaks of (set when the role's CA set
-        # was stepped this pass); the report is made from what the pass leaves there.
-        self._ack_scope: dict[CaRole, set[str]] = {}
-        self._seen: tuple[list[st.WorkloadStatus], list[st.PodStatus]] | None = None
-        # The long-running loop's cache (app/reconcile/cache.py): a pass reads it instead of listing, and
-        # our writes go into it at once. None for `reconcile --once` and the other one-shot commands.
-        self.cache: ClusterCache | None = None
-        # The loop's keys made ahead (keypool.py; the controller starts its thread); None: made at the call.
-        self.keys: KeyPool | None = None
-        # What the last full pass signed with, and whether the cluster served pod certificates then: a
-        # keyed pass (run_namespaces_pass) signs with the same, stepping no CA set (None: no full pass yet).
-        self._signing: Signing | None = None
-        self._native_served = False
-        # The loop's Events, posted beside the pass (events.Outbox); None: each posted at once.
-        self.outbox: events.Outbox | None = None
-
-    @property
-    def workload_ca_policy(self) -> CaPolicy:
-        """The workload CA's policy, its name constraints those of the cluster domain unless set; a hub's
-        CA is a root that signs its members' intermediates (path length 1)."""
-        policy = self.settings.ca
-        if self.settings.hub:
-            policy = dataclasses.replace(policy, path_length=max(policy.path_length, 1))
-        if policy.permitted_dns:
-            return policy
-        return dataclasses.replace(policy, permitted_dns=service_name_constraints(self.settings.cluster_domain))
-
-    def _writing(self, kind: str, key: tuple[str, str]) -> AbstractContextManager[None]:
-        """While we write this object, its watch events are our own write's (ClusterCache.writing)."""
-        return self.cache.writing(kind, key) if self.cache is not None else contextlib.nullcontext()
-
-    def _guard(self) -> None:
-        if not self.may_write():
-            raise NotLeader("lost the leader lease")
-
-    def _user_secret(self, role: CaRole) -> str | None:
-        settings = self.settings
-        return (settings.user_ca_secret if role == "serving" else settings.user_client_ca_secret) or None
-
-    def _read_optional(self, resource: Resource, name: str, namespace: str | None = None) -> Obj | None:
-        """The object, or None only when the API confirmed it does not exist (any other error propagates)."""
-        try:
-            return self.api.get(resource, name, namespace=namespace or self.settings.namespace)
-        except NotFound:
-            return None
+def read_optional(api: KubeApi, resource: Resource, name: str, namespace: str) -> Obj | None:
+    """The object, or None only when the API confirmed it does not exist (any other error propagates)."""
+    try:
+        return api.get(resource, name, namespace=namespace)
+    except NotFound:
+        return None
 
 
 @contextmanager

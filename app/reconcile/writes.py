@@ -1,6 +1,10 @@
-"""Writing one object: decide, write with its preconditions, re-read on a 409, back off an object whose
-writes keep failing, and tell the workloads concerned (Events once while a condition lasts, the log and
-the report at every pass)."""
+"""The writer: one object at a time, decided, written with its preconditions, re-read on a 409, backed
+off when its writes keep failing, creates sent ahead while the next objects are decided; and the
+workloads concerned told (through the announcer: Events once while a condition lasts; the log and the
+report at every pass).
+
+It holds only its own state (the backoff) and is handed what it uses: the API, the metrics, the
+announcer, whether this replica may write, and in the loop the cache its writes go into at once."""
 
 from __future__ import annotations
 
@@ -12,14 +16,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Protocol
 
-from tls_injector.kube import SECRETS, Conflict, KubeError, NotFound, Unavailable
-from tls_injector.reconcile import events
+from tls_injector.kube import SECRETS, Conflict, KubeApi, KubeError, NotFound, Resource, Unavailable
+from tls_injector.reconcile.announcer import Announcer
 from tls_injector.reconcile.budget import TurnBudget
-from tls_injector.reconcile.discover import WorkloadRef
+from tls_injector.reconcile.metrics import ReconcileMetrics
 from tls_injector.reconcile.plan import Deferred, Item, Obj, Refused, Waiting, Write
-from tls_injector.reconcile.state import NotLeader, PassReport, ReconcilerState
+from tls_injector.reconcile.state import NotLeader, PassReport
 
 log = logging.getLogger("tls_injector.reconcile")
 # Three tries per object: a 409 means someone wrote in between; three in a row means a hot object,
@@ -49,6 +53,15 @@ _UNDECIDED = _Undecided()
 _Outcome = Write | Refused | Waiting | Deferred | None
 
 
+class WriteCache(Protocol):
+    """What the writer needs of the loop's cache (cache.ClusterCache): our own writes' watch events kept
+    quiet while we write, and what we wrote put in at once."""
+
+    def writing(self, kind: str, key: tuple[str, str]) -> AbstractContextManager[object]: ...
+
+    def assume(self, kind: str, key: tuple[str, str], stored: Obj | None, *, was: str) -> Obj | None: ...
+
+
 @dataclass
 class _Flying:
     """A create sent and not yet taken up."""
@@ -60,8 +73,47 @@ class _Flying:
     quiet: AbstractContextManager[object]
 
 
-class Writes(ReconcilerState):
+class Writer:
     """One object at a time: its write, its backoff, its Events."""
+
+    def __init__(self, api: KubeApi, metrics: ReconcileMetrics, announcer: Announcer, *, namespace: str,
+                 may_write: Callable[[], bool] = lambda: True) -> None:
+        self._api = api
+        self._namespace = namespace  # our own: where an object of no namespace is read (as a pass reads it)
+        self._metrics = metrics
+        self._announcer = announcer
+        self._may_write = may_write
+        # Objects whose write failed: (failures in a row, not tried again before). A write the API server
+        # keeps refusing is retried after 30 s, doubling up to the resync period, not at every pass.
+        self._backoff: dict[tuple[str, str, str], tuple[int, datetime]] = {}
+        self._failing: set[tuple[str, str, str]] = set()  # failed in the pass under way
+        # The long-running loop's cache (app/reconcile/cache.py): our writes go into it at once. None for
+        # `reconcile --once` and the other one-shot commands.
+        self._cache: WriteCache | None = None
+
+    def use_cache(self, cache: WriteCache | None) -> None:
+        """The loop's cache, which what is written goes into at once (ClusterCache.assume)."""
+        self._cache = cache
+
+    def guard(self) -> None:
+        """Stop at once (NotLeader) when this replica may no longer write."""
+        if not self._may_write():
+            raise NotLeader("lost the leader lease")
+
+    def backing_off(self, key: tuple[str, str, str]) -> bool:
+        """The last write of this object (kind, namespace, name) failed: it waits out its backoff."""
+        return key in self._backoff
+
+    def write_stored(self, write: Write, report: PassReport, *, existing: Obj | None) -> Obj | None:
+        """Make one write outside a plan (a CA Secret's step) and put what is stored into the cache: our own
+        write, whose watch event calls for no full pass. A 409 (Conflict) is the caller's to handle."""
+        key = (write.namespace or "", write.name)
+        with self._quiet_key(write.resource.kind, key):
+            stored = self.write(write, report)
+            if self._cache is not None:  # our own write: its event calls for no full pass
+                was = str(((existing or {}).get("metadata") or {}).get("resourceVersion") or "")
+                self._cache.assume(write.resource.kind, key, stored, was=was)
+        return stored
 
     def retries(self, namespaces: set[str] | None = None) -> dict[str, datetime]:
         """When the next write of each of `namespaces` (None: any) that failed may be tried again (its
@@ -91,13 +143,12 @@ class Writes(ReconcilerState):
                     started = budget.clock() if budget is not None else 0.0
                     first = self._first(item, existing, now)
                     if isinstance(first, Write) and first.action == "create":
-                        if not self.may_write():
-                            raise NotLeader("lost the leader lease")
+                        self.guard()
                         quiet = self._quiet(item)
                         quiet.__enter__()
                         flying.append(_Flying(item, existing, first, pool.submit(self._send, first), quiet))
                     else:
-                        done(item, self._converge_cached(item, existing, report, now, first=first))
+                        done(item, self.converge_cached(item, existing, report, now, first=first))
                     if budget is not None:
                         budget.charge(item.namespace, budget.clock() - started)
                 while flying:
@@ -123,10 +174,12 @@ class Writes(ReconcilerState):
 
     def _quiet(self, item: Item) -> AbstractContextManager[object]:
         """While an object is written: its watch events call no one (ClusterCache.writing)."""
-        return nullcontext() if self.cache is None else self.cache.writing(item.resource.kind,
-                                                                           (item.namespace, item.name))
+        return self._quiet_key(item.resource.kind, (item.namespace, item.name))
 
-    def _converge_cached(self, item: Item, existing: Obj | None, report: PassReport, now: datetime, *,
+    def _quiet_key(self, kind: str, key: tuple[str, str]) -> AbstractContextManager[object]:
+        return nullcontext() if self._cache is None else self._cache.writing(kind, key)
+
+    def converge_cached(self, item: Item, existing: Obj | None, report: PassReport, now: datetime, *,
                          first: _Outcome | _Undecided = _UNDECIDED) -> Obj | None:
         """_converge, then what it wrote into the cache at once (ClusterCache.assume), when there is one."""
         # Assumed before the write's own watch event is let through: one that came between would queue work.
@@ -134,10 +187,10 @@ class Writes(ReconcilerState):
             return self._assumed(item, existing, self._converge(item, existing, report, now, first=first))
 
     def _assumed(self, item: Item, existing: Obj | None, stored: Obj | None) -> Obj | None:
-        if self.cache is None or stored is existing:
+        if self._cache is None or stored is existing:
             return stored
         was = str(((existing or {}).get("metadata") or {}).get("resourceVersion") or "")
-        kept = self.cache.assume(item.resource.kind, (item.namespace, item.name), stored, was=was)
+        kept = self._cache.assume(item.resource.kind, (item.namespace, item.name), stored, was=was)
         return stored if kept is None else kept  # the cache's copy: the answer's own is freed at once
 
     def _converge(self, item: Item, existing: Obj | None, report: PassReport, now: datetime, *,
@@ -176,7 +229,7 @@ class Writes(ReconcilerState):
                 self._refused(item, outcome, report, now)
                 return existing
             try:
-                stored = self._write(outcome, report, item=item, now=now, sent=sent if attempt == 0 else None)
+                stored = self.write(outcome, report, item=item, now=now, sent=sent if attempt == 0 else None)
             except Conflict:
                 existing = self._read_optional(item.resource, item.name, item.namespace)
                 continue
@@ -211,12 +264,18 @@ class Writes(ReconcilerState):
         self._failing.add(item.key)
         self._failed(item, f"{write.action}: {error}", report, now)
 
-    def _write(self, write: Write, report: PassReport, *, item: Item | None = None,
-               now: datetime | None = None, sent: Future[Obj | None] | None = None) -> Obj | None:
+    def _read_optional(self, resource: Resource, name: str, namespace: str) -> Obj | None:
+        """The object, or None only when the API confirmed it does not exist (any other error propagates)."""
+        try:
+            return self._api.get(resource, name, namespace=namespace or self._namespace)
+        except NotFound:
+            return None
+
+    def write(self, write: Write, report: PassReport, *, item: Item | None = None,
+              now: datetime | None = None, sent: Future[Obj | None] | None = None) -> Obj | None:
         """Make the write (or take the answer of the one `sent` already, checked then to lead), and tell it."""
         if sent is None:
-            if not self.may_write():
-                raise NotLeader("lost the leader lease")
+            self.guard()
             stored = self._send(write)
         else:
             stored = sent.result()
@@ -230,34 +289,26 @@ class Writes(ReconcilerState):
 
     def _send(self, write: Write) -> Obj | None:
         if write.action == "create":
-            return self.api.create(write.resource, write.body or {}, namespace=write.namespace)
+            return self._api.create(write.resource, write.body or {}, namespace=write.namespace)
         if write.action == "update":
-            return self.api.replace(write.resource, write.body or {})
-        self.api.delete(write.resource, write.name, namespace=write.namespace, resource_version=write.resource_version)
+            return self._api.replace(write.resource, write.body or {})
+        self._api.delete(write.resource, write.name, namespace=write.namespace, resource_version=write.resource_version)
         return None
 
     def _written(self, item: Item, write: Write, now: datetime) -> None:
         verb, _, why = write.reason.partition(":")
         if verb in ("issued", "renewed"):
             what = "client certificate" if item.client else "certificate"
-            self.metrics.rotations.labels("client-leaf" if item.client else "leaf", why).inc()
+            self._metrics.rotations.labels("client-leaf" if item.client else "leaf", why).inc()
             reason = f"{'Client' if item.client else ''}Certificate{verb.capitalize()}"
-            self._emit(item.workloads, reason=reason, kind="Normal", now=now,
-                       message=f"Secret {item.name}: {what} {verb} ({why})")
-
-    def _emit(self, refs: tuple[WorkloadRef, ...], *, reason: str, message: str,
-              kind: Literal["Normal", "Warning"], now: datetime) -> None:
-        """Through the loop's outbox when there is one (posted beside the pass), else at once."""
-        if self.outbox is not None:
-            self.outbox.emit(refs, reason=reason, kind=kind, message=message, now=now)
-        else:
-            events.emit(self.api, refs, reason=reason, kind=kind, message=message, now=now)
+            self._announcer.emit(item.workloads, reason=reason, kind="Normal", now=now,
+                                 message=f"Secret {item.name}: {what} {verb} ({why})")
 
     def _refused(self, item: Item, refused: Refused, report: PassReport, now: datetime) -> None:
         report.conflicts.append(refused.message)
         log.warning("object not owned; left untouched", extra={"namespace": item.namespace, "object": item.name})
-        self._announce(item.workloads, f"{item.namespace}/{item.name}", reason="SecretConflict",
-                       message=refused.message, now=now)
+        self._announcer.announce(item.workloads, f"{item.namespace}/{item.name}", reason="SecretConflict",
+                                 message=refused.message, now=now)
 
     def _waiting(self, item: Item, waiting: Waiting, report: PassReport, now: datetime) -> None:
         """Reported every pass (log, report, gauge); the Event once per wait, not once per pass."""
@@ -265,23 +316,12 @@ class Writes(ReconcilerState):
         report.waiting[key] = waiting.message
         log.warning("certificate waits for a CA that may sign", extra={"namespace": item.namespace,
                                                                        "object": item.name, "reason": waiting.message})
-        self._announce(item.workloads, key, reason="CertificateWaiting", message=waiting.message, now=now)
-
-    def _announce(self, refs: tuple[WorkloadRef, ...], key: str, *, reason: str, message: str, now: datetime,
-                  kind: Literal["Normal", "Warning"] = "Warning") -> None:
-        """A Warning Event for a condition of `key`, once while it lasts: the log and the report say it at
-        every pass; the Event list says it once (and again if it ends and comes back)."""
-        condition = (reason, key)
-        self._lasting.add(condition)
-        for ref in refs:
-            self._facts.setdefault(ref, []).append((reason, message))
-        if condition not in self._told:
-            self._told.add(condition)
-            self._emit(refs, reason=reason, kind=kind, message=message, now=now)
+        self._announcer.announce(item.workloads, key, reason="CertificateWaiting", message=waiting.message, now=now)
 
     def _failed(self, item: Item, why: str, report: PassReport, now: datetime) -> None:
         report.failed.append(f"{item.resource.kind} {item.namespace}/{item.name}: {why}")
-        self.metrics.failures.labels("client-secret" if item.client else item.resource.kind.lower()).inc()
+        self._metrics.failures.labels("client-secret" if item.client else item.resource.kind.lower()).inc()
         log.warning("object not converged", extra={"namespace": item.namespace, "object": item.name, "error": why})
-        self._announce(item.workloads, f"{item.resource.kind}/{item.namespace}/{item.name}",
-                       reason="ClientCertificateFailed" if item.client else "CertificateFailed", message=why, now=now)
+        self._announcer.announce(item.workloads, f"{item.resource.kind}/{item.namespace}/{item.name}",
+                                 reason="ClientCertificateFailed" if item.client else "CertificateFailed", message=why,
+                                 now=now)

@@ -66,7 +66,7 @@ def running_scene(emu: Emulator) -> Iterator[Scene]:
     cluster = find_cluster(server=emu.url)
     assert cluster is not None
     stop, port = threading.Event(), free_port()
-    loop = threading.Thread(target=run_until_signalled, args=(cluster, settings_for(args)),
+    loop = threading.Thread(target=run_until_signalled, args=(cluster, settings_for(args, loop=True)),
                             kwargs={"probe_address": ("127.0.0.1", port), "stop": stop, "status": True})
     loop.start()
     scene = Scene(f"http://127.0.0.1:{port}", emu)

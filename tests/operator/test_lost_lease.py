@@ -61,7 +61,7 @@ def replica(server: str, identity: str) -> Iterator[Replica]:
     cluster = find_cluster(server=server)
     assert cluster is not None
     stop, port = threading.Event(), free_port()
-    loop = threading.Thread(target=run_until_signalled, args=(cluster, settings_for(args)), daemon=True,
+    loop = threading.Thread(target=run_until_signalled, args=(cluster, settings_for(args, loop=True)), daemon=True,
                             kwargs={"probe_address": ("127.0.0.1", port), "stop": stop, "status": True,
                                     "identity": identity})
     loop.start()

@@ -11,6 +11,7 @@ from tests.kubeapi import Emulator
 from tls_injector.kube import KubeApi
 from tls_injector.pki import bundle_certificates, load_certificates, verify_server
 from tls_injector.reconcile.ca import CaPolicy
+from tls_injector.reconcile.metrics import ReconcileMetrics
 from tls_injector.reconcile.reconciler import Reconciler, ReconcileSettings
 
 OWN_NS = "tls-injector"
@@ -68,10 +69,11 @@ def small_cluster(emu: Emulator, *, namespaces: int = 2, per_namespace: int = 2)
 
 
 def reconciler(emu: Emulator, clock: Clock, *, may_write: Callable[[], bool] = lambda: True,
-               settle: timedelta = timedelta(minutes=5), **settings: Any) -> Reconciler:
+               settle: timedelta = timedelta(minutes=5), metrics: ReconcileMetrics | None = None,
+               **settings: Any) -> Reconciler:
     policy = CaPolicy(settle=settle)
     return Reconciler(KubeApi(emu.api_client()), ReconcileSettings(namespace=OWN_NS, ca=policy, **settings),
-                      may_write=may_write, clock=clock)
+                      metrics=metrics, may_write=may_write, clock=clock)
 
 
 def data(obj: dict[str, Any] | None) -> dict[str, bytes]:

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, small_cluster
 from tls_injector.kube import ClusterConfig
+from tls_injector.reconcile.budget import NAMESPACE_TURN_SECONDS
 from tls_injector.reconcile.reconciler import ReconcileSettings
 from tls_injector.reconcile.runner import run_reconciler
 
@@ -20,7 +21,8 @@ def test_the_background_task_leads_converges_exports_metrics_and_stops_on_cancel
 
     async def serve_for_a_while() -> None:
         task = asyncio.create_task(run_reconciler(ClusterConfig(server=kubeapi.url),
-                                                  ReconcileSettings(namespace=OWN_NS, per_object_metrics=True),
+                                                  ReconcileSettings(namespace=OWN_NS, per_object_metrics=True,
+                                                                    turn_seconds=NAMESPACE_TURN_SECONDS),
                                                   registry=registry))
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:

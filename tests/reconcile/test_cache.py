@@ -6,7 +6,6 @@ pass); and after a namespace opts in once the cache is filled (its objects are r
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import timedelta
 from typing import Any
 
@@ -14,7 +13,8 @@ import pytest
 
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, deployment, namespace, reconciler
-from tls_injector.kube import NAMESPACES, KubeApi
+from tests.reconcile.test_user_ca import put_user_ca
+from tls_injector.kube import NAMESPACES, SECRETS, KubeApi
 from tls_injector.kube.api import WatchEvent
 from tls_injector.pki import CaSet, make_ca
 from tls_injector.pki.trust import add_ca
@@ -161,11 +161,11 @@ def test_only_a_ca_set_mid_rotation_calls_a_full_pass_after_writes(kubeapi: Emul
     rec = reconciler(kubeapi, Clock())
     now = Clock().now
     one = add_ca(CaSet(), make_ca(common_name="one", now=now), now=now)
-    rec._steps = {"empty": CaStep(CaSet(), None), "steady": CaStep(one, None)}
+    rec.keeper._steps = {"empty": CaStep(CaSet(), None), "steady": CaStep(one, None)}
     assert not rec.rotating()
-    rec._steps["steady"] = CaStep(add_ca(one, make_ca(common_name="two", now=now), now=now), None)
+    rec.keeper._steps["steady"] = CaStep(add_ca(one, make_ca(common_name="two", now=now), now=now), None)
     assert rec.rotating()
-    rec._steps = {"steady": CaStep(one, None, waiting="the user's CA is not trusted everywhere yet")}
+    rec.keeper._steps = {"steady": CaStep(one, None, waiting="the user's CA is not trusted everywhere yet")}
     assert rec.rotating()
 
 
@@ -192,12 +192,14 @@ def test_keyed_passes_wait_for_a_full_pass_once_one_stopped_before_stepping_the_
     """A full pass that stops before the CA sets are stepped (the user's CA Secret is gone) leaves keyed
     passes nothing to sign with: they defer to a full pass instead of issuing from the CA set of before."""
     _cluster(kubeapi)
-    rec = reconciler(kubeapi, Clock())
-    rec.cache = _filled(kubeapi)
+    clock = Clock()
+    put_user_ca(kubeapi, make_ca(common_name="user CA", now=clock.now), "user-ca")
+    rec = reconciler(kubeapi, clock, user_ca_secret="user-ca")
+    rec.attach(_filled(kubeapi))
     assert not rec.run_pass().aborted
     assert rec.run_namespaces_pass({"on"}) is not None
-    rec.settings = dataclasses.replace(rec.settings, user_ca_secret="gone")
-    assert rec.run_pass().aborted
+    KubeApi(kubeapi.api_client()).delete(SECRETS, "user-ca", namespace=OWN_NS)
+    assert "user-ca does not exist" in rec.run_pass().aborted
     assert rec.run_namespaces_pass({"on"}) is None
 
 
@@ -208,8 +210,8 @@ def test_a_write_backoff_past_its_time_does_not_queue_its_namespace_again_and_ag
     rec = reconciler(kubeapi, Clock())
     loop = Controller(rec.api, rec, None)
     now = rec.clock()
-    rec._backoff = {("Secret", "gone", "web-tls"): (1, now - timedelta(seconds=1)),
-                    ("Secret", "soon", "web-tls"): (1, now + timedelta(seconds=30))}
+    rec.writer._backoff = {("Secret", "gone", "web-tls"): (1, now - timedelta(seconds=1)),
+                           ("Secret", "soon", "web-tls"): (1, now + timedelta(seconds=30))}
     loop._retry({"gone", "soon"}, 100.0)
     assert [(round(at), ns) for at, ns in loop._later] == [(130, "soon")]
     loop._retry(None, 100.0)  # after a full pass: every namespace's

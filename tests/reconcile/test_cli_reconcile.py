@@ -7,7 +7,6 @@ import socket
 import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -20,6 +19,7 @@ from tls_injector.cli import main
 from tls_injector.cli.cluster import settings_for
 from tls_injector.cli.parser import build_parser as _parser
 from tls_injector.kube import find_cluster
+from tls_injector.reconcile.budget import NAMESPACE_TURN_SECONDS
 from tls_injector.reconcile.controller import STUCK_AFTER_SECONDS, Controller
 from tls_injector.reconcile.runner import run_reconciler, run_until_signalled
 
@@ -84,6 +84,8 @@ def test_serve_runs_the_reconciler_in_the_background_only_when_a_cluster_is_conf
     assert task.args[0].server == "http://127.0.0.1:1"
     reconcile_metrics = task.keywords["metrics"]
     assert (task.args[1].namespace, reconcile_metrics.registry) == ("x", metrics.registry)
+    # The command builds the loop's settings whole, its turn bound among them (nothing below changes them).
+    assert task.args[1].turn_seconds == NAMESPACE_TURN_SECONDS
     # /readyz follows the reconciler's last verdict on the served certificate; unknown holds nothing back.
     assert health.serving_trusted() is None
     reconcile_metrics.serving_verdict = False
@@ -99,7 +101,7 @@ def test_reconcile_serves_metrics_and_health_on_plain_http_while_its_loop_runs(k
     assert cluster is not None
     stop = threading.Event()
     port = free_port()
-    loop = threading.Thread(target=run_until_signalled, args=(cluster, settings_for(args)),
+    loop = threading.Thread(target=run_until_signalled, args=(cluster, settings_for(args, loop=True)),
                             kwargs={"probe_address": ("127.0.0.1", port), "stop": stop})
     loop.start()
     base = f"http://127.0.0.1:{port}"
@@ -130,9 +132,7 @@ def _get(url: str) -> str:
 
 
 def test_the_health_check_fails_when_the_loop_has_not_come_round_for_90_seconds() -> None:
-    # The controller reads only its reconciler's settings when made (the loop's turn bound).
-    reconciler = SimpleNamespace(settings=SimpleNamespace(turn_seconds=0.5))
-    controller = Controller(api=None, reconciler=reconciler)  # type: ignore[arg-type]
+    controller = Controller(api=None, reconciler=None)  # type: ignore[arg-type]
     assert controller.alive() is False  # not started
     controller.heartbeat = 1000.0
     assert controller.alive(now=1000.0 + STUCK_AFTER_SECONDS - 1) is True

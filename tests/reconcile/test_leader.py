@@ -16,6 +16,7 @@ from tests.reconcile.cluster import OWN_NS, START, Clock, namespace, reconciler,
 from tls_injector.kube import CRON_JOBS, DEPLOYMENTS, PODS, KubeApi, LeaderElector
 from tls_injector.kube.api import WatchEvent
 from tls_injector.kube.lease import lease_step
+from tls_injector.reconcile.budget import NAMESPACE_TURN_SECONDS
 from tls_injector.reconcile.cache import ClusterCache
 from tls_injector.reconcile.controller import Controller
 
@@ -162,7 +163,7 @@ def test_the_loop_watches_again_after_its_watches_are_dropped(kubeapi: Emulator,
 def running_loop(kubeapi: Emulator, *, watch_timeout_seconds: int, **settings: Any) -> Iterator[None]:
     """The controller in a thread, resync an hour away (only its watches can react); it must stop on exit.
     `settings` are the reconciler's (ReconcileSettings fields)."""
-    rec = reconciler(kubeapi, Clock(), **settings)
+    rec = reconciler(kubeapi, Clock(), **{"turn_seconds": NAMESPACE_TURN_SECONDS, **settings})
     loop = Controller(rec.api, rec, None, resync_seconds=3600, debounce_seconds=0.05, min_pass_gap_seconds=0.1,
                       watch_timeout_seconds=watch_timeout_seconds)
     stop = threading.Event()

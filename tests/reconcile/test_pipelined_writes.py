@@ -22,7 +22,7 @@ def _cached(emu: Emulator, **kwargs: Any) -> tuple[Any, ClusterCache]:
     cache = ClusterCache(KubeApi(emu.api_client()), on_key=lambda _: None)
     for informer in cache.informers:
         informer.relist()
-    rec.cache = cache
+    rec.attach(cache)
     return rec, cache
 
 
@@ -35,7 +35,7 @@ def test_creates_are_sent_at_most_in_flight_at_once_and_all_land(kubeapi: Emulat
     secrets = small_cluster(kubeapi, namespaces=4, per_namespace=10)
     rec, cache = _cached(kubeapi)
     flying, most, lock = 0, 0, threading.Lock()
-    real = writes.Writes._send
+    real = writes.Writer._send
 
     def slow_send(self: Any, write: Any) -> Any:
         nonlocal flying, most
@@ -49,7 +49,7 @@ def test_creates_are_sent_at_most_in_flight_at_once_and_all_land(kubeapi: Emulat
             with lock:
                 flying -= 1
 
-    monkeypatch.setattr(writes.Writes, "_send", slow_send)
+    monkeypatch.setattr(writes.Writer, "_send", slow_send)
     report = rec.run_pass()
     assert not report.aborted
     assert all(kubeapi.get("secrets", name, ns) for ns, name in secrets)
@@ -71,7 +71,7 @@ def test_a_failed_create_is_tried_once_and_backs_off_while_the_rest_are_written(
     assert [r.code for r in tries] == [500]
     assert any(failing in message for message in report.failed)
     assert all(kubeapi.get("secrets", name, ns) for ns, name in secrets if name != failing or ns != failing_ns)
-    assert (rec._backoff[("Secret", failing_ns, failing)][0]) == 1
+    assert (rec.writer._backoff[("Secret", failing_ns, failing)][0]) == 1
     assert _quiet_keys(cache) == []
 
 

@@ -29,6 +29,7 @@ from tls_injector.pki import (
     verify_nameless,
     verify_server,
 )
+from tls_injector.reconcile.budget import NAMESPACE_TURN_SECONDS
 from tls_injector.reconcile.controller import Controller
 from tls_injector.reconcile.signer import DISCOVERY_TTL_SECONDS, NativeApis
 
@@ -295,7 +296,7 @@ def test_a_workload_moving_to_pod_certificates_keeps_its_secret_until_no_pod_mou
 
 
 def test_the_running_loop_answers_a_new_request_at_once_not_at_the_resync(cluster: Emulator, clock: Clock) -> None:
-    rec = reconciler(cluster, clock)
+    rec = reconciler(cluster, clock, turn_seconds=NAMESPACE_TURN_SECONDS)  # as the loop's command builds them
     loop = Controller(rec.api, rec, None, resync_seconds=3600, debounce_seconds=0.05, watch_timeout_seconds=2,
                       min_pass_gap_seconds=0.1)
     stop = threading.Event()

@@ -131,8 +131,7 @@ def test_a_new_signer_opens_no_old_seal_and_every_leaf_moves_to_it(sign: Signing
 def test_the_expiry_metric_gives_each_leafs_own_end_sealed_or_not(kubeapi: Emulator) -> None:
     secrets = small_cluster(kubeapi, namespaces=2, per_namespace=2)
     clock = Clock()
-    rec = reconciler(kubeapi, clock, per_object_metrics=True)
-    rec.metrics = ReconcileMetrics()
+    rec = reconciler(kubeapi, clock, metrics=ReconcileMetrics(), per_object_metrics=True)
     assert rec.run_pass().converged
     api = KubeApi(kubeapi.api_client())
     unsealed = api.get(SECRETS, "app0-tls", namespace="ns0")
@@ -151,8 +150,7 @@ def test_the_expiry_metric_gives_each_leafs_own_end_sealed_or_not(kubeapi: Emula
 def test_by_default_metrics_name_no_namespace_or_secret_only_the_earliest_expiry_and_the_count(
         kubeapi: Emulator) -> None:
     secrets = small_cluster(kubeapi, namespaces=2, per_namespace=2)
-    rec = reconciler(kubeapi, Clock())
-    rec.metrics = ReconcileMetrics()
+    rec = reconciler(kubeapi, Clock(), metrics=ReconcileMetrics())
     assert rec.run_pass().converged
     text = generate_latest(rec.metrics.registry).decode()
     for ns, name in secrets:

@@ -98,8 +98,7 @@ def test_a_replaced_user_ca_is_trusted_first_then_signs_and_every_leaf_moves_wit
     put_user_ca(kubeapi, old)
     clock = Clock()
     metrics = ReconcileMetrics()
-    rec: Reconciler = reconciler(kubeapi, clock, user_ca_secret="my-ca")
-    rec.metrics = metrics
+    rec: Reconciler = reconciler(kubeapi, clock, metrics=metrics, user_ca_secret="my-ca")
     assert rec.run_pass().converged
     assert set(issuers(kubeapi, old, new).values()) == {fingerprint(old.cert)}
 

@@ -12,6 +12,7 @@ from typing import Any
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, reconciler, small_cluster
 from tls_injector.kube import DEPLOYMENTS, SECRETS, KubeApi, Resource
+from tls_injector.reconcile.budget import NAMESPACE_TURN_SECONDS
 from tls_injector.reconcile.controller import MIN_PASS_GAP_SECONDS, Controller
 
 
@@ -29,7 +30,7 @@ def _churn(api: KubeApi, resource: Resource, name: str, namespace: str, change: 
 
 def _running(kubeapi: Emulator) -> tuple[Controller, threading.Event, threading.Thread]:
     small_cluster(kubeapi, namespaces=2, per_namespace=1)
-    rec = reconciler(kubeapi, Clock())
+    rec = reconciler(kubeapi, Clock(), turn_seconds=NAMESPACE_TURN_SECONDS)  # as the loop's command builds them
     loop = Controller(rec.api, rec, None, resync_seconds=3600, debounce_seconds=0.05, watch_timeout_seconds=5)
     stop = threading.Event()
     thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)

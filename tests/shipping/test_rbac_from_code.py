@@ -122,7 +122,8 @@ def _settings_of_the_deployment() -> ReconcileSettings:
     """The reconciler's settings exactly as `reconcile` builds them from its Deployment's flags."""
     pod = reconciler(_shipped())["spec"]["template"]["spec"]
     namespace, _ = _account()
-    settings = settings_for(_parser().parse_args(pod["containers"][0]["args"]))
+    args = _parser().parse_args(pod["containers"][0]["args"])
+    settings = settings_for(args, loop=not args.once)
     assert settings.webhook is not None, "the Deployment keeps its own certificate current"
     return dataclasses.replace(settings, namespace=namespace)  # in a pod: the service account's namespace
 
