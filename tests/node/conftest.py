@@ -14,6 +14,7 @@ import pytest
 
 from tests.node.harness import Node
 from tests.node.host import HostState
+from tests.node.install import Installed
 
 # A node test waits on a kubelet, a runtime and controllers: minutes on a loaded machine at worst.
 NODE_TEST_TIMEOUT_SECONDS = 600
@@ -43,3 +44,10 @@ def node(host_before: HostState, tmp_path_factory: pytest.TempPathFactory) -> It
         started.stop()
         changed = host_before.differences(HostState.take())
         assert not changed, "the node tier changed the host:\n" + "\n".join(changed)
+
+
+@pytest.fixture(scope="session")
+def installed(node: Node) -> Installed:
+    """tls-injector installed from its image as docs/install.md says (tests/node/install.py), once per
+    session: the mission's and the lifecycle's tests share it (the lifecycle's leave it whole)."""
+    return Installed(node).install()

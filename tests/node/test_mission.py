@@ -32,11 +32,6 @@ MODES_WITH_FS_GROUP = {"tls.crt": "644 0 2000", "tls.key": "644 0 2000", "ca-bun
 
 
 @pytest.fixture(scope="session")
-def installed(node: Node) -> Installed:
-    return Installed(node).install()
-
-
-@pytest.fixture(scope="session")
 def mission_namespace(node: Node, installed: Installed) -> str:
     node.kubectl("create", "namespace", NS)
     node.cp.wait_for_service_account(NS, "default")
