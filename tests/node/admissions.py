@@ -37,6 +37,8 @@ SECRET = "load-tls"
 SERVICE = "load"
 # A create that has no answer in this long is a failure too (the apiserver's own limit is 60 s).
 REQUEST_SECONDS = 30.0
+# Deleting a run's pods (up to ~1,000) on a loaded 2-core machine: measured tens of seconds.
+CLEANUP_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,17 @@ class AdmissionLoad:
         with self._lock:
             return sorted(self._outcomes, key=lambda o: o.sent)
 
+    def call(self, method: str, path: str) -> tuple[int, bytes]:
+        """One request on a connection of its own: (status, body)."""
+        connection = http.client.HTTPSConnection(self.host, self.port, context=self.context,
+                                                 timeout=REQUEST_SECONDS * 4)
+        try:
+            connection.request(method, path)
+            answer = connection.getresponse()
+            return answer.status, answer.read()
+        finally:
+            connection.close()
+
     def _schedule(self) -> None:
         """Index n is due at start + n / rate, whatever the workers are doing."""
         began = time.monotonic()
@@ -141,17 +154,20 @@ class AdmissionLoad:
 
 
 def delete_load_pods(load: AdmissionLoad) -> None:
-    """Every pod of the run, in one deletecollection (grace 0: no kubelet will ever confirm them)."""
-    connection = http.client.HTTPSConnection(load.host, load.port, context=load.context, timeout=300)
-    try:
-        connection.request("DELETE", f"/api/v1/namespaces/{load.namespace}/pods?labelSelector={LOAD_LABEL}%3D"
-                                     f"{load.run}&gracePeriodSeconds=0")
-        answer = connection.getresponse()
-        data = answer.read()
-    finally:
-        connection.close()
-    if answer.status != 200:
-        raise AssertionError(f"deleting the pods of {load.run}: {answer.status} {data[:500]!r}")
+    """Every pod of the run, by one deletecollection (grace 0: no kubelet will ever confirm them), then
+    waits until none is left. A loaded apiserver may answer 504 while it goes on deleting: then the list
+    tells when it is done."""
+    selector = f"labelSelector={LOAD_LABEL}%3D{load.run}"
+    status, data = load.call("DELETE", f"/api/v1/namespaces/{load.namespace}/pods?{selector}&gracePeriodSeconds=0")
+    if status not in (200, 504):
+        raise AssertionError(f"deleting the pods of {load.run}: {status} {data[:500]!r}")
+    deadline = time.monotonic() + CLEANUP_SECONDS
+    while time.monotonic() < deadline:
+        status, data = load.call("GET", f"/api/v1/namespaces/{load.namespace}/pods?{selector}&limit=1")
+        if status == 200 and not json.loads(data)["items"]:
+            return
+        time.sleep(1)
+    raise AssertionError(f"pods of {load.run} still there {CLEANUP_SECONDS:.0f} s after their deletion")
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,19 @@ def until(what: str, predicate: Callable[[], T | None], *, timeout: float = SETT
         if value:
             return value
         time.sleep(every)
-    extra = node.diagnosis("kubelet", "kube-proxy") if node is not None else ""
+    extra = f"{own_logs(node)}\n{node.diagnosis('kubelet', 'kube-proxy')}" if node is not None else ""
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{extra}")
+
+
+def own_logs(node: Node, lines: int = 15) -> str:
+    """The last lines of every run of tls-injector's containers (a restarted one's earlier runs too), from
+    the kubelet's pod log folder."""
+    root = node.folder / "kubelet" / "pod-logs"
+    shown = []
+    for path in sorted(root.glob(f"{NS}_*/*/*.log")):
+        tail = path.read_text(errors="replace").splitlines()[-lines:]
+        shown.append(f"--- {path.relative_to(root)} ---\n" + "\n".join(tail))
+    return "\n".join(shown)
 
 
 def pods(node: Node, selector: str) -> list[dict[str, Any]]:
