@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.node import disruption as d
-from tests.node.admissions import Tally, with_load
+from tests.node.admissions import RATE_PER_SECOND, Tally, with_load
 from tests.node.harness import Node
 from tests.node.install import IMAGE_BUILD_SECONDS, Installed
 from tls_injector.kube.lease import RETRY_PERIOD
@@ -69,7 +69,8 @@ def test_a_rollout_restart_of_the_webhook_fails_no_admission(
         tally = Tally.of(load.stop())
     print(f"\n{tally.line('rollout restart')}; the rollout took {rolled:.1f} s")
     assert not names(final) & old
-    assert tally.made >= 0.8 * 20 * (rolled + BEFORE_SECONDS + AFTER_SECONDS), tally.line("the pace was not kept")
+    expected = RATE_PER_SECOND * (rolled + BEFORE_SECONDS + AFTER_SECONDS)
+    assert tally.made >= 0.8 * expected, tally.line("the pace was not kept")
     assert not tally.failed, f"{tally.line('rollout restart')}, after the restart:\n{tally.failures_shown(began)}"
 
 
