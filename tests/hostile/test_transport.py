@@ -53,7 +53,7 @@ def test_too_many_header_fields_is_431(tmp_path: Path) -> None:
 
 def test_slowloris_on_the_head_is_closed_at_the_head_timeout(tmp_path: Path) -> None:
     with small_server(tmp_path) as server, ProbeWatch(server) as probes:
-        connected = time.monotonic()  # the head's deadline runs from the connection's start
+        connected = time.monotonic()  # the head's deadline runs from its first byte, sent at once
         with tls_connect(server) as attacker:
             trickled_head_closes(server, attacker, connected)
     probes.assert_healthy()
