@@ -41,10 +41,11 @@ LIMIT_FLAGS: tuple[tuple[str, str, Callable[[str], float], str], ...] = (
     ("--max-body-bytes", "max_body_bytes", int, "request body (413 beyond)"),
     # The times are durations, as --timeout's (`5s`, `500ms`, or plain seconds).
     ("--handshake-timeout", "handshake_seconds", flags.duration, "from accept to a finished TLS handshake"),
-    ("--header-timeout", "head_seconds", flags.duration, "for a request's head, from the connection's start or "
-                                                         "from a kept-alive request's first byte"),
+    ("--header-timeout", "head_seconds", flags.duration, "for a request's head, from its first byte (a "
+                                                         "connection that has sent nothing is idle)"),
     ("--body-timeout", "body_seconds", flags.duration, "for a request's body, from the end of its head"),
-    ("--idle-timeout", "idle_seconds", flags.duration, "how long a kept-alive connection may stay idle"),
+    ("--idle-timeout", "idle_seconds", flags.duration, "how long a connection may stay idle: between "
+                                                       "requests, or from its handshake to its first byte"),
 )
 
 

@@ -216,10 +216,20 @@ class ConnectionSet:
             connection.expire()
 
     def drain(self) -> None:
-        """Stop keeping connections alive: idle ones close now, busy ones after their answer."""
+        """Stop keeping connections alive: every answer from now on says `Connection: close` and closes its
+        connection; idle ones close once idle long enough (`close_idle`)."""
         self.draining = True
+
+    def close_idle(self, now: float, idle_for: float) -> None:
+        """Close the connections idle for at least `idle_for` seconds (no request begun since).
+
+        Closing an idle keep-alive connection races with a client sending on it, and a client does not
+        retry a POST that met a closed connection: the apiserver fails the admission ("broken pipe",
+        "EOF"). A connection it uses again gets its answer with `Connection: close` and ends cleanly; one
+        idle for a while sits at the bottom of Go's idle pool (the most recently used is reused first),
+        so closing only those leaves the race to a request burst arriving at that instant."""
         for connection in list(self.open):
-            if connection.phase in (IDLE, NEW):
+            if connection.phase in (IDLE, NEW) and now - connection.idle_since() >= idle_for:
                 connection.abort("shutdown")
 
 
@@ -304,9 +314,14 @@ class HttpConnection(asyncio.BufferedProtocol):
             return
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)  # type: ignore[attr-defined]
         transport.set_read_buffer_limits(high=TLS_READ_AHEAD_BYTES)  # type: ignore[attr-defined]
-        # The first request's head is due within head_seconds of the connection's start, not of its
-        # first byte: a client that connects and says nothing is a slow client too.
-        self.deadline = self.started + self.limits.head_seconds
+        # A connection that has sent nothing yet is idle, not slow: Go's http.Transport (the apiserver's
+        # client) dials a spare connection when a request waits and keeps it in its idle pool unused
+        # when another frees up first. Closing it at the head timeout raced with the apiserver's next
+        # review on it (seen on the node tier: "the server responded with the status code 408"); it
+        # gets the idle timeout, which Go's own (90 s) undercuts, and the head timeout starts at its
+        # first byte. A silent flood holds slots no longer than the table's limits let it
+        # (`ConnectionSet.admit`: per source, and the first evicted when the table is full).
+        self.deadline = self.started + self.idle_seconds
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.connections.forget(self)
@@ -395,7 +410,7 @@ class HttpConnection(asyncio.BufferedProtocol):
     # parser callbacks
 
     def on_message_begin(self) -> None:
-        if self.phase == IDLE:
+        if self.phase in (IDLE, NEW):
             self.deadline = self.now + self.head_seconds
         self.phase = HEAD
         self.body_size = 0
@@ -632,12 +647,17 @@ class HttpConnection(asyncio.BufferedProtocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
 
+    def idle_since(self) -> float:
+        """When it last went idle (its start, for one that never sent a request): its idle deadline less
+        the idle timeout."""
+        return self.deadline - self.idle_seconds
+
     def expire(self) -> None:
         """The current phase's deadline passed."""
         if self.phase == LINGER:
             self.connections.metrics.connections_closed.labels("linger_end").inc()
             self._close_after_write()
-        elif self.phase in (HEAD, NEW):
+        elif self.phase == HEAD:
             self._timeout("head_timeout", 408, "request head not received in time")
         elif self.phase == BODY:
             self._timeout("body_timeout", 408, "request body not received in time")

@@ -3,9 +3,10 @@
 Lifecycle: listen (TLS context whose SNI callback serves the current certificate), start the
 background tasks (certificate poll, the sweeper that enforces deadlines and beats the heartbeat, and
 whatever the caller runs, e.g. the reconciler), serve until SIGTERM/SIGINT, then drain:
-stop listening (new connections are refused, so the apiserver tries another endpoint), close idle
-kept-alive connections at once, let requests in flight finish (answered with `Connection: close`) for
-at most the drain period, then close what is left. SIGHUP re-reads the certificate files now.
+stop listening (new connections are refused, so the apiserver tries another endpoint), answer every
+request from then on with `Connection: close`, close kept-alive connections once idle for
+DRAIN_IDLE_SECONDS, let requests in flight finish for at most the drain period, then close what is left.
+SIGHUP re-reads the certificate files now.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ log = logging.getLogger("tls_injector.server")
 
 # The kernel's accept queue; Linux caps it at net.core.somaxconn (4096 on current kernels).
 BACKLOG = 1024
+# While draining, a kept-alive connection is closed once idle this long (tls_injector.web.http.ConnectionSet.
+# close_idle): the apiserver, sending about one review per 50 ms to a busy replica, uses a connection it
+# is about to use again within that time and gets `Connection: close` with its answer instead of a race
+# with our close; a quiet cluster's connections are closed after 2 s, well inside the drain period.
+DRAIN_IDLE_SECONDS = 2.0
 # Closing a TLS connection sends close_notify and waits for the peer's; a peer that never answers is
 # dropped after this long.
 TLS_SHUTDOWN_SECONDS = 2.0
@@ -146,7 +152,8 @@ class WebhookServer:
         listener.close()
         self.connections.drain()
         deadline = time.monotonic() + self.settings.drain_seconds
-        while self.connections.open and time.monotonic() < deadline:  # noqa: ASYNC110 - closes come from many paths; 50 ms is fine
+        while self.connections.open and time.monotonic() < deadline:
+            self.connections.close_idle(time.monotonic(), DRAIN_IDLE_SECONDS)
             await asyncio.sleep(0.05)
         for connection in list(self.connections.open):
             connection.abort("shutdown")

@@ -48,5 +48,6 @@ def node(host_before: HostState, tmp_path_factory: pytest.TempPathFactory) -> It
 
 @pytest.fixture(scope="session")
 def installed(node: Node) -> Installed:
-    """tls-injector installed on the node from its image as docs/install.md says (tests/node/install.py)."""
+    """tls-injector installed from its image as docs/install.md says (tests/node/install.py), once per
+    session: the mission's and the lifecycle's tests share it (the lifecycle's leave it whole)."""
     return Installed(node).install()
