@@ -203,7 +203,7 @@ def test_every_runtime_dependency_declared_is_imported_by_app_and_every_import_d
                      [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else [])
             for name in names:
                 top = name.split(".")[0]
-                if top not in sys.stdlib_module_names and top != "app":
+                if top not in sys.stdlib_module_names and top != "tls_injector":
                     imported |= {canonicalize_name(d) for d in dists.get(top, [top])}
     # uvicorn[standard]'s extras (uvloop, httptools are also imported by name) are declared through uvicorn.
     assert declared == imported, (sorted(declared - imported), sorted(imported - declared))
