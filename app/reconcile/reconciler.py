@@ -169,6 +169,7 @@ class Reconciler(WebhookPass):
             report.aborted = f"{type(e).__name__}: {e}"
             self.metrics.failures.labels("pass-aborted").inc()
             log.error("reconcile pass stopped", extra={"error": report.aborted})
+        self._tell_issued(report, now)  # an aborted pass's certificates too: they are stored
         if self.outbox is not None:
             self.outbox.flush()  # a pass ends with its Events written
         self.metrics.duration.observe(time.monotonic() - started)
