@@ -55,8 +55,8 @@ def emit(api: KubeApi, refs: tuple[WorkloadRef, ...], *, reason: str, message: s
     """Best effort: an Event that cannot be written must not fail the certificate work it reports."""
     for ref in refs:
         try:
-            api.create(EVENTS, event_body(ref, reason=reason, message=message, kind=kind, now=now),
-                       namespace=ref.namespace)
+            api.post(EVENTS, event_body(ref, reason=reason, message=message, kind=kind, now=now),
+                     namespace=ref.namespace)
         except KubeError as e:
             log.debug("event not recorded", extra={"workload": str(ref), "reason": reason, "error": str(e)})
 
@@ -124,7 +124,7 @@ class Outbox:
         while True:
             ref, body = self._queue.get()
             try:
-                self._api.create(EVENTS, body, namespace=ref.namespace)
+                self._api.post(EVENTS, body, namespace=ref.namespace)
             except KubeError as e:
                 log.debug("event not recorded", extra={"workload": str(ref), "reason": body.get("reason"),
                                                        "error": str(e)})
