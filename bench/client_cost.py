@@ -98,12 +98,12 @@ def main(argv: list[str] | None = None) -> None:
             for number in range(args.rounds):
                 order = list(chosen.items())
                 for label, make in order if number % 2 == 0 else reversed(order):
-                    profiled = profiler is not None and label == order[0][0]
-                    if profiled:
-                        profiler.enable()
+                    profiled = profiler if label == order[0][0] else None
+                    if profiled is not None:
+                        profiled.enable()
                     rounds[label].append(one_round(make, label, args.creates, serial, kernel[label]))
-                    if profiled:
-                        profiler.disable()
+                    if profiled is not None:
+                        profiled.disable()
             if profiler is not None:
                 profiler.dump_stats(str(args.profile))
         finally:
