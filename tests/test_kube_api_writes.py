@@ -53,6 +53,9 @@ def test_a_write_to_a_server_that_is_not_there_is_unavailable_and_counted() -> N
     with pytest.raises(Unavailable):
         api.create(CONFIG_MAPS, _cm("a", "x"), namespace="default")
     assert api.errors["Unavailable"] == 1
+    with pytest.raises(Unavailable):  # an answer dropped unread fails as loudly, counted once
+        api.post(CONFIG_MAPS, _cm("a", "x"), namespace="default")
+    assert api.errors["Unavailable"] == 2
 
 
 def test_every_write_names_our_field_manager_and_no_other_call_does(kubeapi: Emulator) -> None:

@@ -219,8 +219,9 @@ class KubeApi:
     def post(self, resource: Resource, body: Obj, *, namespace: str | None = None) -> None:
         """Create, the answer read and dropped unparsed: for an object nothing reads again (an Event)."""
         path = resource.path(namespace)
+        response = self._call("create", "POST", path, query=_WRITER, body=body)
         try:
-            self._read(self._call("create", "POST", path, query=_WRITER, body=body), f"POST {path}")
+            self._read(response, f"POST {path}")
         except KubeError as e:  # the call was counted; its answer failed
             self._count("", type(e).__name__)
             raise

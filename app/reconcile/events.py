@@ -89,15 +89,16 @@ def issued_message(told: list[str]) -> str:
 
 
 # Events the loop's outbox holds before a pass writing faster than they are posted waits: ~1 KiB each, so
-# at most ~1 MiB; a pass issuing 100,000 certificates posts one Event each beside its Secret writes.
+# at most ~1 MiB; a pass tells at most one issuance Event per namespace, and a Warning per object concerned.
 OUTBOX_SIZE = 1000
 
 
 class Outbox:
     """The long-running loop's Events, posted by a thread of their own while the pass goes on writing
     Secrets: each is a call the API server takes its time to answer, and the pass need not wait for it
-    (half the calls of a first pass are Events). Best effort as `emit`; `flush` waits until all are
-    posted, so a pass ends with its Events written, as without an outbox."""
+    (a first pass tells each of 10,000 namespaces its certificates, and each conflict its workloads). Best
+    effort as `emit`; `flush` waits until all are posted, so a pass ends with its Events written, as
+    without an outbox."""
 
     def __init__(self, api: KubeApi, size: int = OUTBOX_SIZE) -> None:
         self._api = api
