@@ -183,5 +183,8 @@ WEBHOOK_CA_SECRET = f"{NAME}-webhook-ca"
 LEASE_NAME = f"{NAME}-leader"  # pinned by resourceNames in manifests/base/rbac.yaml
 RECONCILER_ACCOUNT = f"{NAME}-reconciler"  # manifests/base/reconciler.yaml
 EVENT_COMPONENT = NAME  # source.component and reportingComponent of the Events the reconciler writes
+# The fieldManager of every write the program makes: the manager metadata.managedFields names for the
+# fields it set (`kubectl get -o yaml --show-managed-fields`), in place of the client library's user agent.
+FIELD_MANAGER = NAME
 # ValidatingAdmissionPolicies (and bindings) `export-policy` writes are named `<prefix><rule name>`.
 POLICY_NAME_PREFIX = f"{NAME}."

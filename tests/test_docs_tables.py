@@ -4,7 +4,7 @@ Each test reads the markdown tables of the docs a user reads (app-owners, inject
 mtls, ...) and checks them against the product's own source of each fact, in both directions where both
 make sense: the names users see (app/names.py), the DNS names a certificate carries (app/pki/names.py, by
 calling it), the environment variables, the Event reasons the reconciler writes (read from its calls, and
-the computed ones by running a pass), the conditions of the status API, the metrics (by building the
+the issuance Event by running a pass), the conditions of the status API, the metrics (by building the
 registries the processes serve), and the alerts the shipped PrometheusRule fires.
 """
 
@@ -270,9 +270,6 @@ def test_app_owners_names_no_variable_the_product_does_not_set() -> None:
 # ---- Events -------------------------------------------------------------------------------------------
 
 _EVENT_CALLS = {"announce", "emit", "event_body"}
-# The one place a reason is computed: writes.py's `_written`, "(Client)Certificate(Issued|Renewed)"; the
-# reasons it makes are taken from a pass that makes them (`computed_reasons`).
-COMPUTED_AT = ("app/reconcile/writes.py", "_written")
 
 
 def written_reasons() -> tuple[set[str], list[str]]:
@@ -307,8 +304,9 @@ def _constants(value: ast.expr, computed: list[str], where: tuple[str, str]) -> 
     return set()
 
 
-def computed_reasons(emu: Emulator) -> set[str]:
-    """The Events of a pass that issues a serving and a client certificate, then of one that renews both."""
+def issuance_reasons(emu: Emulator) -> set[str]:
+    """The Events of a pass that issues a serving and a client certificate, then of one that renews both:
+    routine, so one Event per namespace and pass, whatever was issued."""
     small_cluster(emu, namespaces=1, per_namespace=0)
     deployment(emu, "api", "ns0", annotations={names.CLIENT_CERT_ANNOTATION: "true"})
     rec = reconciler(emu, Clock(datetime.now(UTC)))
@@ -318,17 +316,16 @@ def computed_reasons(emu: Emulator) -> set[str]:
         assert body is not None, secret
         body["metadata"].setdefault("annotations", {})[names.FORCE_RENEW_ANNOTATION] = "now"
         emu.store.update(emu.resource("secrets"), "ns0", secret, body)
-    rec.run_pass()
-    return {str(e.get("reason")) for e in emu.objects("events", "ns0")}
+    assert rec.run_pass().reasons["renewed:force-renew"] == 2
+    found = [str(e.get("reason")) for e in emu.objects("events", "ns0")]
+    assert found == ["CertificatesIssued"] * 2, found
+    return set(found)
 
 
 def product_reasons(emu: Emulator) -> set[str]:
     spelled, computed = written_reasons()
-    assert computed == [":".join(COMPUTED_AT)], (
-        f"a reason computed somewhere new: {computed}; have computed_reasons make it")
-    made = computed_reasons(emu)
-    assert made >= COMPUTED
-    return spelled | made
+    assert not computed, f"a reason computed in {computed}: spell it in the call, so this table can be held to it"
+    return spelled | issuance_reasons(emu)
 
 
 def test_the_events_table_is_every_reason_the_product_writes_and_no_other(kubeapi: Emulator) -> None:
@@ -338,26 +335,20 @@ def test_the_events_table_is_every_reason_the_product_writes_and_no_other(kubeap
     assert set(documented) == product_reasons(kubeapi)
     kinds = dict(zip(documented, table.column("type"), strict=True))
     assert {reason for reason, kind in kinds.items() if kind == "Normal"} == {
-        "CertificateIssued", "CertificateRenewed", "ClientCertificateIssued", "ClientCertificateRenewed",
-        "PodCertificateIssued", "TLSChangeException"}
+        "CertificatesIssued", "PodCertificateIssued", "TLSChangeException"}
     assert set(kinds.values()) == {"Normal", "Warning"}
 
 
-# The reasons writes.py's `_written` makes (what `computed_reasons` sees a pass write).
-COMPUTED = {"CertificateIssued", "CertificateRenewed", "ClientCertificateIssued", "ClientCertificateRenewed"}
-
-
 def test_every_documented_event_is_written() -> None:
-    """Without a cluster: each reason of the Events table is spelled in a call that writes an Event, or is one
-    of the computed ones."""
+    """Without a cluster: each reason of the Events table is spelled in a call that writes an Event."""
     spelled, _ = written_reasons()
     table = table_with(DOCS / "operations.md", "Event reason")
-    assert {spans(cell)[0] for cell in table.column("Event reason")} <= spelled | COMPUTED
+    assert {spans(cell)[0] for cell in table.column("Event reason")} <= spelled
 
 
 def test_every_event_a_doc_names_in_prose_is_one_the_product_writes() -> None:
     spelled, _ = written_reasons()
-    known = spelled | COMPUTED
+    known = spelled
     text = (DOCS / "reconcile.md").read_text()
     listed = text[text.index("Events on workloads:"):text.index("A Warning is written once")]
     named = {s for s in spans(listed) if re.fullmatch(r"[A-Z][A-Za-z]+", s)}

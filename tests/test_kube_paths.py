@@ -83,6 +83,7 @@ NAMED_CALLS: dict[str, Call] = {
 SCOPED_CALLS: dict[str, Call] = {
     "list_objects": lambda a, r, _, ns: a.list_objects(r, namespace=ns),
     "create": lambda a, r, n, ns: a.create(r, _body(r, n, ns), namespace=ns),
+    "post": lambda a, r, n, ns: a.post(r, _body(r, n, ns), namespace=ns),
     "watch": lambda a, r, _, ns: a.watch(r, resource_version="1", namespace=ns),
 }
 # Calls whose path holds no data of anyone's: checked by `_check_path` all the same.

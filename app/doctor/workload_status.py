@@ -5,8 +5,9 @@ The same reads and discovery as the reconciler (`read_cluster`, `discover`), so 
 disagree about which Secret a workload gets. Its conditions are those of the status API
 (tls_injector.reconcile.status.conditions), from the same facts: the objects in the way and the names refused are
 read from the cluster as the pass finds them; a wait or a refused write is known only from the Warning
-Event the pass raised, so those count when raised after the certificate now stored was issued (after the
-workload's last CertificateIssued or CertificateRenewed Event).
+Event the pass raised, so those count when raised after the certificate now stored was issued (its
+`not_before` and the backdating every leaf gets: the issuance itself is told by one Event per namespace and
+pass, which names at most a page of Secrets).
 """
 
 from __future__ import annotations
@@ -25,7 +26,16 @@ from tls_injector.doctor.workloads import targets
 from tls_injector.injection import pod_workload, tls_change
 from tls_injector.injection.profile import parse_note
 from tls_injector.kube import EVENTS, SECRETS, KubeApi, NotFound, Obj
-from tls_injector.pki import LEAF_LOOKAHEAD, LEAF_VALIDITY, CaSet, CaState, dns_sans, load_certificates, renewal_time
+from tls_injector.pki import (
+    BACKDATE,
+    LEAF_LOOKAHEAD,
+    LEAF_VALIDITY,
+    CaSet,
+    CaState,
+    dns_sans,
+    load_certificates,
+    renewal_time,
+)
 from tls_injector.reconcile import ownership as own
 from tls_injector.reconcile import status as st
 from tls_injector.reconcile.ca import CaUnusable, load_ca_set
@@ -36,7 +46,9 @@ from tls_injector.web.page import attention_items
 # Events shown for one workload: the latest, as `kubectl describe` does; a workload whose certificate
 # was renewed every hour for a year has thousands, which a person does not read.
 EVENTS_SHOWN = 10
-ISSUED_REASONS = ("CertificateIssued", "CertificateRenewed")
+# The namespace's Event for the certificates a pass issued or renewed there (on its trust bundle): shown for
+# a workload when it names the workload's Secret.
+ISSUED_REASON = "CertificatesIssued"
 # Reasons known from Events alone (the others are read from the cluster itself).
 TOLD_BY_EVENTS = ("CertificateWaiting", "CertificateFailed")
 
@@ -208,7 +220,8 @@ def told_by(target: Target, secret: Obj | None, squatted: set[str], events: Sequ
     if target.namespace in squatted:
         told["TrustBundleExcluded"] = (f"ConfigMap {target.namespace}/{names.TRUST_BUNDLE_CONFIGMAP} exists and is "
                                        "not managed by tls-injector")
-    issued = max((e["time"] for e in events if e["reason"] in ISSUED_REASONS), default="")
+    stored = _certificate(secret) if secret is not None and own.is_owned(secret, "leaf") else None
+    issued = f"{stored.not_before + BACKDATE:%Y-%m-%dT%H:%M:%SZ}" if stored is not None else ""
     for event in events:
         if event["reason"] in TOLD_BY_EVENTS and event["time"] >= issued:
             told[event["reason"]] = event["message"]  # the latest wins: events are in time order
@@ -216,12 +229,16 @@ def told_by(target: Target, secret: Obj | None, squatted: set[str], events: Sequ
 
 
 def workload_events(api: KubeApi, target: Target) -> list[dict[str, str]]:
-    """The Events on the target's workloads, oldest first: time, type, reason, message."""
+    """The Events on the target's workloads, and those of the namespace that name its Secret as issued or
+    renewed, oldest first: time, type, reason, message."""
     wanted = {(w.kind, w.name) for w in target.workloads}
+    named = f"Secret {target.secret_name}: "
     found = []
     for e in api.list_objects(EVENTS, namespace=target.namespace).items:
         involved = e.get("involvedObject") or {}
-        if (involved.get("kind"), involved.get("name")) in wanted:
+        issued = (e.get("reason") == ISSUED_REASON and involved.get("kind") == "ConfigMap"
+                  and f" {named}" in str(e.get("message") or "").replace(";", " "))
+        if (involved.get("kind"), involved.get("name")) in wanted or issued:
             when = e.get("lastTimestamp") or e.get("eventTime") or e["metadata"].get("creationTimestamp") or ""
             found.append({"time": str(when), "type": str(e.get("type") or ""), "reason": str(e.get("reason") or ""),
                           "message": str(e.get("message") or "")})

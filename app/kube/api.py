@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -26,6 +26,7 @@ from kubernetes.client.exceptions import ApiException
 from tls_injector.kube.bounded import Deadline, read_capped
 from tls_injector.kube.errors import IllegalName, KubeError, NotFound, Unavailable, error_for
 from tls_injector.kubenames import label_problem, path_problem, path_segment_problem, shown
+from tls_injector.names import FIELD_MANAGER
 from tls_injector.settings import API_TIMEOUT_SECONDS
 
 Obj = dict[str, Any]
@@ -41,6 +42,9 @@ PAGE_SIZE = 500
 # are read as before.
 PAGE_BYTES = 4 * 1024 * 1024
 _READ_CHUNK = 64 * 1024  # what one read of a list page asks the socket for
+# On every create and update: the API server records the fields we set under our name (managedFields), not
+# under the client library's user agent ("OpenAPI-Generator"), so whoever reads an object sees who wrote it.
+_WRITER = (("fieldManager", FIELD_MANAGER),)
 
 
 @dataclass(frozen=True)
@@ -218,14 +222,24 @@ class KubeApi:
         return str((page.get("metadata") or {}).get("resourceVersion") or "")
 
     def create(self, resource: Resource, body: Obj, *, namespace: str | None = None) -> Obj:
-        return self._json("create", "POST", resource.path(namespace), body=body)
+        return self._json("create", "POST", resource.path(namespace), query=_WRITER, body=body)
+
+    def post(self, resource: Resource, body: Obj, *, namespace: str | None = None) -> None:
+        """Create, the answer read and dropped unparsed: for an object nothing reads again (an Event)."""
+        path = resource.path(namespace)
+        response = self._call("create", "POST", path, query=_WRITER, body=body)
+        try:
+            self._read(response, f"POST {path}")
+        except KubeError as e:  # the call was counted; its answer failed
+            self._count("", type(e).__name__)
+            raise
 
     def replace(self, resource: Resource, body: Obj) -> Obj:
         """PUT with the body's metadata.resourceVersion as the precondition: a stale version is a Conflict."""
         meta = body["metadata"]
         if not meta.get("resourceVersion"):
             raise ValueError("replace needs metadata.resourceVersion: an unconditional update could overwrite")
-        return self._json("update", "PUT", resource.path(meta.get("namespace"), meta["name"]), body=body)
+        return self._json("update", "PUT", resource.path(meta.get("namespace"), meta["name"]), query=_WRITER, body=body)
 
     def overwrite(self, resource: Resource, body: Obj) -> None:
         """PUT without a resourceVersion: an unconditional update, for a writer that may not read what it
@@ -233,14 +247,16 @@ class KubeApi:
         The answer, the object as written, is read within the bounds and not kept. NotFound when there is
         none (a Secret is never created by a PUT)."""
         meta = {k: v for k, v in body["metadata"].items() if k != "resourceVersion"}
-        self._json("update", "PUT", resource.path(meta.get("namespace"), meta["name"]), body={**body, "metadata": meta})
+        self._json("update", "PUT", resource.path(meta.get("namespace"), meta["name"]), query=_WRITER,
+                   body={**body, "metadata": meta})
 
     def replace_status(self, resource: Resource, body: Obj) -> Obj:
         """PUT to the status subresource, with the same resourceVersion precondition as `replace`."""
         meta = body["metadata"]
         if not meta.get("resourceVersion"):
             raise ValueError("replace_status needs metadata.resourceVersion: an unconditional update could overwrite")
-        return self._json("update", "PUT", resource.path(meta.get("namespace"), meta["name"]) + "/status", body=body)
+        return self._json("update", "PUT", resource.path(meta.get("namespace"), meta["name"]) + "/status",
+                          query=_WRITER, body=body)
 
     def server_version(self) -> Obj:
         """GET /version: the cheapest call every API server answers (any authenticated user may), so a
@@ -299,7 +315,7 @@ class KubeApi:
         response = self._call("watch", "GET", resource.path(namespace), query=query, timeout=(10, timeout_seconds + 30))
         return _events(response.response)
 
-    def _json(self, verb: str, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
+    def _json(self, verb: str, method: str, path: str, *, query: Sequence[tuple[str, str]] | None = None,
               body: Obj | None = None) -> Obj:
         response = self._call(verb, method, path, query=query, body=body)
         try:
@@ -351,7 +367,7 @@ class KubeApi:
             raise Unavailable(f"{what}: {failure}") from failure
         return body
 
-    def _call(self, verb: str, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
+    def _call(self, verb: str, method: str, path: str, *, query: Sequence[tuple[str, str]] | None = None,
               body: Obj | None = None, timeout: float | tuple[float, float] | None = None) -> Any:
         _check_path(path)
         # identity: no compressed answers (an inflating one weighs far more than its bytes on the wire)
@@ -359,7 +375,7 @@ class KubeApi:
         # The body is not handed to the client: it would walk it (sanitize_for_serialization) and encode it
         # with the json module, ~60 of the ~320 us of client CPU a Secret's create costs; orjson encodes it
         # in a few (a first pass at 100,000 workloads makes ~200,000 such calls).
-        request = self.api_client.param_serialize(method, path, query_params=query or [], header_params=headers,
+        request = self.api_client.param_serialize(method, path, query_params=list(query or ()), header_params=headers,
                                                   auth_settings=["BearerToken"])
         limit = timeout or self.timeout
         if self.deadline is not None:  # each socket wait at most what is left (the timer cuts the rest)

@@ -259,6 +259,7 @@ class Reconciler:
             report.aborted = f"{type(e).__name__}: {e}"
             self.metrics.failures.labels("pass-aborted").inc()
             log.error("reconcile pass stopped", extra={"error": report.aborted})
+        self.writer.tell_issued(report, now)  # an aborted pass's certificates too: they are stored
         # A pass ends with its Events written; an aborted pass saw only part of its conditions, and a keyed
         # pass only those of its namespaces (the next full pass forgets the ended ones).
         self.announcer.end(complete=not (report.aborted or keyed))

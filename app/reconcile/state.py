@@ -105,6 +105,8 @@ class PassReport:
     # Certificate Secrets issued with the default for a profile value refused (discover.Target.profile_refusal).
     profiles_refused: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    # namespace -> the certificates issued or renewed there, one line each (told by one Event: writes.py's _tell_issued)
+    issued: dict[str, list[str]] = field(default_factory=dict)
     # "<namespace>/<secret>" -> why its certificate waits for a CA that may sign (see plan.Waiting)
     waiting: dict[str, str] = field(default_factory=dict)
     # namespace -> why its trust bundle cannot be written (left out of the CA's rotation facts)

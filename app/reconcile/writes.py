@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from tls_injector.kube import SECRETS, Conflict, KubeApi, KubeError, NotFound, Resource, Unavailable
+from tls_injector.reconcile import events
 from tls_injector.reconcile.announcer import Announcer
 from tls_injector.reconcile.budget import TurnBudget
 from tls_injector.reconcile.metrics import ReconcileMetrics
@@ -229,7 +230,7 @@ class Writer:
                 self._refused(item, outcome, report, now)
                 return existing
             try:
-                stored = self.write(outcome, report, item=item, now=now, sent=sent if attempt == 0 else None)
+                stored = self.write(outcome, report, item=item, sent=sent if attempt == 0 else None)
             except Conflict:
                 existing = self._read_optional(item.resource, item.name, item.namespace)
                 continue
@@ -272,7 +273,7 @@ class Writer:
             return None
 
     def write(self, write: Write, report: PassReport, *, item: Item | None = None,
-              now: datetime | None = None, sent: Future[Obj | None] | None = None) -> Obj | None:
+              sent: Future[Obj | None] | None = None) -> Obj | None:
         """Make the write (or take the answer of the one `sent` already, checked then to lead), and tell it."""
         if sent is None:
             self.guard()
@@ -283,8 +284,8 @@ class Writer:
         report.reasons[write.reason] += 1
         log.info("object written", extra={"action": write.action, "kind": write.resource.kind,
                                           "namespace": write.namespace, "object": write.name, "reason": write.reason})
-        if item is not None and now is not None:
-            self._written(item, write, now)
+        if item is not None:
+            self._written(item, write, report)
         return stored
 
     def _send(self, write: Write) -> Obj | None:
@@ -295,14 +296,20 @@ class Writer:
         self._api.delete(write.resource, write.name, namespace=write.namespace, resource_version=write.resource_version)
         return None
 
-    def _written(self, item: Item, write: Write, now: datetime) -> None:
+    def _written(self, item: Item, write: Write, report: PassReport) -> None:
+        """A certificate issued or renewed is counted, and kept for its namespace's one Event (tell_issued)."""
         verb, _, why = write.reason.partition(":")
         if verb in ("issued", "renewed"):
             what = "client certificate" if item.client else "certificate"
             self._metrics.rotations.labels("client-leaf" if item.client else "leaf", why).inc()
-            reason = f"{'Client' if item.client else ''}Certificate{verb.capitalize()}"
-            self._announcer.emit(item.workloads, reason=reason, kind="Normal", now=now,
-                                 message=f"Secret {item.name}: {what} {verb} ({why})")
+            report.issued.setdefault(item.namespace, []).append(f"Secret {item.name}: {what} {verb} ({why})")
+
+    def tell_issued(self, report: PassReport, now: datetime) -> None:
+        """One Normal Event per namespace for the certificates the pass issued or renewed there: routine, so
+        counted and aggregated; what a person must act on keeps an Event per object (Announcer.announce)."""
+        for namespace, told in report.issued.items():
+            self._announcer.emit((events.issued_ref(namespace),), reason="CertificatesIssued", kind="Normal",
+                                 now=now, message=events.issued_message(told))
 
     def _refused(self, item: Item, refused: Refused, report: PassReport, now: datetime) -> None:
         report.conflicts.append(refused.message)

@@ -31,7 +31,16 @@ from tests.kubeapi import Emulator, running_emulator
 from tests.kubeapi.errors import MAX_REQUEST_BODY, MAX_STORED_OBJECT
 from tests.support.kubelet import pkix_spec
 from tls_injector import names
-from tls_injector.kube import LEASES, MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS, KubeApi, LeaderElector
+from tls_injector.kube import (
+    CONFIG_MAPS,
+    EVENTS,
+    LEASES,
+    MUTATING_WEBHOOKS,
+    NAMESPACES,
+    VALIDATING_WEBHOOKS,
+    KubeApi,
+    LeaderElector,
+)
 from tls_injector.pki import public_roots, with_public_roots
 from tls_injector.pki.bundle import trust_bundle
 from tls_injector.pki.certs import make_ca
@@ -370,8 +379,9 @@ def case_an_orphaned_bundle_is_deleted_at_its_resource_version(s: Server) -> Ver
 
 
 def _event(s: Server, namespace: str | None = None) -> Obj:
-    ref = WorkloadRef("Deployment", namespace or s.namespace, "web", uid="7d2b9c1e-0000-4000-8000-000000000001")
-    body = events.event_body(ref, reason="CertificateIssued", message="Secret web-tls: certificate issued",
+    """The namespace's issuance Event as the reconciler writes it: about its trust bundle, no uid."""
+    body = events.event_body(events.issued_ref(namespace or s.namespace), reason="CertificatesIssued",
+                             message=events.issued_message(["Secret web-tls: certificate issued (missing)"]),
                              kind="Normal", now=datetime.now(UTC))
     return {**body, "metadata": {**body["metadata"], "namespace": s.namespace}}  # type: ignore[dict-item]
 
@@ -988,3 +998,29 @@ def test_the_emulator_answers_as_the_apiserver_does(case_: Case, pair: Pair, clu
     assert real.code == case_.expect, f"the apiserver answered {real}"
     emulated = case_.run(pair.emulated)
     assert emulated == real
+
+
+def test_our_writes_are_recorded_under_our_field_manager_and_an_event_is_posted_unread(
+    admin: kubernetes.client.ApiClient,
+) -> None:
+    """fieldManager on every write: the apiserver names us in managedFields, not the client library."""
+    api = KubeApi(admin)
+    namespace = fresh_namespace_name("field-manager")
+    api.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    try:
+        stored = api.create(CONFIG_MAPS, {"apiVersion": "v1", "kind": "ConfigMap", "data": {"a": "1"},
+                                          "metadata": {"name": "written", "namespace": namespace}}, namespace=namespace)
+        assert [f["manager"] for f in stored["metadata"]["managedFields"]] == [names.FIELD_MANAGER]
+        updated = api.replace(CONFIG_MAPS, {**stored, "data": {"a": "2"}})
+        assert [(f["manager"], f["operation"]) for f in updated["metadata"]["managedFields"]] == [
+            (names.FIELD_MANAGER, "Update")]
+        body = events.event_body(events.issued_ref(namespace), reason="CertificatesIssued", kind="Normal",
+                                 message=events.issued_message(["Secret web-tls: certificate issued (missing)"]),
+                                 now=datetime.now(UTC))
+        assert api.post(EVENTS, body, namespace=namespace) is None
+        [event] = api.list_objects(EVENTS, namespace=namespace).items
+        assert (event["reason"], event["involvedObject"]["kind"], event["involvedObject"]["name"]) == (
+            "CertificatesIssued", "ConfigMap", names.TRUST_BUNDLE_CONFIGMAP)
+        assert [f["manager"] for f in event["metadata"]["managedFields"]] == [names.FIELD_MANAGER]
+    finally:
+        api.delete(NAMESPACES, namespace)

@@ -5,6 +5,7 @@ the reconciler's own pass records for its status API."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,6 +14,8 @@ import pytest
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, deployment, reconciler, small_cluster
 from tls_injector.cli import main
+from tls_injector.doctor.workload_status import told_by
+from tls_injector.reconcile.discover import Target, WorkloadRef
 
 FLAGS = ["--server", "", "--namespace", OWN_NS, "--cluster-domain", "cluster.local"]
 NAMES = "tls-injector.io/service-names"
@@ -66,7 +69,9 @@ def test_one_workload_shows_its_secret_certificate_ca_conditions_pods_and_events
     assert "Ready: True (Issued) issued, valid until " in out
     assert "app0-7d9f8-aaaaa: injected" in out
     assert "app0-7d9f8-bbbbb: WITHOUT the injection" in out
-    assert "Normal CertificateIssued: Secret app0-tls: certificate issued (missing)" in out
+    # The namespace's Event for the pass that issued it, naming its Secret among the others.
+    assert re.search(r"Normal CertificatesIssued: \d certificates issued or renewed: .*Secret app0-tls: "
+                     r"certificate issued \(missing\)", out), out
 
 
 def test_a_workload_in_conflict_is_not_ready_and_exits_1_and_json_says_the_same(
@@ -140,3 +145,21 @@ def test_its_conditions_are_the_ones_the_reconcilers_pass_records(
         shown = json.loads(out)["conditions"]
         width = len(expected[0])
         assert [tuple(c[k] for k in ("type", "status", "reason", "message")[:width]) for c in shown] == expected
+
+
+def test_a_failed_write_counts_when_told_after_the_stored_certificate_was_issued_and_not_before(
+    kubeapi: Emulator,
+) -> None:
+    """What only an Event tells (a failed write, a wait) is weighed against the stored certificate's own
+    issuance (its not_before, backdated 5 minutes): the issuance Event is one per namespace, not per Secret."""
+    small_cluster(kubeapi, namespaces=1, per_namespace=1)
+    clock = Clock(datetime(2026, 3, 1, 12, 0, tzinfo=UTC))
+    reconciler(kubeapi, clock).run_pass()
+    secret = kubeapi.get("secrets", "app0-tls", "ns0")
+    target = Target("ns0", "app0-tls", ("app0.ns0.svc",), (WorkloadRef("Deployment", "ns0", "app0"),))
+
+    def failed_at(when: str) -> list[dict[str, str]]:
+        return [{"time": when, "type": "Warning", "reason": "CertificateFailed", "message": "create: 500"}]
+
+    assert "CertificateFailed" not in told_by(target, secret, set(), failed_at("2026-03-01T11:59:59Z"))
+    assert told_by(target, secret, set(), failed_at("2026-03-01T12:00:00Z"))["CertificateFailed"] == "create: 500"

@@ -159,7 +159,12 @@ def test_a_create_is_written_counted_and_told_once() -> None:
     part.converge_all([(create_item(), None)], report, NOW, lambda item, obj: stored.append(obj))
     assert stored == [secret("web-tls")]
     assert (report.writes, report.reasons) == ({"create": 1}, {"issued:missing": 1})
-    assert told.events == [("CertificateIssued", "Normal", "Secret web-tls: certificate issued (missing)")]
+    # Routine issuance is kept for its namespace's one Event, told when the pass ends (tell_issued).
+    assert told.events == []
+    assert report.issued == {"ns": ["Secret web-tls: certificate issued (missing)"]}
+    part.tell_issued(report, NOW)
+    assert told.events == [("CertificatesIssued", "Normal", "1 certificate issued or renewed: "
+                                                            "Secret web-tls: certificate issued (missing)")]
 
 
 def test_a_write_that_keeps_failing_backs_off_and_says_when_it_is_tried_again() -> None:

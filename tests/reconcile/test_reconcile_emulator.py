@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -16,6 +17,7 @@ from tests.reconcile.cluster import (
     small_cluster,
 )
 from tls_injector.kube import DEPLOYMENTS, SECRETS, KubeApi
+from tls_injector.names import TRUST_BUNDLE_CONFIGMAP
 from tls_injector.pki import load_certificates
 from tls_injector.pki.verify import dns_sans
 
@@ -135,9 +137,44 @@ def test_one_object_failing_does_not_stop_the_others_and_the_next_pass_repairs_i
     assert dict(second.reasons) == {"issued:missing": 1}
 
 
-def test_each_workload_gets_an_event_saying_its_certificate_was_issued(kubeapi: Emulator) -> None:
-    small_cluster(kubeapi, namespaces=1, per_namespace=2)
+def test_a_thousand_certificates_issued_in_one_namespace_in_one_pass_are_one_event_there(kubeapi: Emulator) -> None:
+    """Routine issuance is counted and aggregated: one Normal Event per namespace and pass, on its trust
+    bundle, its message within the 1,024 characters an Event keeps; none on the workloads."""
+    small_cluster(kubeapi, namespaces=1, per_namespace=1000)
+    report = reconciler(kubeapi, Clock()).run_pass()
+    assert report.reasons["issued:missing"] == 1000
+    [event] = kubeapi.objects("events", "ns0")
+    assert (event["reason"], event["type"]) == ("CertificatesIssued", "Normal")
+    assert event["involvedObject"] == {"kind": "ConfigMap", "namespace": "ns0", "name": TRUST_BUNDLE_CONFIGMAP,
+                                       "uid": "", "apiVersion": "v1"}
+    head, _, listed = event["message"].partition(": ")
+    assert head == "1000 certificates issued or renewed"
+    *named, more = listed.split("; ")
+    assert 10 <= len(named) < 20, named
+    assert all(re.fullmatch(r"Secret app\d+-tls: certificate issued \(missing\)", n) for n in named), named
+    assert more == f"and {1000 - len(named)} more"
+    assert len(event["message"]) <= 1024
+
+
+def test_a_refusal_beside_routine_issuance_keeps_its_own_event_on_its_workload(kubeapi: Emulator) -> None:
+    small_cluster(kubeapi, namespaces=1, per_namespace=3)
+    kubeapi.add({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                 "metadata": {"name": "app1-tls", "namespace": "ns0"}, "data": {}})
     reconciler(kubeapi, Clock()).run_pass()
-    issued = sorted((e["involvedObject"]["kind"], e["involvedObject"]["name"], e["type"])
-                    for e in kubeapi.objects("events", "ns0") if e["reason"] == "CertificateIssued")
-    assert issued == [("Deployment", "app0", "Normal"), ("Deployment", "app1", "Normal")]
+    found = sorted((e["reason"], e["type"], e["involvedObject"]["kind"], e["involvedObject"]["name"])
+                   for e in kubeapi.objects("events", "ns0"))
+    assert found == [("CertificatesIssued", "Normal", "ConfigMap", TRUST_BUNDLE_CONFIGMAP),
+                     ("SecretConflict", "Warning", "Deployment", "app1")]
+    [issued] = [e["message"] for e in kubeapi.objects("events", "ns0") if e["reason"] == "CertificatesIssued"]
+    assert issued.startswith("2 certificates issued or renewed: ")
+    assert sorted(issued.partition(": ")[2].split("; ")) == [
+        "Secret app0-tls: certificate issued (missing)", "Secret app2-tls: certificate issued (missing)"]
+
+
+def test_each_namespace_of_a_pass_gets_its_own_event_and_a_pass_with_nothing_issued_none(kubeapi: Emulator) -> None:
+    small_cluster(kubeapi, namespaces=3, per_namespace=2)
+    rec = reconciler(kubeapi, Clock())
+    rec.run_pass()
+    assert sorted(e["metadata"]["namespace"] for e in kubeapi.objects("events")) == ["ns0", "ns1", "ns2"]
+    assert rec.run_pass().write_count == 0
+    assert len(kubeapi.objects("events")) == 3

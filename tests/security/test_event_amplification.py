@@ -33,7 +33,7 @@ def test_twenty_broken_deployments_are_twenty_events_after_five_passes(kubeapi: 
         assert len(report.refused) == 20  # still reported at every pass: log, report, `--once` exit 1
         counts.append(len(kubeapi.objects("events")))
         clock.advance(timedelta(minutes=1))
-    assert counts == [21] * 5  # 20 SecretConflict + the healthy one's CertificateIssued, once
+    assert counts == [21] * 5  # 20 SecretConflict + the namespace's CertificatesIssued, once
 
 
 def test_a_condition_that_ends_and_comes_back_is_reported_again(kubeapi: Emulator) -> None:
