@@ -1,6 +1,6 @@
 """Instructions per /mutate request through the whole server, under callgrind: load-independent.
 
-    python -m bench.instructions [--stream replica|new] [--requests 1000] [--connections 16] [--profile]
+    python -m bench.instructions [--stream replica|new|replicaset|plan] [--requests 1000] [--connections 16] [--profile]
 
 CPU time on a shared machine moves with everyone else's load; the instructions the server executes per
 request do not. This starts `tls-injector serve` (log level info, as the ratio to the Go reference is
@@ -16,7 +16,8 @@ The reviews are those the Go reference is measured with: a ReplicaSet's Pod CREA
 containers and a native sidecar, 40 env values, probes, a projected token volume), each review its own uid
 and token volume name (`replica`), each also a new template, one env value changed (`new`), or each
 from a new ReplicaSet (`replicaset`: its pod-template-hash label, which the plan reads, so no answer is
-remembered).
+remembered), or each with a sidecar of a new name (`plan`, the yardstick's worst case: a new plan, its
+mounts and record, at every review).
 
 `--profile` keeps the callgrind file and prints its top functions (inclusive) with callgrind_annotate.
 """
@@ -44,6 +45,7 @@ from bench.loadgen import Connection
 UID = "00000000-0000-4000-8000-000000000000"
 TOKEN = "kube-api-access-zzzzz"
 SHAPE = "SHAPE0000000"
+PLAN = "planxxxxxxxx"  # a sidecar's name in the `plan` stream, new at every review (as ratio.py's)
 WARMUP = 300
 POD_KIND = {"group": "", "version": "v1", "kind": "Pod"}
 POD_RESOURCE = {"group": "", "version": "v1", "resource": "pods"}
@@ -56,8 +58,9 @@ def _container(name: str, image: str, **extra: Any) -> dict[str, Any]:
             "terminationMessagePolicy": "File", "imagePullPolicy": "IfNotPresent", "resources": {}, **extra}
 
 
-def review_template() -> bytes:
-    """The review with UID, TOKEN and SHAPE placeholders, shaped as the Go reference's yardstick sends it."""
+def review_template(*, plan: bool = False) -> bytes:
+    """The review with UID, TOKEN and SHAPE placeholders, shaped as the Go reference's yardstick sends it;
+    with `plan`, a second container named PLAN (a log shipper), as the yardstick's `plan` stream has."""
     mount = {"name": TOKEN, "readOnly": True, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}
     env = [{"name": f"SETTING_{i}", "value": SHAPE if i == 0 else f"value-{i}-" + "x" * 24} for i in range(40)]
     app = _container("app", "registry.example/web:1.0", env=env, volumeMounts=[mount],
@@ -71,7 +74,11 @@ def review_template() -> bytes:
     token = {"name": TOKEN, "projected": {"sources": [
         {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
         {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}}
-    spec = {"containers": [app], "restartPolicy": "Always", "dnsPolicy": "ClusterFirst",
+    containers = [app]
+    if plan:
+        containers.append(_container(PLAN, "registry.example/log-shipper:2.1", volumeMounts=[mount],
+                                     resources={"requests": {"cpu": "10m"}}))
+    spec = {"containers": containers, "restartPolicy": "Always", "dnsPolicy": "ClusterFirst",
             "serviceAccountName": "default", "terminationGracePeriodSeconds": 30,
             "schedulerName": "default-scheduler", "enableServiceLinks": True,
             "initContainers": init, "volumes": [token],
@@ -97,10 +104,11 @@ def review_template() -> bytes:
     return json.dumps(review).encode()
 
 
-def stream(count: int, *, new: bool, start: int = 0, replica_set: bool = False) -> list[bytes]:
+def stream(count: int, *, new: bool, start: int = 0, replica_set: bool = False, plan: bool = False) -> list[bytes]:
     """`count` reviews: each its own uid and token volume; with `new`, each also a new env value; with
-    `replica_set`, each also from a new ReplicaSet (its pod-template-hash, which the plan reads)."""
-    template = review_template()
+    `replica_set`, each also from a new ReplicaSet (its pod-template-hash, which the plan reads); with
+    `plan`, each with a container of a new name (the plan's mounts, its record: no answer fits)."""
+    template = review_template(plan=plan)
     out = []
     for n in range(start, start + count):
         suffix = "".join(_GENERATED[(n // len(_GENERATED) ** i) % len(_GENERATED)] for i in range(5))
@@ -110,6 +118,8 @@ def stream(count: int, *, new: bool, start: int = 0, replica_set: bool = False) 
             body = body.replace(SHAPE.encode(), f"S{n:011d}".encode())
         if replica_set:
             body = body.replace(b"7d4b9c8f6d", f"{n:010x}".encode())
+        if plan:
+            body = body.replace(PLAN.encode(), f"p{n:011d}".encode())
         out.append(body)
     return out
 
@@ -173,12 +183,13 @@ def _module(root: Path) -> str:
 
 
 def measure(*, pki: Pki, workdir: Path, kind: str, requests: int, connections: int,
-            root: Path) -> tuple[float, Path]:
+            root: Path, floor: bool = False) -> tuple[float, Path]:
     """(instructions per request, the callgrind file) for one run."""
     port = free_port()
     out = workdir / "callgrind.out.%p"
     argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
-            sys.executable, "-m", _module(root), "serve", "--host", "127.0.0.1", "--port", str(port),
+            sys.executable, "-m", "bench.floor" if floor else _module(root), "serve",
+            "--host", "127.0.0.1", "--port", str(port),
             "--tls-cert-file", str(pki.cert_file), "--tls-private-key-file", str(pki.key_file), "--no-reconciler"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
     env.update(PYTHONHASHSEED="0", KUBECONFIG=str(workdir / "none"))
@@ -187,8 +198,9 @@ def measure(*, pki: Pki, workdir: Path, kind: str, requests: int, connections: i
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root)
         try:
             ready(port, context, process)
-            bodies = [request_bytes(port, b) for b in stream(WARMUP + requests, new=kind != "replica",
-                                                               replica_set=kind == "replicaset")]
+            bodies = [request_bytes(port, b) for b in stream(WARMUP + requests, new=kind in ("new", "replicaset"),
+                                                               replica_set=kind == "replicaset",
+                                                               plan=kind == "plan")]
 
             def toggle(what: str) -> None:
                 flag = ["-i", "on"] if what == "on" else ["-d"]
@@ -211,23 +223,26 @@ def measure(*, pki: Pki, workdir: Path, kind: str, requests: int, connections: i
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--stream", choices=("replica", "new", "replicaset"), default="replica",
+    parser.add_argument("--stream", choices=("replica", "new", "replicaset", "plan"), default="replica",
                         help="replica: one template; new: one env value new per review (as the Go yardstick's "
                              "new-template stream: the plan reads no env value, so these share an answer); "
-                             "replicaset: a new ReplicaSet per review, planned every time")
+                             "replicaset: a new ReplicaSet per review, planned every time; plan: a container of a "
+                             "new name per review (ratio.py's plan stream), planned every time")
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1],
                         help="the checkout whose app/ is served (another commit's tree, for an A/B)")
     parser.add_argument("--profile", action="store_true", help="print the top functions too")
+    parser.add_argument("--floor", action="store_true",
+                        help="serve bench.floor (the same server answering one fixed answer) instead")
     args = parser.parse_args()
     if not shutil.which("valgrind") or not shutil.which("callgrind_control"):
         raise SystemExit("needs valgrind (apt-get install valgrind)")
     workdir = Path(tempfile.mkdtemp(prefix="bench-instructions-"))
     pki = make_pki(workdir)
     per_request, dump = measure(pki=pki, workdir=workdir, kind=args.stream, requests=args.requests,
-                                connections=args.connections, root=args.root)
-    print(f"[{args.stream}] {per_request / 1000:.1f}k instructions per request "
+                                connections=args.connections, root=args.root, floor=args.floor)
+    print(f"[{args.stream}{', floor' if args.floor else ''}] {per_request / 1000:.1f}k instructions per request "
           f"({args.requests} requests over {args.connections} connections; {args.root})")
     if args.profile:
         print(f"callgrind file: {dump}")

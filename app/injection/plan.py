@@ -26,7 +26,7 @@ import orjson
 from tls_injector import names
 from tls_injector.injection.choices import Choices, InjectionOptions, InjectionRefused, read_choices, shown
 from tls_injector.injection.jvm import keystore_warnings
-from tls_injector.injection.podspec import Container, PodSpec, Source, Volume, pod_spec
+from tls_injector.injection.podspec import Container, PodSpec, Source, Volume, VolumeMount, pod_spec
 from tls_injector.injection.workload import Workload, pod_secret_name
 
 # Init containers first: that is the order the kubelet starts them in, and the order the record lists.
@@ -134,8 +134,9 @@ def plan_injection(
     if names.KEYSTORE_ANNOTATION in annotations:
         warnings += keystore_warnings(annotations, choices)
     changes = []
+    paths = {mount["mountPath"]: mount for mount in mounts}
     for field, position, container in targets:  # a container that lacks nothing is left out of the plan
-        missing_mounts = _missing_mounts(container, mounts)
+        missing_mounts = _missing_mounts(container, mounts, paths)
         missing_env = _missing_env(container, env, warnings) if env else ()
         if missing_mounts or missing_env:
             changes.append(ContainerChange(field, position, missing_mounts, container.volumeMounts is not None,
@@ -250,10 +251,20 @@ def _is_ours(contents: object, identity: Mapping[str, Any]) -> bool:
     )
 
 
-def _missing_mounts(container: Container, wanted: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
+def _missing_mounts(container: Container, wanted: Sequence[dict[str, Any]],
+                    paths: Mapping[str, object]) -> tuple[dict[str, Any], ...]:
+    """Our mounts (`wanted`, whose paths are the keys of `paths`) the container lacks; refused when it
+    mounts something else at one of their paths (its last mount at a path counts, as a map of them would)."""
     if not container.volumeMounts:
         return tuple(wanted)
-    by_path = {_normpath(m.mountPath): m for m in container.volumeMounts}
+    # Only the container's mounts at one of our paths are kept: most containers have none there, and get
+    # back all of `wanted` without a map of every mount they have.
+    by_path: dict[str, VolumeMount] = {}
+    for held in container.volumeMounts:
+        if (path := _normpath(held.mountPath)) in paths:
+            by_path[path] = held
+    if not by_path:
+        return tuple(wanted)
     missing = []
     for mount in wanted:
         existing = by_path.get(mount["mountPath"])
