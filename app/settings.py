@@ -43,7 +43,7 @@ class Limits:
     # leaves the limit room for the process (~80 MiB) and the largest review being decoded. An apiserver
     # keeps a few per webhook. When full, a newcomer may take the slot of a connection that has not
     # completed a request from the source holding the most; a connection that has completed one (the
-    # apiserver's keep-alives) is never closed for it: the newcomer is (tls_injector.web.http.ConnectionSet).
+    # apiserver's keep-alives) is never closed for it: the newcomer is (tls_injector.web.connections.ConnectionSet).
     max_connections: int = 500
     # Open connections from one client address. The apiserver opens a connection only when all its others
     # are busy, so it holds about its peak of concurrent calls to this replica; its mutating requests in

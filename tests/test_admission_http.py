@@ -168,8 +168,9 @@ def test_metrics_count_requests_by_endpoint_and_outcome(tmp_path: Path) -> None:
 
 def test_requests_arriving_in_pieces_on_several_connections_are_each_answered_from_their_own_bytes(
         server: RunningServer) -> None:
-    """Every connection reads into one buffer the server shares (tls_injector.web.http): a request that arrives in
-    pieces, with other connections' requests read in between, must still be answered from its own bytes."""
+    """Every connection reads into one buffer the server shares (tls_injector.web.connections): a request
+    that arrives in pieces, with other connections' requests read in between, must still be answered from
+    its own bytes."""
     def body_for(uid: str) -> bytes:
         sent = fixture("synthetic/pod-create-from-replicaset.json")
         sent["request"]["uid"] = uid

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tls_injector.settings import Limits
-from tls_injector.web.http import ConnectionSet, HttpConnection, Routes
+from tls_injector.web.connections import ConnectionSet
+from tls_injector.web.http import HttpConnection, Routes
 from tls_injector.web.metrics import ServerMetrics
 
 # Small limits, so that generated heads break each of them often.

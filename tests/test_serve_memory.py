@@ -112,7 +112,8 @@ def test_a_closed_connection_is_freed_at_once_not_at_the_next_garbage_collection
     import weakref
 
     from tls_injector.settings import Limits
-    from tls_injector.web.http import ConnectionSet, HttpConnection, Routes
+    from tls_injector.web.connections import ConnectionSet
+    from tls_injector.web.http import HttpConnection, Routes
     from tls_injector.web.metrics import ServerMetrics
 
     connections = ConnectionSet(Limits(), ServerMetrics())

@@ -12,6 +12,12 @@ with a status (431, 413, 408) where the client can still read one, then closes.
 Timeouts are deadlines on each connection, checked by one sweeper task (`ConnectionSet.sweep`) rather
 than a timer per request: a kept-alive request then costs one `monotonic()` call, not a timer handle.
 
+This module is the connection itself: the protocol, its phases and what each request does to them, flow
+control and batches. Beside it: tls_injector.web.connections (the table of open connections, their caps,
+the sweeper, the drain), tls_injector.web.request_head (the fields read from a head, an Upgrade's head
+parsed again) and tls_injector.web.answers (the bytes of each answer). They are imported by name, so a
+request pays no call for the split.
+
 Bounded on the way out too: a connection whose answers are not being read stops being read (above
 WRITE_BUFFER_HIGH bytes of unsent answers its reading pauses, and resumes when they drain), and requests
 pipelined on one connection are answered in batches (BATCH_SECONDS of work, at most BATCH_REQUESTS), the
@@ -31,15 +37,28 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from email.utils import formatdate
 
 import httptools
 import orjson
 
-from tls_injector.settings import Limits
-from tls_injector.web.endpoints import JSON_TYPE, AdmissionEndpoint, Headers, HttpError, check_call
+from tls_injector.web.answers import CLOSE, KEEP, Clock, response_bytes
+from tls_injector.web.connections import BODY, HEAD, IDLE, LINGER, NEW, ConnectionSet, source_of
+from tls_injector.web.endpoints import JSON_TYPE, AdmissionEndpoint, HttpError, check_call
 from tls_injector.web.health import JSON, Plain
-from tls_injector.web.metrics import ServerMetrics
+from tls_injector.web.request_head import (
+    AS_SENT,
+    CONTENT_LENGTH,
+    CONTENT_TYPE,
+    EXPECT,
+    HOST,
+    OTHER,
+    READ_HEADERS,
+    TRANSFER_ENCODING,
+    absolute_path,
+    as_sent,
+    expects_continue,
+    without_upgrade,
+)
 
 log = logging.getLogger("tls_injector.http")
 # One clock read per read of the socket (the connection's `now`): the deadlines it sets, and the end of the
@@ -53,10 +72,6 @@ class Routes:
     plain: dict[bytes, Callable[[], Plain]]
 
 
-REASONS = {100: b"Continue", 200: b"OK", 400: b"Bad Request", 404: b"Not Found", 405: b"Method Not Allowed",
-           408: b"Request Timeout", 413: b"Content Too Large", 415: b"Unsupported Media Type",
-           431: b"Request Header Fields Too Large", 500: b"Internal Server Error", 501: b"Not Implemented",
-           503: b"Service Unavailable", 505: b"HTTP Version Not Supported"}
 # Unsent answers above this pause the connection's reading; below the low mark it resumes. 16 KiB holds
 # several admission answers (1-3 KB each) or a /metrics page: a client reading its answers never meets it
 # (the kernel takes them at once), one that stops reading costs this much memory and no more (64 KiB was,
@@ -67,36 +82,6 @@ WRITE_BUFFER_LOW = 4 * 1024
 # a batch is a few of them; a request that alone costs more (/metrics renders in ~1-10 ms) is a batch of one.
 BATCH_SECONDS = 0.002
 BATCH_REQUESTS = 16
-_KEEP, _CLOSE = b"\r\n\r\n", b"\r\nconnection: close\r\n\r\n"
-
-
-class Clock:
-    """The Date header, formatted once a second by the sweeper rather than once per response, and with it
-    the head of a 200 JSON answer up to its length (`ok_json`): an admission answer's head is then that,
-    the length and one of two endings."""
-
-    date = b""
-    ok_json = b""
-
-    @classmethod
-    def tick(cls) -> None:
-        cls.date = formatdate(usegmt=True).encode()
-        cls.ok_json = b"HTTP/1.1 200 OK\r\ndate: %s\r\ncontent-type: %s\r\ncontent-length: " % (cls.date, JSON)
-
-
-Clock.tick()
-
-
-def response_bytes(status: int, content_type: bytes, body: bytes, *, close: bool, headers: Headers = (),
-                   head_only: bool = False) -> bytes:
-    """The response; to a HEAD request (`head_only`) the same head, with the length GET's body would have,
-    and no body (RFC 9110 9.3.2): a body there would be read as the start of the next response."""
-    if status == 200 and content_type == JSON and not headers:  # an admission answer: the head made each second
-        return b"".join((Clock.ok_json, b"%d" % len(body), _CLOSE if close else _KEEP, b"" if head_only else body))
-    extra = b"".join(b"%s: %s\r\n" % pair for pair in headers)
-    head = b"HTTP/1.1 %d %s\r\ndate: %s\r\ncontent-type: %s\r\n%scontent-length: %d" % (
-        status, REASONS.get(status, b"Error"), Clock.date, content_type, extra, len(body))
-    return b"".join((head, _CLOSE if close else _KEEP, b"" if head_only else body))
 
 
 # A request parsed whole, answered now or waiting behind a batch: (endpoint, path, method, content type,
@@ -108,39 +93,6 @@ class _Stop(Exception):
     pass
 
 
-# The request headers the server reads (RFC 9110: names are case-insensitive, so looked up lowered). The
-# parser hands each header to `on_header`, which only keeps it; the head is read once it is complete
-# (`_read_head`), in one loop, where a Python call per header cost ~3k instructions each.
-_CONTENT_TYPE, _CONTENT_LENGTH, _HOST, _EXPECT, _TRANSFER_ENCODING = "type", "length", "host", "expect", "coding"
-_READ_HEADERS = {b"content-type": _CONTENT_TYPE, b"content-length": _CONTENT_LENGTH, b"host": _HOST,
-                 b"expect": _EXPECT, b"transfer-encoding": _TRANSFER_ENCODING}
-# The names as clients spell them most (Go's canonical form, as the apiserver and wrk send them, and lower
-# case), the others among them marked _OTHER: found as sent, without lowering them first.
-_OTHER = "other"
-_AS_SENT: dict[bytes, str] = {**_READ_HEADERS, **{name.title(): read for name, read in _READ_HEADERS.items()},
-            **{name: _OTHER for name in (b"accept", b"accept-encoding", b"user-agent", b"connection", b"authorization",
-                                         b"content-encoding", b"traceparent")},
-            **{name.title(): _OTHER for name in (b"accept", b"accept-encoding", b"user-agent", b"connection",
-                                                 b"authorization", b"content-encoding", b"traceparent")}}
-
-
-# Bound once: `_AS_SENT.get(name)` looks the method up on every call (~500 instructions of ~950).
-_as_sent = _AS_SENT.get
-
-
-# Connection phases; each has its own deadline.
-NEW, HEAD, BODY, IDLE, LINGER = "new", "head", "body", "idle", "linger"
-
-
-# Decrypted bytes are read into one buffer that every connection of a server shares: a read is handed to
-# the parser at once and never kept (the parser copies what it passes on), so one buffer is enough. A read
-# into a fresh bytes object instead cost three system calls per request (mmap, mremap, munmap: a buffer of
-# 256 KiB is an mmap of its own). Its size bounds what one read can queue: every request of a read is
-# parsed before the connection's reading pauses, so a client pipelining tiny requests and reading nothing
-# left ~7,500 of them (~1.3 MiB) waiting per connection with 256 KiB; 16 KiB is one full TLS record (a
-# review of the bench is one) and at most ~470 such requests (~85 KiB). A larger body takes more reads, a
-# Python call each (~1 us) beside the 16 KiB decrypted for it.
-READ_BUFFER_BYTES = 16 * 1024
 # Encrypted bytes uvloop's TLS layer holds that the connection has not read yet, above which it stops
 # reading the socket (its default is 256 KiB, and one socket read more): what a client that is not being
 # read can leave in the server's memory. 16 KiB keeps a record ahead of the parser.
@@ -152,119 +104,6 @@ TLS_READ_AHEAD_BYTES = 16 * 1024
 # the kernel doubles it) is a window of 32 KiB: at a 1 ms round trip 32 MB/s, a 7 MiB body in ~0.2 s, far
 # inside the body deadline; reviews of a few KiB are unaffected.
 SOCKET_BUFFER_BYTES = 16 * 1024
-
-
-class ConnectionSet:
-    """The open connections of one server, their caps (in all and per source address), the sweeper that
-    enforces deadlines, and the buffer connections read into.
-
-    When the table is full, a newcomer may take the slot of a connection that has not completed a request
-    (a client that connected and said nothing, or is still trickling its first head), and only one from
-    the source holding the most connections, when that source holds more than the newcomer's would: a
-    flood from one address then displaces only itself. A connection that has completed a request (the
-    apiserver's kept-alive connections) is never closed to make room for one that has not sent a request
-    yet; with no such slot to take the newcomer is closed instead.
-    """
-
-    def __init__(self, limits: Limits, metrics: ServerMetrics) -> None:
-        self.limits, self.metrics = limits, metrics
-        self.open: set[HttpConnection] = set()
-        self.by_source: dict[str, set[HttpConnection]] = {}
-        self.closed = 0  # connections ended so far, however they ended
-        self.draining = False
-        self.read_buffer = memoryview(bytearray(READ_BUFFER_BYTES))
-
-    def admit(self, connection: HttpConnection) -> bool:
-        if self.draining:  # its handshake finished after the listener closed
-            return self._refuse("shutdown")
-        held = len(self.by_source.get(connection.source, ()))
-        if held >= self.limits.max_connections_per_source:
-            return self._refuse("source_over_capacity")
-        if len(self.open) >= self.limits.max_connections:
-            victim = self._unproven_of_heaviest(held)
-            if victim is None:
-                return self._refuse("over_capacity")
-            victim.abort("evicted_unproven")
-        self.open.add(connection)
-        self.by_source.setdefault(connection.source, set()).add(connection)
-        return True
-
-    def _refuse(self, reason: str) -> bool:
-        self.metrics.connections_closed.labels(reason).inc()
-        return False
-
-    def _unproven_of_heaviest(self, held: int) -> HttpConnection | None:
-        """The oldest connection without a completed request of the source holding the most connections,
-        if that source holds at least two more than the newcomer's (so the swap never makes it the lighter)."""
-        heavy = sorted((c for c in self.by_source.values() if len(c) > held + 1), key=len, reverse=True)
-        for connections in heavy:
-            unproven = [c for c in connections if not c.served and c.phase in (NEW, HEAD)]
-            if unproven:
-                return min(unproven, key=lambda c: c.started)
-        return None
-
-    def forget(self, connection: HttpConnection) -> None:
-        self.open.discard(connection)
-        same = self.by_source.get(connection.source)
-        if same is not None:
-            same.discard(connection)
-            if not same:
-                del self.by_source[connection.source]
-
-    def sweep(self, now: float) -> None:
-        for connection in [c for c in self.open if c.deadline <= now]:
-            connection.expire()
-
-    def drain(self) -> None:
-        """Stop keeping connections alive: every answer from now on says `Connection: close` and closes its
-        connection; idle ones close once idle long enough (`close_idle`)."""
-        self.draining = True
-
-    def close_idle(self, now: float, idle_for: float) -> None:
-        """Close the connections idle for at least `idle_for` seconds (no request begun since).
-
-        Closing an idle keep-alive connection races with a client sending on it, and a client does not
-        retry a POST that met a closed connection: the apiserver fails the admission ("broken pipe",
-        "EOF"). A connection it uses again gets its answer with `Connection: close` and ends cleanly; one
-        idle for a while sits at the bottom of Go's idle pool (the most recently used is reused first),
-        so closing only those leaves the race to a request burst arriving at that instant."""
-        for connection in list(self.open):
-            if connection.phase in (IDLE, NEW) and now - connection.idle_since() >= idle_for:
-                connection.abort("shutdown")
-
-
-def _absolute_path(url: bytes) -> bytes:
-    """A target not in origin form: in absolute form (RFC 9112 3.2.2) routed by its path."""
-    if url.startswith((b"http://", b"https://")):
-        return httptools.parse_url(url).path or b"/"
-    return url
-
-
-def _without_upgrade(method: bytes, url: bytes, version: str, fields: list[tuple[bytes, bytes]]) -> bytes:
-    """The request's head as sent, less Upgrade, the `upgrade` option of Connection and Expect (its 100
-    Continue was sent for the head as first parsed)."""
-    kept = []
-    for name, value in fields:
-        lowered = name.lower()
-        options = value
-        if lowered == b"connection":
-            options = b", ".join(t.strip() for t in value.split(b",") if t.strip().lower() != b"upgrade")
-        if options and lowered not in (b"upgrade", b"expect"):
-            kept.append(b"%s: %s\r\n" % (name, options))
-    return b"%s %s HTTP/%s\r\n%s\r\n" % (method, url, version.encode(), b"".join(kept))
-
-
-def _expects_continue(expect: bytes) -> bool:
-    return expect.lower() == b"100-continue"
-
-
-def source_of(peername: object) -> str:
-    """The client's address without its port: what the per-source cap counts. An IPv4 address seen
-    through an IPv6 socket (::ffff:a.b.c.d) is the IPv4 address, so one client is one source either way."""
-    if not isinstance(peername, tuple) or not peername:
-        return ""
-    host = str(peername[0])
-    return host[7:] if host.startswith("::ffff:") and "." in host else host
 
 
 class HttpConnection(asyncio.BufferedProtocol):
@@ -441,18 +280,18 @@ class HttpConnection(asyncio.BufferedProtocol):
         hosts = 0
         for name, value in fields:
             size += len(name) + len(value)
-            read = _as_sent(name)
+            read = as_sent(name)
             if read is None:
-                read = _READ_HEADERS.get(name.lower())
-            if read is _CONTENT_TYPE:
+                read = READ_HEADERS.get(name.lower())
+            if read is CONTENT_TYPE:
                 content_type = value
-            elif read is _CONTENT_LENGTH:
+            elif read is CONTENT_LENGTH:
                 content_length = value
-            elif read is _HOST:
+            elif read is HOST:
                 hosts += 1
-            elif read is _EXPECT:
+            elif read is EXPECT:
                 expect = value
-            elif read is _TRANSFER_ENCODING:
+            elif read is TRANSFER_ENCODING:
                 coding = b"?"  # each value is checked by the walk
         if coding or size > self.max_head_bytes or len(fields) > self.max_headers:
             return self._walk_head()
@@ -479,18 +318,18 @@ class HttpConnection(asyncio.BufferedProtocol):
             if count > self.max_headers:
                 self._fail(HttpError(431, f"more than {self.max_headers} header fields"))
                 return None
-            read = _AS_SENT.get(name)
+            read = AS_SENT.get(name)
             if read is None:
-                read = _READ_HEADERS.get(name.lower())
-            if read is _OTHER or read is None:
+                read = READ_HEADERS.get(name.lower())
+            if read is OTHER or read is None:
                 continue
-            if read is _CONTENT_TYPE:
+            if read is CONTENT_TYPE:
                 content_type = value
-            elif read is _CONTENT_LENGTH:
+            elif read is CONTENT_LENGTH:
                 content_length = value
-            elif read is _HOST:
+            elif read is HOST:
                 hosts += 1
-            elif read is _EXPECT:
+            elif read is EXPECT:
                 expect = value
             else:
                 chunked = value.strip().lower() == b"chunked"
@@ -517,14 +356,14 @@ class HttpConnection(asyncio.BufferedProtocol):
             raise _Stop
         # One C call for a request with a body (~100 instructions of a review's ~280k).
         if (chunked or content_length not in (b"", b"0")) and parser.should_upgrade():
-            self.replay = _without_upgrade(parser.get_method(), self.url, version, self.fields)
+            self.replay = without_upgrade(parser.get_method(), self.url, version, self.fields)
         url, self.url, self.fields = self.url, b"", []  # nothing of a head is kept past it
-        self.path = path = (url if url[:1] == b"/" else _absolute_path(url)).split(b"?", 1)[0]
+        self.path = path = (url if url[:1] == b"/" else absolute_path(url)).split(b"?", 1)[0]
         self.method = method = parser.get_method()
         self.content_type = content_type
         self.endpoint = endpoint = self.admission.get(path)
         if endpoint is None:
-            if expect and _expects_continue(expect) and (content_length not in (b"", b"0") or chunked):
+            if expect and expects_continue(expect) and (content_length not in (b"", b"0") or chunked):
                 # Its body would only be dropped: the final answer now rather than 100 Continue (RFC 9110 10.1.1).
                 self._linger(self._plain(True, path, method))
                 raise _Stop
@@ -538,7 +377,7 @@ class HttpConnection(asyncio.BufferedProtocol):
             except HttpError as error:
                 self._answer_early(endpoint, error)
                 raise _Stop from None
-        if expect and _expects_continue(expect):
+        if expect and expects_continue(expect):
             self._write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def _check_head(self, method: bytes, content_type: bytes, content_length: bytes) -> None:
@@ -602,7 +441,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         else:  # a POST: anything else was answered from its head (check_call)
             status, payload, headers = endpoint.answer(method, content_type, body)
             if status == 200 and not headers:  # the head made each second (Clock.ok_json)
-                response = b"%s%d%s%s" % (Clock.ok_json, len(payload), _CLOSE if close else _KEEP, payload)
+                response = b"%s%d%s%s" % (Clock.ok_json, len(payload), CLOSE if close else KEEP, payload)
             else:
                 response = response_bytes(status, JSON, payload, close=close, headers=headers)
         transport = self.transport

@@ -30,9 +30,11 @@ import uvloop
 from tls_injector.admission import Route
 from tls_injector.logs import flush_access_lines
 from tls_injector.settings import Limits, ServeSettings
+from tls_injector.web.answers import Clock
+from tls_injector.web.connections import ConnectionSet
 from tls_injector.web.endpoints import AdmissionEndpoint
 from tls_injector.web.health import BackgroundTask, Health, listen, plain_routes, webhook_probes
-from tls_injector.web.http import SOCKET_BUFFER_BYTES, Clock, ConnectionSet, HttpConnection, Routes
+from tls_injector.web.http import SOCKET_BUFFER_BYTES, HttpConnection, Routes
 from tls_injector.web.metrics import ServerMetrics
 from tls_injector.web.selfsigned import write_self_signed
 from tls_injector.web.tls import CertReloader, LoadedPair
@@ -45,7 +47,7 @@ log = logging.getLogger("tls_injector.server")
 
 # The kernel's accept queue; Linux caps it at net.core.somaxconn (4096 on current kernels).
 BACKLOG = 1024
-# While draining, a kept-alive connection is closed once idle this long (tls_injector.web.http.ConnectionSet.
+# While draining, a kept-alive connection is closed once idle this long (tls_injector.web.connections.ConnectionSet.
 # close_idle): the apiserver, sending about one review per 50 ms to a busy replica, uses a connection it
 # is about to use again within that time and gets `Connection: close` with its answer instead of a race
 # with our close; a quiet cluster's connections are closed after 2 s, well inside the drain period.
