@@ -1,9 +1,10 @@
 """The admission port's reading of a request head: the one-loop read of the usual head gives what the
-field-by-field walk gives, for every head (limits broken or not), and the lengths checked without int()
-are the lengths the cap allows."""
+field-by-field walk gives, for every head (limits broken or not), a connection answers the limit a head
+breaks, and the lengths checked without int() are the lengths the cap allows."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -11,9 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tls_injector.settings import Limits
+from tls_injector.web import request_head
 from tls_injector.web.connections import ConnectionSet
+from tls_injector.web.endpoints import HttpError
 from tls_injector.web.http import HttpConnection, Routes
 from tls_injector.web.metrics import ServerMetrics
+from tls_injector.web.request_head import Head, read_head, walk_head
 
 # Small limits, so that generated heads break each of them often.
 LIMITS = Limits(max_head_bytes=160, max_headers=6, max_body_bytes=7 * 1024 * 1024)
@@ -74,16 +78,12 @@ def connection(limits: Limits = LIMITS) -> tuple[HttpConnection, Written]:
     return made, transport
 
 
-def read(method: str, url: bytes, fields: list[tuple[bytes, bytes]]) -> tuple[object, list[bytes], str]:
-    """What one of the two readings returns for this head, what it wrote and the phase it left."""
-    made, transport = connection()
-    made.url, made.fields = url, list(fields)
-    result = getattr(made, method)()
-    return result, [_without_date(data) for data in transport.data], made.phase
-
-
-def _without_date(data: bytes) -> bytes:
-    return b"\r\n".join(line for line in data.split(b"\r\n") if not line.startswith(b"date: "))
+def read(reading: Callable[..., Head | HttpError], url: bytes, fields: list[tuple[bytes, bytes]]) -> object:
+    """What one of the two readings gives for this head: its values, or the refusal it answers with."""
+    result = reading(url, list(fields), LIMITS.max_head_bytes, LIMITS.max_headers)
+    if isinstance(result, tuple):
+        return result
+    return type(result), result.status, result.message, result.headers
 
 
 @settings(max_examples=600, deadline=None)
@@ -91,15 +91,29 @@ def _without_date(data: bytes) -> bytes:
        fields=st.lists(st.tuples(st.sampled_from(NAMES), st.sampled_from(VALUES)), max_size=9))
 def test_the_usual_heads_read_is_the_walks_read(url: bytes, fields: list[tuple[bytes, bytes]]) -> None:
     # Same values (the last of each, the Host fields counted), same refusal of the first limit broken.
-    assert read("_read_head", url, fields) == read("_walk_head", url, fields)
+    assert read(read_head, url, fields) == read(walk_head, url, fields)
 
 
 def test_the_usual_head_is_read_without_walking_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    made, _ = connection()
-    made.url = b"/mutate?timeout=10s"
-    made.fields = [(b"Host", b"127.0.0.1"), (b"Content-Length", b"5825"), (b"Content-Type", b"application/json")]
-    monkeypatch.setattr(made, "_walk_head", lambda: pytest.fail("walked"))
-    assert made._read_head() == (b"application/json", b"5825", 1, b"", False)
+    fields = [(b"Host", b"127.0.0.1"), (b"Content-Length", b"5825"), (b"Content-Type", b"application/json")]
+    monkeypatch.setattr(request_head, "walk_head", lambda *_: pytest.fail("walked"))
+    assert read_head(b"/mutate?timeout=10s", fields, LIMITS.max_head_bytes, LIMITS.max_headers) \
+        == (b"application/json", b"5825", 1, b"", False)
+
+
+@pytest.mark.parametrize(("head", "answer", "counted"), [
+    (b"GET /" + b"u" * 200 + b" HTTP/1.1\r\nHost: x\r\n\r\n", b"HTTP/1.1 431 ", 1),  # over the size cap
+    (b"GET / HTTP/1.1\r\n" + b"".join(b"X-%d: 1\r\n" % n for n in range(7)) + b"\r\n", b"HTTP/1.1 431 ", 0),
+    (b"POST /mutate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", b"HTTP/1.1 501 ", 0),
+    (b"GET /" + b"u" * 200, b"HTTP/1.1 431 ", 1),  # a read ending inside a head already over the cap
+])
+def test_a_head_over_a_limit_is_answered_with_the_limit_it_breaks(head: bytes, answer: bytes, counted: int) -> None:
+    made, transport = connection()
+    made.connections.read_buffer[:len(head)] = head
+    made.buffer_updated(len(head))
+    assert transport.data[0].startswith(answer), transport.data
+    assert made.phase == "linger"
+    assert made.connections.metrics.connections_closed.labels("head_too_large")._value.get() == counted
 
 
 def send_head(length: bytes) -> bytes:
