@@ -26,8 +26,8 @@ from tests.kubeapi import Emulator
 from tests.reconcile.cluster import Clock, deployment, reconciler, small_cluster
 from tls_injector import names
 from tls_injector.pki.names import dns_names_for_services, peer_dns_names
-from tls_injector.reconcile import status as conditions
-from tls_injector.reconcile.metrics import ExpiryGauge, ReconcileMetrics
+from tls_injector.reconcile.core.metrics import ExpiryGauge, ReconcileMetrics
+from tls_injector.reconcile.parts import status as conditions
 from tls_injector.web.metrics import ServerMetrics
 
 ROOT = Path(__file__).resolve().parents[1]

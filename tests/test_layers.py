@@ -28,7 +28,7 @@ def _top_level_modules() -> set[str]:
 
 
 def _layered() -> set[str]:
-    [layers] = [c for c in _contracts() if c["type"] == "layers"]
+    [layers] = [c for c in _contracts() if c["type"] == "layers" and "containers" not in c]
     return {name.strip() for layer in layers["layers"] for name in layer.replace("|", ":").split(":")}
 
 

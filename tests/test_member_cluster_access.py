@@ -17,7 +17,7 @@ import urllib3
 import yaml
 
 from tls_injector.kube import ClusterConfig, KubeApi, KubeError, api_client, member_client
-from tls_injector.reconcile.federation import clock_skew_problem
+from tls_injector.reconcile.federation.issuance import clock_skew_problem
 
 # A CA certificate in PEM, for kubeconfigs naming an https:// server (its content is not checked here).
 CA_DATA = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").decode()
@@ -155,8 +155,8 @@ def test_a_member_date_in_any_of_its_utc_spellings_is_compared_with_the_hub_cloc
 def test_a_surprise_on_one_member_is_that_members_problem_not_the_passs() -> None:
     """Whatever a member's data makes the hub's code raise is reported for that member, and the pass goes
     on to the others (the Date header written with -0000 once raised TypeError out of the whole pass)."""
-    from tls_injector.reconcile.federation import Member
-    from tls_injector.reconcile.hub import MemberOutcome, _visit
+    from tls_injector.reconcile.federation.hub import MemberOutcome, _visit
+    from tls_injector.reconcile.federation.issuance import Member
 
     def work(api: KubeApi) -> str:
         raise TypeError("can't compare offset-naive and offset-aware datetimes")

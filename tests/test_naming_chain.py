@@ -21,7 +21,7 @@ from tests.support.reviews import answer, review
 from tests.support.workloads import INJECT, KINDS, SECRET, SERVICES, Obj, Shape, build, manifest, stored_name
 from tls_injector.injection import InjectionOptions, make_mutate_handler, template_of
 from tls_injector.offline.inject import inject_manifests
-from tls_injector.reconcile.discover import discover
+from tls_injector.reconcile.core.discover import discover
 
 NAMESPACE = "shop"
 OPTIONS = InjectionOptions()

@@ -27,8 +27,8 @@ def add(boot: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from tls_injector.reconcile import runner  # noqa: PLC0415 - only the commands that talk to a cluster load the client
-    from tls_injector.reconcile.bootstrap import bootstrap, bootstrap_settings, connect  # noqa: PLC0415
+    from tls_injector.reconcile.loop import runner  # noqa: PLC0415 - only the commands that talk to a cluster load the client
+    from tls_injector.reconcile.loop.bootstrap import bootstrap, bootstrap_settings, connect  # noqa: PLC0415
 
     with HeldLogs(args.log_level) as start:
         settings = bootstrap_settings(settings_for(args))

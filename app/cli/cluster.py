@@ -17,7 +17,7 @@ from tls_injector.settings import API_TIMEOUT_SECONDS
 
 if TYPE_CHECKING:
     from tls_injector.kube import ClusterConfig
-    from tls_injector.reconcile.reconciler import ReconcileSettings
+    from tls_injector.reconcile.parts.reconciler import ReconcileSettings
 
 NO_CLUSTER = "no cluster configured (no in-cluster account, no kubeconfig)"
 
@@ -233,10 +233,10 @@ def settings_for(args: argparse.Namespace, *, loop: bool = False, resolv_conf: P
     namespace may cost (budget.NAMESPACE_TURN_SECONDS); a one-shot pass has no other namespace waiting.
     `resolv_conf` where the cluster domain is looked up when --cluster-domain is not given (tests)."""
     from tls_injector.kube import own_namespace  # noqa: PLC0415 - only the commands that call the API load the client
-    from tls_injector.reconcile.budget import NAMESPACE_TURN_SECONDS  # noqa: PLC0415
-    from tls_injector.reconcile.reconciler import ReconcileSettings  # noqa: PLC0415
-    from tls_injector.reconcile.runner import RESOLV_CONF, cluster_domain  # noqa: PLC0415
-    from tls_injector.reconcile.webhook_plan import WebhookSettings  # noqa: PLC0415
+    from tls_injector.reconcile.core.budget import NAMESPACE_TURN_SECONDS  # noqa: PLC0415
+    from tls_injector.reconcile.loop.runner import RESOLV_CONF, cluster_domain  # noqa: PLC0415
+    from tls_injector.reconcile.parts.reconciler import ReconcileSettings  # noqa: PLC0415
+    from tls_injector.reconcile.parts.webhook_plan import WebhookSettings  # noqa: PLC0415
 
     namespace = own_namespace(args.namespace)
     domain = cluster_domain(args.cluster_domain, namespace=namespace, resolv_conf=resolv_conf or RESOLV_CONF)

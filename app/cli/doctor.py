@@ -55,9 +55,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         run_checks,
     )
     from tls_injector.offline.rulesfile import default_rule_set  # noqa: PLC0415
-    from tls_injector.reconcile import runner  # noqa: PLC0415
-    from tls_injector.reconcile.bootstrap import connect  # noqa: PLC0415
-    from tls_injector.reconcile.webhook_plan import WebhookSettings  # noqa: PLC0415
+    from tls_injector.reconcile.loop import runner  # noqa: PLC0415
+    from tls_injector.reconcile.loop.bootstrap import connect  # noqa: PLC0415
+    from tls_injector.reconcile.parts.webhook_plan import WebhookSettings  # noqa: PLC0415
     from tls_injector.rules import exception_policy_names  # noqa: PLC0415
 
     configure_logging("warning")  # the report is the output; info lines would only interleave with it

@@ -48,7 +48,7 @@ def add(reconcile: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from tls_injector.reconcile import runner  # noqa: PLC0415 - only the reconciling commands load the client
+    from tls_injector.reconcile.loop import runner  # noqa: PLC0415 - only the reconciling commands load the client
 
     with HeldLogs(args.log_level) as start:
         cluster = find_cluster(args)

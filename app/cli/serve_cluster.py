@@ -29,7 +29,7 @@ def webhook_pod_certificates(args: argparse.Namespace) -> tuple[bool, str]:
         return args.pod_certificates == "on", f"{args.pod_certificates} (--pod-certificates)"
     if args.no_reconciler:
         return False, "off (auto, and no API access to find out: --pod-certificates on where they are served)"
-    from tls_injector.reconcile import runner  # noqa: PLC0415 - the client is loaded only when a cluster may be there
+    from tls_injector.reconcile.loop import runner  # noqa: PLC0415 - the client is loaded only when a cluster may be there
 
     cluster = find_cluster(args)
     if cluster is None:
@@ -49,7 +49,7 @@ def reconciler_in_background(args: argparse.Namespace, metrics: ServerMetrics,
     certificate this server serves (checked once per pass, never per request)."""
     if args.no_reconciler:
         return [], "off (--no-reconciler)"
-    from tls_injector.reconcile import runner  # noqa: PLC0415 - the client is loaded only when a cluster may be there
+    from tls_injector.reconcile.loop import runner  # noqa: PLC0415 - the client is loaded only when a cluster may be there
 
     cluster = find_cluster(args)
     if cluster is None:
@@ -60,7 +60,7 @@ def reconciler_in_background(args: argparse.Namespace, metrics: ServerMetrics,
         raise UnusableCluster(str(error)) from None
     if notice := unverified_tls(cluster):
         log.warning(notice)  # once, in place of the HTTP library's warning on every request
-    from tls_injector.reconcile.metrics import ReconcileMetrics  # noqa: PLC0415
+    from tls_injector.reconcile.core.metrics import ReconcileMetrics  # noqa: PLC0415
 
     settings = settings_for(args, loop=True)
     reconcile_metrics = ReconcileMetrics(metrics.registry)

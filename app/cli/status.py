@@ -71,8 +71,8 @@ def read(args: argparse.Namespace, command: str) -> Cluster | int:
     """The cluster as `status` and `renew` read it, or the exit status of why it could not be read."""
     from tls_injector.doctor import ApiUnreachable  # noqa: PLC0415 - only the commands that talk to a cluster load the client
     from tls_injector.doctor.workload_status import read_status  # noqa: PLC0415
-    from tls_injector.reconcile import runner  # noqa: PLC0415
-    from tls_injector.reconcile.bootstrap import connect  # noqa: PLC0415
+    from tls_injector.reconcile.loop import runner  # noqa: PLC0415
+    from tls_injector.reconcile.loop.bootstrap import connect  # noqa: PLC0415
 
     configure_logging("warning")  # the report is the output
     cluster = find_cluster(args)
@@ -89,8 +89,8 @@ def read(args: argparse.Namespace, command: str) -> Cluster | int:
 def doctor_settings(args: argparse.Namespace) -> DoctorSettings:
     from tls_injector.doctor.snapshot import DoctorSettings  # noqa: PLC0415
     from tls_injector.kube import own_namespace  # noqa: PLC0415
-    from tls_injector.reconcile.runner import cluster_domain  # noqa: PLC0415
-    from tls_injector.reconcile.webhook_plan import WebhookSettings  # noqa: PLC0415
+    from tls_injector.reconcile.loop.runner import cluster_domain  # noqa: PLC0415
+    from tls_injector.reconcile.parts.webhook_plan import WebhookSettings  # noqa: PLC0415
 
     namespace = own_namespace(args.namespace)
     domain = cluster_domain(args.cluster_domain, namespace=namespace)

@@ -25,9 +25,9 @@ from tls_injector.pki import (
     uri_sans,
     verify_client,
 )
-from tls_injector.reconcile import ownership as own
-from tls_injector.reconcile.discover import Target, wants_pod_certificates
-from tls_injector.reconcile.plan import CLIENT_PREFIX, secret_data
+from tls_injector.reconcile.core import ownership as own
+from tls_injector.reconcile.core.discover import Target, wants_pod_certificates
+from tls_injector.reconcile.core.plan import CLIENT_PREFIX, secret_data
 
 CATEGORY = "client certificates"
 _RENEW = "kubectl -n {ns} annotate secret {name} " + names.FORCE_RENEW_ANNOTATION + "=now"

@@ -12,9 +12,9 @@ from tls_injector import names
 from tls_injector.doctor.model import Result, error, ok, warning
 from tls_injector.doctor.snapshot import Snapshot
 from tls_injector.pki import keystore_holds, public_roots
-from tls_injector.reconcile.discover import Target
-from tls_injector.reconcile.keystores import keystore_asks, password_name_problem
-from tls_injector.reconcile.plan import secret_data
+from tls_injector.reconcile.core.discover import Target
+from tls_injector.reconcile.core.keystores import keystore_asks, password_name_problem
+from tls_injector.reconcile.core.plan import secret_data
 
 CATEGORY = "workloads"
 

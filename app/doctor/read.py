@@ -35,8 +35,10 @@ from tls_injector.kube import (
 from tls_injector.kubenames import subdomain_problem
 from tls_injector.names import CLIENT_CA_SECRET, MEMBER_LABEL
 from tls_injector.pki import SETTLE, CaRole
-from tls_injector.reconcile.ca import CaUnusable, load_ca_set
-from tls_injector.reconcile.federation import (
+from tls_injector.reconcile.ca.machine import CaUnusable, load_ca_set
+from tls_injector.reconcile.core.read import read_cluster
+from tls_injector.reconcile.federation.hub import MemberOutcome, each_member, inspect_member, member_ack
+from tls_injector.reconcile.federation.issuance import (
     INTERMEDIATE_SECRETS,
     Member,
     Roots,
@@ -45,11 +47,9 @@ from tls_injector.reconcile.federation import (
     roots_from,
     rotation_excluded,
 )
-from tls_injector.reconcile.hub import MemberOutcome, each_member, inspect_member, member_ack
-from tls_injector.reconcile.read import read_cluster
-from tls_injector.reconcile.served import Served, fetch_served
-from tls_injector.reconcile.signer import NativeApis
-from tls_injector.reconcile.webhook_plan import WEBHOOK_KINDS
+from tls_injector.reconcile.native.signer import NativeApis
+from tls_injector.reconcile.parts.served import Served, fetch_served
+from tls_injector.reconcile.parts.webhook_plan import WEBHOOK_KINDS
 
 Fetch = Callable[..., Served]
 

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from tls_injector.doctor.model import Result, error, ok, warning
 from tls_injector.doctor.snapshot import Snapshot
 from tls_injector.names import SIGNER_NAME
-from tls_injector.reconcile.podcerts import TRUST_BUNDLE_NAME
+from tls_injector.reconcile.native.podcerts import TRUST_BUNDLE_NAME
 
 CATEGORY = "tls-injector reconciler"
 

@@ -9,10 +9,10 @@ from tls_injector.injection.profile import ProfileBounds
 from tls_injector.kube import Obj
 from tls_injector.names import LEASE_NAME, RECONCILER_ACCOUNT
 from tls_injector.pki import CaRole
-from tls_injector.reconcile.hub import MemberOutcome
-from tls_injector.reconcile.plan import Observed
-from tls_injector.reconcile.served import Served
-from tls_injector.reconcile.webhook_plan import WebhookSettings
+from tls_injector.reconcile.core.plan import Observed
+from tls_injector.reconcile.federation.hub import MemberOutcome
+from tls_injector.reconcile.parts.served import Served
+from tls_injector.reconcile.parts.webhook_plan import WebhookSettings
 
 
 @dataclass(frozen=True)

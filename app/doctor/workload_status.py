@@ -3,7 +3,7 @@ read straight from the API (no reconciler, no leader, no port-forward).
 
 The same reads and discovery as the reconciler (`read_cluster`, `discover`), so the status and a pass never
 disagree about which Secret a workload gets. Its conditions are those of the status API
-(tls_injector.reconcile.status.conditions), from the same facts: the objects in the way and the names refused are
+(tls_injector.reconcile.parts.status.conditions), from the same facts: the objects in the way and the names refused are
 read from the cluster as the pass finds them; a wait or a refused write is known only from the Warning
 Event the pass raised, so those count when raised after the certificate now stored was issued (its
 `not_before` and the backdating every leaf gets: the issuance itself is told by one Event per namespace and
@@ -36,11 +36,11 @@ from tls_injector.pki import (
     load_certificates,
     renewal_time,
 )
-from tls_injector.reconcile import ownership as own
-from tls_injector.reconcile import status as st
-from tls_injector.reconcile.ca import CaUnusable, load_ca_set
-from tls_injector.reconcile.discover import Target, missing_injection
-from tls_injector.reconcile.plan import secret_data
+from tls_injector.reconcile.ca.machine import CaUnusable, load_ca_set
+from tls_injector.reconcile.core import ownership as own
+from tls_injector.reconcile.core.discover import Target, missing_injection
+from tls_injector.reconcile.core.plan import secret_data
+from tls_injector.reconcile.parts import status as st
 from tls_injector.web.page import attention_items
 
 # Events shown for one workload: the latest, as `kubectl describe` does; a workload whose certificate

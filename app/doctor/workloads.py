@@ -26,8 +26,8 @@ from tls_injector.pki import (
     verify_nameless,
     verify_server,
 )
-from tls_injector.reconcile import ownership as own
-from tls_injector.reconcile.discover import (
+from tls_injector.reconcile.core import ownership as own
+from tls_injector.reconcile.core.discover import (
     Target,
     discover,
     legal_targets,
@@ -36,7 +36,7 @@ from tls_injector.reconcile.discover import (
     trust_only_split,
     wants_pod_certificates,
 )
-from tls_injector.reconcile.plan import bundle_namespaces, secret_data
+from tls_injector.reconcile.core.plan import bundle_namespaces, secret_data
 
 CATEGORY = "workloads"
 _RENEW = "kubectl -n {ns} annotate secret {name} " + names.FORCE_RENEW_ANNOTATION + "=now"

@@ -1,6 +1,6 @@
 """What a pod's keystore and public-roots choices mean for its injection (issue 39 points 4 and 5): the
 warnings /mutate, `inject` and the dry-run preview give, and the preview's lines. The keystore itself is
-the reconciler's (app/reconcile/keystores.py): the pod mounts it with its Secret, so nothing is injected
+the reconciler's (app/reconcile/core/keystores.py): the pod mounts it with its Secret, so nothing is injected
 for it; a value the reconciler will not act on is said here, where the user sees it first."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def keystore_warnings(annotations: Mapping[str, Any], choices: Choices) -> list[
                 f"workload's Secret, which this pod does not mount"]
     password = annotations.get(names.KEYSTORE_PASSWORD_SECRET_ANNOTATION)
     why = subdomain_problem(password.strip()) if isinstance(password, str) and password.strip() else ""
-    if why:  # the reconciler refuses it by name and reads nothing (app/reconcile/keystores.py)
+    if why:  # the reconciler refuses it by name and reads nothing (app/reconcile/core/keystores.py)
         return [f"{names.KEYSTORE_PASSWORD_SECRET_ANNOTATION}: {shown(password)} is no Secret name ({why}); no "
                 "keystore is written: name a Secret of this namespace by its name alone"]
     return []

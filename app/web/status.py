@@ -1,6 +1,6 @@
 """The reconciler's status: `GET /api/v1/status` (typed, in the OpenAPI schema) and the page at `/`.
 
-Both read the snapshot the last pass recorded (tls_injector.reconcile.status), handed over as a function, so a
+Both read the snapshot the last pass recorded (tls_injector.reconcile.parts.status), handed over as a function, so a
 request makes no API call. The models here are the API's contract; they are filled from the snapshot's
 attributes by name (a test checks the two agree field for field). Read-only, no key material.
 """

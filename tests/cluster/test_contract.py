@@ -45,11 +45,12 @@ from tls_injector.pki import public_roots, with_public_roots
 from tls_injector.pki.bundle import trust_bundle
 from tls_injector.pki.certs import make_ca
 from tls_injector.pki.podcert import issue_for_key, pod_cert_times
-from tls_injector.reconcile import events, ownership, podcerts
-from tls_injector.reconcile.discover import WorkloadRef
-from tls_injector.reconcile.keystores import Keystore, with_keystore
-from tls_injector.reconcile.plan import Write, owner_references
-from tls_injector.reconcile.webhook_plan import decide_ca_bundle
+from tls_injector.reconcile.core import events, ownership
+from tls_injector.reconcile.core.discover import WorkloadRef
+from tls_injector.reconcile.core.keystores import Keystore, with_keystore
+from tls_injector.reconcile.core.plan import Write, owner_references
+from tls_injector.reconcile.native import podcerts
+from tls_injector.reconcile.parts.webhook_plan import decide_ca_bundle
 
 KIB, MIB = 1024, 1024 * 1024
 NOW = datetime.now(UTC)
@@ -103,7 +104,7 @@ def workload(s: Server) -> WorkloadRef:
 
 def leaf_secret(s: Server, name: str = "web-tls") -> Obj:
     """A workload's certificate Secret as the reconciler writes it: kubernetes.io/tls, our labels, one
-    ownerReference per workload (tls_injector.reconcile.plan.owner_references)."""
+    ownerReference per workload (tls_injector.reconcile.core.plan.owner_references)."""
     ref = workload(s)
     return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
             "metadata": {"name": name, "namespace": s.namespace, "labels": ownership.owner_labels("leaf"),
@@ -597,7 +598,7 @@ def _leaf_chain(public_key: ec.EllipticCurvePublicKey, *, now: datetime | None =
 
 
 def _issue(request: Obj, key: ec.EllipticCurvePrivateKey, *, now: datetime | None = None) -> Obj:
-    """The signer's status write (tls_injector.reconcile.podcerts.status_update) for an issued certificate."""
+    """The signer's status write (tls_injector.reconcile.native.podcerts.status_update) for an issued certificate."""
     when = now or datetime.now(UTC)
     times = pod_cert_times(now=when, max_expiration_seconds=86_400, issuer_not_after=CA.cert.not_valid_after_utc)
     chain = issue_for_key(issuer=CA, public_key=key.public_key(), dns_names=["web.contract.svc"], times=times)

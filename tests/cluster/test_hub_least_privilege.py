@@ -27,7 +27,7 @@ from tests.reconcile.test_hub_members import register
 from tests.shipping.support import render_with_components
 from tls_injector.kube import KubeApi
 from tls_injector.pki import load_certificates
-from tls_injector.reconcile.reconciler import Reconciler, ReconcileSettings
+from tls_injector.reconcile.parts.reconciler import Reconciler, ReconcileSettings
 
 HUB = f"system:serviceaccount:{NS}:tls-injector-hub"
 SECRETS = ("tls-injector-intermediate-ca", "tls-injector-client-intermediate-ca")

@@ -28,8 +28,8 @@ from tests.reconcile.cluster import Clock
 from tls_injector.kube import KubeApi
 from tls_injector.kube.config import ClusterConfig, api_client
 from tls_injector.pki import bundle_certificates, load_certificates, make_ca, verify_server
-from tls_injector.reconcile.ca import CaPolicy
-from tls_injector.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
+from tls_injector.reconcile.ca.machine import CaPolicy
+from tls_injector.reconcile.parts.reconciler import PassReport, Reconciler, ReconcileSettings
 
 STATES = ("untrusted", "trusted-unused", "trusted-used", "phase-out", "zombie")
 

@@ -29,8 +29,8 @@ from tests.cluster.test_mission import apply, deployment, make_namespace
 from tests.reconcile.cluster import Clock
 from tls_injector.kube import KubeApi
 from tls_injector.kube.config import ClusterConfig, api_client
-from tls_injector.reconcile.ca import CaPolicy
-from tls_injector.reconcile.reconciler import Reconciler, ReconcileSettings
+from tls_injector.reconcile.ca.machine import CaPolicy
+from tls_injector.reconcile.parts.reconciler import Reconciler, ReconcileSettings
 
 TEAM_A, TEAM_B = "names-team-a", "names-team-b"
 KEYSTORE, PASSWORD = "tls-injector.io/keystore", "tls-injector.io/keystore-password-secret"

@@ -30,9 +30,9 @@ from tests.shipping.support import render_with_components
 from tls_injector.kube import KubeApi
 from tls_injector.kube.config import ClusterConfig, api_client
 from tls_injector.pki import load_certificates
-from tls_injector.reconcile.ca import CaPolicy
-from tls_injector.reconcile.reconciler import Reconciler, ReconcileSettings
-from tls_injector.reconcile.webhook_plan import WebhookSettings
+from tls_injector.reconcile.ca.machine import CaPolicy
+from tls_injector.reconcile.parts.reconciler import Reconciler, ReconcileSettings
+from tls_injector.reconcile.parts.webhook_plan import WebhookSettings
 
 POLICY = "tls-injector.webhook-configurations"
 PATHS = {"mutating": "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",

@@ -31,8 +31,8 @@ from tests.support.reviews import review
 from tests.support.server import running_server
 from tls_injector.cli import build_handlers, main
 from tls_injector.kube import KubeApi, LeaderElector
-from tls_injector.reconcile.reconciler import Reconciler, ReconcileSettings
-from tls_injector.reconcile.webhook_plan import WebhookSettings
+from tls_injector.reconcile.parts.reconciler import Reconciler, ReconcileSettings
+from tls_injector.reconcile.parts.webhook_plan import WebhookSettings
 from tls_injector.settings import ServeSettings
 
 SERVICE_DNS = "tls-injector.tls-injector.svc"

@@ -17,9 +17,9 @@ from tls_injector.doctor.webhook import check_ca_bundle_trusts_secret, check_ser
 from tls_injector.doctor.workloads import check_tls_exceptions
 from tls_injector.pki import CaSet, CaState, encode, make_ca
 from tls_injector.pki.trust import CaRecord
-from tls_injector.reconcile import ownership as own
-from tls_injector.reconcile.served import Served
-from tls_injector.reconcile.webhook_plan import WebhookSettings
+from tls_injector.reconcile.core import ownership as own
+from tls_injector.reconcile.parts.served import Served
+from tls_injector.reconcile.parts.webhook_plan import WebhookSettings
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 SETTINGS = DoctorSettings(namespace="tls-injector", cluster_domain="cluster.local", webhook=WebhookSettings(),

@@ -19,7 +19,7 @@ from tests.doctor.cluster import Cluster, admit, block, healthy_cluster, line, p
 from tests.kubeapi import Emulator, running_emulator
 from tests.reconcile.cluster import OWN_NS, deployment
 from tls_injector.pki import CertKey, issue_client, issue_leaf, make_ca
-from tls_injector.reconcile.ca import load_ca_set
+from tls_injector.reconcile.ca.machine import load_ca_set
 
 CLIENT = "tls-injector.io/client-certificate"
 IDENTITY = "spiffe://cluster.local/ns/plain/sa/default"

@@ -17,7 +17,7 @@ from tls_injector.doctor import DoctorSettings, Snapshot
 from tls_injector.doctor.exceptions import check_exceptions_guarded, granting_deployments, grants_exceptions
 from tls_injector.doctor.snapshot import Exceptions
 from tls_injector.offline.rulesfile import default_rule_set
-from tls_injector.reconcile.webhook_plan import WebhookSettings
+from tls_injector.reconcile.parts.webhook_plan import WebhookSettings
 from tls_injector.rules import exception_policy_names, export_documents
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,9 +22,9 @@ from tests.support.process import ROOT, free_port
 from tests.support.server import running_server
 from tls_injector.kube import KubeApi
 from tls_injector.pki import issue_leaf, make_ca
-from tls_injector.reconcile.metrics import ReconcileMetrics
-from tls_injector.reconcile.reconciler import Reconciler, ReconcileSettings
-from tls_injector.reconcile.webhook_plan import WebhookSettings
+from tls_injector.reconcile.core.metrics import ReconcileMetrics
+from tls_injector.reconcile.parts.reconciler import Reconciler, ReconcileSettings
+from tls_injector.reconcile.parts.webhook_plan import WebhookSettings
 
 TRUSTS = "tls_injector_cabundle_trusts_serving_cert"
 CONFIGURATIONS = ("MutatingWebhookConfiguration/tls-injector", "ValidatingWebhookConfiguration/tls-injector")

@@ -12,8 +12,8 @@ import pytest
 from tls_injector.cli import main
 from tls_injector.doctor.ca import CATEGORY as CA_CATEGORY
 from tls_injector.doctor.model import error, ok, render_text
-from tls_injector.reconcile.reconciler import PassReport
-from tls_injector.reconcile.runner import summary
+from tls_injector.reconcile.loop.runner import summary
+from tls_injector.reconcile.parts.reconciler import PassReport
 
 
 def test_doctor_json_without_a_cluster_is_one_failed_check_on_stdout_and_exit_2(

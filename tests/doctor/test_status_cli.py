@@ -15,7 +15,7 @@ from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, deployment, reconciler, small_cluster
 from tls_injector.cli import main
 from tls_injector.doctor.workload_status import told_by
-from tls_injector.reconcile.discover import Target, WorkloadRef
+from tls_injector.reconcile.core.discover import Target, WorkloadRef
 
 FLAGS = ["--server", "", "--namespace", OWN_NS, "--cluster-domain", "cluster.local"]
 NAMES = "tls-injector.io/service-names"

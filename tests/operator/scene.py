@@ -26,7 +26,7 @@ from tls_injector.cli.cluster import settings_for
 from tls_injector.cli.parser import build_parser as _parser
 from tls_injector.kube import find_cluster
 from tls_injector.pki import make_ca
-from tls_injector.reconcile.runner import run_until_signalled
+from tls_injector.reconcile.loop.runner import run_until_signalled
 
 FLAGS = ["--namespace", OWN_NS, "--ca-secret", "my-ca", "--webhook-configurations", "", "--log-level", "error"]
 

@@ -8,7 +8,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from html import unescape
 
-from tls_injector.reconcile import status as snapshot
+from tls_injector.reconcile.parts import status as snapshot
 from tls_injector.web.page import attention_items, render_page
 from tls_injector.web.status import CertificateAuthority, Condition, Pod, Status, Workload
 

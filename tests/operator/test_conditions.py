@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tls_injector.reconcile.status import NOT_ISSUED, conditions
+from tls_injector.reconcile.parts.status import NOT_ISSUED, conditions
 
 END = datetime(2027, 1, 1, tzinfo=UTC)
 RENEW = END - timedelta(days=35)

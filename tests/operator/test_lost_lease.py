@@ -23,7 +23,7 @@ from tls_injector.cli.cluster import settings_for
 from tls_injector.cli.parser import build_parser
 from tls_injector.kube import find_cluster
 from tls_injector.kube.lease import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD
-from tls_injector.reconcile.runner import run_until_signalled
+from tls_injector.reconcile.loop.runner import run_until_signalled
 
 FLAGS = ["--namespace", OWN_NS, "--webhook-configurations", "", "--log-level", "error"]
 PASS_GAUGES = ("tls_injector_pods_missing_injection", "tls_injector_certificates_earliest_expiry_timestamp_seconds",

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from tls_injector.reconcile import status as snapshot
+from tls_injector.reconcile.parts import status as snapshot
 from tls_injector.web.health import Probes, listen
 from tls_injector.web.operator import OperatorPort
 from tls_injector.web.status import status_app

@@ -11,7 +11,7 @@ import pytest
 
 from tests.kubeapi import Emulator
 from tests.operator.scene import Scene
-from tls_injector.reconcile import status as snapshot
+from tls_injector.reconcile.parts import status as snapshot
 from tls_injector.web import status as api
 from tls_injector.web.health import Probes, listen
 from tls_injector.web.operator import OperatorPort

@@ -10,9 +10,9 @@ from typing import Any
 from tests.kubeapi import Emulator
 from tls_injector.kube import KubeApi
 from tls_injector.pki import bundle_certificates, load_certificates, verify_server
-from tls_injector.reconcile.ca import CaPolicy
-from tls_injector.reconcile.metrics import ReconcileMetrics
-from tls_injector.reconcile.reconciler import Reconciler, ReconcileSettings
+from tls_injector.reconcile.ca.machine import CaPolicy
+from tls_injector.reconcile.core.metrics import ReconcileMetrics
+from tls_injector.reconcile.parts.reconciler import Reconciler, ReconcileSettings
 
 OWN_NS = "tls-injector"
 START = datetime(2026, 1, 1, tzinfo=UTC)

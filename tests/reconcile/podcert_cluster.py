@@ -21,7 +21,7 @@ from tests.support.kubelet import identity_uids, pkix_spec
 from tls_injector.kube import KubeApi, pod_certificate_requests
 from tls_injector.names import MODE_ANNOTATION, MODE_POD_CERTIFICATE, SIGNER_NAME
 from tls_injector.pki import load_certificates
-from tls_injector.reconcile.podcerts import TRUST_BUNDLE_NAME
+from tls_injector.reconcile.native.podcerts import TRUST_BUNDLE_NAME
 
 NODE = "node-1"
 _names = itertools.count()

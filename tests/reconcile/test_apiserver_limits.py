@@ -18,9 +18,9 @@ from tests.support.reviews import answer, review
 from tls_injector import names
 from tls_injector.injection import InjectionOptions, make_mutate_handler
 from tls_injector.pki import load_certificates
-from tls_injector.reconcile import podcerts
-from tls_injector.reconcile.discover import WorkloadRef
-from tls_injector.reconcile.plan import MAX_OWNER_REFERENCES, MAX_WORKLOADS_NOTE, owner_references
+from tls_injector.reconcile.core.discover import WorkloadRef
+from tls_injector.reconcile.core.plan import MAX_OWNER_REFERENCES, MAX_WORKLOADS_NOTE, owner_references
+from tls_injector.reconcile.native import podcerts
 
 PODS = 4_000  # the case: past ~3,850 pods of 63-character names the list passed 256 KiB
 STEM = "nightly-report-generator-for-the-billing-and-invoicing-te"  # 57: generateName is at most 58 kept
@@ -48,8 +48,8 @@ def test_a_secret_shared_by_the_pods_of_one_generate_name_is_written_with_a_boun
 
 
 def test_a_small_list_is_written_whole() -> None:
-    from tls_injector.reconcile.discover import WorkloadRef
-    from tls_injector.reconcile.plan import workloads_note
+    from tls_injector.reconcile.core.discover import WorkloadRef
+    from tls_injector.reconcile.core.plan import workloads_note
 
     refs = [WorkloadRef("Deployment", "shop", name) for name in ("api", "web")]
     assert workloads_note(refs) == "Deployment/api,Deployment/web"

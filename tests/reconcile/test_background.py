@@ -10,9 +10,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, small_cluster
 from tls_injector.kube import ClusterConfig
-from tls_injector.reconcile.budget import NAMESPACE_TURN_SECONDS
-from tls_injector.reconcile.reconciler import ReconcileSettings
-from tls_injector.reconcile.runner import run_reconciler
+from tls_injector.reconcile.core.budget import NAMESPACE_TURN_SECONDS
+from tls_injector.reconcile.loop.runner import run_reconciler
+from tls_injector.reconcile.parts.reconciler import ReconcileSettings
 
 
 def test_the_background_task_leads_converges_exports_metrics_and_stops_on_cancel(kubeapi: Emulator) -> None:

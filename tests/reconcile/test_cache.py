@@ -1,4 +1,4 @@
-"""The reconciler's cache (app/reconcile/cache.py) decides what the lists decide (read.read_cluster), on a
+"""The reconciler's cache (app/reconcile/loop/cache.py) decides what the lists decide (read.read_cluster), on a
 cluster with every kind of thing a pass reads: enabled and labelled namespaces, every workload kind,
 bare pods and pods of other controllers, Services, our Secrets and bundles, someone else's bundle,
 objects over the caps, the public-roots label; for the whole cluster and for a few namespaces (a keyed
@@ -18,12 +18,12 @@ from tls_injector.kube import NAMESPACES, SECRETS, KubeApi
 from tls_injector.kube.api import WatchEvent
 from tls_injector.pki import CaSet, make_ca
 from tls_injector.pki.trust import add_ca
-from tls_injector.reconcile.ca import CaStep
-from tls_injector.reconcile.cache import CLUSTER, ClusterCache
-from tls_injector.reconcile.controller import Controller
-from tls_injector.reconcile.discover import Target, discover
-from tls_injector.reconcile.plan import Observed
-from tls_injector.reconcile.read import read_cluster
+from tls_injector.reconcile.ca.machine import CaStep
+from tls_injector.reconcile.core.discover import Target, discover
+from tls_injector.reconcile.core.plan import Observed
+from tls_injector.reconcile.core.read import read_cluster
+from tls_injector.reconcile.loop.cache import CLUSTER, ClusterCache
+from tls_injector.reconcile.loop.controller import Controller
 
 INJECT = "tls-injector.io/inject"
 BIG = {f"k{i}": "v" * 60 for i in range(600)}  # ~45 KB of labels: over both caps (4 KiB, 32 KiB)

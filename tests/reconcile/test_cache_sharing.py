@@ -1,4 +1,4 @@
-"""What the cache holds once for many objects (app/reconcile/cache.py, `_shared` and `_label_set`): the CA
+"""What the cache holds once for many objects (app/reconcile/loop/cache.py, `_shared` and `_label_set`): the CA
 bundle every leaf carries, our label set, a namespace's name; held as equal values, so a pass reads the
 same as from a list (tests/reconcile/test_cache.py), only not copied per object."""
 
@@ -9,8 +9,8 @@ from typing import Any
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import Clock, reconciler, small_cluster
 from tls_injector.kube import KubeApi
-from tls_injector.reconcile import cache as cache_module
-from tls_injector.reconcile.cache import ClusterCache
+from tls_injector.reconcile.loop import cache as cache_module
+from tls_injector.reconcile.loop.cache import ClusterCache
 
 
 def _filled(emu: Emulator) -> ClusterCache:

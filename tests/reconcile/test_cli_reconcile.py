@@ -19,9 +19,9 @@ from tls_injector.cli import main
 from tls_injector.cli.cluster import settings_for
 from tls_injector.cli.parser import build_parser as _parser
 from tls_injector.kube import find_cluster
-from tls_injector.reconcile.budget import NAMESPACE_TURN_SECONDS
-from tls_injector.reconcile.controller import STUCK_AFTER_SECONDS, Controller
-from tls_injector.reconcile.runner import run_reconciler, run_until_signalled
+from tls_injector.reconcile.core.budget import NAMESPACE_TURN_SECONDS
+from tls_injector.reconcile.loop.controller import STUCK_AFTER_SECONDS, Controller
+from tls_injector.reconcile.loop.runner import run_reconciler, run_until_signalled
 
 
 def test_reconcile_once_converges_then_writes_nothing_and_exits_zero(

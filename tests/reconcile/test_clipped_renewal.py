@@ -32,8 +32,13 @@ from tls_injector.pki import (
     make_root,
     renewal_time,
 )
-from tls_injector.reconcile.federation import INTERMEDIATE_VALIDITY, Roots, check_intermediate, decide_intermediate
-from tls_injector.reconcile.reconciler import PassReport, Reconciler
+from tls_injector.reconcile.federation.issuance import (
+    INTERMEDIATE_VALIDITY,
+    Roots,
+    check_intermediate,
+    decide_intermediate,
+)
+from tls_injector.reconcile.parts.reconciler import PassReport, Reconciler
 
 NS = "team-a"
 NOW = datetime(2026, 6, 1, tzinfo=UTC)

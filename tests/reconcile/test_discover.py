@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tls_injector.reconcile.discover import discover, enabled_namespaces, opted_in
+from tls_injector.reconcile.core.discover import discover, enabled_namespaces, opted_in
 
 INJECT = "tls-injector.io/inject"
 

@@ -21,8 +21,8 @@ from tests.reconcile.cluster import OWN_NS, namespace
 from tests.reconcile.test_hub_members import INTERMEDIATES, register
 from tests.test_member_cluster_access import kubeconfig
 from tls_injector.kube import SECRETS, AnswerRefused, KubeApi, Unavailable, member_api
-from tls_injector.reconcile import hub
-from tls_injector.reconcile.reconciler import Reconciler, ReconcileSettings
+from tls_injector.reconcile.federation import hub
+from tls_injector.reconcile.parts.reconciler import Reconciler, ReconcileSettings
 
 # How long a trickling stand-in keeps a connection going: far past any deadline below, so a client that
 # waits for the end of the answer is caught by the elapsed time (on a hub without a deadline, 40 s).

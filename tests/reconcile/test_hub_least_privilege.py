@@ -24,9 +24,9 @@ from tests.shipping.support import render_with_components
 from tls_injector.kube import KubeApi
 from tls_injector.names import CLIENT_INTERMEDIATE_CA_RECORD, INTERMEDIATE_CA_RECORD
 from tls_injector.pki import load_certificates, make_intermediate, make_root
-from tls_injector.reconcile.hub import REISSUE_INTERVAL
-from tls_injector.reconcile.ownership import owner_labels
-from tls_injector.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
+from tls_injector.reconcile.core.ownership import owner_labels
+from tls_injector.reconcile.federation.hub import REISSUE_INTERVAL
+from tls_injector.reconcile.parts.reconciler import PassReport, Reconciler, ReconcileSettings
 
 HUB = "system:serviceaccount:tls-injector:tls-injector-hub"
 RECORDS = (INTERMEDIATE_CA_RECORD, CLIENT_INTERMEDIATE_CA_RECORD)

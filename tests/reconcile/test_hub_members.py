@@ -52,8 +52,8 @@ from tls_injector.pki import (
     make_root,
     uri_sans,
 )
-from tls_injector.reconcile.metrics import ReconcileMetrics
-from tls_injector.reconcile.reconciler import Reconciler, ReconcileSettings
+from tls_injector.reconcile.core.metrics import ReconcileMetrics
+from tls_injector.reconcile.parts.reconciler import Reconciler, ReconcileSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 __all__ = ["webhook"]  # the /mutate fixture, shared with test_mtls_chain

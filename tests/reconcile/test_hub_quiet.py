@@ -14,7 +14,7 @@ from tests.reconcile.cluster import OWN_NS, Clock, reconciler
 from tests.reconcile.test_hub_members import CLIENT, OPTED_IN, Federation, federation, run, webhook
 from tests.support.workloads import Shape
 from tls_injector.kube import KubeApi
-from tls_injector.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
+from tls_injector.reconcile.parts.reconciler import PassReport, Reconciler, ReconcileSettings
 
 __all__ = ["federation", "webhook"]  # fixtures
 

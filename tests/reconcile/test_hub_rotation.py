@@ -28,7 +28,7 @@ from tests.reconcile.test_hub_members import (
 from tests.support.workloads import Shape
 from tls_injector.kube import SECRETS, KubeApi
 from tls_injector.pki import UntrustedChain, fingerprint, load_certificates, verify_client, verify_server
-from tls_injector.reconcile.reconciler import PassReport, Reconciler, ReconcileSettings
+from tls_injector.reconcile.parts.reconciler import PassReport, Reconciler, ReconcileSettings
 
 __all__ = ["federation", "webhook"]  # fixtures
 

@@ -8,7 +8,7 @@ import base64
 from datetime import UTC, datetime
 
 from tls_injector.pki import load_certificates, make_root
-from tls_injector.reconcile.federation import Roots, check_intermediate, decide_intermediate
+from tls_injector.reconcile.federation.issuance import Roots, check_intermediate, decide_intermediate
 
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 NS = "tls-injector"

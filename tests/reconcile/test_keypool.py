@@ -1,4 +1,4 @@
-"""The loop's keys made ahead (app/reconcile/keypool.py): RSA keys on a thread of their own, each handed out
+"""The loop's keys made ahead (app/reconcile/core/keypool.py): RSA keys on a thread of their own, each handed out
 once; the fast algorithms made at the call; a slow one not ready is None (its certificate waits a turn),
 and the namespace waiting for it hears when one is made."""
 
@@ -10,7 +10,7 @@ import time
 from tls_injector import names
 from tls_injector.pki import PrivateKey, generate_key, key_type_of
 from tls_injector.pki.keys import KeyType
-from tls_injector.reconcile.keypool import DEPTH, SLOW, KeyPool
+from tls_injector.reconcile.core.keypool import DEPTH, SLOW, KeyPool
 
 
 def _made_by(log: list[tuple[KeyType, str]], made: threading.Event | None = None) -> KeyPool:

@@ -16,8 +16,8 @@ from cryptography.hazmat.primitives.serialization import pkcs12
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, data, deployment, namespace, reconciler
 from tls_injector.pki import fingerprint, load_certificates, truststore_fingerprints
-from tls_injector.reconcile.keystores import password_problem
-from tls_injector.reconcile.runner import summary
+from tls_injector.reconcile.core.keystores import password_problem
+from tls_injector.reconcile.loop.runner import summary
 
 NS = "team-a"
 KEYSTORE, PASSWORD_SECRET = "tls-injector.io/keystore", "tls-injector.io/keystore-password-secret"

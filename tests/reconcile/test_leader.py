@@ -16,9 +16,9 @@ from tests.reconcile.cluster import OWN_NS, START, Clock, namespace, reconciler,
 from tls_injector.kube import CRON_JOBS, DEPLOYMENTS, PODS, KubeApi, LeaderElector
 from tls_injector.kube.api import WatchEvent
 from tls_injector.kube.lease import lease_step
-from tls_injector.reconcile.budget import NAMESPACE_TURN_SECONDS
-from tls_injector.reconcile.cache import ClusterCache
-from tls_injector.reconcile.controller import Controller
+from tls_injector.reconcile.core.budget import NAMESPACE_TURN_SECONDS
+from tls_injector.reconcile.loop.cache import ClusterCache
+from tls_injector.reconcile.loop.controller import Controller
 
 
 @pytest.mark.parametrize(

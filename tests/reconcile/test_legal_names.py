@@ -46,7 +46,7 @@ from tls_injector.kube import (
     Resource,
 )
 from tls_injector.pki import bundle_certificates, dns_sans, load_certificates, verify_nameless, verify_server
-from tls_injector.reconcile.runner import summary
+from tls_injector.reconcile.loop.runner import summary
 
 NS = "team-a"
 KUBECONFIG_ENV = "TLS_INJECTOR_TEST_KUBECONFIG"

@@ -36,9 +36,9 @@ from tls_injector.injection import InjectionOptions, make_mutate_handler
 from tls_injector.kube import SECRETS, KubeApi
 from tls_injector.names import CERT_MOUNT_PATH, CLIENT_MOUNT_PATH, TRUST_MOUNT_PATH
 from tls_injector.pki import load_certificates, verify_client
-from tls_injector.reconcile.ca import CaPolicy
-from tls_injector.reconcile.metrics import ReconcileMetrics
-from tls_injector.reconcile.reconciler import Reconciler, ReconcileSettings
+from tls_injector.reconcile.ca.machine import CaPolicy
+from tls_injector.reconcile.core.metrics import ReconcileMetrics
+from tls_injector.reconcile.parts.reconciler import Reconciler, ReconcileSettings
 
 NS = "shop"  # tests.reconcile.test_mtls_chain.run creates its workloads there
 SETTLE = timedelta(seconds=1)  # the trust state machine's wait, short so the real clock the handshakes use fits

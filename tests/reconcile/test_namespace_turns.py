@@ -1,4 +1,4 @@
-"""One namespace may not hold the loop (docs/reconcile.md, "One namespace per turn"; app/reconcile/budget.py).
+"""One namespace may not hold the loop (docs/reconcile.md, "One namespace per turn"; app/reconcile/core/budget.py).
 
 The real loop (Controller) on the API emulator, with a tenant namespace of `rsa-4096` workloads whose
 Secrets have `force-renew` toggled in a loop, and a new workload in another namespace: it has its Secret
@@ -32,7 +32,7 @@ from tls_injector import names
 from tls_injector.kube import SECRETS, KubeApi, KubeError
 from tls_injector.pki import certs, generate_key, key_type_of, load_certificates
 from tls_injector.pki.keys import KeyType, PrivateKey
-from tls_injector.reconcile import keypool
+from tls_injector.reconcile.core import keypool
 
 TENANT, OTHER = "tenant-x", "team-b"
 WORKLOADS = 16

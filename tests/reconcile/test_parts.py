@@ -1,4 +1,4 @@
-"""Each part of the reconciler alone, with small fakes of what it is handed (app/reconcile/reconciler.py
+"""Each part of the reconciler alone, with small fakes of what it is handed (app/reconcile/parts/reconciler.py
 composes them): the announcer with a recording outbox, the writer with an API that answers as told and no
 CA, the hub side with a list of registrations and no cache, the member side with no intermediate, the
 CA keeper with a writer and no federation. The chain tests beside this file run them together."""
@@ -19,16 +19,16 @@ from tests.reconcile.cluster import OWN_NS, Clock, reconciler
 from tls_injector import names
 from tls_injector.kube import CONFIG_MAPS, SECRETS, Conflict, KubeApi, NotFound, Resource, Unavailable
 from tls_injector.kube.api import ObjectList
-from tls_injector.reconcile.announcer import Announcer
-from tls_injector.reconcile.ca import CaPolicy
-from tls_injector.reconcile.discover import WorkloadRef
-from tls_injector.reconcile.events import Outbox
-from tls_injector.reconcile.members import HubSide, MemberSide
-from tls_injector.reconcile.metrics import ReconcileMetrics
-from tls_injector.reconcile.plan import Item, Obj, Write
-from tls_injector.reconcile.state import NotLeader, PassReport, ReconcileSettings
-from tls_injector.reconcile.trust import CaKeeper
-from tls_injector.reconcile.writes import BACKOFF_FIRST, MAX_ATTEMPTS, UNAVAILABLE_STREAK, Writer
+from tls_injector.reconcile.ca.machine import CaPolicy
+from tls_injector.reconcile.core.discover import WorkloadRef
+from tls_injector.reconcile.core.events import Outbox
+from tls_injector.reconcile.core.metrics import ReconcileMetrics
+from tls_injector.reconcile.core.plan import Item, Obj, Write
+from tls_injector.reconcile.parts.announcer import Announcer
+from tls_injector.reconcile.parts.members import HubSide, MemberSide
+from tls_injector.reconcile.parts.state import NotLeader, PassReport, ReconcileSettings
+from tls_injector.reconcile.parts.trust import CaKeeper
+from tls_injector.reconcile.parts.writes import BACKOFF_FIRST, MAX_ATTEMPTS, UNAVAILABLE_STREAK, Writer
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 REF = WorkloadRef("Deployment", "ns", "web", "uid-1", "apps/v1")
@@ -343,7 +343,7 @@ def reaches(source: str) -> list[str]:
 
 def test_no_part_reaches_into_another_parts_fields() -> None:
     for part in PARTS:
-        assert reaches((RECONCILE / f"{part}.py").read_text()) == [], part
+        assert reaches((RECONCILE / "parts" / f"{part}.py").read_text()) == [], part
 
 
 def test_reaching_into_another_objects_fields_is_found() -> None:
@@ -354,8 +354,23 @@ def test_reaching_into_another_objects_fields_is_found() -> None:
 
 def test_no_class_of_the_reconciler_inherits_from_another_of_its_classes() -> None:
     defined = {path.stem: [node for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ClassDef)]
-               for path in RECONCILE.glob("*.py")}
+               for path in RECONCILE.rglob("*.py")}
     ours = {cls.name for classes in defined.values() for cls in classes}
     inherits = [f"{module}.{cls.name}({ast.unparse(base)})" for module, classes in defined.items() for cls in classes
                 for base in cls.bases if ast.unparse(base).rsplit(".", 1)[-1] in ours]
     assert inherits == []
+
+
+SUBPACKAGES = ("loop", "parts", "federation", "native", "ca", "core")
+
+
+def test_the_folder_is_its_sub_packages_each_opened_by_what_it_holds() -> None:
+    # No module left loose beside the sub-packages: a newcomer finds each concern in its folder.
+    assert sorted(p.name for p in RECONCILE.glob("*.py")) == ["__init__.py"]
+    assert sorted(p.name for p in RECONCILE.iterdir() if p.is_dir() and p.name != "__pycache__") == sorted(SUBPACKAGES)
+    for name in SUBPACKAGES:
+        doc = ast.get_docstring(ast.parse((RECONCILE / name / "__init__.py").read_text()))
+        assert doc, f"{name}/ opens with no docstring"
+        # The docstring names every module of its package (the opening comment is the package's map).
+        modules = sorted(p.name for p in (RECONCILE / name).glob("*.py") if p.name != "__init__.py")
+        assert [m for m in modules if m not in doc] == [], name

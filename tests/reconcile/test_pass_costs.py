@@ -8,7 +8,7 @@ import pytest
 
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import Clock, reconciler, small_cluster
-from tls_injector.reconcile.state import collector_paused
+from tls_injector.reconcile.parts.state import collector_paused
 
 
 @pytest.mark.parametrize("outage", [False, True], ids=["converged", "aborted"])

@@ -13,8 +13,8 @@ import pytest
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import Clock, reconciler, small_cluster
 from tls_injector.kube import KubeApi
-from tls_injector.reconcile import writes
-from tls_injector.reconcile.cache import ClusterCache
+from tls_injector.reconcile.loop.cache import ClusterCache
+from tls_injector.reconcile.parts import writes
 
 
 def _cached(emu: Emulator, **kwargs: Any) -> tuple[Any, ClusterCache]:

@@ -9,8 +9,17 @@ from typing import Any
 import pytest
 
 from tls_injector.pki import CaSet, CaState, TrustFacts, add_ca, advance, fingerprint, issue_leaf, make_ca
-from tls_injector.reconcile.discover import Target, WorkloadRef
-from tls_injector.reconcile.plan import Observed, Refused, Signing, Write, decide_bundle, decide_leaf, plan, secret_data
+from tls_injector.reconcile.core.discover import Target, WorkloadRef
+from tls_injector.reconcile.core.plan import (
+    Observed,
+    Refused,
+    Signing,
+    Write,
+    decide_bundle,
+    decide_leaf,
+    plan,
+    secret_data,
+)
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 OWNED = {"app.kubernetes.io/managed-by": "tls-injector", "tls-injector.io/role": "leaf"}

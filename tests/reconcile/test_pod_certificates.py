@@ -29,9 +29,9 @@ from tls_injector.pki import (
     verify_nameless,
     verify_server,
 )
-from tls_injector.reconcile.budget import NAMESPACE_TURN_SECONDS
-from tls_injector.reconcile.controller import Controller
-from tls_injector.reconcile.signer import DISCOVERY_TTL_SECONDS, NativeApis
+from tls_injector.reconcile.core.budget import NAMESPACE_TURN_SECONDS
+from tls_injector.reconcile.loop.controller import Controller
+from tls_injector.reconcile.native.signer import DISCOVERY_TTL_SECONDS, NativeApis
 
 
 @pytest.fixture

@@ -19,8 +19,8 @@ from tests.reconcile.cluster import OWN_NS, Clock, data, deployment, namespace, 
 from tls_injector import names
 from tls_injector.injection.profile import ProfileBounds
 from tls_injector.pki import BACKDATE, dns_sans, key_type_of, load_certificates
-from tls_injector.reconcile.reconciler import Reconciler
-from tls_injector.reconcile.runner import summary
+from tls_injector.reconcile.loop.runner import summary
+from tls_injector.reconcile.parts.reconciler import Reconciler
 
 NS = "team-a"
 # The real time: the handshakes check the certificates against the system clock.

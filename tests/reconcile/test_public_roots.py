@@ -25,7 +25,7 @@ from tests.support.reviews import answer, review
 from tls_injector.injection import InjectionOptions, make_mutate_handler
 from tls_injector.kube import KubeApi
 from tls_injector.pki import CertKey, issue_leaf, make_ca, public_roots
-from tls_injector.reconcile.read import read_cluster
+from tls_injector.reconcile.core.read import read_cluster
 
 NS = "team-a"
 PUBLIC, KEY = "tls-injector.io/public-roots", "ca-bundle-with-public-roots.pem"

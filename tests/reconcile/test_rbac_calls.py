@@ -11,7 +11,7 @@ from tests.reconcile.test_webhook_selfcare import install_webhooks
 from tests.shipping.rbac import Call, authorized, grants_for
 from tests.shipping.support import installed
 from tls_injector.kube import KubeApi, LeaderElector
-from tls_injector.reconcile.webhook_plan import WebhookSettings
+from tls_injector.reconcile.parts.webhook_plan import WebhookSettings
 
 
 def test_a_lifetime_of_reconciling_stays_within_the_shipped_roles(kubeapi: Emulator) -> None:

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, deployment, namespace, reconciler
 from tls_injector.cli import main
-from tls_injector.reconcile.runner import summary
+from tls_injector.reconcile.loop.runner import summary
 
 NAMES = "tls-injector.io/service-names"
 

@@ -13,8 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, deployment, namespace, reconciler
-from tls_injector.reconcile.read import MAX_SERVICE_BYTES
-from tls_injector.reconcile.runner import summary
+from tls_injector.reconcile.core.read import MAX_SERVICE_BYTES
+from tls_injector.reconcile.loop.runner import summary
 from tls_injector.web.page import attention_items
 from tls_injector.web.status import Status
 

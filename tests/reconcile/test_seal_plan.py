@@ -30,10 +30,10 @@ from tls_injector.pki import (
     seal,
     seal_key,
 )
-from tls_injector.reconcile import plan
-from tls_injector.reconcile.discover import Target, WorkloadRef
-from tls_injector.reconcile.metrics import ReconcileMetrics
-from tls_injector.reconcile.plan import Signing, Write, decide_leaf, leaf_expiry, secret_data
+from tls_injector.reconcile.core import plan
+from tls_injector.reconcile.core.discover import Target, WorkloadRef
+from tls_injector.reconcile.core.metrics import ReconcileMetrics
+from tls_injector.reconcile.core.plan import Signing, Write, decide_leaf, leaf_expiry, secret_data
 
 SEAL = "tls-injector.io/seal"
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, deployment, namespace, reconciler
 from tls_injector.names import TLS_CHANGE_ANNOTATION
-from tls_injector.reconcile.runner import summary
+from tls_injector.reconcile.loop.runner import summary
 
 NS = "shop"
 

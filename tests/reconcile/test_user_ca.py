@@ -29,11 +29,11 @@ from tls_injector.pki import (
     make_ca,
     verify_server,
 )
-from tls_injector.reconcile.controller import next_pass_delay
-from tls_injector.reconcile.discover import Target, WorkloadRef
-from tls_injector.reconcile.metrics import ReconcileMetrics
-from tls_injector.reconcile.plan import Signing, Waiting, Write, decide_leaf, encode_data, secret_data
-from tls_injector.reconcile.reconciler import Reconciler
+from tls_injector.reconcile.core.discover import Target, WorkloadRef
+from tls_injector.reconcile.core.metrics import ReconcileMetrics
+from tls_injector.reconcile.core.plan import Signing, Waiting, Write, decide_leaf, encode_data, secret_data
+from tls_injector.reconcile.loop.controller import next_pass_delay
+from tls_injector.reconcile.parts.reconciler import Reconciler
 
 PASS_EVERY = timedelta(minutes=1)
 

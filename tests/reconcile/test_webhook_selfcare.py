@@ -10,7 +10,7 @@ from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, START, data, namespace
 from tls_injector.kube import SECRETS, KubeApi
 from tls_injector.pki import load_certificates, verify_server
-from tls_injector.reconcile.webhook import ensure_webhook_certificate
+from tls_injector.reconcile.loop.webhook import ensure_webhook_certificate
 
 DNS = "tls-injector.tls-injector.svc"
 

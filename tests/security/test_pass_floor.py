@@ -12,8 +12,8 @@ from typing import Any
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, reconciler, small_cluster
 from tls_injector.kube import DEPLOYMENTS, SECRETS, KubeApi, Resource
-from tls_injector.reconcile.budget import NAMESPACE_TURN_SECONDS
-from tls_injector.reconcile.controller import MIN_PASS_GAP_SECONDS, Controller
+from tls_injector.reconcile.core.budget import NAMESPACE_TURN_SECONDS
+from tls_injector.reconcile.loop.controller import MIN_PASS_GAP_SECONDS, Controller
 
 
 def _churn(api: KubeApi, resource: Resource, name: str, namespace: str, change: Callable[[dict[str, Any], int], None],

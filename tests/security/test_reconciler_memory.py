@@ -2,7 +2,7 @@
 
 Before, a pass listed every Service of the cluster and every workload whole, 500 to a page: 40 valid
 Services of ~600 KB (40,000-label selectors) in a namespace with nothing opted in took the reconciler to
-415 MiB against its 256 MiB limit, and 40 such Deployments the same. Now (app/reconcile/read.py,
+415 MiB against its 256 MiB limit, and 40 such Deployments the same. Now (app/reconcile/core/read.py,
 app/kube/api.py): Services are read only in namespaces where something opted in; each listed object is
 kept as discovery reads it, a page at a time; a page holds at most `page_bytes` of JSON (one over it is
 asked again with a smaller limit, and an object alone over it is skipped by name); an object whose kept
@@ -20,7 +20,7 @@ from cryptography import x509
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, deployment, namespace, reconciler
 from tls_injector.kube import SERVICES, KubeApi, ListTooLarge
-from tls_injector.reconcile.read import (
+from tls_injector.reconcile.core.read import (
     MAX_SERVICE_BYTES,
     MAX_WORKLOAD_BYTES,
     SERVICE_LISTS,

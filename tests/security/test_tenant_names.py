@@ -17,7 +17,7 @@ import pytest
 
 from tests.kubeapi import Emulator, running_emulator
 from tests.reconcile.cluster import OWN_NS, Clock, data, deployment, namespace, reconciler
-from tls_injector.reconcile.runner import summary
+from tls_injector.reconcile.loop.runner import summary
 
 NS, OTHER = "team-a", "team-b"
 KEYSTORE, PASSWORD_SECRET = "tls-injector.io/keystore", "tls-injector.io/keystore-password-secret"

@@ -27,9 +27,9 @@ from tls_injector.pki import (
     make_ca,
     verify_server,
 )
-from tls_injector.reconcile.bootstrap import bootstrap as bootstrap_once
-from tls_injector.reconcile.bootstrap import bootstrap_settings
-from tls_injector.reconcile.webhook_plan import WebhookSettings
+from tls_injector.reconcile.loop.bootstrap import bootstrap as bootstrap_once
+from tls_injector.reconcile.loop.bootstrap import bootstrap_settings
+from tls_injector.reconcile.parts.webhook_plan import WebhookSettings
 
 NS = "tls-injector"
 SERVICE = "tls-injector"

@@ -35,13 +35,13 @@ from tls_injector.names import (
     MEMBER_KUBECONFIG_KEY,
     MEMBER_LABEL,
 )
-from tls_injector.reconcile.ownership import owner_labels
+from tls_injector.reconcile.core.ownership import owner_labels
 
 MEMBER = "manifests/components/member"
 NAMESPACE = "tls-injector"
 HUB_ACCOUNT = "tls-injector-hub"
 HUB = f"system:serviceaccount:{NAMESPACE}:{HUB_ACCOUNT}"
-# What the hub writes into a member (app/reconcile/hub.py; docs/multicluster.md).
+# What the hub writes into a member (app/reconcile/federation/hub.py; docs/multicluster.md).
 INTERMEDIATES = (INTERMEDIATE_CA_SECRET, CLIENT_INTERMEDIATE_CA_SECRET)
 RECORDS = (INTERMEDIATE_CA_RECORD, CLIENT_INTERMEDIATE_CA_RECORD)  # its public records of them, beside
 
@@ -130,7 +130,7 @@ def test_the_hubs_grants_are_in_its_namespace_only_and_pinned_by_name_except_cre
 
 
 OURS = owner_labels("intermediate")
-TLS = "kubernetes.io/tls"  # the type the hub writes its intermediates as (app/reconcile/federation.py)
+TLS = "kubernetes.io/tls"  # the type the hub writes its intermediates as (app/reconcile/federation/issuance.py)
 INTERMEDIATE = thing("Secret", INTERMEDIATES[0], NAMESPACE, OURS, secret_type=TLS)
 CLIENT_INTERMEDIATE = thing("Secret", INTERMEDIATES[1], NAMESPACE, OURS, secret_type=TLS)
 FOREIGN = thing("Secret", INTERMEDIATES[0], NAMESPACE, secret_type=TLS)  # someone else's, not labelled ours

@@ -64,7 +64,7 @@ def test_the_tree_holds_no_shell_and_no_pip(rootfs: Path) -> None:
 def test_every_runtime_module_loads_in_the_tree(rootfs: Path) -> None:
     modules = ("ssl", "ctypes", "uuid", "zoneinfo", "uvloop", "httptools", "orjson", "cryptography.x509",
                "cel_expr_python", "kubernetes", "yaml", "tls_injector.cli", "tls_injector.web.server",
-               "tls_injector.reconcile.runner")
+               "tls_injector.reconcile.loop.runner")
     result = in_image(rootfs, str(VENV / "bin" / "python"), "-c", f"import {', '.join(modules)}; print('ok')")
     assert result.returncode == 0, result.stderr
     version = in_image(rootfs, str(VENV / "bin" / "tls-injector"), "--version")

@@ -33,7 +33,7 @@ from tests.shipping.test_reconciler_policy import (
     thing,
 )
 from tls_injector.names import MEMBER_LABEL
-from tls_injector.reconcile.ownership import owner_labels
+from tls_injector.reconcile.core.ownership import owner_labels
 
 pytestmark = pytest.mark.timeout(300)
 

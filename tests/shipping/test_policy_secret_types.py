@@ -24,7 +24,7 @@ from tests.shipping.support import ROOT, Obj, of_kind, render, render_with_compo
 from tests.shipping.test_chart import template, values
 from tests.shipping.test_reconciler_policy import BOOTSTRAP, RECONCILER, changed, refusals, request, thing
 from tls_injector.names import CLIENT_INTERMEDIATE_CA_SECRET, FORCE_REPLACE_ANNOTATION, INTERMEDIATE_CA_SECRET
-from tls_injector.reconcile.ownership import owner_labels
+from tls_injector.reconcile.core.ownership import owner_labels
 
 # The first rendering through the chart may fetch helm (tests/shipping/helm.py).
 pytestmark = pytest.mark.timeout(300)

@@ -8,7 +8,7 @@ import pytest
 
 from tests.shipping.support import Obj, installed, of_kind, only
 from tls_injector.cli.parser import build_parser as _parser
-from tls_injector.reconcile.webhook_plan import WebhookSettings
+from tls_injector.reconcile.parts.webhook_plan import WebhookSettings
 
 ROLE_KINDS = ("Role", "ClusterRole")
 # Verbs that hand out more than their resource: granting roles, acting as someone else.

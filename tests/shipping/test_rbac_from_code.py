@@ -35,8 +35,8 @@ from tls_injector.cli.parser import build_parser as _parser
 from tls_injector.kube import KubeApi, LeaderElector
 from tls_injector.names import SIGNER_NAME
 from tls_injector.pki import issue_leaf, make_ca
-from tls_injector.reconcile.controller import Controller
-from tls_injector.reconcile.reconciler import Reconciler, ReconcileSettings
+from tls_injector.reconcile.loop.controller import Controller
+from tls_injector.reconcile.parts.reconciler import Reconciler, ReconcileSettings
 
 INJECT = "tls-injector.io/inject"
 BUNDLE = "tls-injector-trust-bundle"

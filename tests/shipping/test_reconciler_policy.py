@@ -20,7 +20,7 @@ from tests.reconcile.test_rotation import force_replace
 from tests.shipping.support import ROOT, Obj, installed, load_docs, of_kind, only, render
 from tls_injector.kube import DEPLOYMENTS, KubeApi
 from tls_injector.names import TRUST_BUNDLE_CONFIGMAP
-from tls_injector.reconcile.ownership import MANAGED_BY_LABEL, MANAGER, owner_labels
+from tls_injector.reconcile.core.ownership import MANAGED_BY_LABEL, MANAGER, owner_labels
 from tls_injector.rules.cel import Environment, EvalError, to_cel
 
 POLICY_FILE = ROOT / "manifests" / "base" / "reconciler-admission-policy.yaml"

@@ -22,7 +22,7 @@ from tests.reconcile.cluster import OWN_NS, Clock, reconciler, small_cluster
 from tests.shipping.support import ROOT, Obj, installed, load_docs, of_kind, only, render, render_with_components
 from tests.shipping.test_reconciler_policy import refusals
 from tls_injector.kube import SECRETS, KubeApi
-from tls_injector.reconcile.webhook_plan import WebhookSettings
+from tls_injector.reconcile.parts.webhook_plan import WebhookSettings
 
 POLICY_FILE = ROOT / "manifests" / "base" / "cluster-objects-policy.yaml"
 POLICY_NAME = "tls-injector.webhook-configurations"

@@ -1,0 +1,7 @@
+"""What every part of the reconciler shares, and none of it a pass's state: who opted in (discover.py), each
+object's pure `decide` (plan.py, with keystores.py), what a pass lists (read.py), how our objects are
+marked (ownership.py), the Events outbox (events.py), the metrics and the profile report (metrics.py,
+profile.py), and what one namespace's turn may cost (budget.py, keypool.py).
+
+Imports nothing else of tls_injector.reconcile: every other sub-package builds on it.
+"""
