@@ -297,12 +297,15 @@ class Writer:
         return None
 
     def _written(self, item: Item, write: Write, report: PassReport) -> None:
-        """A certificate issued or renewed is counted, and kept for its namespace's one Event (tell_issued)."""
+        """A certificate issued or renewed is counted, and a workload's kept for its namespace's one Event
+        (tell_issued). One no workload asked for (the webhook's own serving certificate) is told to nobody,
+        as before: its namespace may have no trust bundle, and the bootstrap Job's RBAC writes no Event."""
         verb, _, why = write.reason.partition(":")
         if verb in ("issued", "renewed"):
             what = "client certificate" if item.client else "certificate"
             self._metrics.rotations.labels("client-leaf" if item.client else "leaf", why).inc()
-            report.issued.setdefault(item.namespace, []).append(f"Secret {item.name}: {what} {verb} ({why})")
+            if item.workloads:
+                report.issued.setdefault(item.namespace, []).append(f"Secret {item.name}: {what} {verb} ({why})")
 
     def tell_issued(self, report: PassReport, now: datetime) -> None:
         """One Normal Event per namespace for the certificates the pass issued or renewed there: routine, so
