@@ -92,7 +92,9 @@ def test_the_sdist_holds_the_project_and_the_wheel_the_app(built: Path) -> None:
     with zipfile.ZipFile(built / f"tls_injector-{version}-py3-none-any.whl") as wheel:
         listed = set(wheel.namelist())
         metadata = wheel.read(f"tls_injector-{version}.dist-info/METADATA").decode()
-    assert {"app/__init__.py", "app/rules/defaults.yaml", "app/py.typed"} <= listed
+    # The source folder app/ installs under the project's import name (pyproject's package-dir).
+    assert {"tls_injector/__init__.py", "tls_injector/rules/defaults.yaml", "tls_injector/py.typed"} <= listed
+    assert not any(name.startswith("app/") for name in listed)
     licenses = f"tls_injector-{version}.dist-info/licenses/"
     assert {licenses + "LICENSE", licenses + "NOTICE"} <= listed
     with zipfile.ZipFile(built / f"tls_injector-{version}-py3-none-any.whl") as wheel:
