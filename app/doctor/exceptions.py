@@ -13,6 +13,7 @@ from tls_injector import names
 from tls_injector.doctor.model import Result, error, ok, warning
 from tls_injector.doctor.snapshot import Snapshot
 from tls_injector.kube import Obj
+from tls_injector.rules.export import EXCEPTION_GRANTED
 
 CATEGORY = "tls-injector webhook"
 # `serve`'s flag and the value that grants exceptions (tests/doctor/test_exceptions.py parses both with
@@ -51,8 +52,7 @@ def _policy_problem(name: str, policy: Obj | None, binding: Obj | None) -> str |
     if policy is None:
         return f"ValidatingAdmissionPolicy {name} is not installed"
     validations: list[dict[str, Any]] = (policy.get("spec") or {}).get("validations") or []
-    if not any(names.EXCEPTION_RESOURCE in str(v.get("expression", "")) and ".check(" in str(v.get("expression", ""))
-               for v in validations):
+    if not any(EXCEPTION_GRANTED in str(v.get("expression", "")) for v in validations):
         return (f"ValidatingAdmissionPolicy {name} does not ask RBAC for "
                 f"{names.EXCEPTION_VERB} on {names.EXCEPTION_RESOURCE}.{names.EXCEPTION_GROUP} (an older version?)")
     if binding is None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.node.harness import Node
+from tests.node.harness import Node, own_node
 from tests.node.host import HostState
 from tests.node.install import Installed
 
@@ -52,14 +52,8 @@ def host_before() -> HostState:
 def node(host_before: HostState, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     if os.geteuid() != 0:
         pytest.fail("the node tier runs a kubelet and containerd: it needs root (as in CI)")
-    started = Node(tmp_path_factory.mktemp("node"))
-    try:
-        started.start()
+    with own_node(tmp_path_factory.mktemp("node"), host_before) as started:
         yield started
-    finally:
-        started.stop()
-        changed = host_before.differences(HostState.take())
-        assert not changed, "the node tier changed the host:\n" + "\n".join(changed)
 
 
 @pytest.fixture(scope="session")

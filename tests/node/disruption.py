@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import ssl
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from tests.cluster.controlplane import ControlPlane
+from tests.cluster.install import wait_until
 from tests.node.harness import Node
 
 NS = "tls-injector"
@@ -29,14 +29,13 @@ T = TypeVar("T")
 
 def until(what: str, predicate: Callable[[], T | None], *, timeout: float = SETTLE_SECONDS,
           every: float = 0.25, node: Node | None = None) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    extra = f"{own_logs(node)}\n{node.diagnosis('kubelet', 'kube-proxy')}" if node is not None else ""
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{extra}")
+    try:
+        found: T = wait_until(what, predicate, timeout=timeout, interval=every)
+    except AssertionError as timed_out:
+        if node is None:
+            raise
+        raise AssertionError(f"{timed_out}\n{own_logs(node)}\n{node.diagnosis('kubelet', 'kube-proxy')}") from None
+    return found
 
 
 def own_logs(node: Node, lines: int = 15) -> str:

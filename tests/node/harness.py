@@ -28,11 +28,13 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from tests.cluster.controlplane import ControlPlane
 from tests.node import images
+from tests.node.host import HostState
 from tests.node.namespace import NODE_IP, Forwarder, NodeNamespace
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
@@ -414,3 +416,18 @@ state = "{folder / 'state'}"
             if time.monotonic() > deadline:
                 raise RuntimeError("cgroups of the node not removed: " + "; ".join(errors[:5]))
             time.sleep(0.3)
+
+
+@contextlib.contextmanager
+def own_node(folder: Path, before: HostState | None = None) -> Iterator[Node]:
+    """A node started in `folder` and stopped on the way out; the host must then be as it was `before`
+    (taken now when not given)."""
+    before = before or HostState.take()
+    node = Node(folder)
+    try:
+        node.start()
+        yield node
+    finally:
+        node.stop()
+        changed = before.differences(HostState.take())
+        assert not changed, "the node changed the host:\n" + "\n".join(changed)

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from tests.node.harness import NODE_NAME, Node
-from tests.node.host import HostState
 from tests.node.install import NS
 from tests.shipping.helm import helm
 from tests.shipping.install_doc import Block, blocks
@@ -44,20 +43,6 @@ def documented(where: str, starting: str) -> Block:
     """The one block of docs/install.md marked `where` whose text starts with `starting`."""
     (found,) = [b for b in blocks(INSTALL_DOC) if b.where == where and b.text.startswith(starting)]
     return found
-
-
-@contextlib.contextmanager
-def own_node(folder: Path) -> Iterator[Node]:
-    """A node for one install path, stopped on the way out; the host must be as it was before."""
-    before = HostState.take()
-    node = Node(folder)
-    try:
-        node.start()
-        yield node
-    finally:
-        node.stop()
-        changed = before.differences(HostState.take())
-        assert not changed, "the node changed the host:\n" + "\n".join(changed)
 
 
 @dataclass

@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.node.harness import Node
+from tests.node.harness import Node, own_node
 from tests.node.images import archive_name_and_digest
 from tests.node.install import IMAGE_BUILD_SECONDS, NS, product_image
 from tests.node.install_paths import (
@@ -48,7 +48,6 @@ from tests.node.install_paths import (
     job,
     lease,
     manifests,
-    own_node,
     port_forward,
     probe_results,
     service_endpoints,
