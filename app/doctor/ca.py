@@ -10,7 +10,7 @@ from tls_injector.doctor.snapshot import Snapshot
 from tls_injector.names import CLIENT_CA_SECRET, FORCE_REPLACE_ANNOTATION
 from tls_injector.pki import CA_LOOKAHEAD, CaRole, CaSet, CaState, CertKey, load_user_ca, rotation_due
 from tls_injector.reconcile.ca.machine import CaUnusable, load_ca_set, other_role, shared_key_problem
-from tls_injector.reconcile.core.plan import secret_data
+from tls_injector.reconcile.core.objects import secret_data
 
 CATEGORY = "certificate authorities"
 # Each rotation step waits for the 5-minute settle and then for a pass, which comes within the 10-minute

@@ -27,7 +27,8 @@ from tls_injector.pki import (
 )
 from tls_injector.reconcile.core import ownership as own
 from tls_injector.reconcile.core.discover import Target, wants_pod_certificates
-from tls_injector.reconcile.core.plan import CLIENT_PREFIX, secret_data
+from tls_injector.reconcile.core.inputs import CLIENT_PREFIX
+from tls_injector.reconcile.core.objects import secret_data
 
 CATEGORY = "client certificates"
 _RENEW = "kubectl -n {ns} annotate secret {name} " + names.FORCE_RENEW_ANNOTATION + "=now"

@@ -14,7 +14,7 @@ from tls_injector.doctor.snapshot import Snapshot
 from tls_injector.pki import keystore_holds, public_roots
 from tls_injector.reconcile.core.discover import Target
 from tls_injector.reconcile.core.keystores import keystore_asks, password_name_problem
-from tls_injector.reconcile.core.plan import secret_data
+from tls_injector.reconcile.core.objects import secret_data
 
 CATEGORY = "workloads"
 

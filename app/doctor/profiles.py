@@ -11,7 +11,7 @@ from tls_injector.injection import template_of
 from tls_injector.injection.profile import Profile, parse_note
 from tls_injector.pki import key_type_of, load_certificates
 from tls_injector.reconcile.core.discover import Target, pod_mode
-from tls_injector.reconcile.core.plan import secret_data
+from tls_injector.reconcile.core.objects import secret_data
 
 CATEGORY = "workloads"
 _LISTED = 20  # details shown; the count says how many in all

@@ -9,7 +9,7 @@ from tls_injector.injection.profile import ProfileBounds
 from tls_injector.kube import Obj
 from tls_injector.names import LEASE_NAME, RECONCILER_ACCOUNT
 from tls_injector.pki import CaRole
-from tls_injector.reconcile.core.plan import Observed
+from tls_injector.reconcile.core.inputs import Observed
 from tls_injector.reconcile.federation.hub import MemberOutcome
 from tls_injector.reconcile.parts.served import Served
 from tls_injector.reconcile.parts.webhook_plan import WebhookSettings

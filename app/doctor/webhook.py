@@ -10,7 +10,7 @@ from tls_injector.doctor.model import Result, error, ok, warning
 from tls_injector.doctor.snapshot import Snapshot
 from tls_injector.kube import Obj
 from tls_injector.pki import load_certificates
-from tls_injector.reconcile.core.plan import secret_data
+from tls_injector.reconcile.core.objects import secret_data
 from tls_injector.reconcile.parts.webhook_plan import entry_dns_name, entry_trust_problem
 
 CATEGORY = "tls-injector webhook"

@@ -39,7 +39,7 @@ from tls_injector.pki import (
 from tls_injector.reconcile.ca.machine import CaUnusable, load_ca_set
 from tls_injector.reconcile.core import ownership as own
 from tls_injector.reconcile.core.discover import Target, missing_injection
-from tls_injector.reconcile.core.plan import secret_data
+from tls_injector.reconcile.core.objects import secret_data
 from tls_injector.reconcile.parts import status as st
 from tls_injector.web.page import attention_items
 

@@ -36,7 +36,8 @@ from tls_injector.reconcile.core.discover import (
     trust_only_split,
     wants_pod_certificates,
 )
-from tls_injector.reconcile.core.plan import bundle_namespaces, secret_data
+from tls_injector.reconcile.core.objects import secret_data
+from tls_injector.reconcile.core.plan import bundle_namespaces
 
 CATEGORY = "workloads"
 _RENEW = "kubectl -n {ns} annotate secret {name} " + names.FORCE_RENEW_ANNOTATION + "=now"

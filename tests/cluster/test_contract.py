@@ -48,7 +48,8 @@ from tls_injector.pki.podcert import issue_for_key, pod_cert_times
 from tls_injector.reconcile.core import events, ownership
 from tls_injector.reconcile.core.discover import WorkloadRef
 from tls_injector.reconcile.core.keystores import Keystore, with_keystore
-from tls_injector.reconcile.core.plan import Write, owner_references
+from tls_injector.reconcile.core.leaves import owner_references
+from tls_injector.reconcile.core.objects import Write
 from tls_injector.reconcile.native import podcerts
 from tls_injector.reconcile.parts.webhook_plan import decide_ca_bundle
 

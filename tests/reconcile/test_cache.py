@@ -20,7 +20,7 @@ from tls_injector.pki import CaSet, make_ca
 from tls_injector.pki.trust import add_ca
 from tls_injector.reconcile.ca.machine import CaStep
 from tls_injector.reconcile.core.discover import Target, discover
-from tls_injector.reconcile.core.plan import Observed
+from tls_injector.reconcile.core.inputs import Observed
 from tls_injector.reconcile.core.read import read_cluster
 from tls_injector.reconcile.loop.cache import CLUSTER, ClusterCache
 from tls_injector.reconcile.loop.controller import Controller

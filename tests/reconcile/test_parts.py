@@ -23,7 +23,7 @@ from tls_injector.reconcile.ca.machine import CaPolicy
 from tls_injector.reconcile.core.discover import WorkloadRef
 from tls_injector.reconcile.core.events import Outbox
 from tls_injector.reconcile.core.metrics import ReconcileMetrics
-from tls_injector.reconcile.core.plan import Item, Obj, Write
+from tls_injector.reconcile.core.objects import Item, Obj, Write
 from tls_injector.reconcile.parts.announcer import Announcer
 from tls_injector.reconcile.parts.members import HubSide, MemberSide
 from tls_injector.reconcile.parts.state import NotLeader, PassReport, ReconcileSettings

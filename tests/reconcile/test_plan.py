@@ -9,17 +9,12 @@ from typing import Any
 import pytest
 
 from tls_injector.pki import CaSet, CaState, TrustFacts, add_ca, advance, fingerprint, issue_leaf, make_ca
+from tls_injector.reconcile.core.bundles import decide_bundle
 from tls_injector.reconcile.core.discover import Target, WorkloadRef
-from tls_injector.reconcile.core.plan import (
-    Observed,
-    Refused,
-    Signing,
-    Write,
-    decide_bundle,
-    decide_leaf,
-    plan,
-    secret_data,
-)
+from tls_injector.reconcile.core.inputs import Observed, Signing
+from tls_injector.reconcile.core.leaves import decide_leaf
+from tls_injector.reconcile.core.objects import Refused, Write, secret_data
+from tls_injector.reconcile.core.plan import plan
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 OWNED = {"app.kubernetes.io/managed-by": "tls-injector", "tls-injector.io/role": "leaf"}

@@ -20,7 +20,7 @@ from tests.reconcile.cluster import (
 )
 from tls_injector.kube import SECRETS, KubeApi
 from tls_injector.pki import fingerprint, load_certificates, make_ca
-from tls_injector.reconcile.core.plan import encode_data
+from tls_injector.reconcile.core.objects import encode_data
 
 
 def test_an_unreachable_api_mints_no_ca_and_exactly_one_once_it_is_back(kubeapi: Emulator) -> None:

@@ -30,10 +30,12 @@ from tls_injector.pki import (
     seal,
     seal_key,
 )
-from tls_injector.reconcile.core import plan
+from tls_injector.reconcile.core import leaves
 from tls_injector.reconcile.core.discover import Target, WorkloadRef
+from tls_injector.reconcile.core.inputs import Signing
+from tls_injector.reconcile.core.leaves import decide_leaf, leaf_expiry
 from tls_injector.reconcile.core.metrics import ReconcileMetrics
-from tls_injector.reconcile.core.plan import Signing, Write, decide_leaf, leaf_expiry, secret_data
+from tls_injector.reconcile.core.objects import Write, secret_data
 
 SEAL = "tls-injector.io/seal"
 
@@ -169,7 +171,7 @@ def test_the_expiry_of_a_leaf_just_issued_is_read_from_its_seal_without_opening_
     fresh = dataclasses.replace(sign, opened={})
     stored = stored_from(decide_leaf(TARGET, None, fresh))
     cert = load_certificates(secret_data(stored)["tls.crt"])[0]
-    monkeypatch.setattr(plan, "open_seal", lambda *_: pytest.fail("a seal made in this pass was opened again"))
+    monkeypatch.setattr(leaves, "open_seal", lambda *_: pytest.fail("a seal made in this pass was opened again"))
     assert leaf_expiry(TARGET, stored, fresh) == cert.not_valid_after_utc
     # What it remembered is what opening it gives: a pass that did not make it opens it, to the same end.
     monkeypatch.undo()
@@ -178,8 +180,8 @@ def test_the_expiry_of_a_leaf_just_issued_is_read_from_its_seal_without_opening_
 
 def test_a_pass_holds_at_most_max_opened_seals_whatever_the_number_of_leaves(sign: Signing) -> None:
     fresh = dataclasses.replace(sign, opened={})
-    for n in range(plan.MAX_OPENED + 50):
+    for n in range(leaves.MAX_OPENED + 50):
         target = dataclasses.replace(TARGET, secret_name=f"web-{n}-tls")
         stored = stored_from(decide_leaf(target, None, fresh))
         assert leaf_expiry(target, stored, fresh) is not None
-        assert len(fresh.opened) <= plan.MAX_OPENED
+        assert len(fresh.opened) <= leaves.MAX_OPENED

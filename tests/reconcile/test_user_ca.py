@@ -30,8 +30,10 @@ from tls_injector.pki import (
     verify_server,
 )
 from tls_injector.reconcile.core.discover import Target, WorkloadRef
+from tls_injector.reconcile.core.inputs import Signing
+from tls_injector.reconcile.core.leaves import decide_leaf
 from tls_injector.reconcile.core.metrics import ReconcileMetrics
-from tls_injector.reconcile.core.plan import Signing, Waiting, Write, decide_leaf, encode_data, secret_data
+from tls_injector.reconcile.core.objects import Waiting, Write, encode_data, secret_data
 from tls_injector.reconcile.loop.controller import next_pass_delay
 from tls_injector.reconcile.parts.reconciler import Reconciler
 

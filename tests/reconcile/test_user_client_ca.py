@@ -43,7 +43,7 @@ from tls_injector.pki import (
     make_ca,
     verify_client,
 )
-from tls_injector.reconcile.core.plan import CLIENT_PREFIX
+from tls_injector.reconcile.core.inputs import CLIENT_PREFIX
 
 __all__ = ["federation", "webhook"]  # fixtures, shared with test_hub_members and test_mtls_chain
 PASS_EVERY = timedelta(minutes=1)

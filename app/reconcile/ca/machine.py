@@ -40,7 +40,7 @@ from tls_injector.pki import (
     swap_signer,
 )
 from tls_injector.reconcile.core import ownership as own
-from tls_injector.reconcile.core.plan import Obj, Write, encode_data, secret_data
+from tls_injector.reconcile.core.objects import Obj, Write, encode_data, secret_data
 
 _PENDING = (CaState.UNTRUSTED, CaState.TRUSTED_UNUSED)
 _LEAVING = (CaState.PHASE_OUT, CaState.ZOMBIE)

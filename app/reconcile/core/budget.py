@@ -7,7 +7,7 @@ per wave, and every other namespace's new workload with it. So each pass the loo
 a budget of time: what
 its objects cost the pass (decisions, key generation, writes on this thread) is charged to it, and once it is
 spent the namespace's certificates that need issuing wait for the next turn (the Secret kept, its `ca.crt`
-refreshed: plan.Deferred). The loop takes a namespace left over again at once, after the namespaces queued
+refreshed: objects.Deferred). The loop takes a namespace left over again at once, after the namespaces queued
 meanwhile, so it converges at nearly full speed while nothing else waits longer than about one budget.
 """
 

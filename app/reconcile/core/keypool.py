@@ -6,7 +6,7 @@ made inline, one key is a piece of the loop no budget can cut (budget.py charges
 cryptography library releases the interpreter while OpenSSL searches for primes (measured here: a thread
 counting beside an RSA-4096 generation kept half its pace on a loaded 2-core machine), so a thread of its
 own makes them while the loop goes on. A certificate whose key is not ready is left for a later turn
-(plan.Deferred), and the loop takes its namespace again when the next key is made. The ECDSA and Ed25519
+(objects.Deferred), and the loop takes its namespace again when the next key is made. The ECDSA and Ed25519
 keys (under 0.2 ms) are made inline as before.
 """
 

@@ -23,8 +23,10 @@ from tls_injector.kube import (
     KubeApi,
 )
 from tls_injector.reconcile.core import ownership as own
+from tls_injector.reconcile.core.bundles import public_digest
 from tls_injector.reconcile.core.discover import enabled_namespaces, opted_in, public_roots_namespaces
-from tls_injector.reconcile.core.plan import Obj, Observed, public_digest
+from tls_injector.reconcile.core.inputs import Observed
+from tls_injector.reconcile.core.objects import Obj
 
 # Every kind whose pod template discovery reads (discover.LISTED_KINDS); pods of other controllers are
 # found from the pods themselves.
@@ -98,7 +100,7 @@ def read_cluster(api: KubeApi) -> Observed:
 
 def bundle_shape(config_map: Obj) -> Obj:
     """A bundle ConfigMap as a pass keeps it: whole, but for the public bundle (names.PUBLIC_BUNDLE_KEY,
-    ~180 KB of certifi's roots) kept as its digest, which plan.decide_bundle compares: 1,000 namespaces
+    ~180 KB of certifi's roots) kept as its digest, which bundles.decide_bundle compares: 1,000 namespaces
     asking would otherwise hold ~180 MB for the length of a pass. A write sends the text whole."""
     data = config_map.get("data")
     value = data.get(names.PUBLIC_BUNDLE_KEY) if isinstance(data, dict) else None

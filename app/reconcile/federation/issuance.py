@@ -43,7 +43,7 @@ from tls_injector.pki import (
 )
 from tls_injector.reconcile.ca.machine import CaStep
 from tls_injector.reconcile.core import ownership as own
-from tls_injector.reconcile.core.plan import Obj, encode_data, secret_data
+from tls_injector.reconcile.core.objects import Obj, encode_data, secret_data
 
 ROLES: tuple[CaRole, ...] = ("serving", "client")
 INTERMEDIATE_SECRETS: dict[CaRole, str] = {"serving": names.INTERMEDIATE_CA_SECRET,

@@ -28,7 +28,7 @@ from tls_injector.kube import (
     api_client,
 )
 from tls_injector.pki import load_certificates
-from tls_injector.reconcile.core.plan import secret_data
+from tls_injector.reconcile.core.objects import secret_data
 from tls_injector.reconcile.loop.webhook import ensure_webhook_certificate
 from tls_injector.reconcile.parts.reconciler import PassReport, ReconcileSettings
 from tls_injector.reconcile.parts.webhook_plan import WebhookSettings, entry_trust_problem

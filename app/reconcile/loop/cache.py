@@ -44,7 +44,8 @@ from tls_injector.reconcile.core.discover import (
     pod_may_need_a_secret,
     public_roots_namespaces,
 )
-from tls_injector.reconcile.core.plan import Obj, Observed
+from tls_injector.reconcile.core.inputs import Observed
+from tls_injector.reconcile.core.objects import Obj
 from tls_injector.reconcile.core.read import (
     MAX_SERVICE_BYTES,
     MAX_WORKLOAD_BYTES,

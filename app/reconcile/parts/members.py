@@ -19,9 +19,10 @@ from tls_injector.kube import CONFIG_MAPS, NAMESPACES, SECRETS, KubeApi, KubeErr
 from tls_injector.pki import CaRole, CaSet, CertKey, TrustFacts
 from tls_injector.reconcile.ca.machine import CaStep
 from tls_injector.reconcile.core.discover import Target, WorkloadRef
+from tls_injector.reconcile.core.inputs import Observed
 from tls_injector.reconcile.core.metrics import ReconcileMetrics
+from tls_injector.reconcile.core.objects import Obj
 from tls_injector.reconcile.core.ownership import is_owned
-from tls_injector.reconcile.core.plan import Obj, Observed
 from tls_injector.reconcile.federation import hub
 from tls_injector.reconcile.federation.hub import converge_member
 from tls_injector.reconcile.federation.issuance import (

@@ -32,9 +32,11 @@ from tls_injector.reconcile.core.discover import (
     missing_injection,
 )
 from tls_injector.reconcile.core.events import Outbox
+from tls_injector.reconcile.core.inputs import CLIENT_PREFIX, Observed, Signing
 from tls_injector.reconcile.core.keypool import KeyPool
 from tls_injector.reconcile.core.metrics import ReconcileMetrics
-from tls_injector.reconcile.core.plan import CLIENT_PREFIX, Item, Obj, Observed, Signing, plan
+from tls_injector.reconcile.core.objects import Item, Obj
+from tls_injector.reconcile.core.plan import plan
 from tls_injector.reconcile.core.read import read_candidate_pods, read_cluster
 from tls_injector.reconcile.native import signer
 from tls_injector.reconcile.parts import status as st

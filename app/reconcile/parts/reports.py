@@ -15,9 +15,11 @@ from tls_injector.injection import tls_change
 from tls_injector.kube import SECRETS
 from tls_injector.pki import CaSet, load_certificates
 from tls_injector.reconcile.core.discover import LISTED_KINDS, Target, WorkloadRef
+from tls_injector.reconcile.core.inputs import Observed, Signing
+from tls_injector.reconcile.core.leaves import leaf_renewal_time, leaf_window
 from tls_injector.reconcile.core.metrics import ReconcileMetrics
+from tls_injector.reconcile.core.objects import Item, Obj, secret_data
 from tls_injector.reconcile.core.ownership import is_owned
-from tls_injector.reconcile.core.plan import Item, Obj, Observed, Signing, leaf_renewal_time, leaf_window, secret_data
 from tls_injector.reconcile.parts.announcer import Announcer
 from tls_injector.reconcile.parts.state import PassReport
 
@@ -36,7 +38,7 @@ class Expiries:
     targets: dict[tuple[str, str], Target]
     signing: Signing
     leaves: dict[tuple[str, str], datetime] = field(default_factory=dict)
-    # When each leaf is due for renewal: its end less the renew-before of the life it got (plan.leaf_renewal_time).
+    # When each leaf is due for renewal: its end less the renew-before of the life it got (leaves.leaf_renewal_time).
     renewals: dict[tuple[str, str], datetime] = field(default_factory=dict)
     clients: dict[tuple[str, str], float] = field(default_factory=dict)
 

@@ -13,8 +13,8 @@ from datetime import datetime
 
 from tls_injector.kube import KubeApi
 from tls_injector.pki import CaSet
+from tls_injector.reconcile.core.inputs import Observed
 from tls_injector.reconcile.core.metrics import ReconcileMetrics
-from tls_injector.reconcile.core.plan import Observed
 from tls_injector.reconcile.native import podcerts, signer
 from tls_injector.reconcile.parts.state import PassReport, ReconcileSettings
 

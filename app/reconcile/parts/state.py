@@ -23,7 +23,7 @@ from tls_injector.kube import KubeApi, NotFound, Resource
 from tls_injector.pki import CaRole, CaSet, service_name_constraints
 from tls_injector.reconcile.ca.machine import CaPolicy
 from tls_injector.reconcile.core.discover import Target
-from tls_injector.reconcile.core.plan import Obj
+from tls_injector.reconcile.core.objects import Obj
 from tls_injector.reconcile.native import signer
 from tls_injector.reconcile.parts.webhook_plan import WebhookSettings
 
@@ -107,7 +107,7 @@ class PassReport:
     failed: list[str] = field(default_factory=list)
     # namespace -> the certificates issued or renewed there, one line each (told by one Event: writes.py's _tell_issued)
     issued: dict[str, list[str]] = field(default_factory=dict)
-    # "<namespace>/<secret>" -> why its certificate waits for a CA that may sign (see plan.Waiting)
+    # "<namespace>/<secret>" -> why its certificate waits for a CA that may sign (see objects.Waiting)
     waiting: dict[str, str] = field(default_factory=dict)
     # namespace -> why its trust bundle cannot be written (left out of the CA's rotation facts)
     excluded: dict[str, str] = field(default_factory=dict)

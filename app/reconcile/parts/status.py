@@ -19,7 +19,7 @@ from tls_injector.names import CLIENT_CA_SECRET
 from tls_injector.pki import CaState
 from tls_injector.reconcile.ca.machine import CaStep
 from tls_injector.reconcile.core.discover import Target, WorkloadRef
-from tls_injector.reconcile.core.plan import Obj
+from tls_injector.reconcile.core.objects import Obj
 
 CaRole = Literal["serving", "client"]
 # What each trust state waits for before its next step (app/pki/trust.py; docs/reconcile.md, Rotation).

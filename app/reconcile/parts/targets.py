@@ -22,8 +22,9 @@ from tls_injector.reconcile.core.discover import (
     trust_only_split,
     truststore_namespaces,
 )
+from tls_injector.reconcile.core.inputs import Observed
 from tls_injector.reconcile.core.metrics import ReconcileMetrics
-from tls_injector.reconcile.core.plan import Obj, Observed
+from tls_injector.reconcile.core.objects import Obj
 from tls_injector.reconcile.core.profile import report_profiles
 from tls_injector.reconcile.parts.announcer import Announcer
 from tls_injector.reconcile.parts.reports import Findings

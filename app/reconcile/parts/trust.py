@@ -29,16 +29,10 @@ from tls_injector.pki import (
 )
 from tls_injector.reconcile.ca.machine import CaPolicy, CaStep, CaUnusable, decide_ca, other_role, shared_key_problem
 from tls_injector.reconcile.core.discover import Target, WorkloadRef
+from tls_injector.reconcile.core.inputs import CLIENT_PREFIX, Observed, Signing
 from tls_injector.reconcile.core.metrics import ReconcileMetrics
-from tls_injector.reconcile.core.plan import (
-    CLIENT_PREFIX,
-    Obj,
-    Observed,
-    Signing,
-    bundle_namespaces,
-    client_secrets,
-    secret_data,
-)
+from tls_injector.reconcile.core.objects import Obj, secret_data
+from tls_injector.reconcile.core.plan import bundle_namespaces, client_secrets
 from tls_injector.reconcile.native import podcerts, signer
 from tls_injector.reconcile.parts.announcer import Announcer
 from tls_injector.reconcile.parts.state import PassReport, ReconcileSettings, read_optional

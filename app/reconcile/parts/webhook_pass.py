@@ -11,8 +11,9 @@ from datetime import datetime
 
 from tls_injector.kube import SECRETS, KubeApi, Resource
 from tls_injector.pki import load_certificates
+from tls_injector.reconcile.core.inputs import Signing
 from tls_injector.reconcile.core.metrics import ReconcileMetrics
-from tls_injector.reconcile.core.plan import Obj, Signing
+from tls_injector.reconcile.core.objects import Obj
 from tls_injector.reconcile.parts.served import fetch_served
 from tls_injector.reconcile.parts.state import PassReport, ReconcileSettings, read_optional
 from tls_injector.reconcile.parts.trust import CaKeeper

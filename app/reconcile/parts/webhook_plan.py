@@ -20,7 +20,9 @@ from tls_injector.kube import MUTATING_WEBHOOKS, SECRETS, VALIDATING_WEBHOOKS, R
 from tls_injector.pki import UntrustedChain, dns_names_for_services, load_certificates, verify_server
 from tls_injector.reconcile.ca.machine import CaPolicy
 from tls_injector.reconcile.core.discover import Target
-from tls_injector.reconcile.core.plan import Item, Obj, Outcome, Signing, Write, decide_leaf, secret_data
+from tls_injector.reconcile.core.inputs import Signing
+from tls_injector.reconcile.core.leaves import decide_leaf
+from tls_injector.reconcile.core.objects import Item, Obj, Outcome, Write, secret_data
 
 WEBHOOK_KINDS: tuple[Resource, ...] = (MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS)
 

@@ -22,7 +22,7 @@ from tls_injector.kube import SECRETS, Conflict, KubeApi, KubeError, NotFound, R
 from tls_injector.reconcile.core import events
 from tls_injector.reconcile.core.budget import TurnBudget
 from tls_injector.reconcile.core.metrics import ReconcileMetrics
-from tls_injector.reconcile.core.plan import Deferred, Item, Obj, Refused, Waiting, Write
+from tls_injector.reconcile.core.objects import Deferred, Item, Obj, Refused, Waiting, Write
 from tls_injector.reconcile.parts.announcer import Announcer
 from tls_injector.reconcile.parts.state import NotLeader, PassReport
 
