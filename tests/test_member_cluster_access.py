@@ -156,7 +156,7 @@ def test_a_surprise_on_one_member_is_that_members_problem_not_the_passs() -> Non
     """Whatever a member's data makes the hub's code raise is reported for that member, and the pass goes
     on to the others (the Date header written with -0000 once raised TypeError out of the whole pass)."""
     from tls_injector.reconcile.federation.hub import MemberOutcome, _visit
-    from tls_injector.reconcile.federation.issuance import Member
+    from tls_injector.reconcile.federation.registry import Member
 
     def work(api: KubeApi) -> str:
         raise TypeError("can't compare offset-naive and offset-aware datetimes")

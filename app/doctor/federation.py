@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from tls_injector.doctor.model import Result, error, ok, warning
 from tls_injector.doctor.snapshot import Snapshot
-from tls_injector.reconcile.federation.issuance import INTERMEDIATE_SECRETS, load_intermediate
+from tls_injector.reconcile.federation.issuance import INTERMEDIATE_SECRETS
+from tls_injector.reconcile.federation.member import load_intermediate
 
 CATEGORY = "multi-cluster"
 

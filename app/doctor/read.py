@@ -37,16 +37,10 @@ from tls_injector.names import CLIENT_CA_SECRET, MEMBER_LABEL
 from tls_injector.pki import SETTLE, CaRole
 from tls_injector.reconcile.ca.machine import CaUnusable, load_ca_set
 from tls_injector.reconcile.core.read import read_cluster
+from tls_injector.reconcile.federation.holds import overdue_holds
 from tls_injector.reconcile.federation.hub import MemberOutcome, each_member, inspect_member, member_ack
-from tls_injector.reconcile.federation.issuance import (
-    INTERMEDIATE_SECRETS,
-    Member,
-    Roots,
-    members_from,
-    overdue_holds,
-    roots_from,
-    rotation_excluded,
-)
+from tls_injector.reconcile.federation.issuance import INTERMEDIATE_SECRETS, Roots, roots_from
+from tls_injector.reconcile.federation.registry import Member, members_from, rotation_excluded
 from tls_injector.reconcile.native.signer import NativeApis
 from tls_injector.reconcile.parts.served import Served, fetch_served
 from tls_injector.reconcile.parts.webhook_plan import WEBHOOK_KINDS

@@ -18,7 +18,8 @@ from tls_injector.kube import CONFIG_MAPS, SECRETS, KubeApi
 from tls_injector.names import CLUSTER_ID_ANNOTATION
 from tls_injector.reconcile.federation import hub as hub_module
 from tls_injector.reconcile.federation.hub import REISSUE_INTERVAL
-from tls_injector.reconcile.federation.issuance import Member, MemberAck, same_cluster
+from tls_injector.reconcile.federation.registry import Member, same_cluster
+from tls_injector.reconcile.federation.report import MemberAck
 from tls_injector.reconcile.parts.reconciler import Reconciler, ReconcileSettings
 
 UID = "6f1c0c1e-58b5-4e51-9d1e-3f2a1b0c9d8e"

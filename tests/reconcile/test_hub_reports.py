@@ -18,7 +18,7 @@ from tests.reconcile.test_hub_members import register
 from tests.reconcile.test_hub_rotation import root_states
 from tls_injector.kube import CONFIG_MAPS, SECRETS, KubeApi
 from tls_injector.names import FORCE_REPLACE_ANNOTATION, IN_EVERY_BUNDLE_SINCE_PREFIX, ROOTS_IN_USE_ANNOTATION
-from tls_injector.reconcile.federation.issuance import MAX_REPORTED_ROOTS, MemberAck, ReportUnreadable, read_ack
+from tls_injector.reconcile.federation.report import MAX_REPORTED_ROOTS, MemberAck, ReportUnreadable, read_ack
 from tls_injector.reconcile.parts.reconciler import Reconciler, ReconcileSettings
 
 FP = "0123456789abcdef"

@@ -26,7 +26,9 @@ from tls_injector.pki import (
     to_pem,
     verify_client,
 )
-from tls_injector.reconcile.federation.issuance import Roots, decide_intermediate, load_intermediate, members_from
+from tls_injector.reconcile.federation.issuance import Roots, decide_intermediate
+from tls_injector.reconcile.federation.member import load_intermediate
+from tls_injector.reconcile.federation.registry import members_from
 
 __all__ = ["federation"]  # the fixture
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)

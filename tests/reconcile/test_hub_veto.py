@@ -24,7 +24,8 @@ from tls_injector.kube import SECRETS, KubeApi
 from tls_injector.names import FORCE_REPLACE_ANNOTATION, ROTATION_EXCLUDED_ANNOTATION
 from tls_injector.pki import UntrustedChain, dns_sans, fingerprint, load_certificates, make_root, verify_server
 from tls_injector.pki.trust import CaRecord, CaSet, CaState
-from tls_injector.reconcile.federation.issuance import ROTATION_HOLD_DEADLINE, MemberAck, overdue_holds
+from tls_injector.reconcile.federation.holds import ROTATION_HOLD_DEADLINE, overdue_holds
+from tls_injector.reconcile.federation.report import MemberAck
 from tls_injector.reconcile.parts.reconciler import PassReport, Reconciler, ReconcileSettings
 from tls_injector.reconcile.parts.webhook_plan import WebhookSettings
 

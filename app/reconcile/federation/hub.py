@@ -33,17 +33,15 @@ from tls_injector.pki import CaRole
 from tls_injector.reconcile.federation.issuance import (
     INTERMEDIATE_RECORDS,
     INTERMEDIATE_SECRETS,
-    Member,
-    MemberAck,
-    ReportUnreadable,
     Roots,
     Verdict,
     check_intermediate,
     clock_skew_problem,
     decide_intermediate,
     not_ours,
-    read_ack,
 )
+from tls_injector.reconcile.federation.registry import Member
+from tls_injector.reconcile.federation.report import MemberAck, ReportUnreadable, read_ack
 
 log = logging.getLogger("tls_injector.hub")
 # A member is another cluster, often across a WAN, and its API server is not ours to trust: one that

@@ -24,23 +24,12 @@ from tls_injector.reconcile.core.metrics import ReconcileMetrics
 from tls_injector.reconcile.core.objects import Obj
 from tls_injector.reconcile.core.ownership import is_owned
 from tls_injector.reconcile.federation import hub
+from tls_injector.reconcile.federation.holds import Hold, gate_roots
 from tls_injector.reconcile.federation.hub import converge_member
-from tls_injector.reconcile.federation.issuance import (
-    INTERMEDIATE_RECORDS,
-    INTERMEDIATE_SECRETS,
-    Hold,
-    Intermediate,
-    MemberAck,
-    acknowledgement,
-    gate_roots,
-    load_intermediate,
-    members_from,
-    names_another,
-    roots_of,
-    rotation_excluded,
-    same_cluster,
-    status_body,
-)
+from tls_injector.reconcile.federation.issuance import INTERMEDIATE_RECORDS, INTERMEDIATE_SECRETS, roots_of
+from tls_injector.reconcile.federation.member import Intermediate, load_intermediate, names_another
+from tls_injector.reconcile.federation.registry import members_from, rotation_excluded, same_cluster
+from tls_injector.reconcile.federation.report import MemberAck, acknowledgement, status_body
 from tls_injector.reconcile.native import signer
 from tls_injector.reconcile.parts.announcer import Announcer
 from tls_injector.reconcile.parts.state import PassReport, ReconcileSettings, read_optional
