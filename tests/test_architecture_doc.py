@@ -52,4 +52,4 @@ def test_the_layers_are_the_contracts_layers() -> None:
     (layers,) = [c["layers"] for c in contracts if c["type"] == "layers" and "containers" not in c]
     rows = re.findall(r"^\| \d+ \| (.*?) \|", DOC, flags=re.MULTILINE)
     table = [re.findall(r"`(tls_injector\.\w+)`", row) for row in rows]
-    assert table == [[p.strip() for p in layer.split(":")] for layer in layers]
+    assert table == [[p.strip() for p in layer.split("|")] for layer in layers]
