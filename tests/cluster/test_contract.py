@@ -105,7 +105,7 @@ def workload(s: Server) -> WorkloadRef:
 
 def leaf_secret(s: Server, name: str = "web-tls") -> Obj:
     """A workload's certificate Secret as the reconciler writes it: kubernetes.io/tls, our labels, one
-    ownerReference per workload (tls_injector.reconcile.core.plan.owner_references)."""
+    ownerReference per workload (tls_injector.reconcile.core.leaves.owner_references)."""
     ref = workload(s)
     return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
             "metadata": {"name": name, "namespace": s.namespace, "labels": ownership.owner_labels("leaf"),
