@@ -21,7 +21,7 @@ from tls_injector.kube import CONFIG_MAPS, SECRETS, Conflict, KubeApi, NotFound,
 from tls_injector.kube.api import ObjectList
 from tls_injector.reconcile.ca.machine import CaPolicy
 from tls_injector.reconcile.core.discover import WorkloadRef
-from tls_injector.reconcile.core.events import Outbox
+from tls_injector.reconcile.core.events import Outbox, issued_message
 from tls_injector.reconcile.core.metrics import ReconcileMetrics
 from tls_injector.reconcile.core.objects import Item, Obj, Write
 from tls_injector.reconcile.parts.announcer import Announcer
@@ -44,6 +44,9 @@ class Told:
     def emit(self, refs: tuple[WorkloadRef, ...], *, reason: str, message: str,
              kind: Literal["Normal", "Warning"], now: datetime) -> None:
         self.events += [(reason, kind, message) for _ in refs]
+
+    def tell_issued(self, namespace: str, told: list[str], now: datetime) -> None:
+        self.events.append(("CertificatesIssued", "Normal", issued_message(told)))
 
     def flush(self) -> None:
         self.flushes += 1

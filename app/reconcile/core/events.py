@@ -6,7 +6,9 @@ import logging
 import queue
 import secrets
 import threading
-from datetime import datetime
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Literal
 
 from tls_injector.kube import EVENTS, KubeApi, KubeError
@@ -77,15 +79,73 @@ def issued_ref(namespace: str) -> WorkloadRef:
     return WorkloadRef("ConfigMap", namespace, TRUST_BUNDLE_CONFIGMAP, api_version="v1")
 
 
-def issued_message(told: list[str]) -> str:
-    """`N certificates issued or renewed: <what each>; ...; and K more`, each as `Secret x: ... issued (why)`."""
-    head = f"{len(told)} certificate{'s' if len(told) != 1 else ''} issued or renewed: "
+def issued_message(told: list[str], count: int | None = None) -> str:
+    """`N certificates issued or renewed: <what each>; ...; and K more`, each as `Secret x: ... issued (why)`.
+    `count`: how many in all when `told` lists only the first of them (IssuedTally keeps HELD_LINES)."""
+    total = len(told) if count is None else max(count, len(told))
+    head = f"{total} certificate{'s' if total != 1 else ''} issued or renewed: "
     listed: list[str] = []
-    for size, one in enumerate(told):
+    for one in told:
         if len(head) + sum(len(x) + 2 for x in listed) + len(one) > LISTED_CHARS:
-            return head + "; ".join(listed) + f"; and {len(told) - size} more"
+            break
         listed.append(one)
-    return head + "; ".join(listed)
+    more = total - len(listed)
+    return head + "; ".join(listed) + (f"; and {more} more" if more else "")
+
+
+# In the running reconciler, a namespace has at most one CertificatesIssued Event per ISSUED_WINDOW seconds.
+# A pass tells each namespace once, but the loop's passes are keyed and small: a rollout changing a
+# namespace's workloads one by one, or renewals falling due a few seconds apart, are as many passes, and
+# were as many Events (a burst of 1,000 template changes in 100 namespaces wrote 1,000 Events beside its
+# 1,000 Secrets on kube-apiserver). The first issuance after a quiet minute is told at once (a new
+# workload's owner sees it without waiting); what is issued in the minute after is held and told by one
+# Event when the minute ends. A minute: a rollout's or a CA rotation's re-issues in a namespace fall
+# within it, and an owner reading `kubectl events` is never more than a minute behind.
+ISSUED_WINDOW = 60.0
+# Lines a held namespace keeps for its next Event's message (which names about 15); the rest are counted.
+HELD_LINES = 32
+
+
+class IssuedTally:
+    """Per namespace, when it was last told its certificates and what was issued there since (held).
+
+    Its own state only; times are the caller's monotonic seconds. Memory is bounded by the namespaces told
+    within the last window (older ones are forgotten at each `due`) and HELD_LINES lines each."""
+
+    def __init__(self, window: float = ISSUED_WINDOW) -> None:
+        self._window = window
+        self._told_at: dict[str, float] = {}
+        self._held: dict[str, tuple[list[str], int]] = {}  # namespace -> (first lines, how many in all)
+
+    def add(self, namespace: str, told: list[str], now: float) -> tuple[list[str], int] | None:
+        """What to tell of `namespace` now (its lines, how many), or None: held for when its window ends."""
+        last = self._told_at.get(namespace)
+        if namespace not in self._held and (last is None or now - last >= self._window):
+            self._told_at[namespace] = now
+            return told[:HELD_LINES], len(told)
+        lines, count = self._held.get(namespace, ([], 0))
+        self._held[namespace] = ((lines + told)[:HELD_LINES], count + len(told))
+        return None
+
+    def due(self, now: float) -> list[tuple[str, list[str], int]]:
+        """The held namespaces whose window has ended, each (namespace, lines, how many), now told."""
+        ready = [ns for ns in self._held if now - self._told_at.get(ns, now - self._window) >= self._window]
+        out = []
+        for namespace in ready:
+            lines, count = self._held.pop(namespace)
+            self._told_at[namespace] = now
+            out.append((namespace, lines, count))
+        for namespace in [ns for ns, at in self._told_at.items() if now - at >= self._window and ns not in self._held]:
+            del self._told_at[namespace]  # a quiet namespace is told at once next time: nothing to remember
+        return out
+
+    def remembered(self) -> int:
+        """How many namespaces it remembers (told within the last window, or held)."""
+        return len(self._told_at.keys() | self._held.keys())
+
+    def next_due(self) -> float | None:
+        """When the earliest held namespace may be told, or None when none is held."""
+        return min((self._told_at[ns] + self._window for ns in self._held), default=None)
 
 
 # Events the loop's outbox holds before a pass writing faster than they are posted waits: ~1 KiB each, so
@@ -98,13 +158,18 @@ class Outbox:
     Secrets: each is a call the API server takes its time to answer, and the pass need not wait for it
     (a first pass tells each of 10,000 namespaces its certificates, and each conflict its workloads). Best
     effort as `emit`; `flush` waits until all are posted, so a pass ends with its Events written, as
-    without an outbox."""
+    without an outbox. Routine issuance goes through its IssuedTally: at most one Event per namespace per
+    window, what is held posted by the same thread when the window ends."""
 
-    def __init__(self, api: KubeApi, size: int = OUTBOX_SIZE) -> None:
+    def __init__(self, api: KubeApi, size: int = OUTBOX_SIZE, *, tally: IssuedTally | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._api = api
-        self._queue: queue.Queue[tuple[WorkloadRef, dict[str, object]]] = queue.Queue(maxsize=size)
+        # None wakes the thread to look at the tally again (a namespace newly held).
+        self._queue: queue.Queue[tuple[WorkloadRef, dict[str, object]] | None] = queue.Queue(maxsize=size)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._tally = tally or IssuedTally()
+        self._clock = clock
 
     def emit(self, refs: tuple[WorkloadRef, ...], *, reason: str, message: str,
              kind: Literal["Normal", "Warning"], now: datetime) -> None:
@@ -112,7 +177,19 @@ class Outbox:
         for ref in refs:
             self._queue.put((ref, event_body(ref, reason=reason, message=message, kind=kind, now=now)))
 
+    def tell_issued(self, namespace: str, told: list[str], now: datetime) -> None:
+        """The certificates issued in `namespace` by a pass: told at once, or held by the tally."""
+        with self._lock:
+            at_once = self._tally.add(namespace, told, self._clock())
+        if at_once is not None:
+            self.emit((issued_ref(namespace),), reason="CertificatesIssued", kind="Normal", now=now,
+                      message=issued_message(*at_once))
+        else:
+            self._start()
+            self._queue.put(None)  # the thread's wait may end sooner now
+
     def flush(self) -> None:
+        """Every Event emitted so far is posted (what the tally holds is posted when its window ends)."""
         self._queue.join()
 
     def _start(self) -> None:
@@ -123,13 +200,32 @@ class Outbox:
 
     def _post_all(self) -> None:
         while True:
-            ref, body = self._queue.get()
+            with self._lock:
+                due_at = self._tally.next_due()
             try:
-                self._api.post(EVENTS, body, namespace=ref.namespace)
-            except KubeError as e:
-                log.debug("event not recorded", extra={"workload": str(ref), "reason": body.get("reason"),
-                                                       "error": str(e)})
-            except Exception:  # the thread must outlive anything one Event meets
-                log.exception("event not recorded")
+                item = self._queue.get(timeout=None if due_at is None else max(0.0, due_at - self._clock()))
+            except queue.Empty:
+                self._post_held()
+                continue
+            try:
+                if item is not None:
+                    self._post(*item)
             finally:
                 self._queue.task_done()
+
+    def _post_held(self) -> None:
+        with self._lock:
+            due = self._tally.due(self._clock())
+        for namespace, lines, count in due:
+            ref = issued_ref(namespace)
+            self._post(ref, event_body(ref, reason="CertificatesIssued", kind="Normal", now=datetime.now(UTC),
+                                       message=issued_message(lines, count)))
+
+    def _post(self, ref: WorkloadRef, body: dict[str, object]) -> None:
+        try:
+            self._api.post(EVENTS, body, namespace=ref.namespace)
+        except KubeError as e:
+            log.debug("event not recorded", extra={"workload": str(ref), "reason": body.get("reason"),
+                                                   "error": str(e)})
+        except Exception:  # the thread must outlive anything one Event meets
+            log.exception("event not recorded")

@@ -33,7 +33,7 @@ from tls_injector.kube import (
 )
 from tls_injector.kube.lease import RETRY_PERIOD
 from tls_injector.names import MANAGED_BY_LABEL, MANAGER
-from tls_injector.reconcile.core.events import Outbox
+from tls_injector.reconcile.core.events import ISSUED_WINDOW, IssuedTally, Outbox
 from tls_injector.reconcile.core.keypool import KeyPool
 from tls_injector.reconcile.loop.cache import CLUSTER, ClusterCache
 from tls_injector.reconcile.parts.reconciler import PassReport, Reconciler
@@ -83,6 +83,8 @@ class Controller:
     debounce_seconds: float = DEBOUNCE_SECONDS
     watch_timeout_seconds: int = 300
     min_pass_gap_seconds: float = MIN_PASS_GAP_SECONDS
+    # At most one CertificatesIssued Event per namespace in this long (events.ISSUED_WINDOW; shorter in tests).
+    issued_window_seconds: float = ISSUED_WINDOW
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     # Monotonic time the loop last came round (lease round or loop turn); None before run() starts.
     heartbeat: float | None = None
@@ -161,7 +163,7 @@ class Controller:
     def _start_watches(self, stop: threading.Event) -> ClusterCache:
         """The cache's informers, and the watches that only tell: our other ConfigMaps and the user's CAs."""
         cache = ClusterCache(self.api, on_key=self._queue)
-        self.reconciler.attach(cache, Outbox(self.api))
+        self.reconciler.attach(cache, Outbox(self.api, tally=IssuedTally(self.issued_window_seconds)))
         threading.Thread(target=cache.run, args=(stop, self.watch_timeout_seconds), daemon=True,
                          name="cache").start()
         # Our ConfigMaps other than the bundles (a member's report, a hub's record): only their change is told.

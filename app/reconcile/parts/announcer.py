@@ -61,6 +61,15 @@ class Announcer:
         else:
             events.emit(self._api, refs, reason=reason, kind=kind, message=message, now=now)
 
+    def tell_issued(self, namespace: str, told: list[str], now: datetime) -> None:
+        """Routine issuance in `namespace`: through the outbox's tally in the loop (at most one Event per
+        namespace per window, events.ISSUED_WINDOW), else one Event at once (a one-shot pass)."""
+        if self._outbox is not None:
+            self._outbox.tell_issued(namespace, told, now)
+        else:
+            events.emit(self._api, (events.issued_ref(namespace),), reason="CertificatesIssued", kind="Normal",
+                        now=now, message=events.issued_message(told))
+
     def announce(self, refs: tuple[WorkloadRef, ...], key: str, *, reason: str, message: str, now: datetime,
                  kind: Literal["Normal", "Warning"] = "Warning") -> None:
         """A Warning Event for a condition of `key`, once while it lasts: the log and the report say it at

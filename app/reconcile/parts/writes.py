@@ -19,7 +19,6 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from tls_injector.kube import SECRETS, Conflict, KubeApi, KubeError, NotFound, Resource, Unavailable
-from tls_injector.reconcile.core import events
 from tls_injector.reconcile.core.budget import TurnBudget
 from tls_injector.reconcile.core.metrics import ReconcileMetrics
 from tls_injector.reconcile.core.objects import Deferred, Item, Obj, Refused, Waiting, Write
@@ -308,11 +307,11 @@ class Writer:
                 report.issued.setdefault(item.namespace, []).append(f"Secret {item.name}: {what} {verb} ({why})")
 
     def tell_issued(self, report: PassReport, now: datetime) -> None:
-        """One Normal Event per namespace for the certificates the pass issued or renewed there: routine, so
-        counted and aggregated; what a person must act on keeps an Event per object (Announcer.announce)."""
+        """One Normal Event per namespace for the certificates the pass issued or renewed there (in the loop
+        at most one per namespace per window: Announcer.tell_issued): routine, so counted and aggregated;
+        what a person must act on keeps an Event per object (Announcer.announce)."""
         for namespace, told in report.issued.items():
-            self._announcer.emit((events.issued_ref(namespace),), reason="CertificatesIssued", kind="Normal",
-                                 now=now, message=events.issued_message(told))
+            self._announcer.tell_issued(namespace, told, now)
 
     def _refused(self, item: Item, refused: Refused, report: PassReport, now: datetime) -> None:
         report.conflicts.append(refused.message)

@@ -1,0 +1,165 @@
+"""Routine issuance in the running reconciler: at most one CertificatesIssued Event per namespace per window
+(events.IssuedTally, posted by events.Outbox). The tally alone on a counted clock, then the outbox posting to
+a recording API with a short window on the real clock."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from tests.kubeapi import Emulator
+from tests.reconcile.cluster import OWN_NS, Clock, namespace, reconciler
+from tls_injector import names
+from tls_injector.kube import DEPLOYMENTS, KubeApi, Resource
+from tls_injector.reconcile.core.events import HELD_LINES, IssuedTally, Outbox, issued_message
+from tls_injector.reconcile.loop.controller import Controller
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def lines(n: int, start: int = 0) -> list[str]:
+    return [f"Secret app{i}-tls: certificate issued (missing)" for i in range(start, start + n)]
+
+
+def test_a_quiet_namespace_is_told_at_once_and_what_follows_within_the_window_is_held() -> None:
+    tally = IssuedTally(window=60.0)
+    assert tally.add("a", lines(3), now=0.0) == (lines(3), 3)
+    assert tally.next_due() is None
+    assert tally.add("a", lines(1, 3), now=10.0) is None
+    assert tally.add("a", lines(2, 4), now=59.0) is None
+    assert tally.next_due() == 60.0
+    assert tally.due(59.9) == []
+    assert tally.due(60.0) == [("a", lines(3, 3), 3)]
+    assert tally.next_due() is None
+    # Told at 60: the next issuance within a minute of that is held again, after it told at once.
+    assert tally.add("a", lines(1, 9), now=100.0) is None
+    assert tally.due(120.0) == [("a", lines(1, 9), 1)]
+    assert tally.add("a", lines(1, 10), now=180.0) == (lines(1, 10), 1)
+
+
+def test_namespaces_have_windows_of_their_own() -> None:
+    tally = IssuedTally(window=60.0)
+    assert tally.add("a", lines(1), now=0.0) is not None
+    assert tally.add("b", lines(1), now=30.0) is not None
+    assert tally.add("a", lines(1, 1), now=31.0) is None
+    assert tally.add("b", lines(1, 1), now=32.0) is None
+    assert tally.next_due() == 60.0
+    assert [ns for ns, _, _ in tally.due(60.0)] == ["a"]
+    assert tally.next_due() == 90.0
+    assert [ns for ns, _, _ in tally.due(90.0)] == ["b"]
+
+
+def test_a_held_namespace_keeps_its_first_lines_and_counts_the_rest() -> None:
+    tally = IssuedTally(window=60.0)
+    tally.add("a", lines(1), now=0.0)
+    for i in range(HELD_LINES + 40):
+        assert tally.add("a", lines(1, 1 + i), now=1.0) is None
+    [(_, kept, count)] = tally.due(60.0)
+    assert (len(kept), count) == (HELD_LINES, HELD_LINES + 40)
+    assert kept == lines(HELD_LINES, 1)
+    message = issued_message(kept, count)
+    assert message.startswith(f"{HELD_LINES + 40} certificates issued or renewed: Secret app1-tls")
+    assert message.endswith(" more")
+    assert len(message) <= 1024
+
+
+def test_a_pass_of_many_is_told_at_once_with_its_count() -> None:
+    tally = IssuedTally()
+    told = tally.add("a", lines(1000), now=0.0)
+    assert told is not None
+    assert (told[1], len(told[0])) == (1000, HELD_LINES)
+    assert issued_message(*told).startswith("1000 certificates issued or renewed: ")
+
+
+def test_the_tally_forgets_namespaces_quiet_for_a_window() -> None:
+    tally = IssuedTally(window=60.0)
+    for i in range(10_000):
+        tally.add(f"ns{i}", lines(1), now=0.0)
+    assert tally.remembered() == 10_000
+    tally.add("ns0", lines(1), now=30.0)  # held: remembered past the window until told
+    tally.due(60.0)
+    assert tally.remembered() == 1
+    tally.due(120.0)
+    assert tally.remembered() == 0
+
+
+class Recording:
+    """An API whose posts are kept with when they came."""
+
+    def __init__(self) -> None:
+        self.posted: list[tuple[float, str, str]] = []
+        self.lock = threading.Lock()
+
+    def post(self, resource: Resource, body: dict[str, Any], *, namespace: str) -> None:
+        with self.lock:
+            self.posted.append((time.monotonic(), namespace, str(body["message"])))
+
+
+def test_the_outbox_posts_one_event_per_namespace_per_window_and_the_held_when_it_ends() -> None:
+    api = Recording()
+    box = Outbox(cast(KubeApi, api), tally=IssuedTally(window=0.5))
+    started = time.monotonic()
+    for i in range(20):  # a rollout in two namespaces: twenty keyed passes in 0.2 s
+        box.tell_issued("a" if i % 2 else "b", lines(1, i), NOW)
+        time.sleep(0.01)
+    box.flush()
+    assert sorted(ns for _, ns, _ in api.posted) == ["a", "b"]  # the first of each, at once
+    deadline = time.monotonic() + 5
+    while len(api.posted) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sorted(ns for _, ns, _ in api.posted) == ["a", "a", "b", "b"]
+    held = [(at - started, message) for at, ns, message in api.posted[2:]]
+    assert all(at >= 0.5 for at, _ in held)  # not before the window ends
+    assert sorted(m.split(" ")[0] for _, m in held) == ["9", "9"]  # the other nine of each, in one Event
+
+
+def test_the_running_loop_tells_a_rollout_in_two_events_not_one_per_certificate(kubeapi: Emulator) -> None:
+    """The chain: watches, keyed passes, the writer, the outbox and its tally, on the emulator. A workload
+    in a quiet namespace is told at once; six more created one by one (six keyed passes) are told together
+    when the window ends; nothing is lost."""
+    namespace(kubeapi, OWN_NS)
+    namespace(kubeapi, "team-a")
+    api = KubeApi(kubeapi.api_client())
+    rec = reconciler(kubeapi, Clock())
+    loop = Controller(rec.api, rec, None, resync_seconds=3600, debounce_seconds=0.05, min_pass_gap_seconds=0.1,
+                      watch_timeout_seconds=2, issued_window_seconds=3.0)
+    stop = threading.Event()
+    thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
+    thread.start()
+
+    def issued() -> list[str]:
+        return [e["message"] for e in kubeapi.objects("events", "team-a") if e["reason"] == "CertificatesIssued"]
+
+    def wait(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert time.monotonic() < deadline, "condition not met in time"
+            time.sleep(0.05)
+
+    try:
+        api.create(DEPLOYMENTS, workload("web0"), namespace="team-a")
+        wait(lambda: len(issued()) == 1)
+        passes = loop.keyed_passes + loop.passes
+        for i in range(1, 7):
+            api.create(DEPLOYMENTS, workload(f"web{i}"), namespace="team-a")
+            wait(lambda i=i: kubeapi.get("secrets", f"web{i}-tls", "team-a") is not None)  # type: ignore[misc]
+        assert loop.keyed_passes + loop.passes - passes >= 6  # one pass per workload: the case the window is for
+        assert len(issued()) == 1  # the window is not over: held
+        wait(lambda: len(issued()) == 2)
+        later = [m for m in issued() if m.startswith("6 certificates")]
+        assert len(later) == 1
+        assert all(f"Secret web{i}-tls" in later[0] for i in range(1, 7))
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+
+
+def workload(name: str) -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": "team-a"},
+            "spec": {"selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name, names.INJECT_LABEL: "true"}},
+                                  "spec": {"containers": [{"name": "app", "image": "example/app:1"}]}}}}
