@@ -94,10 +94,11 @@ def read_choices(secret_name: str, annotations: Mapping[str, Any], options: Inje
 
 # What a pod that sets none of the choice annotations gets depends on its Secret's name and the options
 # alone, and every pod of a workload has the same: remembered by the name, for the options object it was
-# made with (compared by identity: hashing the options costs more than the lookup saves). The checks of the
-# name, the paths and the mode and the Choices built cost ~23k instructions a pod (callgrind), a remembered
-# one, found from read_choices, ~3k. Bounded: at most 512 names of at most 253 characters (a refused name raises and is not
-# remembered); when full it starts again empty. Reads and writes are single dict operations (thread-safe).
+# made with (compared by identity: hashing the frozen options cost ~8k, more than the lookup saves). The
+# checks of the name, the paths and the mode and the Choices built cost ~23k instructions a pod
+# (callgrind), a remembered one, found from read_choices, ~3k. Bounded: at most 512 names of at most 253
+# characters (a refused name raises and is not remembered); when full it starts again empty. Reads and
+# writes are single dict operations (thread-safe).
 _UNCHOSEN_MAX = 512
 _unchosen_by_name: dict[str, tuple[InjectionOptions, Choices]] = {}
 
