@@ -92,15 +92,20 @@ def cluster_flags(command: flags.Flags) -> None:
                          help="also one certificate-expiry series per workload Secret, labelled with its namespace "
                               "and name (default: only the earliest expiry and the count, so /metrics does not list "
                               "the cluster's namespaces and Secrets)")
-    command.add_argument("--ca-settle", type=ca_settle, default=flags.duration_text(SETTLE.total_seconds()),
-                         metavar="DURATION",
-                         help="how long each CA rotation step waits for every kubelet to sync a changed bundle: a "
-                              "new CA signs this long after every trust bundle in use holds it, an old one leaves "
-                              "the bundles this long after no certificate chains to it (every CA set: workloads', "
-                              f"clients', the webhook's); from {flags.duration_text(MIN_SETTLE.total_seconds())} "
-                              f"to {flags.duration_text(MAX_SETTLE.total_seconds())}, why in docs/reconcile.md")
+    ca_settle_flag(command, "how long each CA rotation step waits for every kubelet to sync a changed bundle: a "
+                            "new CA signs this long after every trust bundle in use holds it, an old one leaves the "
+                            "bundles this long after no certificate chains to it (every CA set: workloads', "
+                            "clients', the webhook's)")
     webhook_flags(command)
     profile_flags(command)
+
+
+def ca_settle_flag(command: flags.Flags, what: str) -> None:
+    """--ca-settle: the reconciler's (`serve`, `reconcile`), and `doctor`'s to judge as its passes do."""
+    command.add_argument("--ca-settle", type=ca_settle, default=flags.duration_text(SETTLE.total_seconds()),
+                         metavar="DURATION",
+                         help=f"{what}; from {flags.duration_text(MIN_SETTLE.total_seconds())} to "
+                              f"{flags.duration_text(MAX_SETTLE.total_seconds())}, why in docs/reconcile.md")
 
 
 def ca_settle(value: str) -> float:

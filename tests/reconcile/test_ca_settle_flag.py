@@ -15,6 +15,7 @@ from tests.reconcile.test_rotation import _held_everywhere, _issuer, _leaves, ca
 from tls_injector.cli import main
 from tls_injector.cli.cluster import settings_for
 from tls_injector.cli.parser import build_parser
+from tls_injector.doctor import DoctorSettings
 from tls_injector.kube import KubeApi
 from tls_injector.pki import MAX_SETTLE, MIN_SETTLE, SETTLE
 from tls_injector.reconcile.parts.reconciler import Reconciler, ReconcileSettings
@@ -60,6 +61,40 @@ def test_without_the_flag_every_ca_set_settles_for_the_default(tmp_path: Path) -
 ])
 def test_a_settle_in_range_reaches_every_ca_policy(tmp_path: Path, command: str, value: str, seconds: float) -> None:
     assert _settles(_settings(tmp_path, "--ca-settle", value, command=command)) == [timedelta(seconds=seconds)] * 3
+
+
+class _Read(Exception):
+    pass
+
+
+@pytest.mark.parametrize(("flags", "settle"), [((), SETTLE), (("--ca-settle", "150s"), timedelta(seconds=150))])
+def test_doctor_judges_with_the_reconcilers_settle(kubeapi: Emulator, monkeypatch: pytest.MonkeyPatch,
+                                                   flags: tuple[str, ...], settle: timedelta) -> None:
+    """`doctor --ca-settle`, given as the reconciler's, is the settle its hub check (held root rotations,
+    app/doctor/read.py) steps the roots with: what it hands the reading of the cluster."""
+    import tls_injector.doctor
+
+    handed = []
+
+    def read(api: object, settings: DoctorSettings, **_: object) -> None:
+        handed.append(settings)
+        raise _Read
+
+    monkeypatch.setattr(tls_injector.doctor, "read", read)
+    with pytest.raises(_Read):
+        main(["doctor", "--server", kubeapi.url, "--namespace", OWN_NS, "--cluster-domain", "cluster.local", *flags])
+    assert [s.ca_settle for s in handed] == [settle]
+
+
+@pytest.mark.parametrize("command", ["reconcile", "serve", "doctor"])
+@pytest.mark.parametrize("value", ["1m59s", "10m1s"])
+def test_every_command_taking_the_flag_refuses_one_past_each_bound(
+        command: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--ca-settle", value])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].startswith(
+        f"tls-injector {command}: error: argument --ca-settle: expected a settle from 2m")
 
 
 @pytest.mark.parametrize("value", [
