@@ -20,7 +20,7 @@ records the figures.
 The reconciler runs with `--ca-settle` CA_SETTLE (150 s, not the default 5 minutes) for this module: the
 operator's setting for each rotation step's wait for the kubelets (docs/reconcile.md, "The settle"), set as an
 operator would, in the reconciler Deployment's args (`ca_settle` below, which puts the args back at the end).
-150 s is about twice the slowest kubelet sync measured on this node (70 s, docs/node-tests.md) and above the
+150 s is about twice the slowest kubelet sync measured on this node (70 s; later 82 s: docs/node-tests.md) and above the
 kubelet's own worst case at its defaults (2 minutes, the flag's lower bound): the settle still covers the sync
 it exists for, so the zero-failure assertion still tests it, and the two settles cost 5 minutes, not 10.
 
