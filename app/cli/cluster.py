@@ -7,12 +7,14 @@ import argparse
 import dataclasses
 import sys
 import warnings
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tls_injector import names
 from tls_injector.cli import flags
 from tls_injector.injection.profile import ProfileBounds, ProfileError, format_duration, key_algorithms, parse_duration
+from tls_injector.pki import MAX_SETTLE, MIN_SETTLE, SETTLE
 from tls_injector.settings import API_TIMEOUT_SECONDS
 
 if TYPE_CHECKING:
@@ -90,8 +92,33 @@ def cluster_flags(command: flags.Flags) -> None:
                          help="also one certificate-expiry series per workload Secret, labelled with its namespace "
                               "and name (default: only the earliest expiry and the count, so /metrics does not list "
                               "the cluster's namespaces and Secrets)")
+    ca_settle_flag(command, "how long each CA rotation step waits for every kubelet to sync a changed bundle: a "
+                            "new CA signs this long after every trust bundle in use holds it, an old one leaves the "
+                            "bundles this long after no certificate chains to it (every CA set: workloads', "
+                            "clients', the webhook's)")
     webhook_flags(command)
     profile_flags(command)
+
+
+def ca_settle_flag(command: flags.Flags, what: str) -> None:
+    """--ca-settle: the reconciler's (`serve`, `reconcile`), and `doctor`'s to judge as its passes do."""
+    command.add_argument("--ca-settle", type=ca_settle, default=flags.duration_text(SETTLE.total_seconds()),
+                         metavar="DURATION",
+                         help=f"{what}; from {flags.duration_text(MIN_SETTLE.total_seconds())} to "
+                              f"{flags.duration_text(MAX_SETTLE.total_seconds())}, why in docs/reconcile.md")
+
+
+def ca_settle(value: str) -> float:
+    """--ca-settle's seconds: a duration (flags.duration) from MIN_SETTLE to MAX_SETTLE, whose reasons are
+    written beside them (app/pki/trust.py): shorter could outrun a kubelet at its defaults, longer would
+    keep every rotation past the shipped alert's wait."""
+    low, high = MIN_SETTLE.total_seconds(), MAX_SETTLE.total_seconds()
+    seconds = flags.duration(value)
+    if not low <= seconds <= high:
+        raise argparse.ArgumentTypeError(
+            f"expected a settle from {flags.duration_text(low)} (a kubelet's sync period plus its cache TTL at "
+            f"their defaults) to {flags.duration_text(high)} (the CA rotation alert's wait), got {flags.quoted(value)}")
+    return seconds
 
 
 def profile_flags(command: flags.Flags) -> None:
@@ -233,6 +260,7 @@ def settings_for(args: argparse.Namespace, *, loop: bool = False, resolv_conf: P
     namespace may cost (budget.NAMESPACE_TURN_SECONDS); a one-shot pass has no other namespace waiting.
     `resolv_conf` where the cluster domain is looked up when --cluster-domain is not given (tests)."""
     from tls_injector.kube import own_namespace  # noqa: PLC0415 - only the commands that call the API load the client
+    from tls_injector.reconcile.ca.machine import CaPolicy  # noqa: PLC0415
     from tls_injector.reconcile.core.budget import NAMESPACE_TURN_SECONDS  # noqa: PLC0415
     from tls_injector.reconcile.loop.runner import RESOLV_CONF, cluster_domain  # noqa: PLC0415
     from tls_injector.reconcile.parts.reconciler import ReconcileSettings  # noqa: PLC0415
@@ -241,10 +269,14 @@ def settings_for(args: argparse.Namespace, *, loop: bool = False, resolv_conf: P
     namespace = own_namespace(args.namespace)
     domain = cluster_domain(args.cluster_domain, namespace=namespace, resolv_conf=resolv_conf or RESOLV_CONF)
     configurations = tuple(n.strip() for n in (args.webhook_configurations or "").split(",") if n.strip())
+    # One settle for every CA set the pass steps (the client CA's follows the workload CA's policy): the
+    # same kubelets sync the webhook pods' files as the workloads'.
+    settle = timedelta(seconds=getattr(args, "ca_settle", None) or SETTLE.total_seconds())
+    webhook_ca = dataclasses.replace(WebhookSettings().ca, settle=settle)
     webhook = WebhookSettings(service=args.webhook_service, secret_name=args.webhook_secret,
-                              configurations=configurations, cluster_domain=domain,
+                              configurations=configurations, cluster_domain=domain, ca=webhook_ca,
                               served_address=served_address(args, namespace))
-    return ReconcileSettings(namespace=namespace, cluster_domain=domain,
+    return ReconcileSettings(namespace=namespace, cluster_domain=domain, ca=CaPolicy(settle=settle),
                              user_ca_secret=args.ca_secret or None,
                              user_client_ca_secret=getattr(args, "client_ca_secret", None) or None,
                              webhook=webhook if configurations else None,

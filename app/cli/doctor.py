@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from tls_injector.cli import flags
 from tls_injector.cli.cluster import (
     NO_CLUSTER,
+    ca_settle_flag,
     connection_flags,
     find_cluster,
     profile_flags,
@@ -36,6 +37,8 @@ def add(doctor: argparse.ArgumentParser) -> None:
                              "the cluster domain)")
     user_ca_flags(doctor)  # the reconciler's, to check those Secrets as its passes do
     profile_flags(doctor)  # the reconciler's, to judge workloads' certificate profiles as its passes do
+    ca_settle_flag(doctor, "the reconciler's --ca-settle, to judge a hub's members' held root rotations (--hub) as "
+                           "its passes do")
     doctor.add_argument("--reconciler-service-account", default=RECONCILER_ACCOUNT,
                         help="the reconciler's service account in --namespace, whose permissions are checked")
     doctor.add_argument("--hub", action="store_true",
@@ -81,6 +84,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                               trust_domain=args.trust_domain or "",
                               reconciler_account=args.reconciler_service_account, hub=args.hub,
                               user_ca_secrets=reconcile.user_ca_secrets, profiles=reconcile.profiles,
+                              ca_settle=reconcile.ca.settle,
                               exception_policies=exception_policy_names(default_rule_set()))
     try:
         results = run_checks(read(connect(cluster), settings, now=datetime.now(UTC)))

@@ -34,7 +34,7 @@ from tls_injector.kube import (
 )
 from tls_injector.kubenames import subdomain_problem
 from tls_injector.names import CLIENT_CA_SECRET, MEMBER_LABEL
-from tls_injector.pki import SETTLE, CaRole
+from tls_injector.pki import CaRole
 from tls_injector.reconcile.ca.machine import CaUnusable, load_ca_set
 from tls_injector.reconcile.core.read import read_cluster
 from tls_injector.reconcile.federation.holds import overdue_holds
@@ -110,7 +110,8 @@ def _overdue(snap: Snapshot, members: list[Member], secrets: dict[CaRole, Obj | 
             continue  # said by the CA checks
     reports = each_member(members, lambda m: member_ack(m, namespace=snap.settings.namespace)[0])
     acks = {m.name: ack for m, ack in zip(members, reports, strict=True)}
-    held = overdue_holds(sets, acks, now=snap.now, settle=SETTLE, excluded=rotation_excluded(members))
+    held = overdue_holds(sets, acks, now=snap.now, settle=snap.settings.ca_settle,
+                         excluded=rotation_excluded(members))
     for outcome in snap.members:
         if reasons := held.get(outcome.name):
             outcome.problem = "; ".join([p for p in (outcome.problem,) if p] + reasons)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from tls_injector.injection.profile import ProfileBounds
 from tls_injector.kube import Obj
 from tls_injector.names import LEASE_NAME, RECONCILER_ACCOUNT
-from tls_injector.pki import CaRole
+from tls_injector.pki import SETTLE, CaRole
 from tls_injector.reconcile.core.inputs import Observed
 from tls_injector.reconcile.federation.hub import MemberOutcome
 from tls_injector.reconcile.parts.served import Served
@@ -32,6 +32,8 @@ class DoctorSettings:
     user_ca_secrets: tuple[tuple[CaRole, str], ...] = ()
     # The reconciler's bounds of certificate profiles (its profile flags), which the profile checks judge by.
     profiles: ProfileBounds = field(default_factory=ProfileBounds)
+    # The reconciler's settle (--ca-settle): how long a hub waits for its members' bundles (federation.gate_roots).
+    ca_settle: timedelta = SETTLE
     # The exported admission policies that check RBAC for a TLS exception (rules.exception_policy_names of
     # the built-in rules): what must stand wherever the webhook runs with `--tls-exceptions policy`.
     exception_policies: tuple[str, ...] = ()

@@ -89,6 +89,8 @@ from tls_injector.pki.renewal import (
 )
 from tls_injector.pki.seal import Sealed, SealedLeaf, open_seal, seal, seal_key, sealed_window
 from tls_injector.pki.trust import (
+    MAX_SETTLE,
+    MIN_SETTLE,
     SETTLE,
     CaRecord,
     CaSet,
@@ -126,6 +128,8 @@ __all__ = [
     "LEAF_LOOKAHEAD",
     "LEAF_VALIDITY",
     "MAX_SERVICES",
+    "MAX_SETTLE",
+    "MIN_SETTLE",
     "NAMELESS_SUBJECT",
     "POD_CERT_VALIDITY",
     "RENEWAL_REASONS",

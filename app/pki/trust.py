@@ -37,6 +37,15 @@ from tls_injector.pki.renewal import CA_LOOKAHEAD
 # Kubelet refreshes projected Secret/ConfigMap volumes within its sync period (1 min) plus its cache
 # TTL (1 min); 5 minutes leaves room for a slow node and for the workload to reload the files.
 SETTLE = timedelta(minutes=5)
+# The range an operator may set it to (`reconcile --ca-settle`, docs/reconcile.md "The settle"). The settle
+# is what lets every kubelet sync a new bundle before the new CA signs, and the last re-issued leaves before
+# the old CA leaves: below a kubelet's own worst case at its defaults (the sync period plus the cache TTL,
+# 2 minutes) a rotation could break handshakes on a node that is merely on time; the delay measured on a
+# real node was 24-82 s (docs/node-tests.md). Above 10 minutes a rotation waits longer than the shipped
+# TLSInjectorCARotationStuck alert allows a CA to stay on its way in (30 minutes: 20 to reach every bundle,
+# then 10 trusted-unused), so every rotation would page someone; a slower kubelet than that is a node to fix.
+MIN_SETTLE = timedelta(minutes=2)
+MAX_SETTLE = timedelta(minutes=10)
 
 
 class CaState(enum.StrEnum):

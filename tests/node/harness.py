@@ -355,9 +355,19 @@ state = "{folder / 'state'}"
     # ---- stop --------------------------------------------------------------------------------------
 
     def stop(self) -> None:
-        """Everything this node started ends, and the namespaces and cgroups go with it."""
+        """Everything this node started ends, and the namespaces and cgroups go with it. How long each step
+        took is written to stop.log in the node's folder (docs/node-tests.md, "Timings")."""
+        steps: list[str] = []
+        began = time.monotonic()
+
+        def took(step: str) -> None:
+            nonlocal began
+            steps.append(f"{step} {time.monotonic() - began:.1f} s")
+            began = time.monotonic()
+
         for name in ("kube-proxy", "kube-scheduler", "kubelet", "containerd"):
             process = self._processes.pop(name, None)
+            killed = False
             if process is not None and process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGTERM)
@@ -366,13 +376,21 @@ state = "{folder / 'state'}"
                 except subprocess.TimeoutExpired:
                     os.killpg(process.pid, signal.SIGKILL)
                     process.wait()
+                    killed = True
+            took(name + (" (killed after SIGTERM's wait)" if killed else ""))
         if self.plane is not None:
             self.plane.stop()
+        took("control plane")
         self._kill_leftovers()
+        took("leftovers")
         if self._forwarder is not None:
             self._forwarder.stop()
         self.namespace.stop()
+        took("namespace")
         self._remove_cgroups()
+        took("cgroups")
+        with contextlib.suppress(OSError):
+            (self.folder / "stop.log").write_text("; ".join(steps) + "\n")
 
     def _cgroup_pids(self) -> set[int]:
         pids: set[int] = set()
