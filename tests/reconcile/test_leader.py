@@ -17,6 +17,7 @@ from tls_injector.kube import CRON_JOBS, DEPLOYMENTS, PODS, KubeApi, LeaderElect
 from tls_injector.kube.api import WatchEvent
 from tls_injector.kube.lease import lease_step
 from tls_injector.reconcile.core.budget import NAMESPACE_TURN_SECONDS
+from tls_injector.reconcile.core.events import ISSUED_WINDOW
 from tls_injector.reconcile.loop.cache import ClusterCache
 from tls_injector.reconcile.loop.controller import Controller
 
@@ -160,12 +161,13 @@ def test_the_loop_watches_again_after_its_watches_are_dropped(kubeapi: Emulator,
 
 
 @contextmanager
-def running_loop(kubeapi: Emulator, *, watch_timeout_seconds: int, **settings: Any) -> Iterator[None]:
+def running_loop(kubeapi: Emulator, *, watch_timeout_seconds: int, issued_window_seconds: float = ISSUED_WINDOW,
+                 **settings: Any) -> Iterator[None]:
     """The controller in a thread, resync an hour away (only its watches can react); it must stop on exit.
     `settings` are the reconciler's (ReconcileSettings fields)."""
     rec = reconciler(kubeapi, Clock(), **{"turn_seconds": NAMESPACE_TURN_SECONDS, **settings})
     loop = Controller(rec.api, rec, None, resync_seconds=3600, debounce_seconds=0.05, min_pass_gap_seconds=0.1,
-                      watch_timeout_seconds=watch_timeout_seconds)
+                      watch_timeout_seconds=watch_timeout_seconds, issued_window_seconds=issued_window_seconds)
     stop = threading.Event()
     thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
     thread.start()

@@ -107,7 +107,8 @@ def test_a_new_workload_elsewhere_is_issued_within_the_goal_while_a_tenant_churn
     namespace(kubeapi, TENANT)
     namespace(kubeapi, OTHER)
     deployment(kubeapi, "web", OTHER)
-    with running_loop(kubeapi, watch_timeout_seconds=30):
+    # Every pass tells its namespace at once (no window): the new workload's Event is one of the calls counted.
+    with running_loop(kubeapi, watch_timeout_seconds=30, issued_window_seconds=0.0):
         wait_for(lambda: _secret(kubeapi, "web-tls", OTHER) is not None)
         for n in range(WORKLOADS):
             deployment(kubeapi, f"w{n}", TENANT, annotations=RSA)
