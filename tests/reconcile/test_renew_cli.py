@@ -24,7 +24,8 @@ def test_renew_puts_a_new_certificate_in_place_and_waits_for_it(kubeapi: Emulato
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     small_cluster(kubeapi, namespaces=1, per_namespace=2)
     with running_loop(kubeapi, watch_timeout_seconds=30):
-        _wait_for(lambda: kubeapi.get("secrets", "app0-tls", "ns0") is not None)
+        # both leaves: the loop writes them one by one, and the second is read below
+        _wait_for(lambda: all(kubeapi.get("secrets", f"app{i}-tls", "ns0") is not None for i in (0, 1)))
         before = data(kubeapi.get("secrets", "app0-tls", "ns0"))["tls.crt"]
         other = data(kubeapi.get("secrets", "app1-tls", "ns0"))["tls.crt"]
         started = time.monotonic()
