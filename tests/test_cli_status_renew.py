@@ -182,16 +182,22 @@ def test_a_server_that_stops_answering_during_the_wait_is_named_by_the_request_t
     small_cluster(kubeapi, namespaces=1, per_namespace=1)
     reconciler(kubeapi, Clock(datetime.now(UTC))).run_pass()
     with partition(kubeapi.url) as cut:
-        def cut_once_asked() -> None:  # the request is written; the wait's reads then get no answer
-            _wait_for(lambda: FORCE in ((kubeapi.get("secrets", "app0-tls", "ns0") or {}).get("metadata", {})
-                                        .get("annotations") or {}))
-            cut.cut.set()
+        # Cut at the wait's first read, once the request (a PUT) has crossed: its answer reaches the command,
+        # whose next read then gets none. (Cutting when the annotation shows in the store raced that answer.)
+        asked = threading.Event()
 
-        cutter = threading.Thread(target=cut_once_asked, daemon=True)
-        cutter.start()
+        def at_the_first_read_after_the_request(data: bytes) -> bool:
+            if data.startswith(b"PUT "):
+                asked.set()
+                return False
+            return asked.is_set() and data.startswith(b"GET ")
+
+        cut.cut_before = at_the_first_read_after_the_request
         code, out, err = exit_of(["renew", "ns0/app0", "--timeout", "1m", "--request-timeout", "1s",
                                   *common(cut.url)], capsys)
-        cutter.join(timeout=10)
+    assert asked.is_set()
+    assert cut.cut.is_set()
+    assert FORCE in kubeapi.get("secrets", "app0-tls", "ns0")["metadata"]["annotations"]
     assert code == 2
     assert "asked for a new certificate" in out
     assert err.startswith("tls-injector renew: cannot reach the API server (--request-timeout 1s): ")

@@ -11,7 +11,7 @@ import contextlib
 import select
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 # One read per turn: the emulator's answers are a few KiB; the copy size only sets how many turns it takes.
 CHUNK = 64 * 1024
@@ -25,6 +25,9 @@ class Partition:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
         self._held: list[socket.socket] = []
+        # Asked of every chunk a client sends, before it is forwarded: True cuts there, so that chunk and all
+        # after it are dropped. A test cuts at a given request this way, not by racing the answer before it.
+        self.cut_before: Callable[[bytes], bool] | None = None
         self._thread = threading.Thread(target=self._accept, daemon=True, name="partition")
 
     def start(self) -> None:
@@ -72,6 +75,9 @@ class Partition:
                     with contextlib.suppress(OSError):
                         pairs[sock].shutdown(socket.SHUT_WR)
                     return
+                if sock is client and self.cut_before is not None and self.cut_before(data):
+                    self.cut.set()
+                    break
                 pairs[sock].sendall(data)
 
 
