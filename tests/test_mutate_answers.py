@@ -17,7 +17,7 @@ from tests.test_naming_chain import NAMESPACE, Cluster, admit_job, shapes
 from tls_injector import names
 from tls_injector.admission import AdmissionResponse, JsonPatchOp, allowed, denied
 from tls_injector.injection import InjectionOptions, make_mutate_handler
-from tls_injector.injection.answers import TOKEN_PLACEHOLDER, Answer, Answers, shape_key, shareable
+from tls_injector.injection.answers import SAMPLE_EVERY, TOKEN_PLACEHOLDER, Answer, Answers, shape_key, shareable
 
 OPTIONS = InjectionOptions()
 
@@ -128,11 +128,11 @@ def test_the_store_is_bounded_in_entries_and_key_size() -> None:
         return Answer.of(allowed(""))
 
     for name in ("a", "b", "c", "d", "a"):
-        answers.respond("u", orjson.dumps(bare(name)), lambda name=name: make(name))  # type: ignore[misc]
+        answers.respond("u", lambda name=name: orjson.dumps(bare(name)), lambda name=name: make(name))  # type: ignore[misc]
     assert made == ["a", "b", "c", "d", "a"]  # "a" was dropped first when "d" came
     big = orjson.dumps(bare("x" * 500))
     for _ in range(2):
-        answers.respond("u", big, lambda: make("big"))
+        answers.respond("u", lambda: big, lambda: make("big"))
     assert made[-2:] == ["big", "big"]  # over the key size: planned every time, never stored
 
 
@@ -212,3 +212,68 @@ def test_pods_named_like_a_token_volume_keep_their_own_secret() -> None:
         assert f"kube-api-access-{suffix}-tls".encode() in base64.b64decode(got["patch"])
         assert without_uid(got) == without_uid(fresh(pod))
     assert answers.hits == 0
+
+
+# ---- the memo steps aside where pods never repeat ------------------------------------------------------
+
+
+class Counted:
+    """Key texts and plans asked for, by name: what the memo spent on each pod."""
+
+    def __init__(self) -> None:
+        self.keyed: list[str] = []
+        self.made: list[str] = []
+
+    def respond(self, answers: Answers, name: str) -> AdmissionResponse:
+        def key_text() -> bytes:
+            self.keyed.append(name)
+            return orjson.dumps(bare(name))
+
+        def make() -> Answer:
+            self.made.append(name)
+            return Answer.of(allowed(""), [{"op": "add", "path": "/metadata/labels/x", "value": name}])
+
+        return answers.respond(f"uid-{name}", key_text, make)
+
+
+def test_after_idle_after_misses_in_a_row_only_one_pod_in_sample_every_is_keyed() -> None:
+    answers, counted = Answers(idle_after=8), Counted()
+    for index in range(8):
+        counted.respond(answers, f"once-{index}")
+    assert answers.stepped_aside
+    assert counted.keyed == counted.made == [f"once-{index}" for index in range(8)]
+    counted.keyed.clear()
+    for index in range(8, 8 + 4 * SAMPLE_EVERY):
+        response = counted.respond(answers, f"once-{index}")
+        assert response["uid"] == f"uid-once-{index}"
+        assert base64.b64decode(response["patch"]) == orjson.dumps(
+            [{"op": "add", "path": "/metadata/labels/x", "value": f"once-{index}"}])
+    assert len(counted.keyed) == 4  # one in SAMPLE_EVERY: every pod still planned, and answered as its own
+    assert len(counted.made) == 8 + 4 * SAMPLE_EVERY
+    assert answers.stepped_aside
+    assert (answers.hits, answers.misses) == (0, 12)
+
+
+def test_a_template_that_repeats_turns_the_memo_back_on_within_two_samples() -> None:
+    answers, counted = Answers(idle_after=8), Counted()
+    for index in range(8):
+        counted.respond(answers, f"once-{index}")
+    assert answers.stepped_aside
+    pods = 0
+    while answers.stepped_aside:  # a rollout's replicas, all of one key
+        counted.respond(answers, "replica")
+        pods += 1
+        assert pods <= 2 * SAMPLE_EVERY  # the first sample stores it, the second finds it
+    assert answers.hits == 1
+    planned = len(counted.made)
+    for _ in range(20):
+        counted.respond(answers, "replica")
+    assert (answers.hits, len(counted.made)) == (21, planned)  # remembered again: every replica a hit
+
+
+def test_a_memo_that_finds_one_answer_in_idle_after_never_steps_aside() -> None:
+    answers, counted = Answers(idle_after=8), Counted()
+    for index in range(100):
+        counted.respond(answers, "replica" if index % 7 == 0 else f"once-{index}")
+        assert not answers.stepped_aside
+    assert len(counted.keyed) == 100

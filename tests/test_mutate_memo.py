@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.instructions import stream
 from tests.support.broken import broken, each_place_changed, nested, recursion_limit
 from tests.support.reviews import fixture, review
 from tests.support.workloads import build
@@ -24,7 +25,7 @@ from tests.test_mutate_answers import TOKEN_PATH, replica, token_suffix
 from tests.test_naming_chain import NAMESPACE, Cluster, admit_job, shapes
 from tls_injector import names
 from tls_injector.injection import InjectionOptions, make_mutate_handler
-from tls_injector.injection.answers import Answers
+from tls_injector.injection.answers import SAMPLE_EVERY, Answers
 from tls_injector.web.endpoints import AdmissionEndpoint
 from tls_injector.web.metrics import ServerMetrics
 
@@ -35,8 +36,8 @@ FINGERPRINTS = ("9f86d081884c7d65",)
 class Pair:
     """The same route behind two endpoints: with its memo, and with a memo that holds nothing."""
 
-    def __init__(self) -> None:
-        self.memo = Answers()
+    def __init__(self, memo: Answers | None = None) -> None:
+        self.memo = Answers() if memo is None else memo
         remembering = make_mutate_handler(InjectionOptions(), ca_fingerprints=lambda: FINGERPRINTS, answers=self.memo)
         planning = make_mutate_handler(InjectionOptions(), ca_fingerprints=lambda: FINGERPRINTS,
                                        answers=Answers(max_entries=0))
@@ -77,6 +78,20 @@ def test_replicas_get_a_fresh_plans_answer_from_the_memo(drawn: list[Any]) -> No
             assert [without_timing(f) for _, f in pair.logged[:1]] == [without_timing(f) for _, f in pair.logged[1:]]
     if any(enabled or "tls-injector.io/inject" in shape.labels for shape, enabled in drawn):
         assert pair.memo.hits > 0  # the memo was used, not merely skipped
+
+
+def test_pods_that_never_repeat_then_replicas_get_the_same_bytes_with_the_memo_stepped_aside_and_back() -> None:
+    pair = Pair(Answers(idle_after=4))
+    for body in stream(4 + 2 * SAMPLE_EVERY, new=False, plan=True):  # a new plan at every review
+        remembered, planned = pair.both(body)
+        assert remembered == planned
+        assert b'"patch"' in remembered[1]
+    assert pair.memo.stepped_aside
+    for body in stream(4 * SAMPLE_EVERY, new=False, plan=False):  # then a template's replicas
+        remembered, planned = pair.both(body)
+        assert remembered == planned
+    assert not pair.memo.stepped_aside
+    assert pair.memo.hits > 2 * SAMPLE_EVERY
 
 
 def test_the_second_replica_is_answered_from_the_memo() -> None:

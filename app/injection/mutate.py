@@ -81,7 +81,7 @@ def make_mutate_handler(options: InjectionOptions, *, ca_fingerprints: Fingerpri
         if kind.group != "" or kind.kind != "Pod" or _opted_out(pod.metadata):
             return allowed(uid)
         fingerprints = tuple(ca_fingerprints())
-        return answers.respond(uid, _key_text(pod.metadata, pod.spec, fingerprints),
+        return answers.respond(uid, lambda: _key_text(pod.metadata, pod.spec, fingerprints),
                                lambda: pod_answer(pod.metadata, pod.spec, fingerprints))
 
     return Route(decoder(MutateRequest), mutate)
