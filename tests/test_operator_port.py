@@ -70,8 +70,10 @@ def test_a_flood_of_silent_and_trickling_clients_takes_no_thread_and_at_most_the
         # Every connection beyond the cap was closed to make room, or for saying nothing in time.
         assert port.stats.evicted > 0
         assert port.stats.evicted + port.stats.timed_out >= 300 - LIMITS.max_connections
-        time.sleep(LIMITS.request_seconds * 3)  # nobody sent a whole request: every one is closed
-        assert port.stats.open == set()
+        deadline = time.monotonic() + LIMITS.request_seconds * 3 + 10  # 3 request times quiet; more when loaded
+        while port.stats.open:  # nobody sent a whole request: every one is closed
+            assert time.monotonic() < deadline, port.stats.open
+            time.sleep(0.05)
         assert port.stats.timed_out > 0
         closed = sum(1 for sock in flood if _closed_by_server(sock))
         assert closed == len(flood)

@@ -110,10 +110,13 @@ def test_a_broken_new_pair_keeps_the_old_certificate_serving(tmp_path: Path) -> 
     with running_server(tmp_path, cert_file=volume / "tls.crt", key_file=volume / "tls.key",
                         ca_file=good.ca_file) as server:
         swap_secret_volume(volume, torn)
-        time.sleep(0.3)  # several reload intervals
-        assert served_certificate(server.url, good.ca_file) == good.leaf.cert.public_bytes(_der())
+        # the failed reload counted (the event loop's next look: every 50 ms here; seconds on a loaded machine)
+        deadline = time.monotonic() + 10
         with server.client() as client:
-            metrics = client.get("/metrics").text
+            while 'reloads_total{result="failure"} 1.0' not in (metrics := client.get("/metrics").text):
+                assert time.monotonic() < deadline, metrics
+                time.sleep(0.05)
+        assert served_certificate(server.url, good.ca_file) == good.leaf.cert.public_bytes(_der())
     assert 'tls_injector_serving_cert_reloads_total{result="failure"} 1.0' in metrics
     assert 'tls_injector_serving_cert_reloads_total{result="success"} 0.0' in metrics
 

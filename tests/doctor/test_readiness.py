@@ -122,7 +122,8 @@ def test_serve_is_not_ready_while_the_caBundle_does_not_trust_the_certificate_it
     cert, key = _foreign_files(tmp_path / "foreign")
     with _serve(kubeapi, tmp_path, cert, key) as client:
         _eventually(client, "/metrics", f'{TRUSTS}{{configuration="{CONFIGURATIONS[0]}"}} 0.0')
-        ready = client.get("/readyz")
+        # the gauge is set a moment before the pass hands /readyz its verdict: wait for the verdict itself
+        ready = _eventually(client, "/readyz", '"ca_bundle_trusts_serving_cert":false')
     assert ready.status_code == 503
     assert ready.json() == {"ready": False, "certificate_loaded": True, "shutting_down": False,
                             "ca_bundle_trusts_serving_cert": False}
@@ -135,6 +136,6 @@ def test_serve_is_ready_when_the_caBundle_trusts_the_certificate_it_serves(kubea
     cert, key = serving_files(kubeapi, tmp_path / "ours")
     with _serve(kubeapi, tmp_path, cert, key) as client:
         _eventually(client, "/metrics", f'{TRUSTS}{{configuration="{CONFIGURATIONS[1]}"}} 1.0')
-        ready = client.get("/readyz")
+        ready = _eventually(client, "/readyz", '"ca_bundle_trusts_serving_cert":true')
     assert ready.status_code == 200
     assert ready.json()["ca_bundle_trusts_serving_cert"] is True

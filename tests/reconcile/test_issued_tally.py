@@ -18,6 +18,8 @@ from tls_injector.reconcile.core.events import HELD_LINES, IssuedTally, Outbox, 
 from tls_injector.reconcile.loop.controller import Controller
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
+# The outbox test's tally window: its twenty tells take ~0.2 s; seconds on a loaded machine.
+WINDOW = 3.0
 
 
 def lines(n: int, start: int = 0) -> list[str]:
@@ -100,19 +102,22 @@ class Recording:
 
 def test_the_outbox_posts_one_event_per_namespace_per_window_and_the_held_when_it_ends() -> None:
     api = Recording()
-    box = Outbox(cast(KubeApi, api), tally=IssuedTally(window=0.5))
+    # The window is far longer than the twenty tells take (~0.2 s quiet, seconds at worst on a loaded
+    # machine): a window that ended among them would hold a different count, not what is tested.
+    box = Outbox(cast(KubeApi, api), tally=IssuedTally(window=WINDOW))
     started = time.monotonic()
     for i in range(20):  # a rollout in two namespaces: twenty keyed passes in 0.2 s
         box.tell_issued("a" if i % 2 else "b", lines(1, i), NOW)
         time.sleep(0.01)
     box.flush()
+    assert time.monotonic() - started < WINDOW, "the tells outlasted the window: the counts below would differ"
     assert sorted(ns for _, ns, _ in api.posted) == ["a", "b"]  # the first of each, at once
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + WINDOW + 10
     while len(api.posted) < 4 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert sorted(ns for _, ns, _ in api.posted) == ["a", "a", "b", "b"]
     held = [(at - started, message) for at, ns, message in api.posted[2:]]
-    assert all(at >= 0.5 for at, _ in held)  # not before the window ends
+    assert all(at >= WINDOW for at, _ in held)  # not before the window ends
     assert sorted(m.split(" ")[0] for _, m in held) == ["9", "9"]  # the other nine of each, in one Event
 
 

@@ -13,17 +13,17 @@ from tls_injector.pki.keys import KeyType
 from tls_injector.reconcile.core.keypool import DEPTH, SLOW, KeyPool
 
 
-def _made_by(log: list[tuple[KeyType, str]], made: threading.Event | None = None) -> KeyPool:
+def _made_by(log: list[tuple[KeyType, str]], readied: list[None] | None = None) -> KeyPool:
     def make(key_type: KeyType) -> PrivateKey:
         log.append((key_type, threading.current_thread().name))
         return generate_key("ecdsa-p256" if key_type in SLOW else key_type)  # fast: the pool's logic is tested
-    return KeyPool(make=make, on_ready=(made or threading.Event()).set)
+    return KeyPool(make=make, on_ready=lambda: (readied if readied is not None else []).append(None))
 
 
 def test_fast_algorithms_are_made_at_the_call_and_slow_ones_ahead_on_the_pools_thread() -> None:
     log: list[tuple[KeyType, str]] = []
-    made = threading.Event()
-    pool = _made_by(log, made)
+    readied: list[None] = []  # one entry per key put in the pool (its on_ready), after it is takeable
+    pool = _made_by(log, readied)
     for algorithm in names.KEY_ALGORITHMS:
         if algorithm not in SLOW:
             key = pool.take(algorithm)
@@ -36,11 +36,12 @@ def test_fast_algorithms_are_made_at_the_call_and_slow_ones_ahead_on_the_pools_t
     threading.Thread(target=pool.run, args=(stop,), name="keys", daemon=True).start()
     try:
         deadline = time.monotonic() + 10
-        while len(log) < DEPTH and time.monotonic() < deadline:
+        # `make` logs before it makes a key; the pool holds it only after: wait for the pool's word, not the log
+        while len(readied) < DEPTH and time.monotonic() < deadline:
             time.sleep(0.01)
         time.sleep(0.1)
         assert log == [("rsa-4096", "keys")] * DEPTH  # topped up to DEPTH, no more
-        assert made.is_set()
+        assert len(readied) == DEPTH
         taken = [pool.take("rsa-4096") for _ in range(DEPTH)]
         assert all(k is not None for k in taken)
         assert len({id(k) for k in taken}) == DEPTH  # each handed out once

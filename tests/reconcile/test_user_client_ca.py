@@ -141,7 +141,7 @@ def test_the_loop_starts_rotating_a_replaced_user_client_ca_in_at_once_not_at_th
     put_user_ca(kubeapi, old, MINE)
     with running_loop(kubeapi, watch_timeout_seconds=30, user_client_ca_secret=MINE):  # resync an hour away
         wait_for(lambda: client_ca_fingerprints(kubeapi) == {fingerprint(old.cert)})
-        wait_for(lambda: kubeapi.open_watches("secrets") >= 2)  # ours by label, and the user's by name
+        wait_for(lambda: kubeapi.open_watches("secrets") >= 3)  # ours by label (leaves, the others), the user's by name
         put_user_ca(kubeapi, new, MINE)
         wait_for(lambda: client_ca_fingerprints(kubeapi) == {fingerprint(old.cert), fingerprint(new.cert)})
 

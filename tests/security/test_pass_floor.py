@@ -35,8 +35,9 @@ def _running(kubeapi: Emulator) -> tuple[Controller, threading.Event, threading.
     stop = threading.Event()
     thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while (loop.passes == 0 or kubeapi.get("secrets", "app1-tls", "ns1") is None) and time.monotonic() < deadline:
+    deadline = time.monotonic() + 30
+    while loop.passes == 0 or kubeapi.get("secrets", "app1-tls", "ns1") is None:
+        assert time.monotonic() < deadline, "the loop's first pass did not end"
         time.sleep(0.05)
     time.sleep(1)  # the first pass's own writes come back through the watches
     return loop, stop, thread
