@@ -36,7 +36,7 @@ def _running(kubeapi: Emulator) -> tuple[Controller, threading.Event, threading.
     thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
-    while loop.passes == 0 or kubeapi.get("secrets", "app1-tls", "ns1") is None:
+    while loop.passes == 0 or kubeapi.get("secrets", "app0-tls", "ns1") is None:  # the last of small_cluster's
         assert time.monotonic() < deadline, "the loop's first pass did not end"
         time.sleep(0.05)
     time.sleep(1)  # the first pass's own writes come back through the watches
