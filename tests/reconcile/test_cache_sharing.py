@@ -58,3 +58,70 @@ def test_label_sets_held_once_are_bounded_and_each_leaf_keeps_its_own_labels() -
     # The same set again is the dict held, while it is one of those held.
     again = cache_module._leaf_shape({"metadata": {"name": "x", "namespace": "ns", "labels": dict(made[0][0])}})
     assert again["metadata"]["labels"] is made[0][1]["metadata"]["labels"]
+
+
+def _replica_set_pods(emu: Emulator, replica_set: str, count: int, *, ns: str = "ns0") -> list[tuple[str, str]]:
+    owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": replica_set, "uid": f"uid-{replica_set}",
+             "controller": True, "blockOwnerDeletion": True}
+    made = []
+    for n in range(count):
+        name = f"{replica_set}-{n:05d}"
+        emu.add({"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}", "generateName": f"{replica_set}-",
+                              "labels": {"app": replica_set, "pod-template-hash": replica_set[-5:],
+                                         "tls-injector.io/inject": "true"},
+                              "annotations": {"kubectl.kubernetes.io/restartedAt": "now"},
+                              "ownerReferences": [dict(owner)]},
+                 "spec": {"containers": [{"name": "app", "image": "example/app:1"}],
+                          "serviceAccountName": "default", "serviceAccount": "default"},
+                 "status": {"phase": "Pending", "qosClass": "BestEffort"}})
+        made.append((ns, name))
+    return made
+
+
+def test_a_replica_sets_pods_hold_their_labels_owner_and_spec_once_and_read_as_each_was_sent(
+        kubeapi: Emulator) -> None:
+    small_cluster(kubeapi, namespaces=1, per_namespace=1)
+    first, second = _replica_set_pods(kubeapi, "web-7d4b9", 3), _replica_set_pods(kubeapi, "api-5c6d7", 2)
+    cache = _filled(kubeapi)
+    pods = {key: cache.pods.get(key) for key in first + second}
+    for (namespace, name), held in pods.items():
+        sent = kubeapi.get("pods", name, namespace)
+        assert held is not None
+        assert sent is not None
+        assert held["metadata"]["labels"] == sent["metadata"]["labels"]
+        assert held["metadata"]["ownerReferences"] == sent["metadata"]["ownerReferences"]
+        assert held["metadata"]["annotations"] == {}  # none of ours
+        assert held["spec"] == {"serviceAccountName": "default", "serviceAccount": "default"}
+        assert held["status"] == {"phase": "Pending"}
+        assert (held["metadata"]["name"], held["metadata"]["uid"]) == (name, sent["metadata"]["uid"])
+    one, *siblings = (pods[key] for key in first)
+    other = pods[second[0]]
+    assert one is not None
+    assert other is not None
+    for pod in siblings:
+        assert pod is not None
+        for part in ("labels", "ownerReferences", "annotations"):
+            assert pod["metadata"][part] is one["metadata"][part], part
+        assert pod["spec"] is one["spec"]
+        assert pod["status"] is one["status"]
+    # Another ReplicaSet's: its own labels and owner; the spec and phase they have in common, once.
+    assert other["metadata"]["labels"] is not one["metadata"]["labels"]
+    assert other["metadata"]["labels"] != one["metadata"]["labels"]
+    assert other["metadata"]["ownerReferences"] != one["metadata"]["ownerReferences"]
+    assert other["spec"] is one["spec"]
+    assert other["status"] is one["status"]
+
+
+def test_parts_held_once_are_bounded_to_the_last_seen_and_an_older_one_is_held_again() -> None:
+    recent = cache_module._Recent(4)
+    held = [recent.flat({"n": str(n)}) for n in range(6)]
+    assert recent.flat({"n": "5"}) is held[5]  # among the last four: the one held
+    again = recent.flat({"n": "0"})  # dropped since: held again, equal
+    assert again == held[0]
+    assert again is not held[0]
+    assert len(recent._held) == 4
+    # What cannot be a key is kept as it came, never shared.
+    odd = {"n": ["not", "a", "string"]}
+    assert recent.flat(odd) is odd
+    assert recent.owners([odd]) == [odd]

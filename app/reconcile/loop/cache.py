@@ -10,7 +10,8 @@ labelled in or in an enabled namespace. So a namespace that opts in is listed ag
 workloads of each kind and its pods, seven calls) before its key is queued.
 
 Memory (tracemalloc at 5,000 workloads): a workload as kept ~1 KiB, a leaf Secret ~3 KiB (decoded as
-the server sent it, less managedFields), a namespace ~0.3 KiB; the process's resident size grows by
+the server sent it, less managedFields), a namespace ~0.3 KiB, a ReplicaSet's pod ~1.5 KiB (2.9 KiB before
+its siblings shared their parts: `_Recent`); the process's resident size grows by
 ~11 KiB per workload with all it allocates around them (bench/results/reconcile-live.md). A Service or
 a workload over read.py's caps is not held, and is reported.
 """
@@ -21,11 +22,13 @@ import functools
 import logging
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from tls_injector import names
 from tls_injector.injection import template_of
+from tls_injector.injection.workload import TEMPLATE_PATHS
 from tls_injector.kube import (
     CONFIG_MAPS,
     NAMESPACES,
@@ -84,6 +87,8 @@ class ClusterCache:
         self.workloads = {kind: Informer(api, resource, shape=functools.partial(self._workload_shape, kind),
                                          max_object_bytes=MAX_WORKLOAD_BYTES, on_change=self._changed)
                           for kind, resource in WORKLOAD_KINDS}
+        self._pod_parts = _Recent(RECENT_PARTS)
+        self._workload_parts = _Recent(RECENT_PARTS)  # a template's labels, our annotations, its service account
         self.pods = Informer(api, PODS, shape=self._pod_shape, on_change=self._pod_changed)
         self.services = Informer(api, SERVICES, shape=service_shape, max_object_bytes=MAX_SERVICE_BYTES,
                                  on_change=self._changed)
@@ -184,6 +189,13 @@ class ClusterCache:
         namespace = str((obj.get("metadata") or {}).get("namespace") or "")
         opted: set[str] = set()
         shaped = _shared(workload_shape(kind, obj, enabled=set(self._enabled) & {namespace}, opted=opted))
+        template = shaped
+        for key in TEMPLATE_PATHS[kind]:
+            template = template[key]
+        parts = self._workload_parts
+        template["metadata"] = {key: parts.flat(part) for key, part in template["metadata"].items()}
+        if "spec" in template:
+            template["spec"] = parts.flat(template["spec"])
         return shaped if opted else {**shaped, _PARTIAL: True}
 
     def _pod_shape(self, pod: Obj) -> Obj | None:
@@ -196,11 +208,20 @@ class ClusterCache:
             return None
         kept: Obj = {k: meta[k] for k in ("name", "namespace", "uid", "generateName", "labels", "ownerReferences",
                                      "deletionTimestamp") if k in meta}
-        kept["annotations"] = {k: v for k, v in _map(meta, "annotations").items() if k.startswith(_OURS)}
+        # What a ReplicaSet's (a Job's) pods repeat, held once for them all ("Memory" above)
+        for key in ("namespace", "generateName"):
+            if isinstance(kept.get(key), str):
+                kept[key] = sys.intern(kept[key])
+        parts = self._pod_parts
+        if isinstance(kept.get("labels"), dict):
+            kept["labels"] = parts.flat(kept["labels"])
+        if isinstance(kept.get("ownerReferences"), list):
+            kept["ownerReferences"] = parts.owners(kept["ownerReferences"])
+        kept["annotations"] = parts.flat({k: v for k, v in _map(meta, "annotations").items() if k.startswith(_OURS)})
         return {"metadata": kept,
-                "spec": {k: spec[k] for k in ("serviceAccountName", "serviceAccount", "nodeName", "hostname",
-                                              "subdomain") if k in spec},
-                "status": {k: v for k, v in _map(pod, "status").items() if k == "phase"}}
+                "spec": parts.flat({k: spec[k] for k in ("serviceAccountName", "serviceAccount", "nodeName",
+                                                         "hostname", "subdomain") if k in spec}),
+                "status": parts.flat({k: v for k, v in _map(pod, "status").items() if k == "phase"})}
 
     def _namespace_changed(self, key: Key, old: Obj | None, new: Obj | None) -> None:
         name = key[1]
@@ -274,6 +295,55 @@ def _leaf_shape(secret: Obj) -> Obj:
 # A leaf's ca.crt is the bundle of the CAs in use, the same ~1 KiB (one EC CA; ~3 KiB with three RSA ones)
 # in every leaf of the cluster.
 _CA_KEY = "ca.crt"
+
+
+# Pods held with the parts they repeat shared (`_Recent`): a ReplicaSet's pods carry the same labels, owner
+# reference and generateName, and most pods of a cluster the same few spec fields, phase and (none of) our
+# annotations. Kept whole per pod, a pod took ~2.9 KiB (tracemalloc, decoded from the JSON a ReplicaSet's
+# pod arrives as); shared, ~1.5 KiB: ~90 MiB less at 66,667 pods. The siblings of a ReplicaSet are listed one
+# after the other (a list is in name order) and made within moments of each other, so the last 1,024 distinct
+# parts seen are enough to find them; an older equal part is held again, never a wrong one shared.
+RECENT_PARTS = 1024
+
+
+class _Recent:
+    """The last `size` distinct parts seen (flat dicts of strings, owner-reference lists), each held once:
+    an equal part met again is the one held. Nothing that reads the cache changes what it reads. Shapes
+    run on the informer's thread and on a refill's, so it locks."""
+
+    def __init__(self, size: int) -> None:
+        self._held: OrderedDict[Hashable, Any] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def flat(self, value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            key: Hashable = ("flat", frozenset(value.items()))
+        except TypeError:  # a value that is not a string (no server sends one): kept as it came
+            return value
+        shared: dict[str, Any] = self._share(key, value)
+        return shared
+
+    def owners(self, refs: list[Any]) -> list[Any]:
+        if not all(isinstance(ref, dict) for ref in refs):
+            return refs
+        try:
+            key: Hashable = ("owners", tuple(frozenset(ref.items()) for ref in refs))
+        except TypeError:
+            return refs
+        shared: list[Any] = self._share(key, refs)
+        return shared
+
+    def _share(self, key: Hashable, value: Any) -> Any:
+        with self._lock:
+            held = self._held.get(key)
+            if held is not None:
+                self._held.move_to_end(key)
+                return held
+            self._held[key] = value
+            if len(self._held) > self._size:
+                self._held.popitem(last=False)
+            return value
 
 
 # Label sets held once, as one dict read by every leaf that has it (each leaf of ours has the same two
