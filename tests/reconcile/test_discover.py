@@ -6,7 +6,14 @@ from typing import Any
 
 import pytest
 
-from tls_injector.reconcile.core.discover import discover, enabled_namespaces, opted_in
+from tls_injector.reconcile.core.discover import (
+    MAX_REMEMBERED_RECORD,
+    _recorded_mode,
+    discover,
+    enabled_namespaces,
+    opted_in,
+    pod_mode,
+)
 
 INJECT = "tls-injector.io/inject"
 
@@ -164,3 +171,29 @@ def test_a_deployments_replicaset_is_covered_by_it_and_a_bare_or_orphaned_one_is
 def test_a_bare_job_gets_its_own_name_even_with_a_digits_suffix() -> None:
     [target] = discover([("Job", workload("backup-20261122", labels={INJECT: "true"}))], [], enabled=set())
     assert target.secret_name == "backup-20261122-tls"
+
+
+def _with_record(record: str, mode: str | None = None) -> dict[str, Any]:
+    annotations = {"tls-injector.io/injected": record, **({"tls-injector.io/mode": mode} if mode else {})}
+    return {"metadata": {"name": "p", "namespace": "apps", "annotations": annotations}}
+
+
+@pytest.mark.parametrize("padding", [0, MAX_REMEMBERED_RECORD], ids=["remembered", "past-the-limit"])
+def test_a_pods_mode_is_its_records_else_what_it_asks_for_whether_the_record_is_remembered_or_not(
+        padding: int) -> None:
+    pad = f',"pad":"{"x" * padding}"' if padding else ""
+    assert pod_mode(_with_record('{"mode":"pod-certificate"' + pad + "}")) == "pod-certificate"
+    assert pod_mode(_with_record('{"mode":"pod-certificate"' + pad + "}")) == "pod-certificate"  # asked again
+    assert pod_mode(_with_record('{"containers":["app"]' + pad + "}")) == "secret"  # a record without one
+    assert pod_mode(_with_record('not json' + "x" * padding, mode="trust-only")) == "trust-only"
+    assert pod_mode(_with_record('["a list"' + pad.replace('"pad":', "") + "]", mode=" trust-only ")) == "trust-only"
+
+
+def test_only_short_records_are_remembered() -> None:
+    before = _recorded_mode.cache_info().currsize
+    long_record = '{"mode":"secret","pad":"' + "y" * MAX_REMEMBERED_RECORD + '"}'
+    for n in range(5):
+        assert pod_mode(_with_record(long_record.replace("y", str(n)))) == "secret"
+    assert _recorded_mode.cache_info().currsize == before
+    assert pod_mode(_with_record('{"mode":"secret","n":"fresh-record-for-this-test"}')) == "secret"
+    assert _recorded_mode.cache_info().currsize == min(before + 1, _recorded_mode.cache_info().maxsize or 0)

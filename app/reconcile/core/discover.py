@@ -14,6 +14,7 @@ naming `/mutate` and `inject` use, so the Secret a pod mounts is the one issued 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -454,6 +455,25 @@ def wants_pod_certificates(obj: Obj) -> bool:
     return pod_mode(obj) == names.MODE_POD_CERTIFICATE
 
 
+# A pass asks each pod's mode several times (discover, the signer, trust-only, keystores), and a template's
+# pods carry one record: its mode is read once. The webhook's records are 150-400 bytes; a longer one (a pod
+# annotated afterwards: records are written at CREATE only) is read each time, so what is remembered stays
+# under 1,024 x 1 KiB whatever a tenant writes.
+MAX_REMEMBERED_RECORD = 1024
+
+
+def _read_mode(record: str) -> str | None:
+    """The mode the webhook's record says, or None when it is no record."""
+    try:
+        recorded = json.loads(record)
+    except ValueError:
+        return None
+    return str(recorded.get("mode") or names.MODE_SECRET) if isinstance(recorded, dict) else None
+
+
+_recorded_mode = functools.lru_cache(maxsize=1024)(_read_mode)
+
+
 def pod_mode(obj: Obj) -> str:
     """The mode of a pod (or pod template): the webhook's record's where it recorded one (what the pod
     really got), else what its annotations ask for ("" when they ask for nothing)."""
@@ -462,12 +482,9 @@ def pod_mode(obj: Obj) -> str:
         return ""
     record = annotations.get(names.INJECTED_ANNOTATION)
     if isinstance(record, str):
-        try:
-            recorded = json.loads(record)
-        except ValueError:
-            recorded = None
-        if isinstance(recorded, dict):
-            return str(recorded.get("mode") or names.MODE_SECRET)
+        recorded = _recorded_mode(record) if len(record) <= MAX_REMEMBERED_RECORD else _read_mode(record)
+        if recorded is not None:
+            return recorded
     mode = annotations.get(names.MODE_ANNOTATION)
     return mode.strip() if isinstance(mode, str) else ""
 
