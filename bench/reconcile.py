@@ -20,8 +20,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from tests.kubeapi import Emulator, running_emulator
 
@@ -29,8 +31,11 @@ OWN_NS = "tls-injector"
 KINDS = ("Deployment", "StatefulSet", "DaemonSet")
 
 
-def populate(emu: Emulator, *, workloads: int, namespaces: int) -> None:
-    """Namespaces ns0..; workloads spread evenly, kinds in turn; one namespace in ten opted in by label."""
+def populate(emu: Emulator, *, workloads: int, namespaces: int, controller_objects: bool = False) -> None:
+    """Namespaces ns0..; workloads spread evenly, kinds in turn; one namespace in ten opted in by label.
+    With `controller_objects`, what kube-controller-manager adds on a cluster with no node (as the
+    --apiserver runs have it): each Deployment's ReplicaSet and its one Pod, each StatefulSet's Pod, all
+    Pending; a DaemonSet has none (no node to run on)."""
     emu.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OWN_NS}})
     for n in range(namespaces):
         labels = {"tls-injector.io/inject": "enabled"} if n % 10 == 0 else {}
@@ -38,10 +43,47 @@ def populate(emu: Emulator, *, workloads: int, namespaces: int) -> None:
     for w in range(workloads):
         ns, name = f"ns{w % namespaces}", f"app{w}"
         pod_labels = {"app": name} if w % namespaces % 10 == 0 else {"app": name, "tls-injector.io/inject": "true"}
-        emu.add({"apiVersion": "apps/v1", "kind": KINDS[w % 3], "metadata": {"name": name, "namespace": ns},
-                 "spec": {"selector": {"matchLabels": {"app": name}}, "serviceName": name,
-                          "template": {"metadata": {"labels": pod_labels},
-                                       "spec": {"containers": [{"name": "app", "image": "example/app:1"}]}}}})
+        container = {"name": "app", "image": "example/app:1"}
+        workload = emu.add({"apiVersion": "apps/v1", "kind": KINDS[w % 3], "metadata": {"name": name, "namespace": ns},
+                            "spec": {"selector": {"matchLabels": {"app": name}}, "serviceName": name,
+                                     "template": {"metadata": {"labels": pod_labels},
+                                                  "spec": {"containers": [container]}}}})
+        if controller_objects:
+            _controller_objects(emu, workload)
+
+
+def _owner(obj: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": obj["metadata"]["name"],
+            "uid": obj["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+
+
+def _controller_objects(emu: Emulator, workload: dict[str, Any]) -> None:
+    """A Deployment's ReplicaSet and Pod, a StatefulSet's Pod, as kube-controller-manager makes them."""
+    meta, template = workload["metadata"], workload["spec"]["template"]
+    ns, name = meta["namespace"], meta["name"]
+    spec = {**template["spec"], "serviceAccountName": "default", "serviceAccount": "default",
+            "restartPolicy": "Always", "schedulerName": "default-scheduler"}
+    if workload["kind"] == "Deployment":
+        digest = f"{zlib.crc32(name.encode()):08x}"[:10]
+        labels = {**template["metadata"]["labels"], "pod-template-hash": digest}
+        owner = emu.add({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                         "metadata": {"name": f"{name}-{digest}", "namespace": ns, "labels": labels,
+                                      "annotations": {"deployment.kubernetes.io/revision": "1"},
+                                      "ownerReferences": [_owner(workload)]},
+                         "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                                  "template": {"metadata": {"labels": labels}, "spec": template["spec"]}}})
+        pod_name, generate = f"{owner['metadata']['name']}-{digest[:5]}", f"{owner['metadata']['name']}-"
+    elif workload["kind"] == "StatefulSet":
+        owner, pod_name, generate = workload, f"{name}-0", f"{name}-"
+        labels = {**template["metadata"]["labels"], "controller-revision-hash": f"{name}-7d4b9c8f6d",
+                  "statefulset.kubernetes.io/pod-name": pod_name, "apps.kubernetes.io/pod-index": "0"}
+        spec = {**spec, "hostname": pod_name, "subdomain": name}
+    else:
+        return
+    emu.add({"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": pod_name, "generateName": generate, "namespace": ns, "labels": labels,
+                          "ownerReferences": [_owner(owner)]},
+             "spec": spec, "status": {"phase": "Pending", "qosClass": "BestEffort"}})
 
 
 def hostile(emu: Emulator, count: int) -> None:

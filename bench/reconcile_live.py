@@ -271,6 +271,7 @@ class Plan:
     quiet: float = 60.0
     burst: int = 1000
     resync_window: float | None = None
+    controller_objects: bool = False
 
 
 @dataclass
@@ -450,6 +451,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quiet-seconds", type=float, default=60.0)
     parser.add_argument("--burst", type=int, default=1000, help="workloads changed at once in phase d")
     parser.add_argument("--resync", type=float, help="start the reconciler with --resync-period RESYNC (seconds)")
+    parser.add_argument("--controller-objects", action="store_true",
+                        help="on the emulator, also each Deployment's ReplicaSet and Pod and each StatefulSet's Pod, "
+                             "as kube-controller-manager adds them on the --apiserver runs")
     parser.add_argument("--resync-window", type=float,
                         help="seconds measured after the burst, to include one resync (off by default)")
     return parser.parse_args(argv)
@@ -457,7 +461,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def plan_of(args: argparse.Namespace) -> Plan:
     return Plan(args.workloads, args.namespaces, timeout=args.timeout, settle=args.settle, quiet=args.quiet_seconds,
-                burst=args.burst, resync_window=args.resync_window)
+                burst=args.burst, resync_window=args.resync_window, controller_objects=args.controller_objects)
 
 
 def summary(plan: Plan, figures: Figures) -> str:
@@ -496,8 +500,9 @@ def running_populated_emulator(plan: Plan) -> Iterator[EmulatorCluster]:
     # Bookmarks every 60 s, as the real apiserver sends them about once a minute.
     with running_emulator(seed=0, bookmark_interval=60.0) as emu:
         started = time.perf_counter()
-        populate(emu, workloads=plan.workloads, namespaces=plan.namespaces)
-        print(f"cluster: {plan.workloads} workloads in {plan.namespaces} namespaces (emulator), populated in "
+        populate(emu, workloads=plan.workloads, namespaces=plan.namespaces, controller_objects=plan.controller_objects)
+        extra = " with their ReplicaSets and Pods" if plan.controller_objects else ""
+        print(f"cluster: {plan.workloads} workloads{extra} in {plan.namespaces} namespaces (emulator), populated in "
               f"{time.perf_counter() - started:.1f} s", flush=True)
         yield EmulatorCluster(emu)
 

@@ -91,3 +91,22 @@ def test_a_reconciler_that_exits_is_reported_and_stops_the_run(tmp_path: Path,
     assert "--no-such-flag" in out
     assert figures.values["first_s"] is None
     assert "c1." not in out
+
+
+def test_controller_objects_are_what_the_controller_manager_adds_with_no_node() -> None:
+    plan = Plan(6, 2, controller_objects=True)
+    with running_populated_emulator(plan) as cluster:
+        objects = {kind: cluster.emu.objects(kind) for kind in ("deployments", "statefulsets", "daemonsets",
+                                                                   "replicasets", "pods")}
+    by_uid = {o["metadata"]["uid"]: o for kind in ("deployments", "statefulsets", "replicasets") for o in objects[kind]}
+    assert (len(objects["deployments"]), len(objects["statefulsets"]), len(objects["daemonsets"])) == (2, 2, 2)
+    assert len(objects["replicasets"]) == 2  # one a Deployment; none for a DaemonSet (no node)
+    assert len(objects["pods"]) == 4  # one a ReplicaSet, one a StatefulSet
+    for obj in objects["replicasets"] + objects["pods"]:
+        (owner,) = obj["metadata"]["ownerReferences"]
+        parent = by_uid[owner["uid"]]
+        assert (owner["kind"], owner["name"]) == (parent["kind"], parent["metadata"]["name"])
+        template_labels = parent["spec"]["template"]["metadata"]["labels"]
+        assert template_labels.items() <= obj["metadata"]["labels"].items()  # the template's labels, and its hash
+    assert {p["status"]["phase"] for p in objects["pods"]} == {"Pending"}
+    assert {p["metadata"]["ownerReferences"][0]["kind"] for p in objects["pods"]} == {"ReplicaSet", "StatefulSet"}
