@@ -299,10 +299,11 @@ _CA_KEY = "ca.crt"
 
 # Pods held with the parts they repeat shared (`_Recent`): a ReplicaSet's pods carry the same labels, owner
 # reference and generateName, and most pods of a cluster the same few spec fields, phase and (none of) our
-# annotations. Kept whole per pod, a pod took ~2.9 KiB (tracemalloc, decoded from the JSON a ReplicaSet's
-# pod arrives as); shared, ~1.5 KiB: ~90 MiB less at 66,667 pods. The siblings of a ReplicaSet are listed one
-# after the other (a list is in name order) and made within moments of each other, so the last 1,024 distinct
-# parts seen are enough to find them; an older equal part is held again, never a wrong one shared.
+# annotations. Kept whole per pod, a pod took ~2.9 KiB (bench/cache_shapes.py: decoded from the JSON a
+# ReplicaSet's pod arrives as); shared, ~1.5 KiB: ~90 MiB less at 66,667 pods. The siblings of a ReplicaSet
+# are listed one after the other (a list is in name order) and made within moments of each other, so the
+# last 1,024 distinct parts seen are enough to find them; an older equal part is held again, never a wrong
+# one shared.
 RECENT_PARTS = 1024
 
 
