@@ -14,7 +14,7 @@ from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, namespace, reconciler
 from tls_injector import names
 from tls_injector.kube import DEPLOYMENTS, KubeApi, Resource
-from tls_injector.reconcile.core.events import HELD_LINES, IssuedTally, Outbox, issued_message
+from tls_injector.reconcile.core.events import HELD_LINES, IssuedTally, Outbox, issued_message, issued_ref
 from tls_injector.reconcile.loop.controller import Controller
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -170,3 +170,22 @@ def workload(name: str) -> dict[str, Any]:
             "spec": {"selector": {"matchLabels": {"app": name}},
                      "template": {"metadata": {"labels": {"app": name, names.INJECT_LABEL: "true"}},
                                   "spec": {"containers": [{"name": "app", "image": "example/app:1"}]}}}}
+
+
+def test_a_closed_outbox_posts_nothing_more_not_even_what_its_tally_held_and_its_thread_ends() -> None:
+    api = Recording()
+    box = Outbox(cast(KubeApi, api), tally=IssuedTally(window=0.5))
+    box.tell_issued("a", lines(1, 0), NOW)  # told at once
+    box.tell_issued("a", lines(1, 1), NOW)  # held for the window
+    box.flush()
+    assert len(api.posted) == 1
+    thread = box._thread
+    assert thread is not None
+    box.close()
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+    time.sleep(1.0)  # past the window: a thread still running would have posted the held one by now
+    box.emit((issued_ref("b"),), reason="CertificatesIssued", message="after close", kind="Normal", now=NOW)
+    box.tell_issued("c", lines(1, 2), NOW)
+    box.flush()  # returns: nothing is queued
+    assert [ns for _, ns, _ in api.posted] == ["a"]

@@ -170,15 +170,20 @@ class Outbox:
         self._lock = threading.Lock()
         self._tally = tally or IssuedTally()
         self._clock = clock
+        self._closed = threading.Event()
 
     def emit(self, refs: tuple[WorkloadRef, ...], *, reason: str, message: str,
              kind: Literal["Normal", "Warning"], now: datetime) -> None:
+        if self._closed.is_set():
+            return
         self._start()
         for ref in refs:
             self._queue.put((ref, event_body(ref, reason=reason, message=message, kind=kind, now=now)))
 
     def tell_issued(self, namespace: str, told: list[str], now: datetime) -> None:
         """The certificates issued in `namespace` by a pass: told at once, or held by the tally."""
+        if self._closed.is_set():
+            return
         with self._lock:
             at_once = self._tally.add(namespace, told, self._clock())
         if at_once is not None:
@@ -191,6 +196,16 @@ class Outbox:
     def flush(self) -> None:
         """Every Event emitted so far is posted (what the tally holds is posted when its window ends)."""
         self._queue.join()
+
+    def close(self) -> None:
+        """The loop has stopped: nothing more is posted and the thread ends. What the tally still holds is
+        dropped (routine counts, which the status and metrics keep): a replica that no longer runs the loop
+        (stopped, or no longer leading) must not write when a window ends."""
+        self._closed.set()
+        with self._lock:
+            started = self._thread is not None
+        if started:
+            self._queue.put(None)  # wakes the thread, which then ends
 
     def _start(self) -> None:
         with self._lock:
@@ -205,13 +220,17 @@ class Outbox:
             try:
                 item = self._queue.get(timeout=None if due_at is None else max(0.0, due_at - self._clock()))
             except queue.Empty:
+                if self._closed.is_set():
+                    return
                 self._post_held()
                 continue
             try:
-                if item is not None:
+                if item is not None and not self._closed.is_set():
                     self._post(*item)
             finally:
                 self._queue.task_done()
+            if self._closed.is_set() and self._queue.empty():
+                return  # closed: what was queued is dropped (flush returns), and the thread ends
 
     def _post_held(self) -> None:
         with self._lock:

@@ -101,6 +101,7 @@ class Controller:
     _pool: KeyPool | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _wake: threading.Event | None = None
+    _outbox: Outbox | None = None  # the Events' outbox of the running loop, closed when it stops
 
     def alive(self, now: float | None = None) -> bool:
         """For a liveness probe: running, and came round within STUCK_AFTER_SECONDS."""
@@ -158,12 +159,18 @@ class Controller:
             waits = [RETRY_PERIOD.total_seconds(), *([due - clock()] if due else []),
                      *([self._later[0][0] - clock()] if self._later else [])]
             wake.wait(max(0.02, min(waits)) if self._leading() and cache.synced() else 0.05)
-        self.heartbeat = None  # stopped: a probe must see it at once, not 90 s later
+        self._stopped()
+
+    def _stopped(self) -> None:
+        self.heartbeat = None  # a probe must see it at once, not 90 s later
+        if self._outbox is not None:
+            self._outbox.close()  # its thread must not post what it holds once the loop has stopped
 
     def _start_watches(self, stop: threading.Event) -> ClusterCache:
         """The cache's informers, and the watches that only tell: our other ConfigMaps and the user's CAs."""
         cache = ClusterCache(self.api, on_key=self._queue)
-        self.reconciler.attach(cache, Outbox(self.api, tally=IssuedTally(self.issued_window_seconds)))
+        self._outbox = Outbox(self.api, tally=IssuedTally(self.issued_window_seconds))
+        self.reconciler.attach(cache, self._outbox)
         threading.Thread(target=cache.run, args=(stop, self.watch_timeout_seconds), daemon=True,
                          name="cache").start()
         # Our ConfigMaps other than the bundles (a member's report, a hub's record): only their change is told.
