@@ -199,8 +199,8 @@ class Outbox:
 
     def close(self) -> None:
         """The loop has stopped: nothing more is posted and the thread ends. What the tally still holds is
-        dropped (routine counts, which the status and metrics keep): a replica that no longer runs the loop
-        (stopped, or no longer leading) must not write when a window ends."""
+        dropped (routine counts, which the status and metrics keep): a replica whose loop has stopped must
+        not write when a window ends."""
         self._closed.set()
         with self._lock:
             started = self._thread is not None
