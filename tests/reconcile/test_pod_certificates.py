@@ -20,7 +20,7 @@ from tests.pki.tls import Party, handshake
 from tests.reconcile import podcert_cluster as kubelet
 from tests.reconcile.cluster import OWN_NS, Clock, deployment, namespace, reconciler
 from tests.reconcile.test_rotation import ca_states, force_replace
-from tls_injector.kube import KubeApi
+from tls_injector.kube import KubeApi, pod_certificate_requests
 from tls_injector.pki import (
     bundle_certificates,
     fingerprint,
@@ -30,6 +30,7 @@ from tls_injector.pki import (
     verify_server,
 )
 from tls_injector.reconcile.core.budget import NAMESPACE_TURN_SECONDS
+from tls_injector.reconcile.loop.cache import MAX_REQUEST_BYTES, ClusterCache
 from tls_injector.reconcile.loop.controller import Controller
 from tls_injector.reconcile.native.signer import DISCOVERY_TTL_SECONDS, NativeApis
 
@@ -339,8 +340,84 @@ def test_a_signer_pass_answers_requests_with_a_few_reads_and_writes_nothing_else
     assert named == [("get", "nodes", kubelet.NODE), ("get", "serviceaccounts", "default")]
     cluster.reset_log()
     assert reconciler(cluster, clock).run_signer_pass().converged  # nothing pending: reads only the requests
-    assert [(e.verb, e.resource) for e in cluster.log] == [
-        ("get", "clustertrustbundles.certificates.k8s.io"), ("list", "podcertificaterequests.certificates.k8s.io")]
+    assert [(e.verb, e.resource) for e in cluster.log] == [("list", "podcertificaterequests.certificates.k8s.io")]
+
+
+def test_the_cache_holds_pending_requests_only_and_lets_the_signer_list_past_its_cap(
+        cluster: Emulator, clock: Clock) -> None:
+    """What the loop's cache holds of the requests: ours while pending, as the signer reads them; an answered
+    one, another signer's, none; and one over MAX_REQUEST_BYTES (the pod author's unverifiedUserAnnotations)
+    makes the cache say it holds nothing, so that the signer lists them all rather than never answer it."""
+    resource = pod_certificate_requests("v1")
+    cache = ClusterCache(KubeApi(cluster.api_client()), on_key=lambda _: None)
+    told: list[int] = []
+    informer = cache.follow_requests(resource, on_request=lambda: told.append(1))
+    assert cache.pending_requests(resource) is None  # not listed yet: the signer lists
+    mine = kubelet.request(cluster, kubelet.pod(cluster, "web", "demo"))
+    kubelet.request(cluster, kubelet.pod(cluster, "other", "demo"), signer="example.com/other")
+    informer.relist()
+    held = cache.pending_requests(resource)
+    assert held is not None
+    assert [r["metadata"]["name"] for r in held] == [mine.name]
+    assert set(held[0]["metadata"]) == {"name", "namespace", "uid", "resourceVersion"}  # no managedFields
+    assert told == [1]
+    assert cache.pending_requests(pod_certificate_requests("v1beta1")) is None  # not the version followed
+    deployment(cluster, "classic", "demo")
+    assert reconciler(cluster, clock).run_pass().converged  # answers it
+    informer.relist()
+    assert cache.pending_requests(resource) == []
+    assert told == [1]
+    big = {"example.com/blob": "x" * MAX_REQUEST_BYTES}
+    large = kubelet.request(cluster, kubelet.pod(cluster, "big", "demo"), user_annotations=big)
+    informer.relist()
+    assert cache.pending_requests(resource) is None
+    assert [o.name for o in informer.oversized] == [large.name]
+    rec = reconciler(cluster, clock)
+    rec.attach(cache)
+    assert rec.run_signer_pass().converged
+    assert kubelet.status(cluster, large) != {}  # listed by the signer, answered
+
+
+def test_the_running_loop_holds_pending_requests_so_no_pass_lists_them(cluster: Emulator, clock: Clock) -> None:
+    """Issue 54: a quiet minute makes no list. The loop's informer lists the requests once; after that a
+    signer pass and a full pass read them from the cache, and an answered one leaves it."""
+    deployment(cluster, "classic", "demo")
+    rec = reconciler(cluster, clock, turn_seconds=NAMESPACE_TURN_SECONDS)
+    loop = Controller(rec.api, rec, None, resync_seconds=3600, debounce_seconds=0.05, watch_timeout_seconds=2,
+                      min_pass_gap_seconds=0.1)
+    stop = threading.Event()
+    thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
+    thread.start()
+    requests = "podcertificaterequests.certificates.k8s.io"
+    try:
+        deadline = time.monotonic() + 15
+        while not (cluster.open_watches(requests) and cluster.objects("clustertrustbundles.certificates.k8s.io")
+                   and loop.passes >= 1):
+            assert time.monotonic() < deadline, "the loop never followed the requests"
+            time.sleep(0.05)
+        listed_at_start = [e for e in cluster.log if e.verb == "list" and e.resource == requests]
+        assert len(listed_at_start) == 1, listed_at_start  # the informer's first list, and the pass read it
+        cluster.reset_log()
+        req = kubelet.request(cluster, kubelet.pod(cluster, "web", "demo"))
+        while kubelet.status(cluster, req) == {}:
+            assert time.monotonic() < deadline, "the request was not answered"
+            time.sleep(0.05)
+        assert kubelet.condition(cluster, req)["type"] == "Issued"
+        cache = rec.cache
+        assert cache is not None
+        while cache.pending_requests(pod_certificate_requests("v1")) != []:
+            assert time.monotonic() < deadline, "the answered request stayed in the cache"
+            time.sleep(0.05)
+        passes = loop.passes
+        loop._queue("")  # a change that concerns the whole cluster: a full pass
+        while loop.passes == passes:
+            assert time.monotonic() < deadline, "no full pass ran"
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert [e for e in cluster.log if e.verb == "list"] == []
 
 
 @pytest.mark.parametrize("workload", ["web.v2", "1.2.3", "api.team-a.example"])

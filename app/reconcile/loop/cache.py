@@ -37,6 +37,7 @@ from tls_injector.kube import (
     SERVICES,
     KubeApi,
     KubeError,
+    Resource,
 )
 from tls_injector.kube.informer import WATCH_TIMEOUT_SECONDS, Informer, Key, Writing
 from tls_injector.names import MANAGED_BY_LABEL, MANAGER, ROLE_LABEL
@@ -57,6 +58,7 @@ from tls_injector.reconcile.core.read import (
     service_shape,
     workload_shape,
 )
+from tls_injector.reconcile.native import podcerts
 
 log = logging.getLogger("tls_injector.reconcile")
 # What a tenant could make every replica hold for good by labelling its own objects as ours: a leaf
@@ -66,6 +68,11 @@ log = logging.getLogger("tls_injector.reconcile")
 # ConfigMap over 1 MiB of data: its cap only bounds what a server we do not control could send.
 MAX_LEAF_BYTES = 256 * 1024
 MAX_BUNDLE_BYTES = 1024 * 1024 + 64 * 1024  # a ConfigMap's 1 MiB of data, and its metadata
+# A pending PodCertificateRequest as held (its name, UID and version, spec and status): a public key and
+# its proof of possession, the pod's, node's and account's names and UIDs, ~2 KiB; its spec's
+# unverifiedUserAnnotations are the pod author's. Past the cap one is not held, and while one is left out
+# the signer lists the requests as it does without a cache: a refusal to hold it stalls no request.
+MAX_REQUEST_BYTES = 256 * 1024
 # A change that concerns the whole cluster (a CA Secret, a hub's member, a relist of our own Secrets):
 # only a full pass decides on it.
 CLUSTER = ""
@@ -80,6 +87,8 @@ class ClusterCache:
 
     def __init__(self, api: KubeApi, *, on_key: Callable[[str], None]) -> None:
         self.on_key = on_key
+        self._api = api
+        self.requests: Informer | None = None  # followed once the signer's API version is known (follow_requests)
         self._enabled: frozenset[str] = frozenset()
         self._unfilled: set[str] = set()  # enabled namespaces whose objects are not all held whole yet
         self._lock = threading.Lock()
@@ -101,6 +110,25 @@ class ClusterCache:
                                 shape=_which_secret, on_change=self._cluster_changed)
         self.bundles = Informer(api, CONFIG_MAPS, field_selector=f"metadata.name={names.TRUST_BUNDLE_CONFIGMAP}",
                                 shape=_bundle_shape, max_object_bytes=MAX_BUNDLE_BYTES, on_change=self._changed)
+
+    def follow_requests(self, resource: Resource, *, on_request: Callable[[], None]) -> Informer:
+        """The informer of the PodCertificateRequests pending for our signer (`resource`: the version the
+        cluster serves), for the caller to run; `on_request` is told when one comes or changes, not when
+        one is answered (its event then removes it). A pass reads it through `pending_requests`."""
+        def changed(_key: Key, _old: Obj | None, new: Obj | None) -> None:
+            if new is not None:
+                on_request()
+        self.requests = Informer(self._api, resource, field_selector=f"spec.signerName={names.SIGNER_NAME}",
+                                 shape=_pending_request, max_object_bytes=MAX_REQUEST_BYTES, on_change=changed)
+        return self.requests
+
+    def pending_requests(self, resource: Resource) -> list[Obj] | None:
+        """The pending requests of `resource` as held; None (the caller lists) when none of that resource is
+        followed, its first list is not in yet, or one was too large to hold."""
+        informer = self.requests
+        if informer is None or informer.resource != resource or not informer.synced.is_set() or informer.oversized:
+            return None
+        return informer.objects()
 
     @property
     def informers(self) -> list[Informer]:
@@ -380,6 +408,17 @@ def _shared(value: Any) -> Any:
     if isinstance(value, list):
         return [_shared(v) for v in value]
     return value
+
+
+def _pending_request(request: Obj) -> Obj | None:
+    """A request for our signer not yet answered, as the signer reads it; None for any other (an answered
+    one's event removes it)."""
+    if not podcerts.is_ours(request):
+        return None
+    meta = request.get("metadata") or {}
+    return {"apiVersion": request.get("apiVersion"), "kind": request.get("kind"),
+            "metadata": {key: meta[key] for key in ("name", "namespace", "uid", "resourceVersion") if key in meta},
+            "spec": request.get("spec"), "status": request.get("status") or {}}
 
 
 def _which_secret(secret: Obj) -> Obj:

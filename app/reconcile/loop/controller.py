@@ -117,7 +117,7 @@ class Controller:
         self.reconciler.keys = self._pool = KeyPool(on_ready=self._key_made)
         threading.Thread(target=self._pool.run, args=(stop,), daemon=True, name="keys").start()
         sign = threading.Event()  # only a pod certificate request changed: the signer alone is enough
-        self._watch_pod_certificates(sign, stop)
+        self._follow_pod_certificates(cache, sign, stop)
         if self.elector:
             self.reconciler.metrics.follow(self._leading)
             # Renewal runs beside the passes: a long pass must not let the lease lapse.
@@ -300,9 +300,10 @@ class Controller:
                 self.heartbeat = time.monotonic()
             stop.wait(RETRY_PERIOD.total_seconds())
 
-    def _watch_pod_certificates(self, wake: threading.Event, stop: threading.Event) -> None:
+    def _follow_pod_certificates(self, cache: ClusterCache, wake: threading.Event, stop: threading.Event) -> None:
         """Requests to our signer wake a signer pass at once: their pod does not start until one is answered.
-        The API version is found at start; a cluster upgraded to serve it is picked up at the next restart."""
+        They are held in the cache while pending, so no pass lists them. The API version is found at start;
+        a cluster upgraded to serve it is picked up at the next restart (until then a full pass lists)."""
         try:
             version = self.reconciler.native.version()
         except KubeError as e:
@@ -310,9 +311,8 @@ class Controller:
                         extra={"error": str(e)})
             return
         if version is not None:
-            threading.Thread(target=self._watch, args=(pod_certificate_requests(version), None, stop),
-                             kwargs={"field_selector": f"spec.signerName={names.SIGNER_NAME}",
-                                     "on_event": lambda _: self._signal(wake)}, daemon=True,
+            informer = cache.follow_requests(pod_certificate_requests(version), on_request=lambda: self._signal(wake))
+            threading.Thread(target=informer.run, args=(stop, self.watch_timeout_seconds), daemon=True,
                              name="watch-podcertificaterequests").start()
 
     def _watch_user_ca(self, stop: threading.Event) -> None:

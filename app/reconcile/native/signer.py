@@ -110,18 +110,33 @@ class Outcome:
     verdicts: Counter[str] = field(default_factory=Counter)  # Issued, or the reason of a denial
 
 
-def observe(api: KubeApi, native: NativeApis) -> NativeView | None:
-    """Our ClusterTrustBundle and every request addressed to our signer (selected server-side)."""
-    version = native.version()
-    if version is None:
+# The requests of a version's resource as the running loop's cache holds them (only those pending for our
+# signer), or None when it holds none for that resource (no cache, or its first list is not in yet).
+Held = Callable[[Resource], "list[Obj] | None"]
+
+
+def observe(api: KubeApi, native: NativeApis, held: Held | None = None) -> NativeView | None:
+    """Our ClusterTrustBundle and every request addressed to our signer."""
+    view = pending(api, native, held)
+    if view is None:
         return None
-    view = NativeView(version)
     try:
         view.bundle = api.get(view.bundles_resource, podcerts.TRUST_BUNDLE_NAME)
     except NotFound:
         view.bundle = None
-    view.requests = api.list_objects(view.requests_resource,
-                                     field_selector=f"spec.signerName={names.SIGNER_NAME}").items
+    return view
+
+
+def pending(api: KubeApi, native: NativeApis, held: Held | None = None) -> NativeView | None:
+    """The requests addressed to our signer, without the bundle: from the cache when it holds them (no call),
+    else listed (selected server-side)."""
+    version = native.version()
+    if version is None:
+        return None
+    view = NativeView(version)
+    cached = held(view.requests_resource) if held is not None else None
+    view.requests = cached if cached is not None else api.list_objects(
+        view.requests_resource, field_selector=f"spec.signerName={names.SIGNER_NAME}").items
     return view
 
 

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from tls_injector import names
-from tls_injector.kube import CONFIG_MAPS, NAMESPACES, SECRETS, KubeApi, KubeError
+from tls_injector.kube import CONFIG_MAPS, NAMESPACES, SECRETS, KubeApi, KubeError, Resource
 from tls_injector.pki import CaSet
 from tls_injector.reconcile.ca.machine import CaUnusable, load_ca_set
 from tls_injector.reconcile.core.budget import TurnBudget
@@ -85,6 +85,8 @@ class PassCache(Protocol):
     def assume(self, kind: str, key: tuple[str, str], stored: Obj | None, *, was: str) -> Obj | None: ...
 
     def observed(self, namespaces: Iterable[str] | None = None) -> Observed: ...
+
+    def pending_requests(self, resource: Resource) -> list[Obj] | None: ...
 
 
 class _FullPassNeeded(Exception):
@@ -160,6 +162,7 @@ class Reconciler:
         """The loop's cache (a pass reads it; our writes go into it) and its Events' outbox."""
         self._cache = cache
         self.writer.use_cache(cache)
+        self.pod_signer.use_cache(cache.pending_requests if cache is not None else None)
         self.announcer.use_outbox(outbox)
 
     def retries(self, namespaces: set[str] | None = None) -> dict[str, datetime]:

@@ -29,10 +29,15 @@ class PodCertificateSigner:
         self._metrics = metrics
         self._native = native
         self._guard = guard
+        self._held: signer.Held | None = None
+
+    def use_cache(self, held: signer.Held | None) -> None:
+        """The running loop's cache of pending requests: read instead of listing while it holds them."""
+        self._held = held
 
     def observe(self) -> signer.NativeView | None:
         """The bundle and the requests, when the cluster serves pod certificates (None when not)."""
-        return signer.observe(self._api, self._native)
+        return signer.observe(self._api, self._native, self._held)
 
     def converge(self, native: signer.NativeView, cas: CaSet, observed: Observed, report: PassReport,
                  now: datetime) -> None:
@@ -64,7 +69,7 @@ class PodCertificateSigner:
                       observed: Callable[[], Observed]) -> None:
         """Only the pending requests of our signer, if any: `cas` the CA set as stored, `observed` the pods
         (each read only when a request of ours waits)."""
-        native = self.observe()
+        native = signer.pending(self._api, self._native, self._held)  # no bundle: this pass does not publish
         if native is None or not any(podcerts.is_ours(r) for r in native.requests):
             return
         self._answer_requests(native, cas(), observed(), report, now)
