@@ -173,7 +173,7 @@ def test_the_plan_deletes_our_objects_that_nothing_needs_any_more(sign: Signing)
     leaf = stored_from(decide_leaf(Target("gone", "old-tls", ("old",), ()), None, sign))
     bundle = stored_from(decide_bundle("gone", None, sign))
     observed = Observed(leaves={("gone", "old-tls"): leaf}, bundles={"gone": bundle})
-    items = plan([TARGET], observed, sign)
+    items = list(plan([TARGET], observed, sign))
     outcomes = {(i.resource.kind, i.namespace, i.name): i.decide(observed.lookup(i)) for i in items}
     actions = {k: (o.action if isinstance(o, Write) else o) for k, o in outcomes.items()}
     assert actions == {
@@ -185,5 +185,5 @@ def test_the_plan_deletes_our_objects_that_nothing_needs_any_more(sign: Signing)
 
 
 def test_an_enabled_namespace_without_workloads_still_gets_the_bundle(sign: Signing) -> None:
-    items = plan([], Observed(enabled={"empty"}), sign)
+    items = list(plan([], Observed(enabled={"empty"}), sign))
     assert [(i.resource.kind, i.namespace) for i in items] == [("ConfigMap", "empty")]

@@ -8,7 +8,7 @@ objects.py (what a decision gives), inputs.py (what it reads).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from tls_injector.kube import CONFIG_MAPS, SECRETS, Resource
 from tls_injector.names import TRUST_BUNDLE_CONFIGMAP
@@ -21,24 +21,31 @@ from tls_injector.reconcile.core.leaves import decide_client_leaf, decide_leaf
 from tls_injector.reconcile.core.objects import Item, Obj, Outcome, Write
 
 
-def plan(targets: Iterable[Target], observed: Observed, signing: Signing) -> list[Item]:
-    """Every leaf Secret and bundle ConfigMap to converge, and every one of ours no longer needed."""
+def plan(targets: Iterable[Target], observed: Observed, signing: Signing) -> Iterator[Item]:
+    """Every leaf Secret and bundle ConfigMap to converge, and every one of ours no longer needed: made one
+    at a time as the pass takes them (an Item holds its decision's closure: ~0.45 KiB each, ~45 MiB at
+    100,000 workloads if a pass held them all at once)."""
     targets = list(targets)
     # Bundles first: a pod mounts its namespace's bundle and its own Secret and starts when both exist, and
     # there are far fewer bundles than leaves (a first pass at 100,000 workloads wrote its 10,000 bundles
     # after 12 minutes of leaves, so every pod waited for the pass's end). A bundle's contents depend on
     # the CAs' phases, decided before the plan, not on the leaves.
     namespaces = bundle_namespaces(targets, observed.bundle_wanted)
-    items = [_bundle_item(ns, signing, truststore=ns in observed.truststores, public=ns in observed.public_roots)
-             for ns in sorted(namespaces)]
-    items += [_leaf_item(t, signing, observed.keystores.get((t.namespace, t.secret_name))) for t in targets]
-    if signing.client is not None:
-        items += [_client_item(t, signing) for t in targets if t.client_wanted]
     wanted = {(t.namespace, t.secret_name) for t in targets} | client_secrets(targets)
-    items += [_orphan(SECRETS, ns, name, "leaf") for (ns, name) in sorted(observed.leaves) if (ns, name) not in wanted]
-    items += [_orphan(CONFIG_MAPS, ns, TRUST_BUNDLE_CONFIGMAP, "bundle")
-              for ns in sorted(observed.bundles) if ns not in namespaces]
-    return items
+    orphans = [key for key in sorted(observed.leaves) if key not in wanted]
+    unwanted = [ns for ns in sorted(observed.bundles) if ns not in namespaces]
+    for ns in sorted(namespaces):
+        yield _bundle_item(ns, signing, truststore=ns in observed.truststores, public=ns in observed.public_roots)
+    for t in targets:
+        yield _leaf_item(t, signing, observed.keystores.get((t.namespace, t.secret_name)))
+    if signing.client is not None:
+        for t in targets:
+            if t.client_wanted:
+                yield _client_item(t, signing)
+    for ns, name in orphans:
+        yield _orphan(SECRETS, ns, name, "leaf")
+    for ns in unwanted:
+        yield _orphan(CONFIG_MAPS, ns, TRUST_BUNDLE_CONFIGMAP, "bundle")
 
 
 def client_secrets(targets: Iterable[Target]) -> set[tuple[str, str]]:
