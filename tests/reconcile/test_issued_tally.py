@@ -189,3 +189,37 @@ def test_a_closed_outbox_posts_nothing_more_not_even_what_its_tally_held_and_its
     box.tell_issued("c", lines(1, 2), NOW)
     box.flush()  # returns: nothing is queued
     assert [ns for _, ns, _ in api.posted] == ["a"]
+
+
+def test_a_replica_that_stops_leading_drops_what_its_tally_held() -> None:
+    """Reconciler.forget (the loop's branch for a replica without the Lease) drops the held issuance: a
+    replica that no longer leads writes no CertificatesIssued when the window ends; a later tell is told at
+    once, as in a quiet namespace."""
+    api = Recording()
+    box = Outbox(cast(KubeApi, api), tally=IssuedTally(window=0.5))
+    box.tell_issued("a", lines(1, 0), NOW)  # told at once
+    box.tell_issued("a", lines(1, 1), NOW)  # held for the window
+    box.flush()
+    assert [ns for _, ns, _ in api.posted] == ["a"]
+    box.drop_held()
+    time.sleep(1.0)  # past the window: the held one would have been posted by now
+    assert [ns for _, ns, _ in api.posted] == ["a"]
+    box.tell_issued("a", lines(1, 2), NOW)  # leading again: nothing remembered, told at once
+    box.flush()
+    assert [m.split(" ")[0] for _, _, m in api.posted] == ["1", "1"]
+    box.close()
+
+
+def test_the_reconcilers_forget_drops_its_outbox_tally(kubeapi: Emulator) -> None:
+    namespace(kubeapi, OWN_NS)
+    rec = reconciler(kubeapi, Clock())
+    api = Recording()
+    box = Outbox(cast(KubeApi, api), tally=IssuedTally(window=0.5))
+    rec.attach(None, box)
+    box.tell_issued("a", lines(1, 0), NOW)
+    box.tell_issued("a", lines(1, 1), NOW)
+    box.flush()
+    rec.forget()
+    time.sleep(1.0)
+    assert [ns for _, ns, _ in api.posted] == ["a"]
+    box.close()

@@ -139,6 +139,11 @@ class IssuedTally:
             del self._told_at[namespace]  # a quiet namespace is told at once next time: nothing to remember
         return out
 
+    def clear(self) -> None:
+        """Forget every namespace: what is held is dropped, and each is told at once next time."""
+        self._told_at.clear()
+        self._held.clear()
+
     def remembered(self) -> int:
         """How many namespaces it remembers (told within the last window, or held)."""
         return len(self._told_at.keys() | self._held.keys())
@@ -196,6 +201,13 @@ class Outbox:
     def flush(self) -> None:
         """Every Event emitted so far is posted (what the tally holds is posted when its window ends)."""
         self._queue.join()
+
+    def drop_held(self) -> None:
+        """This replica no longer leads: what the tally holds is dropped, not posted when its window ends
+        (the leader tells its own passes' issuance; the counts stay in status and metrics). Events already
+        queued are still posted: they were emitted while it led."""
+        with self._lock:
+            self._tally.clear()
 
     def close(self) -> None:
         """The loop has stopped: nothing more is posted and the thread ends. What the tally still holds is

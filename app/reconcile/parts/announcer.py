@@ -36,6 +36,11 @@ class Announcer:
         """The loop's outbox, which Events go through from now on (None: each posted at once)."""
         self._outbox = outbox
 
+    def forget(self) -> None:
+        """This replica no longer leads: the issuance its outbox still holds is not told (Outbox.drop_held)."""
+        if self._outbox is not None:
+            self._outbox.drop_held()
+
     @property
     def facts(self) -> dict[WorkloadRef, list[tuple[str, str]]]:
         """The conditions of the pass under way, by the workload they are told on."""

@@ -237,6 +237,7 @@ class Reconciler:
         self.status = None
         self.keeper.forget()
         self.metrics.forget()
+        self.announcer.forget()  # and issuance its outbox still holds is not told after the window
 
     def run_signer_pass(self) -> PassReport:
         """Only the pending pod certificate requests, signed by the CA set as stored: what the loop runs
