@@ -458,8 +458,9 @@ def wants_pod_certificates(obj: Obj) -> bool:
 # A pass asks each pod's mode several times (discover, the signer, trust-only, keystores), and a template's
 # pods carry one record: its mode is read once. The webhook's records are 150-400 bytes; a longer one (a pod
 # annotated afterwards: records are written at CREATE only) is read each time, so what is remembered stays
-# under 1,024 x 1 KiB whatever a tenant writes.
-MAX_REMEMBERED_RECORD = 1024
+# under REMEMBERED_RECORDS x MAX_REMEMBERED_RECORD (1 MiB) whatever a tenant writes.
+MAX_REMEMBERED_RECORD = 1024  # bytes of one record
+REMEMBERED_RECORDS = 1024  # records whose mode is remembered (the last used)
 
 
 def _read_mode(record: str) -> str | None:
@@ -471,7 +472,7 @@ def _read_mode(record: str) -> str | None:
     return str(recorded.get("mode") or names.MODE_SECRET) if isinstance(recorded, dict) else None
 
 
-_recorded_mode = functools.lru_cache(maxsize=1024)(_read_mode)
+_recorded_mode = functools.lru_cache(maxsize=REMEMBERED_RECORDS)(_read_mode)
 
 
 def pod_mode(obj: Obj) -> str:
