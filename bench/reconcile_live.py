@@ -227,14 +227,15 @@ def open_window(cluster: Cluster, reconciler: Reconciler, *, started: float | No
 @dataclass
 class Outcome:
     present: float | None  # seconds from the window's start until nothing was missing
-    calls_present: int | None  # the reconciler's calls until then (drained at that poll)
+    calls_present: int | None  # the reconciler's calls until then (drained at that poll), its Lease's apart:
+    lease_present: int | None  # the leader election's renewals that fell in that time (2 calls every 2 s)
     converged: float | None  # ... until the last write before --settle quiet seconds (None: timed out)
     missing: set[Target]
 
 
 def wait_for(window: Window, targets: set[Target], *, timeout: float, settle: float) -> Outcome:
     """Poll until every target is present and no write came for `settle` seconds, or `timeout`."""
-    missing, present, calls = sorted(targets), None, None
+    missing, present, calls, lease = sorted(targets), None, None, None
     deadline = window.started + timeout
     while time.monotonic() < deadline and window.reconciler.alive():
         window.drain()
@@ -242,13 +243,15 @@ def wait_for(window: Window, targets: set[Target], *, timeout: float, settle: fl
         missing = window.cluster.missing(missing, exhaustive=False)
         now = time.monotonic()
         if not missing and present is None:
-            present, calls = now - window.started, sum(window.calls.values())
+            present = now - window.started
+            lease = sum(n for (_, resource), n in window.calls.items() if resource == LEASES)
+            calls = sum(window.calls.values()) - lease
         if not missing and now - max(window.last_write, window.started) >= settle:
-            return Outcome(present, calls, max(window.last_write - window.started, present or 0.0), set())
+            return Outcome(present, calls, lease, max(window.last_write - window.started, present or 0.0), set())
         # The emulator shares this process's GIL, the apiserver its cores: looking takes at most a fifth.
         time.sleep(max(window.cluster.poll_seconds, 4 * (now - looked)))
     window.drain()
-    return Outcome(present, calls, None, set(window.cluster.missing(missing, exhaustive=True)))
+    return Outcome(present, calls, lease, None, set(window.cluster.missing(missing, exhaustive=True)))
 
 
 def idle(window: Window, seconds: float) -> None:
@@ -357,7 +360,8 @@ def new_workload(cluster: Cluster, reconciler: Reconciler, plan: Plan, figures: 
 def _new_workload_line(label: str, window: Window, targets: set[Target], plan: Plan, figures: Figures, *,
                        key: str) -> None:
     outcome = wait_for(window, targets, timeout=plan.timeout, settle=plan.settle)
-    figures.say(f"{label}: {describe(window, outcome)}; {outcome.calls_present} calls until present")
+    figures.say(f"{label}: {describe(window, outcome)}; {outcome.calls_present} calls until present "
+                f"(and {outcome.lease_present} of the Lease's renewal)")
     figures.say(f"   calls until converged: {_by_resource(window)}")
     figures.values.update({f"{key}_s": outcome.present, f"{key}_calls": outcome.calls_present})
 

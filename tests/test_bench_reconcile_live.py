@@ -49,6 +49,10 @@ def test_every_phase_converges_and_is_counted(tmp_path: Path, capsys: pytest.Cap
     for label in ("a. first convergence", "b. quiet 2 s", "c1.", "c2.", "d. burst of 5", "e. resync", "peak RSS"):
         assert label in out
     assert "NOT CONVERGED" not in out
+    # A new workload's calls are its own: the Lease's renewals that fall in the wait are told apart.
+    assert "calls until present (and " in out
+    assert values["new_ns_calls"] is not None
+    assert values["new_ns_calls"] <= 10  # the namespace's refill (7 lists), its Secret, bundle and Event
 
 
 @pytest.fixture
