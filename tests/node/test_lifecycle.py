@@ -174,13 +174,20 @@ def test_the_other_reconciler_takes_over_the_lease_when_the_leader_pod_is_killed
                      lambda: ((found := node.cp.get(secret_path))[0] == 200 and found[1]) or None, timeout=120)
     issued = time.monotonic() - killed
     pod = d.until("the workload's pod running with its certificate", lambda: running(node, workload), timeout=120)
-    d.until("the reconciler's two replicas Ready again", lambda: d.reconciler_whole(node), node=node)
-    print(f"\nleader {leader} killed: {d.holder_pod(new['holderIdentity'])} took the Lease "
-          f"(leaseDurationSeconds {duration}) after {takeover:.1f} s; the Secret of {workload}, created "
+    again = names(d.until("the reconciler's two replicas Ready again", lambda: d.reconciler_whole(node),
+                          node=node))
+    taker = d.holder_pod(new["holderIdentity"])
+    print(f"\nleader {leader} killed: {taker} ({'the survivor' if taker == survivor else 'its replacement'}) took "
+          f"the Lease (leaseDurationSeconds {duration}) after {takeover:.1f} s; the Secret of {workload}, created "
           f"meanwhile, issued {issued:.1f} s after the kill")
-    assert d.holder_pod(new["holderIdentity"]) == survivor, new
-    # The survivor takes a Lease it has seen unchanged for its whole duration (app/kube/lease.py); it
-    # first sees the last renewal within one retry period of it and checks every retry period.
+    # Either replica not killed may take it: the survivor, or the pod the ReplicaSet started in the killed
+    # one's place, which runs within seconds and is as much a candidate (a CI run saw it win the race).
+    assert taker != leader, (new, leader)
+    assert taker in again, (new, again)
+    assert survivor in again, (survivor, again)
+    # A candidate takes a Lease it has seen unchanged for its whole duration (app/kube/lease.py): the
+    # survivor first sees the last renewal within one retry period of it and checks every retry period;
+    # the replacement first sees it after the kill, so never sooner.
     assert takeover <= duration + 2 * RETRY_PERIOD.total_seconds(), takeover
     assert takeover >= duration - RETRY_PERIOD.total_seconds(), f"taken before the Lease expired: {takeover}"
     assert not any(issued_early), "a Secret was issued while nobody held the Lease"
