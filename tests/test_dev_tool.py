@@ -157,3 +157,41 @@ def _curl_line(proc: subprocess.Popen[str]) -> str:
         if line.strip().startswith("curl "):
             return line.strip()
     raise AssertionError("no curl command printed within 90 s")
+
+
+def test_the_whole_suite_runs_the_rotation_beside_the_rest_and_a_selection_runs_as_given(dev: ModuleType) -> None:
+    main, beside = dev.suite("py", [])
+    assert beside is not None
+    assert main == ["py", "-m", "pytest", *(f"--ignore={path}" for path in dev.BESIDE)]
+    assert beside[-len(dev.BESIDE):] == list(dev.BESIDE)
+    for path in dev.BESIDE:  # a renamed file would leave the beside run with nothing to run
+        assert (ROOT / path).is_file(), path
+    assert dev.suite("py", ["tests/node"]) == (["py", "-m", "pytest", "tests/node"], None)
+
+
+@pytest.mark.parametrize("exits", [(0, 0, 0), (0, 3, 3), (1, 0, 1), (2, 3, 2)])
+def test_the_command_beside_runs_at_the_same_time_and_either_failing_fails_the_run(
+    dev: ModuleType, tmp_path: Path, capfd: pytest.CaptureFixture[str], exits: tuple[int, int, int],
+) -> None:
+    main_exit, beside_exit, expected = exits
+    started = tmp_path / "beside-started"
+    # beside announces itself and then waits for main's mark: each finishes only if the other ran meanwhile
+    beside = [sys.executable, "-c", (
+        "import pathlib, sys, time\n"
+        f"pathlib.Path({str(started)!r}).touch()\n"
+        f"end = time.monotonic() + 30\n"
+        f"while not pathlib.Path({str(started)!r} + '.seen').exists() and time.monotonic() < end: time.sleep(0.05)\n"
+        "print('beside says', pathlib.Path(" + repr(str(started)) + " + '.seen').exists())\n"
+        f"sys.exit({beside_exit})\n")]
+    main = [sys.executable, "-c", (
+        "import pathlib, sys, time\n"
+        "end = time.monotonic() + 30\n"
+        f"while not pathlib.Path({str(started)!r}).exists() and time.monotonic() < end: time.sleep(0.05)\n"
+        f"pathlib.Path({str(started)!r} + '.seen').touch()\n"
+        "print('main ran', flush=True)\n"
+        f"sys.exit({main_exit})\n")]
+    assert dev.run_beside(main, beside) == expected
+    out = capfd.readouterr().out
+    assert "beside says True" in out, out
+    assert out.index("main ran") < out.index("beside says"), "the beside run's output follows main's"
+    assert f"exit {beside_exit}" in out, out

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,7 +90,9 @@ def write_oci_archive(target: Path, *, name: str, entries: list[_Entry], entrypo
     files = {"oci-layout": json.dumps({"imageLayoutVersion": "1.0.0"}).encode(),
              "index.json": json.dumps(index, sort_keys=True).encode(),
              **{f"blobs/sha256/{digest.split(':', 1)[1]}": data for digest, data in blobs.items()}}
-    partial = target.with_name(target.name + ".partial")
+    # Two test sessions may make the same archive at once (tools/dev.py runs one beside the suite): each
+    # writes its own, and the rename of identical bytes is atomic.
+    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
     with tarfile.open(partial, "w") as archive:
         for directory in ("blobs", "blobs/sha256"):
             info = tarfile.TarInfo(directory)
