@@ -34,7 +34,7 @@ _INFO = b"tls-injector leaf seal v1"
 _MAX_LENGTH = 128
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Sealed:
     """What an opened seal vouches for, beyond the sealed bytes themselves: the leaf's validity window."""
 

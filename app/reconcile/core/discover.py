@@ -58,7 +58,7 @@ LISTED_KINDS: Mapping[str, str] = {
 COVERED_BY = {"ReplicaSet": "Deployment", "Job": "CronJob"}
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class WorkloadRef:
     kind: str
     namespace: str
@@ -70,7 +70,7 @@ class WorkloadRef:
         return f"{self.kind}/{self.name}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Target:
     """One certificate Secret the cluster needs: where, for which names, for whom."""
 
@@ -165,7 +165,7 @@ class Target:
 _NOTHING_ASKED = Resolved(BUILT_IN)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Use:
     """What one workload brings to the Secret it uses: its names, its client identity ("" for none), and
     the Services of its namespace that select its pods."""

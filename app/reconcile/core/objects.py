@@ -66,7 +66,7 @@ class Deferred:
 Outcome = Write | Refused | Waiting | Deferred | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Item:
     """One object to converge; `decide` is pure and may be called again on a fresher copy after a 409."""
 

@@ -46,7 +46,7 @@ class CaStatus:
     next_step_at: datetime | None  # when the set can next move on time alone
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Condition:
     """One condition of a workload's certificate, in the style of cert-manager's: `Ready` always, True
     with reason `Issued` or False with the reason that stops it; then one condition of each other trouble
@@ -58,7 +58,7 @@ class Condition:
     message: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WorkloadStatus:
     namespace: str
     workloads: tuple[str, ...]  # "Deployment/web", every workload sharing the Secret
