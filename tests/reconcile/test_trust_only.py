@@ -10,6 +10,7 @@ import base64
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import jsonpatch
 import pytest
@@ -21,9 +22,11 @@ from tests.reconcile.cluster import OWN_NS, Clock, data, deployment, namespace, 
 from tests.support.kubelet import NODE, Kubelet
 from tests.support.reviews import answer, review
 from tests.support.workloads import Obj
+from tls_injector import names
 from tls_injector.injection import InjectionOptions, make_mutate_handler
 from tls_injector.injection.preview import what_pods_get
 from tls_injector.kube import JOBS, PODS, KubeApi
+from tls_injector.reconcile.core.discover import trust_only_split
 
 MODE, INJECT = "tls-injector.io/mode", "tls-injector.io/inject"
 NS = "team-a"
@@ -144,3 +147,40 @@ def test_the_doctor_fails_while_a_trust_only_clients_namespace_has_no_bundle(
         reconciler(kubeapi, Clock(datetime.now(UTC))).run_pass()
         code, out = run(cluster.doctor(), capsys)
         assert line(out, TITLE).startswith("✔"), out
+
+
+def _deployment(name: str, namespace: str, mode: str = "") -> tuple[str, dict[str, Any]]:
+    annotations = {names.MODE_ANNOTATION: mode} if mode else {}
+    return "Deployment", {"metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"}, "spec": {
+        "template": {"metadata": {"labels": {names.INJECT_LABEL: names.POD_OPT_IN}, "annotations": annotations}}}}
+
+
+def _pod(name: str, namespace: str, owner: str | None, mode: str = "") -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": {names.INJECT_LABEL: names.POD_OPT_IN},
+                            "annotations": {names.MODE_ANNOTATION: mode} if mode else {}}
+    if owner is not None:  # a ReplicaSet of `owner` (a Deployment), as the controller names it
+        meta["labels"]["pod-template-hash"] = "5d8f7c9b6"
+        meta.update(generateName=f"{owner}-5d8f7c9b6-", ownerReferences=[
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{owner}-5d8f7c9b6", "uid": "rs",
+             "controller": True}])
+    return {"metadata": meta}
+
+
+def test_the_split_keeps_a_trust_only_workload_while_a_pod_of_its_own_mounts_its_secret() -> None:
+    """Trust-only workloads and pods leave the Secret users; a workload moving to trust-only keeps its Secret
+    while one of its own pods (not trust-only) still mounts it; a trust-only object's namespace gets the bundle
+    when it opted in. A pass with no trust-only object gives back what it was given."""
+    served, moving = _deployment("web", "a"), _deployment("api", "a", "trust-only")
+    gone = _deployment("db", "b", "trust-only")
+    workloads = [served, moving, gone]
+    pods = [_pod("api-5d8f7c9b6-x1", "a", "api"), _pod("client", "c", None, "trust-only"),
+            _pod("web-5d8f7c9b6-x2", "a", "web")]
+    kept, kept_pods, namespaces = trust_only_split(workloads, pods, enabled=set())
+    assert kept == [served, moving], "api's old pod still mounts api-tls; db has no pod left"
+    assert kept_pods == [pods[0], pods[2]]
+    assert namespaces == {"a", "b", "c"}
+    assert trust_only_split([served], pods[:1], enabled=set()) == ([served], pods[:1], set())
+    unlabelled = _pod("other", "d", None, "trust-only")
+    unlabelled["metadata"]["labels"] = {}
+    assert trust_only_split([], [unlabelled], enabled=set()) == ([], [], set()), "not opted in: no bundle asked"
+    assert trust_only_split([], [unlabelled], enabled={"d"}) == ([], [], {"d"}), "its namespace opted it in"

@@ -500,13 +500,23 @@ def trust_only_split(workloads: list[tuple[str, Obj]], pods: list[Obj], *, enabl
     def trust_only(obj: Obj) -> bool:
         return pod_mode(obj) == names.MODE_TRUST_ONLY
 
-    asking = [(template_of(k, w) or {}, _namespace(w)) for k, w in workloads] + [(p, _namespace(p)) for p in pods]
-    namespaces = {ns for template, ns in asking if trust_only(template) and _opted_in(template, ns, enabled)}
-    pods = [p for p in pods if not trust_only(p)]
+    asking = [(w, template) for k, w in workloads if trust_only(template := template_of(k, w) or {})]
+    asking_pods = [p for p in pods if trust_only(p)]
+    namespaces = {_namespace(obj) for obj, template in [*asking, *((p, p) for p in asking_pods)]
+                  if _opted_in(template, _namespace(obj), enabled)}
+    left = {id(p) for p in asking_pods}
+    pods = [p for p in pods if id(p) not in left]
+    return _unless_mounted(workloads, {id(w) for w, _ in asking}, pods), pods, namespaces
+
+
+def _unless_mounted(workloads: list[tuple[str, Obj]], leaving: set[int], pods: list[Obj]) -> list[tuple[str, Obj]]:
+    """`workloads` without those in `leaving` (by identity) but for any a pod of its own in `pods` still
+    mounts the Secret of. Which pods mount what is read only when a workload leaves: most passes have none."""
+    if not leaving:
+        return list(workloads)
     mounting = {(p["metadata"].get("namespace") or "", pod_workload(p["metadata"]).name) for p in pods}
-    workloads = [(k, w) for k, w in workloads if not trust_only(template_of(k, w) or {})
-                 or (w["metadata"].get("namespace") or "", w["metadata"]["name"]) in mounting]
-    return workloads, pods, namespaces
+    return [(k, w) for k, w in workloads if id(w) not in leaving
+            or (w["metadata"].get("namespace") or "", w["metadata"]["name"]) in mounting]
 
 
 def secret_users(workloads: list[tuple[str, Obj]], pods: list[Obj]) -> tuple[list[tuple[str, Obj]], list[Obj]]:
@@ -517,10 +527,8 @@ def secret_users(workloads: list[tuple[str, Obj]], pods: list[Obj]) -> tuple[lis
     restarts must still find its Secret).
     """
     pods = [p for p in pods if not wants_pod_certificates(p)]
-    mounting = {(p["metadata"].get("namespace") or "", pod_workload(p["metadata"]).name) for p in pods}
-    workloads = [(k, w) for k, w in workloads if not wants_pod_certificates(template_of(k, w) or {})
-                 or (w["metadata"].get("namespace") or "", w["metadata"]["name"]) in mounting]
-    return workloads, pods
+    leaving = {id(w) for k, w in workloads if wants_pod_certificates(template_of(k, w) or {})}
+    return _unless_mounted(workloads, leaving, pods), pods
 
 
 def truststore_namespaces(workloads: list[tuple[str, Obj]], pods: list[Obj], *, enabled: set[str]) -> set[str]:
