@@ -8,6 +8,7 @@ so the CA's 60 days must exceed the leaf's 35 for leaves to move to the new CA b
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 
 from tls_injector.pki.certs import BACKDATE, LEAF_VALIDITY, CertKey, fingerprint, key_matches, load_certificates
 from tls_injector.pki.keys import KeyType, PrivateKey, key_from_pem, key_type_of
-from tls_injector.pki.seal import Sealed
+from tls_injector.pki.seal import REMEMBERED_WINDOWS, Sealed
 from tls_injector.pki.verify import UntrustedChain, a_host_for, dns_sans, verify_client, verify_nameless, verify_server
 
 CA_LOOKAHEAD = timedelta(days=60)
@@ -200,6 +201,9 @@ def granted_renew_before(not_before: datetime, not_after: datetime, *, lookahead
     return max(timedelta(0), lookahead * (granted / duration))
 
 
+# When leaves of one window and profile are due is one datetime for them all (the status keeps one per leaf
+# between passes; seal.REMEMBERED_WINDOWS says why a few thousand windows cover a cluster's issues).
+@functools.lru_cache(maxsize=REMEMBERED_WINDOWS)
 def renewal_time(not_before: datetime, not_after: datetime, *, ca_end: datetime | None,
                  lookahead: timedelta = LEAF_LOOKAHEAD, duration: timedelta | None = LEAF_VALIDITY) -> datetime:
     """When a leaf of these times is due for renewal under its profile, as `leaf_renewal` decides: for what

@@ -16,6 +16,7 @@ from tls_injector.pki import (
     SealedLeaf,
     make_ca,
     open_seal,
+    renewal_time,
     seal,
     seal_key,
     sealed_leaf_renewal,
@@ -97,3 +98,22 @@ def test_the_window_of_a_seal_just_made_is_what_opening_it_gives(ca: CertKey) ->
     for no_seal in ("", "v1 1 2", "v2 1 2 ab", "v1 x 2 ab", "v1 1 2 " + "a" * 200):
         with pytest.raises(ValueError, match="not a seal"):
             sealed_window(no_seal)
+
+
+def test_leaves_of_one_window_share_its_sealed_dates_and_renewal_time(ca: CertKey) -> None:
+    """The reconciler's status keeps each leaf's end and renewal time between passes: leaves issued in the
+    same second hold one object of each, not one per leaf (seal.REMEMBERED_WINDOWS)."""
+    key = seal_key(ca)
+    other = dataclasses.replace(LEAF, name="api-tls", dns_names=("api",))
+    first, second = open_seal(key, LEAF, seal(key, LEAF, **WINDOW)), open_seal(key, other, seal(key, other, **WINDOW))
+    assert first is not None
+    assert second is first
+    assert sealed_window(seal(key, LEAF, **WINDOW)) is first
+    later = open_seal(key, LEAF, seal(key, LEAF, not_before=WINDOW["not_before"] + timedelta(seconds=1),
+                                      not_after=WINDOW["not_after"]))
+    assert later is not None
+    assert later is not first
+    assert later.not_before == first.not_before + timedelta(seconds=1)
+    due = {"ca_end": None, "lookahead": timedelta(days=30), "duration": timedelta(days=90)}
+    assert renewal_time(first.not_before, first.not_after, **due) is renewal_time(
+        second.not_before, second.not_after, **due)
