@@ -62,8 +62,13 @@ def cpu_seconds(pid: int) -> float:
 
 
 def peak_rss_mib(pid: int) -> float:
+    return status_mib(pid, "VmHWM")
+
+
+def status_mib(pid: int, field: str) -> float:
+    """A size of /proc/<pid>/status (VmHWM, VmRSS, ...), in MiB."""
     with open(f"/proc/{pid}/status") as status:
-        line = next(line for line in status if line.startswith("VmHWM:"))
+        line = next(line for line in status if line.startswith(f"{field}:"))
     return int(line.split()[1]) / 1024
 
 

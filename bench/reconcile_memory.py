@@ -25,13 +25,14 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+from bench.kubeapi import status_mib
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def resident() -> dict[str, float]:
     """VmRSS and VmHWM of this process, MiB."""
-    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
-    return {key: int(fields[key].split()[0]) / 1024 for key in ("VmRSS", "VmHWM")}
+    return {key: status_mib(os.getpid(), key) for key in ("VmRSS", "VmHWM")}
 
 
 def serve(workloads: int) -> None:

@@ -169,27 +169,28 @@ def test_the_whole_suite_runs_the_rotation_beside_the_rest_and_a_selection_runs_
     assert dev.suite("py", ["tests/node"]) == (["py", "-m", "pytest", "tests/node"], None)
 
 
+# Touches its own mark, waits (30 s at most) for the other's, prints its message and whether it saw the
+# other's mark, and exits with the code given: two of them finish having seen each other only if they ran
+# at the same time. (The beside run is also handed its --basetemp, after these four.)
+_MEETS = """import pathlib, sys, time
+mine, theirs, message, code = sys.argv[1:5]
+pathlib.Path(mine).touch()
+end = time.monotonic() + 30
+while not pathlib.Path(theirs).exists() and time.monotonic() < end:
+    time.sleep(0.05)
+print(message, pathlib.Path(theirs).exists(), flush=True)
+sys.exit(int(code))
+"""
+
+
 @pytest.mark.parametrize("exits", [(0, 0, 0), (0, 3, 3), (1, 0, 1), (2, 3, 2)])
 def test_the_command_beside_runs_at_the_same_time_and_either_failing_fails_the_run(
     dev: ModuleType, tmp_path: Path, capfd: pytest.CaptureFixture[str], exits: tuple[int, int, int],
 ) -> None:
     main_exit, beside_exit, expected = exits
-    started = tmp_path / "beside-started"
-    # beside announces itself and then waits for main's mark: each finishes only if the other ran meanwhile
-    beside = [sys.executable, "-c", (
-        "import pathlib, sys, time\n"
-        f"pathlib.Path({str(started)!r}).touch()\n"
-        f"end = time.monotonic() + 30\n"
-        f"while not pathlib.Path({str(started)!r} + '.seen').exists() and time.monotonic() < end: time.sleep(0.05)\n"
-        "print('beside says', pathlib.Path(" + repr(str(started)) + " + '.seen').exists())\n"
-        f"sys.exit({beside_exit})\n")]
-    main = [sys.executable, "-c", (
-        "import pathlib, sys, time\n"
-        "end = time.monotonic() + 30\n"
-        f"while not pathlib.Path({str(started)!r}).exists() and time.monotonic() < end: time.sleep(0.05)\n"
-        f"pathlib.Path({str(started)!r} + '.seen').touch()\n"
-        "print('main ran', flush=True)\n"
-        f"sys.exit({main_exit})\n")]
+    main_mark, beside_mark = str(tmp_path / "main"), str(tmp_path / "beside")
+    beside = [sys.executable, "-c", _MEETS, beside_mark, main_mark, "beside says", str(beside_exit)]
+    main = [sys.executable, "-c", _MEETS, main_mark, beside_mark, "main ran", str(main_exit)]
     assert dev.run_beside(main, beside) == expected
     out = capfd.readouterr().out
     assert "beside says True" in out, out
