@@ -229,7 +229,8 @@ class Reconciler:
         if self.status is not None:  # the status API's workloads of these namespaces, as this pass left them
             kept = tuple(w for w in self.status.workloads if w.namespace not in namespaces)
             fresh = st.workload_statuses([*targets, *self.targets.refused], expiries, report.waiting,
-                                         self.announcer.facts, found.renewals)
+                                         self.announcer.facts, found.renewals,
+                                         previous=(w for w in self.status.workloads if w.namespace in namespaces))
             self.status = dataclasses.replace(self.status, workloads=kept + tuple(fresh))
 
     def forget(self) -> None:
@@ -312,7 +313,8 @@ class Reconciler:
         missing = missing_injection(observed.pods, enabled=observed.enabled, own_namespace=self.settings.namespace)
         self.metrics.missing_injection.set(len(missing))
         self._seen = (st.workload_statuses([*workloads.targets, *self.targets.refused], workloads.expiries,
-                                           report.waiting, self.announcer.facts, workloads.renewals),
+                                           report.waiting, self.announcer.facts, workloads.renewals,
+                                           previous=self.status.workloads if self.status is not None else ()),
                       st.pod_statuses(missing))
         if self.settings.webhook is not None:
             configs = self.webhook.converge(self.settings.webhook, report, now)

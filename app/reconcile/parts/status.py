@@ -134,9 +134,14 @@ Facts = Mapping[WorkloadRef, Sequence[tuple[str, str]]]  # the (reason, message)
 
 def workload_statuses(targets: Iterable[Target], expiries: Mapping[tuple[str, str], datetime],
                       waiting: Mapping[str, str], facts: Facts | None = None,
-                      renewals: Mapping[tuple[str, str], datetime] | None = None) -> list[WorkloadStatus]:
+                      renewals: Mapping[tuple[str, str], datetime] | None = None,
+                      *, previous: Iterable[WorkloadStatus] = ()) -> list[WorkloadStatus]:
     """Each certificate Secret with its dates and conditions, from the facts the pass raised Events for
-    (their reasons and messages, by the workloads they were raised on)."""
+    (their reasons and messages, by the workloads they were raised on). One equal to its entry in `previous`
+    (the status the last pass left) is that entry: the status a pass builds is held beside the last one
+    until it replaces it, and nearly every entry is as it was (~0.25 KiB each, ~25 MiB at 100,000 held
+    twice at a pass's peak otherwise)."""
+    held = {(w.namespace, w.secret): w for w in previous}
     found = []
     for t in targets:
         not_after = expiries.get((t.namespace, t.secret_name))
@@ -147,11 +152,13 @@ def workload_statuses(targets: Iterable[Target], expiries: Mapping[tuple[str, st
         for ref in t.workloads:
             for reason, message in (facts or {}).get(ref, ()):
                 told.setdefault(reason, message)
-        found.append(WorkloadStatus(
+        status = WorkloadStatus(
             namespace=t.namespace, workloads=tuple(sorted(str(w) for w in t.workloads)), secret=t.secret_name,
             not_after=not_after, renew_at=renew_at, waiting=waiting.get(f"{t.namespace}/{t.secret_name}", ""),
             conditions=conditions(told, not_after=not_after, renew_at=renew_at),
-            names_problem=t.namelessness() or t.refusal()))
+            names_problem=t.namelessness() or t.refusal())
+        before = held.get((t.namespace, t.secret_name))
+        found.append(before if before == status else status)
     return found
 
 
