@@ -1,6 +1,9 @@
 """Where the long-running reconciler's resident memory goes: its cache and full passes in this process,
 against the API emulator in a child process (so the emulator's own objects are not counted), with the
-resident size (VmRSS, VmHWM) after each step and, with --trace, Python's own heap beside it.
+resident size (VmRSS, VmHWM) after each step and, with --trace, Python's own heap beside it; and the
+step's CPU (this process's, all its threads: the passes' decisions, the writers, the client's decoding;
+the emulator's is the child's and is not counted). A pass after the first writes nothing: its CPU is a
+resync's full pass from the cache.
 
     python -m bench.reconcile_memory --workloads 20000 [--passes 3] [--trace] [--top 25]
 
@@ -47,8 +50,8 @@ def serve(workloads: int) -> None:
             time.sleep(3600)
 
 
-def measure(url: str, passes: int) -> list[tuple[str, dict[str, float], float | None]]:
-    """(step, resident sizes, traced heap MiB or None) after each step."""
+def measure(url: str, passes: int) -> list[tuple[str, dict[str, float], float | None, float]]:
+    """(step, resident sizes, traced heap MiB or None, this process's CPU seconds in it) after each step."""
     import kubernetes.client
 
     from tls_injector.kube import KubeApi
@@ -56,10 +59,15 @@ def measure(url: str, passes: int) -> list[tuple[str, dict[str, float], float | 
     from tls_injector.reconcile.loop.cache import ClusterCache
     from tls_injector.reconcile.parts.reconciler import Reconciler, ReconcileSettings
 
-    def step(name: str) -> tuple[str, dict[str, float], float | None]:
-        gc.collect()
+    started = [time.process_time()]
+
+    def step(name: str) -> tuple[str, dict[str, float], float | None, float]:
+        cpu = time.process_time() - started[0]
+        gc.collect()  # the measure's own collection is no step's
         traced = tracemalloc.get_traced_memory()[0] / 2**20 if tracemalloc.is_tracing() else None
-        return name, resident(), traced
+        sizes = resident()
+        started[0] = time.process_time()
+        return name, sizes, traced, cpu
 
     config = kubernetes.client.Configuration()
     config.host = url
@@ -106,10 +114,10 @@ def main() -> None:
         child.kill()
         child.wait()
     print(f"{args.workloads} workloads in {max(1, args.workloads // 10)} namespaces, the controller's objects")
-    print("| step | VmRSS MiB | VmHWM MiB | Python heap MiB (traced) |\n| --- | --- | --- | --- |")
-    for name, sizes, traced in steps:
+    print("| step | VmRSS MiB | VmHWM MiB | Python heap MiB (traced) | CPU s |\n| --- | --- | --- | --- | --- |")
+    for name, sizes, traced, cpu in steps:
         print(f"| {name} | {sizes['VmRSS']:.1f} | {sizes['VmHWM']:.1f} | "
-              f"{'' if traced is None else f'{traced:.1f}'} |")
+              f"{'' if traced is None else f'{traced:.1f}'} | {cpu:.2f} |")
     if tracemalloc.is_tracing():
         print(f"\nthe {args.top} lines holding the most at the end:")
         stats: list[Any] = tracemalloc.take_snapshot().statistics("lineno")

@@ -17,9 +17,10 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_each_step_is_measured_and_the_first_pass_issues_what_the_cache_then_holds(kubeapi: Emulator) -> None:
     populate(kubeapi, workloads=60, namespaces=6, controller_objects=True)
     steps = measure(kubeapi.url, 2)
-    assert [name for name, _, _ in steps] == ["imported", "cache listed", "pass 1", "pass 2"]
-    assert all(sizes["VmRSS"] > 0 and sizes["VmHWM"] >= sizes["VmRSS"] for _, sizes, _ in steps), steps
-    assert all(traced is None for _, _, traced in steps), "not traced unless asked"
+    assert [name for name, *_ in steps] == ["imported", "cache listed", "pass 1", "pass 2"]
+    assert all(sizes["VmRSS"] > 0 and sizes["VmHWM"] >= sizes["VmRSS"] for _, sizes, _, _ in steps), steps
+    assert all(traced is None for _, _, traced, _ in steps), "not traced unless asked"
+    assert all(cpu > 0 for name, _, _, cpu in steps if name.startswith("pass")), "each pass's CPU beside it"
     leaves = [s for s in kubeapi.objects("secrets") if s["metadata"]["name"].endswith("-tls")]
     assert len(leaves) == 60, "the first pass issued every workload's Secret"
 
