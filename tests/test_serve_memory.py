@@ -16,7 +16,7 @@ import pytest
 
 PROBE = """
 import ctypes, sys
-from tls_injector.web.server import fix_malloc_thresholds
+from tls_injector.web.heap import fix_malloc_thresholds
 fixed = fix_malloc_thresholds() if sys.argv[1] == "fix" else False
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p
@@ -62,7 +62,7 @@ def test_a_threshold_the_operator_set_in_the_environment_is_left_alone() -> None
 
 
 def test_the_heap_is_trimmed_after_connections_closed_at_most_every_few_seconds() -> None:
-    from tls_injector.web.server import HeapTrim
+    from tls_injector.web.heap import HeapTrim
 
     heap = HeapTrim(every=5.0)
     calls: list[int] = []
@@ -78,7 +78,7 @@ def test_the_heap_is_trimmed_after_connections_closed_at_most_every_few_seconds(
 
 @needs_glibc
 def test_on_glibc_the_trim_is_the_c_librarys() -> None:
-    from tls_injector.web.server import HeapTrim
+    from tls_injector.web.heap import HeapTrim
 
     assert HeapTrim()._trim is not None
 
@@ -131,3 +131,41 @@ def test_a_closed_connection_is_freed_at_once_not_at_the_next_garbage_collection
     finally:
         if enabled:
             gc.enable()
+
+
+# The reconciler's arenas (web/heap.py, cap_malloc_arenas): threads that each allocate get a glibc heap of
+# their own unless capped. Counted by glibc itself: malloc_stats() writes one "Arena N:" section per heap.
+ARENAS_PROBE = """
+import ctypes, sys, threading
+from tls_injector.web.heap import cap_malloc_arenas
+capped = cap_malloc_arenas() if sys.argv[1] == "cap" else False
+held, ready = [], threading.Barrier(7)
+def thread():
+    held.append(bytearray(64 * 1024))  # a block from malloc (over Python's small-object size), in this thread
+    ready.wait()
+threads = [threading.Thread(target=thread) for _ in range(6)]
+for t in threads:
+    t.start()
+ready.wait()
+print(capped, flush=True)
+ctypes.CDLL(None).malloc_stats()
+"""
+
+
+def arenas(mode: str, **env: str) -> tuple[str, int]:
+    done = subprocess.run([sys.executable, "-c", ARENAS_PROBE, mode], capture_output=True, text=True, check=True,
+                          env={k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"} | env)
+    return done.stdout.strip(), done.stderr.count("Arena ")
+
+
+@needs_glibc
+def test_the_reconcilers_threads_share_two_heaps_when_capped_and_take_one_each_when_not() -> None:
+    assert arenas("cap") == ("True", 2)
+    capped, count = arenas("none")
+    assert capped == "False"
+    assert count > 2, count
+
+
+@needs_glibc
+def test_an_arena_limit_the_operator_set_in_the_environment_is_left_alone() -> None:
+    assert arenas("cap", MALLOC_ARENA_MAX="3") == ("False", 3)

@@ -19,6 +19,7 @@ from tls_injector.cli.cluster import (
 )
 from tls_injector.cli.command import EXIT_FINDINGS, EXIT_OK, LOG_LEVELS, Command
 from tls_injector.cli.startup import HeldLogs
+from tls_injector.web.heap import cap_malloc_arenas
 
 log = logging.getLogger("tls_injector")
 
@@ -49,6 +50,8 @@ def add(reconcile: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from tls_injector.reconcile.loop import runner  # noqa: PLC0415 - only the reconciling commands load the client
+
+    cap_malloc_arenas()  # before any thread: what they decode is held in two heaps, not a dozen (web/heap.py)
 
     with HeldLogs(args.log_level) as start:
         cluster = find_cluster(args)

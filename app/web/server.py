@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
-import os
 import resource
 import signal
 import socket
@@ -34,6 +32,7 @@ from tls_injector.web.answers import Clock
 from tls_injector.web.connections import ConnectionSet
 from tls_injector.web.endpoints import AdmissionEndpoint
 from tls_injector.web.health import BackgroundTask, Health, listen, plain_routes, webhook_probes
+from tls_injector.web.heap import HeapTrim, fix_malloc_thresholds
 from tls_injector.web.http import SOCKET_BUFFER_BYTES, HttpConnection, Routes
 from tls_injector.web.metrics import ServerMetrics
 from tls_injector.web.selfsigned import write_self_signed
@@ -205,56 +204,6 @@ def raise_open_files_limit() -> None:
     if hard == resource.RLIM_INFINITY or soft < hard:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
-# Memory that connections leave behind. Every TLS connection allocates outside Python's allocator
-# (OpenSSL's state and record buffers, uvloop's 256 KiB read buffer) and frees it when it closes; with
-# glibc, freed pages stay in the process, so even with closed connections freed promptly (tls_injector.web.http,
-# HttpConnection.connection_lost) the C heap would creep with every new connection. Two remedies keep it
-# flat (python -m bench.soak measures it):
-# - glibc raises its mmap threshold to the size of every large block freed (up to 32 MiB), and its trim
-#   threshold to twice that, so after the first connection closes the 256 KiB buffers are carved from
-#   the heap too. Fixed at glibc's starting values, each is mapped and unmapped with its connection;
-# - what smaller blocks free is given back by malloc_trim, at most every TRIM_SECONDS and only when
-#   connections closed meanwhile (an apiserver's kept-alive connections cause none): one call holds the
-#   event loop for up to about a millisecond, so it runs at most once a second.
-# The constants are glibc's malloc.h.
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-THRESHOLD_BYTES = 128 * 1024
-TRIM_SECONDS = 1.0
-
-
-class HeapTrim:
-    """Gives the heap's free pages back to the system after connections closed (see above)."""
-
-    def __init__(self, *, every: float = TRIM_SECONDS) -> None:
-        self.every, self.at, self.closed = every, 0.0, 0
-        self._trim = _glibc_function("malloc_trim")
-
-    def tick(self, now: float, closed: int) -> None:
-        if self._trim is not None and closed != self.closed and now - self.at >= self.every:
-            self.at, self.closed = now, closed
-            self._trim(0)
-
-
-def _glibc_function(name: str) -> Any:
-    """A function of the C library when it is glibc, else None."""
-    try:
-        return getattr(ctypes.CDLL(None), name) if os.confstr("CS_GNU_LIBC_VERSION") else None
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def fix_malloc_thresholds() -> bool:
-    """Fix glibc's mmap and trim thresholds where they start, and give back what the heap holds free above
-    them now; False where the C library is not glibc or the operator set a threshold in the environment
-    (MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_, which glibc reads itself)."""
-    mallopt, trim = _glibc_function("mallopt"), _glibc_function("malloc_trim")
-    if mallopt is None or trim is None or {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"} & os.environ.keys():
-        return False
-    fixed = all(mallopt(option, THRESHOLD_BYTES) for option in (M_MMAP_THRESHOLD, M_TRIM_THRESHOLD))
-    trim(0)
-    return fixed
 
 
 def _operator_port(host: str, port: int, routes: Routes) -> OperatorPort:
