@@ -58,8 +58,8 @@ def fix_malloc_thresholds() -> bool:
 
 
 # The reconciler's threads (a watch per resource, the writers of a pass, the operator port) each get a
-# glibc heap of their own ("arena", up to eight per core) the first time they allocate while another
-# holds one. What a thread decodes lands in its arena: the Secrets the writers' answers bring, which the
+# glibc heap of their own ("arena") when they first allocate, until there are eight per core. What a
+# thread decodes lands in its arena: the Secrets the writers' answers bring, which the
 # cache then holds for good, and the watch events the informers read and drop. Spread over a dozen
 # arenas, the long-lived blocks keep each arena's freed pages from going back. Two arenas are enough
 # for threads that take turns at the GIL: on kube-apiserver at 10,000 workloads (bench.reconcile_live,
