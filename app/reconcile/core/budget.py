@@ -5,7 +5,7 @@ on a thread of its own by keypool.py; P-256 ~0.02 ms, inline), the certificate s
 with 1,000 `rsa-4096` workloads, or one who toggles `force-renew` on them in a loop, held the loop ~5 minutes
 per wave, and every other namespace's new workload with it. So each pass the loop runs gives each namespace
 a budget of time: what
-its objects cost the pass (decisions, key generation, writes on this thread) is charged to it, and once it is
+its objects cost the pass (decisions, key generation, the wait for each write's answer) is charged to it, and once it is
 spent the namespace's certificates that need issuing wait for the next turn (the Secret kept, its `ca.crt`
 refreshed: objects.Deferred). The loop takes a namespace left over again at once, after the namespaces queued
 meanwhile, so it converges at nearly full speed while nothing else waits longer than about one budget.
