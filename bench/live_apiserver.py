@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -231,7 +232,9 @@ class ApiserverCluster:
             if not token:
                 return
 
-    def new_calls(self) -> list[tuple[str, str]]:
+    def new_calls(self) -> list[tuple[str, str, float]]:
+        """The reconciler's calls since the last look: (verb, resource, when the apiserver received it, as
+        time.time()), read from the audit log: a write's own time, not the look's."""
         if self._audit is None:
             if not self.plane.audit_log.exists():
                 return []
@@ -242,7 +245,8 @@ class ApiserverCluster:
         calls = []
         for line in lines:
             if line.strip():
-                calls.append(_call(json.loads(line)))
+                event = json.loads(line)
+                calls.append((*_call(event), _received(event)))
         return calls
 
     def server_cpu(self) -> dict[str, float]:
@@ -275,6 +279,12 @@ def _call(event: dict[str, Any]) -> tuple[str, str]:
         return event.get("verb", ""), urlsplit(event.get("requestURI", "")).path
     resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
     return event.get("verb", ""), resource + (f".{ref['apiGroup']}" if ref.get("apiGroup") else "")
+
+
+def _received(event: dict[str, Any]) -> float:
+    """When the apiserver received the request (its audit clock, microseconds), as time.time()."""
+    stamp = event.get("requestReceivedTimestamp") or event.get("stageTimestamp")
+    return datetime.fromisoformat(stamp).timestamp() if stamp else time.time()
 
 
 @contextmanager

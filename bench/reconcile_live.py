@@ -62,7 +62,7 @@ class Cluster(Protocol):
 
     def reconciler_args(self) -> list[str]: ...
     def missing(self, targets: list[Target], *, exhaustive: bool) -> list[Target]: ...
-    def new_calls(self) -> list[tuple[str, str]]: ...
+    def new_calls(self) -> list[tuple[str, str, float]]: ...
     def add_namespace(self, name: str, labels: dict[str, str]) -> None: ...
     def add_workload(self, body: dict[str, Any]) -> None: ...
     def annotate_templates(self, workloads: list[tuple[str, str, str]], key: str, value: str) -> None: ...
@@ -105,11 +105,13 @@ class EmulatorCluster:
         return not target.needs or target.needs in (found.obj["metadata"].get("annotations") or {}).get(
             PROFILE_ANNOTATION, "")
 
-    def new_calls(self) -> list[tuple[str, str]]:
+    def new_calls(self) -> list[tuple[str, str, float]]:
+        """(verb, resource, when): the emulator's log has no times, so a call's is the look's (0.1 s apart)."""
         log = self.emu.faults.log  # appended under the emulator's lock; a slice of a list is atomic
         fresh = log[self._seen:]
         self._seen += len(fresh)
-        return [(r.verb, r.resource) for r in fresh]
+        now = time.time()
+        return [(r.verb, r.resource, now) for r in fresh]
 
     def add_namespace(self, name: str, labels: dict[str, str]) -> None:
         self.emu.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
@@ -185,16 +187,22 @@ class Window:
     reconciler: Reconciler
     started: float = field(default_factory=time.monotonic)
     calls: Counter[tuple[str, str]] = field(default_factory=Counter)
-    last_write: float = 0.0
+    last_write: float = 0.0  # time.monotonic() of the look that saw the last write (the settle counts from it)
+    wrote_at: float | None = None  # seconds from `started` to the last write, by the server's clock
+    first_wrote_at: float | None = None  # ... to the first
     cpu0: float = 0.0
     server0: dict[str, float] = field(default_factory=dict)
 
     def drain(self) -> None:
         """Take the calls served since the last look; a write (not a Lease renewal) moves `last_write`."""
-        for verb, resource in self.cluster.new_calls():
+        for verb, resource, at in self.cluster.new_calls():
             self.calls[(verb, resource)] += 1
             if verb in WRITES and resource != LEASES:
                 self.last_write = time.monotonic()
+                # The wall clock at `started`, from the monotonic one: the server's times are wall times.
+                self.wrote_at = at - (time.time() - (time.monotonic() - self.started))
+                if self.first_wrote_at is None:
+                    self.first_wrote_at = self.wrote_at
 
     def cpu(self) -> float:
         return self.reconciler.cpu - self.cpu0
@@ -229,7 +237,8 @@ class Outcome:
     present: float | None  # seconds from the window's start until nothing was missing
     calls_present: int | None  # the reconciler's calls until then (drained at that poll), its Lease's apart:
     lease_present: int | None  # the leader election's renewals that fell in that time (2 calls every 2 s)
-    converged: float | None  # ... until the last write before --settle quiet seconds (None: timed out)
+    converged: float | None  # ... until the last write before --settle quiet seconds, by the server's clock
+                             # (the apiserver's audit log; the emulator's: the look's), None: timed out
     missing: set[Target]
 
 
@@ -247,7 +256,9 @@ def wait_for(window: Window, targets: set[Target], *, timeout: float, settle: fl
             lease = sum(n for (_, resource), n in window.calls.items() if resource == LEASES)
             calls = sum(window.calls.values()) - lease
         if not missing and now - max(window.last_write, window.started) >= settle:
-            return Outcome(present, calls, lease, max(window.last_write - window.started, present or 0.0), set())
+            # Converged at the last write (the server's clock where it has one); with none, when present.
+            wrote = window.wrote_at if window.last_write >= window.started else None
+            return Outcome(present, calls, lease, present if wrote is None else wrote, set())
         # The emulator shares this process's GIL, the apiserver its cores: looking takes at most a fifth.
         time.sleep(max(window.cluster.poll_seconds, 4 * (now - looked)))
     window.drain()
@@ -307,7 +318,8 @@ def expected(plan: Plan) -> set[Target]:
 def describe(window: Window, outcome: Outcome | None = None) -> str:
     parts = []
     if outcome is not None:
-        parts.append(f"present at {_s(outcome.present)}, converged at {_s(outcome.converged)}")
+        parts.append(f"present at {_s(outcome.present)} (the bench's look), converged at {_s(outcome.converged)} "
+                     f"(its last write, by the server's clock; the first at {_s(window.first_wrote_at)})")
     parts.append(f"wall {time.monotonic() - window.started:.1f} s, reconciler CPU {window.cpu():.2f} s")
     parts.append(", ".join(f"{name} CPU {cpu:.2f} s" for name, cpu in window.server().items()))
     parts.append(f"{sum(window.calls.values())} calls {dict(sorted(window.by_verb().items()))}, "

@@ -7,10 +7,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from bench.live_apiserver import _received
 from bench.reconcile_live import (
     EmulatorCluster,
     Plan,
@@ -114,3 +117,44 @@ def test_controller_objects_are_what_the_controller_manager_adds_with_no_node() 
         assert template_labels.items() <= obj["metadata"]["labels"].items()  # the template's labels, and its hash
     assert {p["status"]["phase"] for p in objects["pods"]} == {"Pending"}
     assert {p["metadata"]["ownerReferences"][0]["kind"] for p in objects["pods"]} == {"ReplicaSet", "StatefulSet"}
+
+
+class _Stamped:
+    """A cluster whose one write the server received 1.0 s after the window opened, told at a later look."""
+
+    poll_seconds = 0.05
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+
+    def new_calls(self) -> list[tuple[str, str, float]]:
+        if self.at is None:
+            return []
+        at, self.at = self.at, None
+        return [("update", "secrets", at), ("update", "leases.coordination.k8s.io", at + 0.5)]
+
+    def missing(self, targets: Any, *, exhaustive: bool) -> list[Target]:
+        return []
+
+    def server_cpu(self) -> dict[str, float]:
+        return {}
+
+
+def test_converged_is_the_last_writes_own_time_by_the_servers_clock(
+        tmp_path: Path, idle_process: subprocess.Popen[bytes]) -> None:
+    """The apiserver's audit log dates each write: the burst's end is its last write, not the look (a look
+    at 10,000 Secrets takes a second, and the next waits four times that). A Lease renewal is not a write."""
+    cluster = _Stamped()
+    window = open_window(cluster, Reconciler(idle_process, tmp_path / "log", time.monotonic()))  # type: ignore[arg-type]
+    cluster.at = time.time() + 1.0
+    outcome = wait_for(window, {leaf("ns0", "app0")}, timeout=10.0, settle=0.2)
+    assert outcome.converged == pytest.approx(1.0, abs=0.05)
+    assert window.first_wrote_at == pytest.approx(1.0, abs=0.05)  # the only write: first and last
+    assert outcome.present is not None
+    assert outcome.present < 0.5  # the look that found it all present came first
+
+
+def test_an_audit_events_time_is_when_the_apiserver_received_it() -> None:
+    event = {"verb": "update", "requestReceivedTimestamp": "2026-12-07T11:20:36.250000Z",
+             "stageTimestamp": "2026-12-07T11:20:36.250000Z"}
+    assert _received(event) == datetime(2026, 12, 7, 11, 20, 36, 250000, tzinfo=UTC).timestamp()
