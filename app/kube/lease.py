@@ -3,6 +3,10 @@
 Timing follows client-go's defaults: a 15 s lease, renewed well inside 10 s. A leader that could not
 renew for 10 s stops writing, 5 s before any other replica may take over (it waits a full 15 s of
 seeing the same record, measured on its own clock, so clock skew between nodes does not matter).
+
+A leader renews on the Lease as its own last write left it, without reading it first (client-go's fast
+path): one call every 2 s instead of two. The write carries that version, so if anyone wrote the Lease
+since, the apiserver answers 409 and the round reads it and decides as a replica that does not lead.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ class LeaderElector:
     renew_deadline: timedelta = RENEW_DEADLINE
     _renewed_at: datetime | None = None
     _observed: tuple[str, datetime] | None = field(default=None, repr=False)
+    _held: Obj | None = field(default=None, repr=False)  # the Lease as our last successful write left it
 
     def is_leader(self, now: datetime) -> bool:
         """True until `renew_deadline` after the last successful renewal, measured on our clock."""
@@ -51,6 +56,13 @@ class LeaderElector:
 
     def try_lead(self, now: datetime) -> bool:
         """One election round (call every RETRY_PERIOD); True when we hold the lease now."""
+        held, self._held = self._held, None
+        if held is not None and self.is_leader(now):
+            try:
+                return self._write(now, held, transitions=int((held.get("spec") or {}).get("leaseTransitions") or 0),
+                                   stale_raises=True)
+            except (Conflict, NotFound):
+                pass  # written or deleted since our last renewal: read it and decide
         try:
             lease = self.api.get(LEASES, self.name, namespace=self.namespace)
         except NotFound:
@@ -73,7 +85,7 @@ class LeaderElector:
             self._observed = (version, now)
         return now - self._observed[1]
 
-    def _write(self, now: datetime, lease: Obj | None, *, transitions: int) -> bool:
+    def _write(self, now: datetime, lease: Obj | None, *, transitions: int, stale_raises: bool = False) -> bool:
         spec = dict((lease or {}).get("spec") or {})
         if spec.get("holderIdentity") != self.identity:
             spec["acquireTime"] = _micro_time(now)
@@ -83,16 +95,19 @@ class LeaderElector:
             if lease is None:
                 body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                         "metadata": {"name": self.name, "namespace": self.namespace}, "spec": spec}
-                self.api.create(LEASES, body, namespace=self.namespace)
+                stored = self.api.create(LEASES, body, namespace=self.namespace)
             else:
-                self.api.replace(LEASES, {**lease, "spec": spec})
-        except Conflict:  # someone else wrote first (AlreadyExists included): they lead
-            self._renewed_at = None
-            return False
+                stored = self.api.replace(LEASES, {**lease, "spec": spec})
         except KubeError as e:
+            if stale_raises and isinstance(e, Conflict | NotFound):
+                raise  # the Lease is not as our last write left it: the caller reads it
+            if isinstance(e, Conflict):  # someone else wrote first (AlreadyExists included): they lead
+                self._renewed_at = None
+                return False
             log.warning("lease renewal failed", extra={"error": str(e)})
             return self.is_leader(now)
         self._renewed_at = now
+        self._held = stored
         return True
 
 

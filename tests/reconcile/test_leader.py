@@ -14,7 +14,7 @@ import pytest
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, START, Clock, namespace, reconciler, small_cluster
 from tls_injector.kube import CRON_JOBS, DEPLOYMENTS, PODS, KubeApi, LeaderElector
-from tls_injector.kube.api import WatchEvent
+from tls_injector.kube.api import LEASES, WatchEvent
 from tls_injector.kube.lease import lease_step
 from tls_injector.reconcile.core.budget import NAMESPACE_TURN_SECONDS
 from tls_injector.reconcile.core.events import ISSUED_WINDOW
@@ -56,6 +56,44 @@ def test_one_replica_leads_and_another_takes_over_only_after_the_leader_stops_re
     lease = kubeapi.get("leases", "tls-injector-leader", OWN_NS)
     assert lease is not None
     assert (lease["spec"]["holderIdentity"], lease["spec"]["leaseTransitions"]) == ("b", 1)
+
+
+def test_a_leader_renews_on_its_own_last_write_without_reading_the_lease(kubeapi: Emulator) -> None:
+    """One call a round, not two: the renewal carries the version the last one left (client-go's fast path)."""
+    namespace(kubeapi, OWN_NS)
+    a = LeaderElector(KubeApi(kubeapi.api_client()), OWN_NS, "a")
+    assert a.try_lead(START)
+    kubeapi.reset_log()
+    for seconds in (2, 4, 6):
+        assert a.try_lead(START + timedelta(seconds=seconds))
+    assert (kubeapi.calls("get", "leases"), kubeapi.calls("update", "leases")) == (0, 3)
+    lease = kubeapi.get("leases", "tls-injector-leader", OWN_NS)
+    assert lease is not None
+    assert lease["spec"]["renewTime"].startswith((START + timedelta(seconds=6)).strftime("%Y-%m-%dT%H:%M:%S"))
+
+
+@pytest.mark.parametrize("change", ["taken", "deleted"])
+def test_a_leader_whose_lease_changed_under_it_reads_it_and_decides_in_the_same_round(kubeapi: Emulator,
+                                                                                    change: str) -> None:
+    """Someone else wrote the Lease (a replica that took it) or deleted it: the renewal on our last write
+    is refused (409, 404), and the round reads the Lease and decides as any replica would."""
+    namespace(kubeapi, OWN_NS)
+    api = KubeApi(kubeapi.api_client())
+    a = LeaderElector(api, OWN_NS, "a")
+    assert a.try_lead(START)
+    lease = kubeapi.get("leases", "tls-injector-leader", OWN_NS)
+    assert lease is not None
+    if change == "taken":
+        api.replace(LEASES, {**lease, "spec": {**lease["spec"], "holderIdentity": "b"}})
+    else:
+        api.delete(LEASES, "tls-injector-leader", namespace=OWN_NS)
+    kubeapi.reset_log()
+    assert a.try_lead(START + timedelta(seconds=2)) is (change == "deleted")
+    assert kubeapi.calls("get", "leases") == 1
+    stored = kubeapi.get("leases", "tls-injector-leader", OWN_NS)
+    assert stored is not None
+    assert stored["spec"]["holderIdentity"] == ("a" if change == "deleted" else "b")
+    assert a.is_leader(START + timedelta(seconds=2)) is (change == "deleted")
 
 
 def test_a_replica_that_is_not_leader_writes_nothing(kubeapi: Emulator) -> None:
