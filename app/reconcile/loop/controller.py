@@ -53,7 +53,8 @@ RETRY_SECONDS = 10.0
 # ConfigMaps every second would have it run every second. With it the loop spends at most half its time in
 # full passes; a change in a namespace never waits for one (a keyed pass takes it).
 MIN_PASS_GAP_SECONDS = 5.0
-# A lease round is at most two API calls of up to 30 s each (tls_injector.kube.api's timeout) plus the 2 s wait:
+# A lease round is at most two API calls of up to 30 s each (tls_injector.kube.api's timeout) plus the 2 s wait
+# (the leader's renewal on its last write, when refused at once with a 409 or 404, comes before them):
 # a loop that has not come round in 90 s is stuck, not slow. (An unreachable API server does not count
 # as stuck: the round fails fast or times out and comes round again, and a restart would not help.)
 STUCK_AFTER_SECONDS = 90.0
