@@ -14,6 +14,7 @@ from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, namespace, reconciler
 from tls_injector import names
 from tls_injector.kube import DEPLOYMENTS, KubeApi, Resource
+from tls_injector.reconcile.core import events
 from tls_injector.reconcile.core.events import HELD_LINES, IssuedTally, Outbox, issued_message, issued_ref
 from tls_injector.reconcile.loop.controller import Controller
 
@@ -179,11 +180,12 @@ def test_a_closed_outbox_posts_nothing_more_not_even_what_its_tally_held_and_its
     box.tell_issued("a", lines(1, 1), NOW)  # held for the window
     box.flush()
     assert len(api.posted) == 1
-    thread = box._thread
-    assert thread is not None
+    threads = box._threads
+    assert len(threads) == events.POSTERS
     box.close()
-    thread.join(timeout=5)
-    assert not thread.is_alive()
+    for thread in threads:
+        thread.join(timeout=5)
+    assert not any(thread.is_alive() for thread in threads)
     time.sleep(1.0)  # past the window: a thread still running would have posted the held one by now
     box.emit((issued_ref("b"),), reason="CertificatesIssued", message="after close", kind="Normal", now=NOW)
     box.tell_issued("c", lines(1, 2), NOW)
@@ -223,3 +225,41 @@ def test_the_reconcilers_forget_drops_its_outbox_tally(kubeapi: Emulator) -> Non
     time.sleep(1.0)
     assert [ns for _, ns, _ in api.posted] == ["a"]
     box.close()
+
+
+class Slow(Recording):
+    """An apiserver that takes 50 ms to answer each Event, and counts how many it holds at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.at_once = self.most = 0
+
+    def post(self, resource: Resource, body: dict[str, Any], *, namespace: str) -> None:
+        with self.lock:
+            self.at_once += 1
+            self.most = max(self.most, self.at_once)
+        time.sleep(0.05)
+        super().post(resource, body, namespace=namespace)
+        with self.lock:
+            self.at_once -= 1
+
+
+def test_the_outbox_posts_its_events_from_several_threads_and_closes_with_all_of_them_queued() -> None:
+    """A burst's Events are not posted one answer after another (events.POSTERS at once), and a close with
+    Events still queued ends every thread and lets a flush return."""
+    api = Slow()
+    box = Outbox(cast(KubeApi, api), tally=IssuedTally(window=WINDOW))
+    for n in range(4 * events.POSTERS):
+        box.emit((issued_ref(f"ns{n}"),), reason="CertificateWaiting", message="m", kind="Warning", now=NOW)
+    box.flush()
+    assert len(api.posted) == 4 * events.POSTERS
+    assert api.most == events.POSTERS
+    for n in range(100):
+        box.emit((issued_ref(f"later{n}"),), reason="CertificateWaiting", message="m", kind="Warning", now=NOW)
+    threads = box._threads
+    box.close()
+    box.flush()  # what was still queued is dropped, not waited for (100 x 50 ms / 4 threads = 1.25 s)
+    for thread in threads:
+        thread.join(timeout=5)
+    assert not any(thread.is_alive() for thread in threads)
+    assert len(api.posted) < 4 * events.POSTERS + 100
