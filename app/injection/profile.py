@@ -74,7 +74,7 @@ class Profile:
 
     @property
     def built_in(self) -> bool:
-        return self == BUILT_IN
+        return self is BUILT_IN or self == BUILT_IN  # `is`: the usual case (ProfileBounds.default), no __eq__ call
 
 
 BUILT_IN = Profile()
@@ -118,7 +118,9 @@ class ProfileBounds:
             raise ProfileError(f"the default key algorithm {self.default_key_algorithm} is not one of the allowed "
                                f"ones ({', '.join(self.allowed_key_algorithms)})")
         renew_before = default_renew_before(self.default_duration)
-        object.__setattr__(self, "default", Profile(self.default_key_algorithm, self.default_duration, renew_before))
+        default = Profile(self.default_key_algorithm, self.default_duration, renew_before)
+        # BUILT_IN itself when equal, so Profile.built_in, asked of every leaf at every pass, is an identity.
+        object.__setattr__(self, "default", BUILT_IN if default == BUILT_IN else default)
 
     def describe(self) -> str:
         """The bounds in one line, for a message and the reconciler's start log."""

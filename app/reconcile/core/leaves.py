@@ -74,7 +74,7 @@ def decide_client_leaf(target: Target, existing: Obj | None, signing: Signing) -
     if not decision.renew and uri_sans(load_certificates(data["tls.crt"])[0]) != [identity]:
         why = "sans-changed"
     forced = names.FORCE_RENEW_ANNOTATION in annotations_of(existing)
-    ours = {"ca.crt": signing.bundle_pem.encode()}
+    ours = {"ca.crt": signing.ca_data}
     issuer = annotations_of(existing).get(names.ISSUER_ANNOTATION, "")
     where = _as_client_secret(target, name)
     reason = "refreshed"
@@ -84,7 +84,7 @@ def decide_client_leaf(target: Target, existing: Obj | None, signing: Signing) -
         if not _may_issue(signing, target.namespace):
             return _deferred(where, existing, ours, issuer, role="leaf")
         leaf = issue_client(signer, uris=[identity], now=signing.now)
-        ours.update({"tls.crt": leaf.chain_pem, "tls.key": leaf.key_pem})
+        ours.update(encode_data({"tls.crt": leaf.chain_pem, "tls.key": leaf.key_pem}))
         issuer = fingerprint(signer.cert)
         reason = f"{'renewed' if existing else 'issued'}:{why or 'force-renew'}"
     return write_if_changed(SECRETS, existing, _leaf_body(where, existing, ours, issuer, role="leaf"), reason=reason)
@@ -106,10 +106,11 @@ def decide_leaf(target: Target, existing: Obj | None, signing: Signing, *, role:
     sealed = _open_seal(target, existing, signing)
     data = {} if sealed is not None else secret_data(existing, keys=_LEAF_KEYS)  # the seal stands for them
     decision = _leaf_decision(target, data, signing, sealed)
-    forced = names.FORCE_RENEW_ANNOTATION in annotations_of(existing)
-    ours = {"ca.crt": signing.bundle_pem.encode()}
-    issuer = annotations_of(existing).get(names.ISSUER_ANNOTATION, "")
-    sealed_as = annotations_of(existing).get(names.SEAL_ANNOTATION, "")
+    stored = annotations_of(existing)
+    forced = names.FORCE_RENEW_ANNOTATION in stored
+    ours = {"ca.crt": signing.ca_data}
+    issuer = stored.get(names.ISSUER_ANNOTATION, "")
+    sealed_as = stored.get(names.SEAL_ANNOTATION, "")
     reason = ""
     if decision.renew or forced or existing is None:
         if signer is None:
@@ -123,9 +124,9 @@ def decide_leaf(target: Target, existing: Obj | None, signing: Signing, *, role:
             return _deferred(target, existing, ours, issuer, role=role, keystore=keystore, for_key=True)
         leaf = issue_leaf(issuer=signer, dns_names=list(target.dns_names), now=signing.now, validity=profile.duration,
                           key_type=profile.key_algorithm, key=key)
-        ours.update({"tls.crt": leaf.chain_pem, "tls.key": leaf.key_pem})
+        ours.update(encode_data({"tls.crt": leaf.chain_pem, "tls.key": leaf.key_pem}))
         issuer = fingerprint(signer.cert)
-        sealed_as = _seal(target, signing, ours["tls.crt"], ours["tls.key"], leaf.cert)
+        sealed_as = _seal(target, signing, leaf.chain_pem, leaf.key_pem, leaf.cert)
         reason = f"{'renewed' if existing else 'issued'}:{decision.reason or 'force-renew'}"
     elif sealed is None and signer is not None:
         # Checked in full and kept, so it chains to the signer: seal it, and the next pass need not check again.
@@ -133,7 +134,7 @@ def decide_leaf(target: Target, existing: Obj | None, signing: Signing, *, role:
     body = _leaf_body(target, existing, ours, issuer, role=role, keystore=keystore)
     if sealed_as:
         body["metadata"]["annotations"][names.SEAL_ANNOTATION] = sealed_as
-        if sealed_as != annotations_of(existing).get(names.SEAL_ANNOTATION):  # sealed just now: leaf_expiry
+        if sealed_as != stored.get(names.SEAL_ANNOTATION):  # sealed just now: leaf_expiry
             # reads it next, and need not compute its HMAC again
             _remember_seal(target, body, sealed_as, signing)
     _note_profile(body, target.profile)
@@ -155,7 +156,7 @@ def _leaf_decision(target: Target, data: dict[str, bytes], signing: Signing, sea
     profile = target.profile
     if sealed is not None:
         return sealed_leaf_renewal(sealed, now=signing.now, lookahead=profile.renew_before, duration=profile.duration,
-                                   ca_end=_signer_end(signing))
+                                   ca_end=signing.signer_end)
     signer = signing.signer
     return leaf_renewal(cert_pem=data.get("tls.crt"), key_pem=data.get("tls.key"), desired_dns=target.dns_names,
                         trusted=signing.cas.bundle(), now=signing.now, issuer=signer.cert if signer else None,
@@ -169,17 +170,21 @@ def _open_seal(target: Target, existing: Obj | None, signing: Signing) -> Sealed
     if signing.seal_key is None or not value or not isinstance(cert, str) or not isinstance(key, str):
         return None
     memo = _seal_memo(target, value, cert, key)
-    if memo not in signing.opened:
+    # One lookup: hashing the memo hashes its DNS names and profile again each time (none caches its hash).
+    sealed = signing.opened.get(memo, _UNOPENED)
+    if sealed is _UNOPENED:
         data = secret_data(existing, keys=_LEAF_KEYS)
         leaf = SealedLeaf(target.namespace, target.secret_name, data.get("tls.crt", b""), data.get("tls.key", b""),
                           target.dns_names, _sealed_profile(target))
-        _keep_opened(signing, memo, open_seal(signing.seal_key, leaf, value) if len(data) == len(_LEAF_KEYS) else None)
-    return signing.opened[memo]
+        sealed = open_seal(signing.seal_key, leaf, value) if len(data) == len(_LEAF_KEYS) else None
+        _keep_opened(signing, memo, sealed)
+    return sealed
 
 
 # Seals a pass holds opened (Signing.opened): each ~0.4 KiB with its key, so a pass over 100,000 leaves
 # that kept them all held ~40 MB more at its peak; a leaf's seal is read again right after its decision.
 MAX_OPENED = 1024
+_UNOPENED = Sealed(datetime.min, datetime.min)  # not in Signing.opened (where None is a seal that did not open)
 
 
 def _remember_seal(target: Target, body: Obj, value: str, signing: Signing) -> None:
@@ -220,11 +225,7 @@ def leaf_renewal_time(target: Target, window: tuple[datetime, datetime], signing
     target's profile, as _leaf_decision decides."""
     profile = target.profile
     return renewal_time(*window, lookahead=profile.renew_before, duration=profile.duration,
-                        ca_end=_signer_end(signing))
-
-
-def _signer_end(signing: Signing) -> datetime | None:
-    return signing.signer.cert.not_valid_after_utc if signing.signer is not None else None
+                        ca_end=signing.signer_end)
 
 
 def _seal(target: Target, signing: Signing, cert_pem: bytes, key_pem: bytes, cert: Any) -> str:
@@ -243,13 +244,13 @@ def _may_issue(signing: Signing, namespace: str) -> bool:
     return signing.budget is None or signing.budget.allows(namespace)
 
 
-def _deferred(target: Target, existing: Obj | None, ours: dict[str, bytes], issuer: str, *, role: own.Role,
+def _deferred(target: Target, existing: Obj | None, ours: dict[str, str], issuer: str, *, role: own.Role,
               keystore: Keystore | None = None, for_key: bool = False) -> Deferred:
     """The certificate stays as it is (none yet, or the stored one) until its namespace's next turn."""
     return Deferred(_kept(target, existing, ours, issuer, role=role, keystore=keystore), for_key)
 
 
-def _kept(target: Target, existing: Obj | None, ours: dict[str, bytes], issuer: str, *, role: own.Role,
+def _kept(target: Target, existing: Obj | None, ours: dict[str, str], issuer: str, *, role: own.Role,
           keystore: Keystore | None = None) -> Write | None:
     """The stored certificate kept, with ca.crt carrying the whole set and a force-renew still to be done."""
     if existing is None:
@@ -261,7 +262,7 @@ def _kept(target: Target, existing: Obj | None, ours: dict[str, bytes], issuer: 
     return write_if_changed(SECRETS, existing, body, reason="refreshed")
 
 
-def _waiting(target: Target, existing: Obj | None, ours: dict[str, bytes], issuer: str, *, role: own.Role,
+def _waiting(target: Target, existing: Obj | None, ours: dict[str, str], issuer: str, *, role: own.Role,
              signing: Signing, why: str, keystore: Keystore | None = None) -> Waiting:
     """The certificate stays as it is (none yet, or the stored one, still trusted) until a CA may sign."""
     refresh = _kept(target, existing, ours, issuer, role=role, keystore=keystore)
@@ -270,11 +271,11 @@ def _waiting(target: Target, existing: Obj | None, ours: dict[str, bytes], issue
                    refresh)
 
 
-def _leaf_body(target: Target, existing: Obj | None, ours: dict[str, bytes], issuer: str, *, role: own.Role,
+def _leaf_body(target: Target, existing: Obj | None, ours: dict[str, str], issuer: str, *, role: own.Role,
                keystore: Keystore | None = None) -> Obj:
     body = base_body(existing, SECRETS, target.namespace, target.secret_name, role=role)
     body["type"] = (existing or {}).get("type") or "kubernetes.io/tls"
-    data = {**((existing or {}).get("data") or {}), **encode_data(ours)}
+    data = {**((existing or {}).get("data") or {}), **ours}
     body["data"] = with_keystore(data, keystore)  # None (or a client Secret): no keystore keys
     annotations = body["metadata"]["annotations"]
     annotations.pop(names.FORCE_RENEW_ANNOTATION, None)
@@ -296,6 +297,9 @@ MAX_WORKLOADS_NOTE = 1024
 def workloads_note(workloads: Iterable[WorkloadRef]) -> str:
     """`Kind/name,Kind/name,...`, at most MAX_WORKLOADS_NOTE characters: what does not fit is counted."""
     every = [str(w) for w in workloads]
+    whole = ",".join(every)
+    if len(whole) + len(f" (+{len(every)} more)") <= MAX_WORKLOADS_NOTE:  # no count below can be longer, so
+        return whole  # nothing is cut (nearly every Secret at every pass: one workload)
     text = ""
     for index, name in enumerate(every):
         listed = f"{text},{name}" if text else name

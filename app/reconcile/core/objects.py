@@ -10,6 +10,7 @@ of overwriting it blindly, and makes a converged cluster cost zero writes.
 from __future__ import annotations
 
 import base64
+import binascii
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -89,7 +90,9 @@ def secret_data(secret: Obj | None, *, keys: Iterable[str] | None = None) -> dic
     decoded: dict[str, bytes] = {}
     for key, value in (data.items() if keys is None else ((k, data[k]) for k in keys if k in data)):
         try:
-            decoded[key] = base64.b64decode(value, validate=True)
+            # base64.b64decode(value, validate=True) is this call behind a Python wrapper that copies a str
+            # to bytes first: a resync decodes every leaf's tls.crt and tls.key for its seal (~1.5% of its CPU).
+            decoded[key] = binascii.a2b_base64(value, strict_mode=True)
         except (ValueError, TypeError):
             continue  # tampered: treated as missing, so the certificate is re-issued
     return decoded
