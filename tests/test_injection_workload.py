@@ -16,7 +16,7 @@ from tls_injector.admission import JsonPatchOp
 from tls_injector.injection import cronjob_pins, pod_workload, template_workload
 from tls_injector.injection.jobs import job_pin_ops
 from tls_injector.injection.mutate import PodObject
-from tls_injector.injection.workload import pod_secret_name
+from tls_injector.injection.workload import pod_secret_name, pod_workload_name
 
 SECRET = "tls-injector.io/secret-name"
 SERVICES = "tls-injector.io/service-names"
@@ -63,6 +63,7 @@ def test_a_pod_names_its_workload_and_secret(metadata: dict[str, Any], kind: str
     assert (workload.kind, workload.secret_name) == (kind, secret)
     assert workload.service_names == ((workload.name,) if workload.name else ())
     assert pod_secret_name(metadata) == secret  # what the injection plan reads, without the Workload
+    assert pod_workload_name(metadata) == workload.name  # what the status says of a pod, without it either
 
 
 @pytest.mark.parametrize("kind", ["Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob", "ReplicaSet"])

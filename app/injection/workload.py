@@ -73,6 +73,12 @@ def pod_workload(metadata: Mapping[str, Any]) -> Workload:
     return _workload(kind, name, _map(metadata, "annotations"))
 
 
+def pod_workload_name(metadata: Mapping[str, Any]) -> str:
+    """`pod_workload(metadata).name` without the rest (its Secret and services, read from the annotations):
+    what a pass's status says of each pod missing its injection, thousands of them after an outage."""
+    return _pod_owner(metadata)[1]
+
+
 def pod_secret_name(metadata: Mapping[str, Any]) -> str:
     """`pod_workload(metadata).secret_name`, derived the same way without building the rest of the
     Workload: the injection plan reads only this (the services and the Workload cost it ~10k

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal
 
-from tls_injector.injection.workload import pod_workload
+from tls_injector.injection.workload import pod_workload_name
 from tls_injector.names import CLIENT_CA_SECRET
 from tls_injector.pki import CaState
 from tls_injector.reconcile.ca.machine import CaStep
@@ -142,16 +142,18 @@ def workload_statuses(targets: Iterable[Target], expiries: Mapping[tuple[str, st
     until it replaces it, and nearly every entry is as it was (~0.25 KiB each, ~25 MiB at 100,000 held
     twice at a pass's peak otherwise)."""
     held = {(w.namespace, w.secret): w for w in previous}
+    renewals = renewals or {}
     found = []
     for t in targets:
         not_after = expiries.get((t.namespace, t.secret_name))
         # When the pass decides it is due (reports.Expiries.renewals: a share of the life it got), else by profile.
-        renew_at = (renewals or {}).get((t.namespace, t.secret_name)) or (
+        renew_at = renewals.get((t.namespace, t.secret_name)) or (
             not_after - t.profile.renew_before if not_after else None)
         told: dict[str, str] = {}
-        for ref in t.workloads:
-            for reason, message in (facts or {}).get(ref, ()):
-                told.setdefault(reason, message)
+        if facts:  # most passes tell nothing: no workload's hash to compute
+            for ref in t.workloads:
+                for reason, message in facts.get(ref, ()):
+                    told.setdefault(reason, message)
         status = WorkloadStatus(
             namespace=t.namespace, workloads=tuple(sorted(str(w) for w in t.workloads)), secret=t.secret_name,
             not_after=not_after, renew_at=renew_at, waiting=waiting.get(f"{t.namespace}/{t.secret_name}", ""),
@@ -167,13 +169,15 @@ def conditions(told: Mapping[str, str], *, not_after: datetime | None,
     """`Ready` from what was told (reason -> message) and the stored certificate's dates; then the rest.
     A certificate whose every name was refused is not held back: it is issued naming no Service (its
     NoServiceName condition says so), as discover.Target.namelessness tells."""
-    stop = next((reason for reason in NOT_READY if reason in told), None)
+    stop = next((reason for reason in NOT_READY if reason in told), None) if told else None
     if stop is not None:
         ready = Condition("Ready", "False", stop, told[stop])
     elif not_after is None:
         ready = Condition("Ready", "False", "NotIssued", NOT_ISSUED)
     else:
         ready = _issued(not_after, renew_at)
+    if not told:  # most certificates: their dates alone say what they are
+        return (ready,)
     beside = [Condition(reason, "True", reason, told[reason]) for reason in BESIDE
               if reason in told and reason != ready.reason]
     return (ready, *beside)
@@ -190,7 +194,7 @@ def _issued(not_after: datetime, renew_at: datetime | None) -> Condition:
 
 def pod_statuses(pods: Iterable[Obj]) -> list[PodStatus]:
     return [PodStatus(namespace=p["metadata"].get("namespace") or "", name=p["metadata"]["name"],
-                      workload=pod_workload(p["metadata"]).name) for p in pods]
+                      workload=pod_workload_name(p["metadata"])) for p in pods]
 
 
 def aborted(previous: Status | None, why: str, now: datetime) -> Status:
