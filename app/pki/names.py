@@ -117,6 +117,8 @@ def vet_service_names(asked: Iterable[str], *, namespace: str, limit: int = MAX_
 
 def service_name_problem(name: str) -> str:
     """Why `name` cannot be a Service name in a certificate, or "" when it can (the first reason that fits)."""
+    if len(name) <= 63 and _SERVICE.match(name):  # a Service name passes every check below: a pass asks this
+        return ""  # of every workload's names, ~3 times each, and building the checks was ~3% of its CPU
     checks = (
         (not name, "empty"),
         ("*" in name, "a wildcard; certificates name Services one by one"),
