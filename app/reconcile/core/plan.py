@@ -32,8 +32,9 @@ def plan(targets: Iterable[Target], observed: Observed, signing: Signing) -> Ite
     # the CAs' phases, decided before the plan, not on the leaves.
     namespaces = bundle_namespaces(targets, observed.bundle_wanted)
     wanted = {(t.namespace, t.secret_name) for t in targets} | client_secrets(targets)
-    orphans = [key for key in sorted(observed.leaves) if key not in wanted]
-    unwanted = [ns for ns in sorted(observed.bundles) if ns not in namespaces]
+    # Only what is left sorted (nearly always nothing): sorting every leaf's key first cost ~1% of a resync.
+    orphans = sorted(key for key in observed.leaves if key not in wanted)
+    unwanted = sorted(ns for ns in observed.bundles if ns not in namespaces)
     for ns in sorted(namespaces):
         yield _bundle_item(ns, signing, truststore=ns in observed.truststores, public=ns in observed.public_roots)
     for t in targets:

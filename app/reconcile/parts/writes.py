@@ -166,7 +166,7 @@ class Writer:
 
     def _first(self, item: Item, existing: Obj | None, now: datetime) -> _Outcome | _Undecided:
         """What to write first: decided here unless a backoff holds the object back (_converge says so)."""
-        if self._backoff.get(item.key, (0, now))[1] > now:
+        if self._backoff and self._backoff.get(item.key, (0, now))[1] > now:  # most passes: no backoff at all
             return _UNDECIDED
         return item.decide(existing)
 
@@ -215,17 +215,18 @@ class Writer:
                   first: _Outcome | _Undecided = _UNDECIDED, sent: Future[Obj | None] | None = None) -> Obj | None:
         """Decide and write one object, re-reading after a 409; returns what is stored at the end. `first`:
         its first decision, made already (`sent`: and its write sent)."""
-        failures, retry_at = self._backoff.get(item.key, (0, now))
+        key = item.key  # a property making its tuple at each read
+        failures, retry_at = self._backoff.get(key, (0, now))
         if retry_at > now:
             self._failed(item, f"{failures} writes failed in a row; next try at {retry_at.isoformat()}", report, now)
             return existing
         stored = self._converge_now(item, existing, report, now, first=first, sent=sent)
-        if item.key in self._failing:
-            self._failing.discard(item.key)
+        if key in self._failing:
+            self._failing.discard(key)
             delay = min(BACKOFF_FIRST * 2 ** (failures - 1), BACKOFF_MAX) if failures else timedelta(0)
-            self._backoff[item.key] = (failures + 1, now + delay)
+            self._backoff[key] = (failures + 1, now + delay)
         else:
-            self._backoff.pop(item.key, None)
+            self._backoff.pop(key, None)
         return stored
 
     def _converge_now(self, item: Item, existing: Obj | None, report: PassReport, now: datetime, *,
