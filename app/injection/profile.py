@@ -281,17 +281,22 @@ def key_algorithms(text: str) -> tuple[KeyAlgorithm, ...]:
     return tuple(a for a in KEY_ALGORITHMS if a in wanted)
 
 
-def shared_profile(resolved: Iterable[tuple[str, Resolved]], bounds: ProfileBounds) -> tuple[Profile, str]:
+def shared_profile(resolved: Iterable[tuple[object, Resolved]], bounds: ProfileBounds) -> tuple[Profile, str]:
     """The profile of a Secret that several workloads share, with why it is not theirs ("" when it is).
+    Each workload (`who`) is named, by str(), only in a conflict's message.
 
     All agree (or one uses it): their profile. They differ: the conflict is refused and the operator's
     default used, whatever the order the workloads were read in, so the Secret never flips between two
     profiles from one pass to the next (and no workload imposes its profile on another's pods)."""
     every = list(resolved)
-    profiles = {r.profile for _, r in every}
-    if len(profiles) <= 1:
-        return (profiles.pop() if profiles else bounds.default), ""
-    listed = "; ".join(f"{who}: {r.profile.note()}" for who, r in sorted(every, key=lambda pair: pair[0])[:3])
+    if not every:
+        return bounds.default, ""
+    first = every[0][1].profile
+    # Compared, not put in a set: one user (nearly every Secret, at every pass) compares nothing and hashes
+    # no Profile (a dataclass's hash, a Python call).
+    if all(r.profile == first for _, r in every[1:]):
+        return first, ""
+    listed = "; ".join(f"{who}: {r.profile.note()}" for who, r in sorted(every, key=lambda pair: str(pair[0]))[:3])
     more = f" (+{len(every) - 3} more)" if len(every) > 3 else ""
     return bounds.default, (f"the workloads sharing it ask for different certificate profiles ({listed}{more}); "
                             f"the default {bounds.default.note()} is used: give them one profile, or each its "

@@ -174,6 +174,22 @@ def test_workloads_sharing_a_secret_agree_or_get_the_default_whatever_their_orde
     assert "different certificate profiles" in first[1]
 
 
+def test_one_user_or_none_needs_no_comparison_and_the_users_of_a_conflict_are_named_by_str_in_order() -> None:
+    class Ref:  # what discover passes: a workload reference, named only when the message needs it
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def __str__(self) -> str:
+            return f"Deployment/{self.name}"
+
+    rsa = resolve_profile({KEY: "rsa-3072"}, BOUNDS)
+    p384 = resolve_profile({KEY: "ecdsa-p384"}, BOUNDS)
+    assert shared_profile([(Ref("a"), rsa)], BOUNDS) == (rsa.profile, "")
+    assert shared_profile([], BOUNDS) == (BOUNDS.default, "")
+    _, why = shared_profile([(Ref("b"), p384), (Ref("a"), rsa), (Ref("c"), rsa)], BOUNDS)
+    assert why.index("Deployment/a: key-algorithm=rsa-3072") < why.index("Deployment/b: key-algorithm=ecdsa-p384")
+
+
 def test_the_key_of_a_certificate_is_named_for_every_algorithm_and_none_for_others() -> None:
     from cryptography.hazmat.primitives.asymmetric import ec, rsa
 

@@ -260,7 +260,7 @@ def _profiled(users: Mapping[WorkloadRef, Use], bounds: ProfileBounds) -> tuple[
     """The profile a Secret's users agree on (each refused value replaced by the default), or the
     operator's default when they differ (profile.shared_profile), and every refusal with who made it."""
     problems = [(str(ref), use.profile.reason()) for ref, use in sorted(users.items()) if use.profile.refused]
-    profile, conflict = shared_profile([(str(ref), use.profile) for ref, use in users.items()], bounds)
+    profile, conflict = shared_profile([(ref, use.profile) for ref, use in users.items()], bounds)
     if conflict:
         problems.append((", ".join(str(ref) for ref in sorted(users)[:_LISTED]), conflict))
     return profile, tuple(problems)
