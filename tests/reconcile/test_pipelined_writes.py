@@ -120,8 +120,7 @@ def test_updates_are_sent_ahead_too(kubeapi: Emulator, monkeypatch: pytest.Monke
     clock = Clock()
     rec = reconciler(kubeapi, clock)
     rec.run_pass()
-    before = {key: kubeapi.get("secrets", name, ns)["metadata"]["resourceVersion"]
-              for key in secrets for ns, name in [key]}
+    before = {(ns, name): kubeapi.get("secrets", name, ns)["metadata"]["resourceVersion"] for ns, name in secrets}
     clock.advance(timedelta(days=60))  # every leaf is due for renewal
     most = _slow_sends(monkeypatch, 0.01)
     report = rec.run_pass()

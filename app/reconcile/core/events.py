@@ -156,11 +156,11 @@ class IssuedTally:
 # Events the loop's outbox holds before a pass writing faster than they are posted waits: ~1 KiB each, so
 # at most ~1 MiB; a pass tells at most one issuance Event per namespace, and a Warning per object concerned.
 OUTBOX_SIZE = 1000
-# Threads posting the outbox's Events. One posted each Event after the last was answered: on kube-apiserver
-# busy with a rollout, 20-37 ms each, so a burst of 1,000 changes in 1,000 namespaces ended with its
-# Events 30 s after its Secrets, and the end of a first pass at 100,000 workloads waited ~48 s for its
-# 10,000. Four keep four in flight beside the writers' two (writes.WRITERS): the answer's wait is the
-# apiserver's, and more would only queue at the interpreter's lock and the apiserver's cores.
+# Threads posting the outbox's Events. One posted each Event after the last was answered, and a pass waits
+# for its Events at its end: a first pass at 100,000 workloads on kube-apiserver posted its 10,000
+# CertificatesIssued over 48 s after its last Secret (bench/results/reconcile-live.md). Four keep four in
+# flight beside the writers' two (writes.WRITERS): the answer's wait is the apiserver's, and more would
+# only queue at the interpreter's lock and the apiserver's cores.
 POSTERS = 4
 
 

@@ -42,8 +42,8 @@ BACKOFF_MAX = timedelta(minutes=10)
 # a small node); more would only queue at the interpreter's lock. Eight bound what waits in memory (eight
 # Secrets' bodies, a few KiB each) and what a pass that stops must still see answered. Every write, not
 # creates alone: a burst of template changes, a renewal wave or a CA rotation re-issues Secrets that exist,
-# and on kube-apiserver busy with a rollout the 1,000 updates of a burst, each waited for, took 13.4 s at
-# 10,000 workloads and 48 s at 100,000.
+# and on kube-apiserver busy with a rollout the 1,000 updates of a burst, each waited for, came over about
+# 13 s at 10,000 workloads and 48 s at 100,000 (bench/results/reconcile-live.md).
 WRITERS = 2
 IN_FLIGHT = 8
 
