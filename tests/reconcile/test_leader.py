@@ -208,7 +208,7 @@ def running_loop(kubeapi: Emulator, *, watch_timeout_seconds: int, issued_window
                       watch_timeout_seconds=watch_timeout_seconds, issued_window_seconds=issued_window_seconds)
     stop = threading.Event()
     thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
-    outboxes_before = {t for t in threading.enumerate() if t.name == "events"}
+    outboxes_before = {t for t in threading.enumerate() if t.name.startswith("events-")}
     thread.start()
     try:
         yield
@@ -216,11 +216,12 @@ def running_loop(kubeapi: Emulator, *, watch_timeout_seconds: int, issued_window
         stop.set()
         thread.join(timeout=10)
     assert not thread.is_alive()
-    # Its Events' thread ends with it: one left running posts what its tally held a window later, to a
-    # server that is gone (a later test's captured stderr got its log's error).
+    # Its Events' threads (events.POSTERS, named events-N) end with it: one left running posts what its tally
+    # held a window later, to a server that is gone (a later test's captured stderr got its log's error).
     deadline = time.monotonic() + 10
-    while any(t.name == "events" and t.is_alive() and t not in outboxes_before for t in threading.enumerate()):
-        assert time.monotonic() < deadline, "the loop's Events thread outlived it"
+    while any(t.name.startswith("events-") and t.is_alive() and t not in outboxes_before
+              for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "the loop's Events threads outlived it"
         time.sleep(0.05)
 
 
