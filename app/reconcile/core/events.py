@@ -159,7 +159,7 @@ OUTBOX_SIZE = 1000
 # Threads posting the outbox's Events. One posted each Event after the last was answered, and a pass waits
 # for its Events at its end: a first pass at 100,000 workloads on kube-apiserver posted its 10,000
 # CertificatesIssued over 48 s after its last Secret (bench/results/reconcile-live.md). Four keep four in
-# flight beside the writers' four (writes.WRITERS). Four is chosen, not measured apart from the changes it
+# flight beside the writers' two (writes.WRITERS). Four is chosen, not measured apart from the changes it
 # came with: the bursts measured held no Events.
 POSTERS = 4
 

@@ -37,16 +37,15 @@ BACKOFF_FIRST = timedelta(seconds=30)
 BACKOFF_MAX = timedelta(minutes=10)
 
 
-# Writes sent at once while the pass decides the next objects (converge_all): four threads, at most sixteen
-# sent and unanswered. The answer's wait is the API server's and etcd's (a commit each), and the pass decides
-# meanwhile. Measured against two threads and eight in flight, at 10,000 workloads on kube-apiserver with two
-# cores: first convergence 38-42 s -> 29-31 s, a burst of 1,000 template changes 13-16 s -> 10-11 s, each
-# process's CPU lower and the reconciler's peak the same (bench/results/reconcile-live.md). Sixteen bound
-# what waits in memory (sixteen Secrets' bodies, a few KiB each) and what a pass that stops must still see
-# answered. Every write, not creates alone: a burst of template changes, a renewal wave or a CA rotation
-# re-issues Secrets that exist.
-WRITERS = 4
-IN_FLIGHT = 16
+# Writes sent at once while the pass decides the next objects (converge_all): two threads, at most eight
+# sent and unanswered. Two keep the API server's answer and our next decision overlapping (one core each on
+# a small node); more would only queue at the interpreter's lock. Eight bound what waits in memory (eight
+# Secrets' bodies, a few KiB each) and what a pass that stops must still see answered. Every write, not
+# creates alone: a burst of template changes, a renewal wave or a CA rotation re-issues Secrets that exist,
+# and on kube-apiserver busy with a rollout the 1,000 updates of a burst, each waited for, came over about
+# 13 s at 10,000 workloads and 48 s at 100,000 (bench/results/reconcile-live.md).
+WRITERS = 2
+IN_FLIGHT = 8
 
 
 class _Undecided:
