@@ -54,6 +54,10 @@ class LeaderElector:
         """True until `renew_deadline` after the last successful renewal, measured on our clock."""
         return self._renewed_at is not None and now - self._renewed_at < self.renew_deadline
 
+    def since_renewal(self, now: datetime) -> timedelta | None:
+        """How long since the last successful renewal (None: not renewed since it last led, or never)."""
+        return None if self._renewed_at is None else now - self._renewed_at
+
     def try_lead(self, now: datetime) -> bool:
         """One election round (call every RETRY_PERIOD); True when we hold the lease now."""
         held, self._held = self._held, None

@@ -4,16 +4,19 @@ a recording API with a short window on the real clock."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, cast
 
+import pytest
+
 from tests.kubeapi import Emulator
 from tests.reconcile.cluster import OWN_NS, Clock, namespace, reconciler
 from tls_injector import names
-from tls_injector.kube import DEPLOYMENTS, KubeApi, Resource
+from tls_injector.kube import DEPLOYMENTS, Forbidden, KubeApi, Resource, Unavailable
 from tls_injector.reconcile.core import events
 from tls_injector.reconcile.core.events import HELD_LINES, IssuedTally, Outbox, issued_message, issued_ref
 from tls_injector.reconcile.loop.controller import Controller
@@ -263,3 +266,86 @@ def test_the_outbox_posts_its_events_from_several_threads_and_closes_with_all_of
         thread.join(timeout=5)
     assert not any(thread.is_alive() for thread in threads)
     assert len(api.posted) < 4 * events.POSTERS + 100
+
+
+class Refusing(Recording):
+    """An apiserver that answers each Event's first `fails` tries with 503 (Unavailable), and every Event of
+    namespace `denied` with 403 (Forbidden); it counts the tries of each namespace."""
+
+    def __init__(self, fails: int) -> None:
+        super().__init__()
+        self.fails = fails
+        self.tries: dict[str, int] = {}
+
+    def post(self, resource: Resource, body: dict[str, Any], *, namespace: str) -> None:
+        with self.lock:
+            self.tries[namespace] = self.tries.get(namespace, 0) + 1
+            tries = self.tries[namespace]
+        if namespace == "denied":
+            raise Forbidden("events is forbidden")
+        if tries <= self.fails:
+            raise Unavailable("POST /api/v1/namespaces/x/events: connection refused")
+        super().post(resource, body, namespace=namespace)
+
+
+def outbox_log(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str, object, object]]:
+    return [(r.levelname, r.getMessage(), getattr(r, "events", None), getattr(r, "posted_after_retry", None))
+            for r in caplog.records if r.name == "tls_injector.events" and r.levelno >= logging.INFO]
+
+
+def test_an_event_the_api_server_did_not_take_for_a_passing_cause_is_tried_again(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A 429, a 5xx or a connection refused loses no Event: each is tried again (the pauses doubling), and the
+    pass's flush says once how many needed it."""
+    monkeypatch.setattr(events, "EVENT_RETRY_PAUSE", 0.01)
+    api = Refusing(fails=events.EVENT_TRIES - 1)
+    box = Outbox(cast(KubeApi, api), tally=IssuedTally(window=WINDOW))
+    with caplog.at_level(logging.INFO, logger="tls_injector.events"):
+        for n in range(3):
+            box.emit((issued_ref(f"ns{n}"),), reason="CertificateWaiting", message="m", kind="Warning", now=NOW)
+        box.flush()
+        box.flush()  # nothing since: nothing said
+    assert sorted(ns for _, ns, _ in api.posted) == ["ns0", "ns1", "ns2"]
+    assert api.tries == {f"ns{n}": events.EVENT_TRIES for n in range(3)}
+    assert outbox_log(caplog) == [("INFO", "events posted after a retry", 3, None)]
+    box.close()
+
+
+def test_an_event_refused_for_good_or_past_its_tries_is_counted_and_said_once_at_the_flush(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A 403 is not tried again; an API server still refusing after EVENT_TRIES tries loses the Event, and the
+    flush says how many were lost and the last error, in one warning: not a line per Event, not nothing."""
+    monkeypatch.setattr(events, "EVENT_RETRY_PAUSE", 0.01)
+    api = Refusing(fails=events.EVENT_TRIES)
+    box = Outbox(cast(KubeApi, api), tally=IssuedTally(window=WINDOW))
+    with caplog.at_level(logging.INFO, logger="tls_injector.events"):
+        for ns in ("down", "denied"):
+            box.emit((issued_ref(ns),), reason="CertificateWaiting", message="m", kind="Warning", now=NOW)
+        box.flush()
+    assert api.posted == []
+    assert api.tries == {"down": events.EVENT_TRIES, "denied": 1}
+    assert outbox_log(caplog) == [("WARNING", "events not recorded", 2, 0)]
+    (said,) = [r for r in caplog.records if r.getMessage() == "events not recorded"]
+    assert said.error.startswith(("Unavailable: ", "Forbidden: "))  # type: ignore[attr-defined]
+    box.close()
+
+
+def test_a_close_ends_a_retry_pause_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thread pausing before its Event's next try ends when the loop stops: a shutdown does not wait out
+    the pauses of an API server that refuses everything."""
+    monkeypatch.setattr(events, "EVENT_RETRY_PAUSE", 60.0)
+    api = Refusing(fails=1000)
+    box = Outbox(cast(KubeApi, api), tally=IssuedTally(window=WINDOW))
+    box.emit((issued_ref("down"),), reason="CertificateWaiting", message="m", kind="Warning", now=NOW)
+    deadline = time.monotonic() + 5
+    while not api.tries and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert api.tries == {"down": 1}  # in its first pause, of a minute
+    threads = box._threads
+    closed = time.monotonic()
+    box.close()
+    for thread in threads:
+        thread.join(timeout=5)
+    assert not any(thread.is_alive() for thread in threads)
+    assert time.monotonic() - closed < 10  # not the pause's minute
+    assert api.tries == {"down": 1}

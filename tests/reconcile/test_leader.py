@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -56,6 +57,68 @@ def test_one_replica_leads_and_another_takes_over_only_after_the_leader_stops_re
     lease = kubeapi.get("leases", "tls-injector-leader", OWN_NS)
     assert lease is not None
     assert (lease["spec"]["holderIdentity"], lease["spec"]["leaseTransitions"]) == ("b", 1)
+
+
+class Rounds:
+    """Stands in for Controller._lead's stop event: each wait is one lease round, after which the shared
+    clock moves by the next step's seconds and its action (another replica's round) runs; set once every
+    step is taken."""
+
+    def __init__(self, clock: Clock, steps: list[tuple[int, Callable[[], object] | None]]) -> None:
+        self.clock, self.steps = clock, steps
+
+    def is_set(self) -> bool:
+        return not self.steps
+
+    def wait(self, seconds: float) -> bool:
+        step, action = self.steps.pop(0)
+        self.clock.advance(timedelta(seconds=step))
+        if action is not None:
+            action()
+        return False
+
+
+def lease_log(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str, object]]:
+    return [(r.levelname, r.getMessage(), getattr(r, "leading_again", None)) for r in caplog.records
+            if r.name == "tls_injector.controller"]
+
+
+def test_the_lease_thread_says_when_it_takes_the_lease_and_when_it_lapsed_even_if_taken_back_at_once(
+        kubeapi: Emulator, caplog: pytest.LogCaptureFixture) -> None:
+    """A renewal that comes after the renew deadline (the thread starved, the API server slow) is taken back
+    in the same round, but the passes stopped writing meanwhile and dropped what they held: the log says
+    so, with how long the Lease went unrenewed, rather than nothing at all."""
+    namespace(kubeapi, OWN_NS)
+    clock = Clock()
+    elector = LeaderElector(KubeApi(kubeapi.api_client()), OWN_NS, "a")
+    loop = Controller(elector.api, reconciler(kubeapi, clock), elector, clock=clock)
+    with caplog.at_level(logging.INFO, logger="tls_injector.controller"):
+        loop._lead(elector, Rounds(clock, [(2, None), (2, None), (12, None), (2, None)]))  # type: ignore[arg-type]
+    assert lease_log(caplog) == [("INFO", "leader lease taken", None), ("WARNING", "leader lease lost", True)]
+    (lost,) = [r for r in caplog.records if r.getMessage() == "leader lease lost"]
+    assert lost.since_renewal_seconds == 12.0  # type: ignore[attr-defined]
+    assert elector.is_leader(clock())
+
+
+def test_the_lease_thread_says_when_another_replica_took_the_lease(kubeapi: Emulator,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    namespace(kubeapi, OWN_NS)
+    clock = Clock()
+    a = LeaderElector(KubeApi(kubeapi.api_client()), OWN_NS, "a")
+    b = LeaderElector(KubeApi(kubeapi.api_client()), OWN_NS, "b")
+    loop = Controller(a.api, reconciler(kubeapi, clock), a, clock=clock)
+
+    def silent_for_16_seconds() -> None:  # a's thread starved: b sees the same Lease for 16 s and takes it
+        assert not b.try_lead(clock())
+        clock.advance(timedelta(seconds=16))
+        assert b.try_lead(clock())
+
+    with caplog.at_level(logging.INFO, logger="tls_injector.controller"):
+        loop._lead(a, Rounds(clock, [(0, silent_for_16_seconds), (2, None)]))  # type: ignore[arg-type]
+    # a leads from its first round; its next round finds the Lease lost, and b's.
+    assert lease_log(caplog) == [("INFO", "leader lease taken", None), ("WARNING", "leader lease lost", False)]
+    assert not a.is_leader(clock())
+    assert b.is_leader(clock())
 
 
 def test_a_leader_renews_on_its_own_last_write_without_reading_the_lease(kubeapi: Emulator) -> None:

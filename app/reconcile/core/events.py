@@ -11,7 +11,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Literal
 
-from tls_injector.kube import EVENTS, KubeApi, KubeError
+from tls_injector.kube import EVENTS, KubeApi, KubeError, Unavailable
 from tls_injector.names import EVENT_COMPONENT, TRUST_BUNDLE_CONFIGMAP
 from tls_injector.reconcile.core.discover import WorkloadRef
 
@@ -162,6 +162,14 @@ OUTBOX_SIZE = 1000
 # flight beside the writers' two (writes.WRITERS). Four is chosen, not measured apart from the changes it
 # came with: the bursts measured held no Events.
 POSTERS = 4
+# An Event the API server did not take for a passing cause (429, 5xx, a connection cut or refused) is tried
+# this many times in all, the pauses doubling from EVENT_RETRY_PAUSE (1 s, then 2 s): a kube-apiserver
+# busy with a first convergence's 100,000 writes can refuse a connection or a request for a few seconds,
+# and one try alone lost what a second would have posted. Bounded: the thread's pause holds back the
+# Events queued behind it (four threads post beside it), and a pass waits for its Events at its end. Any
+# other refusal (invalid, forbidden) is final at once.
+EVENT_TRIES = 3
+EVENT_RETRY_PAUSE = 1.0
 
 
 class Outbox:
@@ -183,6 +191,10 @@ class Outbox:
         self._tally = tally or IssuedTally()
         self._clock = clock
         self._closed = threading.Event()
+        # Since the last flush: Events posted only at a second or third try, Events not posted at all, and
+        # the last error. A pass's flush says them in one log line, not one per Event.
+        self._retried = self._unrecorded = 0
+        self._last_error = ""
 
     def emit(self, refs: tuple[WorkloadRef, ...], *, reason: str, message: str,
              kind: Literal["Normal", "Warning"], now: datetime) -> None:
@@ -206,8 +218,17 @@ class Outbox:
             self._queue.put(None)  # the thread's wait may end sooner now
 
     def flush(self) -> None:
-        """Every Event emitted so far is posted (what the tally holds is posted when its window ends)."""
+        """Every Event emitted so far is posted or given up on (what the tally holds is posted when its window
+        ends), and what was not posted at the first try since the last flush is logged, once."""
         self._queue.join()
+        with self._lock:
+            retried, unrecorded, error = self._retried, self._unrecorded, self._last_error
+            self._retried = self._unrecorded = 0
+        if unrecorded:
+            log.warning("events not recorded", extra={"events": unrecorded, "posted_after_retry": retried,
+                                                      "error": error})
+        elif retried:
+            log.info("events posted after a retry", extra={"events": retried, "error": error})
 
     def drop_held(self) -> None:
         """This replica no longer leads: what the tally holds is dropped, not posted when its window ends
@@ -264,10 +285,30 @@ class Outbox:
                                        message=issued_message(lines, count)))
 
     def _post(self, ref: WorkloadRef, body: dict[str, object]) -> None:
-        try:
-            self._api.post(EVENTS, body, namespace=ref.namespace)
-        except KubeError as e:
-            log.debug("event not recorded", extra={"workload": str(ref), "reason": body.get("reason"),
-                                                   "error": str(e)})
-        except Exception:  # the thread must outlive anything one Event meets
-            log.exception("event not recorded")
+        pause = EVENT_RETRY_PAUSE
+        for attempt in range(1, EVENT_TRIES + 1):
+            try:
+                self._api.post(EVENTS, body, namespace=ref.namespace)
+            except Unavailable as e:
+                with self._lock:
+                    self._last_error = f"{type(e).__name__}: {e}"
+                if attempt < EVENT_TRIES and not self._closed.wait(pause):
+                    pause *= 2
+                    continue
+                self._not_recorded(ref, body, e)
+            except KubeError as e:
+                self._not_recorded(ref, body, e)
+            except Exception:  # the thread must outlive anything one Event meets
+                log.exception("event not recorded")
+            else:
+                if attempt > 1:
+                    with self._lock:
+                        self._retried += 1
+            return
+
+    def _not_recorded(self, ref: WorkloadRef, body: dict[str, object], error: KubeError) -> None:
+        log.debug("event not recorded", extra={"workload": str(ref), "reason": body.get("reason"),
+                                               "error": str(error)})
+        with self._lock:
+            self._unrecorded += 1
+            self._last_error = f"{type(error).__name__}: {error}"

@@ -295,8 +295,21 @@ class Controller:
         return self.elector is None or self.elector.is_leader(self.clock())
 
     def _lead(self, elector: LeaderElector, stop: threading.Event) -> None:
+        leading = False
         while not stop.is_set():
-            elector.try_lead(self.clock())  # tls_injector_leader reads is_leader at each scrape (follow)
+            now = self.clock()
+            since = elector.since_renewal(now)
+            # The renew deadline passed before this round: the passes stopped writing (Writer.guard) and
+            # forgot what they held, even if this round takes the Lease back at once.
+            lapsed = leading and not elector.is_leader(now)
+            leads = elector.try_lead(now)  # tls_injector_leader reads is_leader at each scrape (follow)
+            if lapsed or (leading and not leads):
+                log.warning("leader lease lost", extra={
+                    "since_renewal_seconds": None if since is None else round(since.total_seconds(), 1),
+                    "round_seconds": round((self.clock() - now).total_seconds(), 1), "leading_again": leads})
+            elif leads and not leading:
+                log.info("leader lease taken", extra={"identity": elector.identity})
+            leading = leads
             if not stop.is_set():
                 self.heartbeat = time.monotonic()
             stop.wait(RETRY_PERIOD.total_seconds())
