@@ -299,8 +299,8 @@ class Controller:
         while not stop.is_set():
             now = self.clock()
             since = elector.since_renewal(now)
-            # The renew deadline passed before this round: the passes stopped writing (Writer.guard) and
-            # forgot what they held, even if this round takes the Lease back at once.
+            # The renew deadline passed before this round: meanwhile a pass that wrote stopped (Writer.guard)
+            # and the loop may have forgotten what it held, even if this round takes the Lease back at once.
             lapsed = leading and not elector.is_leader(now)
             leads = elector.try_lead(now)  # tls_injector_leader reads is_leader at each scrape (follow)
             if lapsed or (leading and not leads):
