@@ -330,6 +330,36 @@ def test_an_event_refused_for_good_or_past_its_tries_is_counted_and_said_once_at
     box.close()
 
 
+class Hanging(Recording):
+    """An apiserver that takes `seconds` to fail each Event with Unavailable (a request's timeout)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds, self.tries = seconds, 0
+
+    def post(self, resource: Resource, body: dict[str, Any], *, namespace: str) -> None:
+        with self.lock:
+            self.tries += 1
+        time.sleep(self.seconds)
+        raise Unavailable("POST /api/v1/namespaces/x/events: read timed out")
+
+
+def test_an_event_whose_try_hung_until_it_failed_is_not_tried_again(monkeypatch: pytest.MonkeyPatch,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """A try that failed only after EVENT_RETRY_WITHIN met a server that hangs (the request's timeout), not
+    one that refuses: trying again would triple what a pass waits for its Events in an outage."""
+    monkeypatch.setattr(events, "EVENT_RETRY_PAUSE", 0.01)
+    monkeypatch.setattr(events, "EVENT_RETRY_WITHIN", 0.05)
+    api = Hanging(0.1)
+    box = Outbox(cast(KubeApi, api), tally=IssuedTally(window=WINDOW))
+    with caplog.at_level(logging.INFO, logger="tls_injector.events"):
+        box.emit((issued_ref("hung"),), reason="CertificateWaiting", message="m", kind="Warning", now=NOW)
+        box.flush()
+    assert api.tries == 1
+    assert outbox_log(caplog) == [("WARNING", "events not recorded", 1, 0)]
+    box.close()
+
+
 def test_a_close_ends_a_retry_pause_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """A thread pausing before its Event's next try ends when the loop stops: a shutdown does not wait out
     the pauses of an API server that refuses everything."""

@@ -172,6 +172,10 @@ POSTERS = 4
 # forbidden) is final at once.
 EVENT_TRIES = 3
 EVENT_RETRY_PAUSE = 1.0
+# ... and only when the try failed within this long. A refusal comes in milliseconds; a try that took longer
+# met a server that hangs until the request's timeout (30 s), and trying it again would triple what a pass
+# waits for its Events in an outage.
+EVENT_RETRY_WITHIN = 5.0
 
 
 class Outbox:
@@ -289,12 +293,14 @@ class Outbox:
     def _post(self, ref: WorkloadRef, body: dict[str, object]) -> None:
         pause = EVENT_RETRY_PAUSE
         for attempt in range(1, EVENT_TRIES + 1):
+            started = time.monotonic()
             try:
                 self._api.post(EVENTS, body, namespace=ref.namespace)
             except Unavailable as e:
                 with self._lock:
                     self._last_error = f"{type(e).__name__}: {e}"
-                if attempt < EVENT_TRIES and not self._closed.wait(pause):
+                quick = time.monotonic() - started < EVENT_RETRY_WITHIN
+                if attempt < EVENT_TRIES and quick and not self._closed.wait(pause):
                     pause *= 2
                     continue
                 self._not_recorded(ref, body, e)
