@@ -296,15 +296,13 @@ class Outbox:
             started = time.monotonic()
             try:
                 self._api.post(EVENTS, body, namespace=ref.namespace)
-            except Unavailable as e:
+            except KubeError as e:
                 with self._lock:
                     self._last_error = f"{type(e).__name__}: {e}"
-                quick = time.monotonic() - started < EVENT_RETRY_WITHIN
-                if attempt < EVENT_TRIES and quick and not self._closed.wait(pause):
+                passing = isinstance(e, Unavailable) and time.monotonic() - started < EVENT_RETRY_WITHIN
+                if passing and attempt < EVENT_TRIES and not self._closed.wait(pause):
                     pause *= 2
                     continue
-                self._not_recorded(ref, body, e)
-            except KubeError as e:
                 self._not_recorded(ref, body, e)
             except Exception:  # the thread must outlive anything one Event meets
                 log.exception("event not recorded")
@@ -319,4 +317,3 @@ class Outbox:
                                                "error": str(error)})
         with self._lock:
             self._unrecorded += 1
-            self._last_error = f"{type(error).__name__}: {error}"
