@@ -378,9 +378,22 @@ def test_the_cache_holds_pending_requests_only_and_lets_the_signer_list_past_its
     assert kubelet.status(cluster, large) != {}  # listed by the signer, answered
 
 
-def test_the_running_loop_holds_pending_requests_so_no_pass_lists_them(cluster: Emulator, clock: Clock) -> None:
+def test_the_running_loop_holds_pending_requests_so_no_pass_lists_them(
+        cluster: Emulator, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 54: a quiet minute makes no list. The loop's informer lists the requests once; after that a
-    signer pass and a full pass read them from the cache, and an answered one leaves it."""
+    signer pass and a full pass read them from the cache, and an answered one leaves it. The requests'
+    informer starts after the cache's, so a first pass may begin before its list is in, and then lists
+    the requests itself: once, and counted here as such (a CI run on a busy machine met it)."""
+    missed: list[int] = []  # a pass read the cache before the requests' first list was in: it lists
+    held = ClusterCache.pending_requests
+
+    def pending_requests(self: ClusterCache, resource: Any) -> Any:
+        found = held(self, resource)
+        if found is None:
+            missed.append(1)
+        return found
+
+    monkeypatch.setattr(ClusterCache, "pending_requests", pending_requests)
     deployment(cluster, "classic", "demo")
     rec = reconciler(cluster, clock, turn_seconds=NAMESPACE_TURN_SECONDS)
     loop = Controller(rec.api, rec, None, resync_seconds=3600, debounce_seconds=0.05, watch_timeout_seconds=2,
@@ -395,16 +408,22 @@ def test_the_running_loop_holds_pending_requests_so_no_pass_lists_them(cluster: 
                    and loop.passes >= 1):
             assert time.monotonic() < deadline, "the loop never followed the requests"
             time.sleep(0.05)
+        cache = rec.cache
+        assert cache is not None
+        assert cache.requests is not None
+        while not cache.requests.synced.is_set():
+            assert time.monotonic() < deadline, "the requests' first list never came in"
+            time.sleep(0.05)
+        assert cache.requests.lists == 1  # the informer's first list, and no other
+        assert len(missed) <= 1  # only a first pass that began before that list was in
         listed_at_start = [e for e in cluster.log if e.verb == "list" and e.resource == requests]
-        assert len(listed_at_start) == 1, listed_at_start  # the informer's first list, and the pass read it
+        assert len(listed_at_start) == 1 + len(missed), listed_at_start
         cluster.reset_log()
         req = kubelet.request(cluster, kubelet.pod(cluster, "web", "demo"))
         while kubelet.status(cluster, req) == {}:
             assert time.monotonic() < deadline, "the request was not answered"
             time.sleep(0.05)
         assert kubelet.condition(cluster, req)["type"] == "Issued"
-        cache = rec.cache
-        assert cache is not None
         while cache.pending_requests(pod_certificate_requests("v1")) != []:
             assert time.monotonic() < deadline, "the answered request stayed in the cache"
             time.sleep(0.05)
