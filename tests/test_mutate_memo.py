@@ -7,6 +7,7 @@ and the same bytes from both, and the same access-log fields.
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import sys
@@ -290,3 +291,63 @@ def test_a_value_nested_deep_where_a_name_belongs_is_a_400_at_every_depth() -> N
         assert remembered[0] == 400, depth
         reason = orjson.loads(remembered[1])["error"]
         assert "volumeMounts[1].name" in reason or "nested too deeply" in reason or "more than" in reason, reason
+
+
+def _with_env(env: object, annotations: dict[str, str] | None = None, uid: str = "u") -> bytes:
+    """The synthetic ReplicaSet pod with `env` as its container's env list, and `annotations` added."""
+    sent = fixture("synthetic/pod-create-from-replicaset.json")
+    sent["request"]["uid"] = uid
+    pod = sent["request"]["object"]
+    pod["spec"]["containers"][0]["env"] = env
+    pod["metadata"]["annotations"].update(annotations or {})
+    return orjson.dumps(sent)
+
+
+def _env_ops(body: bytes) -> list[dict[str, Any]]:
+    response = json.loads(body)["response"]
+    return [op for op in json.loads(base64.b64decode(response["patch"])) if "/env" in op["path"]]
+
+
+def test_env_lists_are_left_out_of_the_key_unless_the_pod_asks_for_the_tls_variables() -> None:
+    """The plan reads a container's env (its names) only for a pod with the env annotation: the other pods'
+    env lists, names and values, are not part of their answer, and replicas of templates that differ in
+    them alone share it. A pod that asks gets its names read, and one that already sets a variable is
+    not given it again: a different answer, so its own key."""
+    pair = Pair()
+    for uid, env in enumerate(([{"name": "A", "value": "1"}], [{"name": "B", "value": "2"}], None,
+                               [{"name": "SSL_CERT_FILE", "value": "/mine"}])):
+        remembered, planned = pair.both(_with_env(env, uid=str(uid)))
+        assert remembered == planned
+        assert remembered[0] == 200
+        assert _env_ops(remembered[1]) == []
+    assert (pair.memo.hits, pair.memo.misses) == (3, 1)
+    asks = {names.ENV_ANNOTATION: "SSL_CERT_FILE"}
+    answers = []
+    for uid, env in enumerate(([{"name": "A", "value": "1"}], [{"name": "A", "value": "2"}],
+                               [{"name": "SSL_CERT_FILE", "value": "/mine"}], None)):
+        remembered, planned = pair.both(_with_env(env, asks, uid=f"asks-{uid}"))
+        assert remembered == planned
+        answers.append(_env_ops(remembered[1]))
+    added = {"name": "SSL_CERT_FILE", "value": "/etc/tls-injector/trust/ca-bundle.crt"}
+    assert answers[0] == answers[1] == [{"op": "add", "path": "/spec/containers/0/env/-", "value": added}]
+    assert answers[2] == []  # set by the pod: kept, not added again
+    assert answers[3] == [{"op": "add", "path": "/spec/containers/0/env", "value": [added]}]
+
+
+@pytest.mark.parametrize("env", [[{"value": "no name"}], [{"name": 5}], 5, "A=1", {"name": "A"}],
+                         ids=["no name", "name a number", "a number", "text", "an object"])
+def test_an_env_list_the_api_would_refuse_is_refused_where_it_is_read(env: object) -> None:
+    """The apiserver never sends one. Where the plan reads it (the env annotation) it is a 422 naming the
+    container; elsewhere it is not read, as the rest of a spec the plan does not read (images, probes)."""
+    pair = Pair()
+    remembered, planned = pair.both(_with_env(env))
+    assert remembered == planned
+    assert remembered[0] == 200
+    assert json.loads(remembered[1])["response"]["allowed"] is True
+    remembered, planned = pair.both(_with_env(env, {names.ENV_ANNOTATION: "true"}))
+    assert remembered == planned
+    response = json.loads(remembered[1])["response"]
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 422
+    assert "invalid pod spec: container 'app': env: " in response["status"]["message"]
+    assert "`$" not in response["status"]["message"]  # a path is named as in the spec: `env[0]`

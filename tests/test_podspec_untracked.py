@@ -33,5 +33,6 @@ def test_a_spec_decodes_into_them_as_before() -> None:
     assert spec is not None
     assert spec.volumes == [Volume(name="data", secret=msgspec.Raw(b'{"secretName":"s"}'))]
     assert spec.containers is not None
-    assert spec.containers[0].env == [EnvVar(name="A")]
+    assert spec.containers[0].env == msgspec.Raw(b'[{"name":"A","value":"1"}]')  # kept as text until read
+    assert spec.containers[0].env_names() == [EnvVar(name="A")]
     assert spec.containers[0].volumeMounts == [VolumeMount(name="data", mountPath="/d")]

@@ -3,11 +3,13 @@ the pin of the CronJob's Secret out (see jobs.py).
 
 One path. The review is decoded once at the edge into `MutateRequest`: the envelope, the object's
 metadata (built: the plan reads its labels, annotations, owners and names) and what the plan reads of
-its spec, typed (`PodSpec`: volumes, and each container's name, mounts, env names and envFrom; the rest,
-most of a spec's bytes, skipped; `oldObject` is checked to be an object and skipped). The answer to a pod
-is a pure function of its naming inputs (`naming_inputs`), that typed spec and the CA fingerprints, so
-one memo sits in front of that function (`Answers`), keyed by exactly those, written as JSON: every
-replica of a template gets the answer planned for the first.
+its spec, typed (`PodSpec`: volumes, and each container's name, mounts, env list and envFrom; the rest,
+most of a spec's bytes, skipped; `oldObject` is checked to be an object and skipped). The env list is kept
+as JSON text: only a pod with the env annotation has it read (its names), and the others' are dropped
+before the key is written, since their values would make templates that get the same answer look
+different. The answer to a pod is a pure function of its naming inputs (`naming_inputs`), that typed
+spec and the CA fingerprints, so one memo sits in front of that function (`Answers`), keyed by exactly
+those, written as JSON: every replica of a template gets the answer planned for the first.
 
 No side effects and no Kubernetes API calls, so a dry-run gets exactly the patch a real request would.
 The CA fingerprints for the record come from a callable (the reconciler keeps them current); the
@@ -31,7 +33,7 @@ from tls_injector.injection.choices import InjectionOptions, InjectionRefused
 from tls_injector.injection.jobs import job_pin_ops
 from tls_injector.injection.patch import patch_ops
 from tls_injector.injection.plan import plan_injection
-from tls_injector.injection.podspec import PodSpec
+from tls_injector.injection.podspec import NO_ENV, PodSpec
 from tls_injector.injection.workload import naming_inputs
 
 FingerprintSource = Callable[[], Sequence[str]]
@@ -80,6 +82,8 @@ def make_mutate_handler(options: InjectionOptions, *, ca_fingerprints: Fingerpri
             return patched(uid, job_pin_ops(pod.metadata, template))
         if kind.group != "" or kind.kind != "Pod" or _opted_out(pod.metadata):
             return allowed(uid)
+        if pod.spec is not None and not _asks_for_env(pod.metadata):
+            _forget_env(pod.spec)
         fingerprints = tuple(ca_fingerprints())
         return answers.respond(uid, lambda: _key_text(pod.metadata, pod.spec, fingerprints),
                                lambda: pod_answer(pod.metadata, pod.spec, fingerprints))
@@ -96,6 +100,20 @@ def _key_text(metadata: object, spec: PodSpec | None, fingerprints: Sequence[str
         return _KEY_ENCODER.encode((naming_inputs(metadata), fingerprints, spec))
     except (msgspec.EncodeError, OverflowError, RecursionError):  # past 64 bits; nesting past the limit
         return None
+
+
+def _asks_for_env(metadata: object) -> bool:
+    """Whether the pod sets the env annotation: the one case in which the plan reads its containers' env."""
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    return isinstance(annotations, dict) and names.ENV_ANNOTATION in annotations
+
+
+def _forget_env(spec: PodSpec) -> None:
+    """Drop the env lists nothing will read, so that the memo's key does not hold them: their values differ
+    between templates whose pods get the same answer (a new image tag's, a changed setting's)."""
+    for containers in (spec.initContainers, spec.containers):
+        for container in containers or ():
+            container.env = NO_ENV
 
 
 def _opted_out(metadata: object) -> bool:
