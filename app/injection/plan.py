@@ -49,6 +49,8 @@ MAX_CONTAINER_NAME = 63
 # `_new(Record, (fields...))`, which is what the NamedTuple's own generated __new__ does after a Python
 # call of its own: 115 against 255 ns a record (six records a plan stream's review).
 _new = tuple.__new__
+
+
 class ContainerChange(NamedTuple):
     field: ContainerField
     position: int  # in spec.<field> (`index` is a tuple's method)
