@@ -142,7 +142,7 @@ def plan_injection(
     paths = {mount["mountPath"]: mount for mount in mounts}
     wanted = tuple(mounts)  # what a container without mounts lacks (one tuple for all of them)
     for field, position, container in targets:  # a container that lacks nothing is left out of the plan
-        missing_mounts = _missing_mounts(container, wanted, paths) if container.volumeMounts else wanted
+        missing_mounts = _missing_mounts(container, wanted, paths)
         missing_env = _missing_env(container, env, warnings) if env else ()
         if missing_mounts or missing_env:
             changes.append(_new(ContainerChange, (field, position, missing_mounts, container.volumeMounts is not None,
