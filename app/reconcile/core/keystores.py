@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tls_injector import names
-from tls_injector.injection import pod_workload, template_of, template_workload
+from tls_injector.injection import pod_workload, template_workload
 from tls_injector.kubenames import shown, subdomain_problem
 from tls_injector.pki import (
     fingerprint,
@@ -33,7 +33,7 @@ from tls_injector.pki import (
     to_truststore,
     truststore_fingerprints,
 )
-from tls_injector.reconcile.core.discover import opted_in
+from tls_injector.reconcile.core.discover import annotated, opted_in
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, Secret name)
@@ -68,13 +68,10 @@ class Keystore:
 def keystore_asks(workloads: Iterable[tuple[str, Obj]], pods: Iterable[Obj], *, enabled: set[str]) -> dict[Key, Ask]:
     """The Secrets whose opted-in workloads (or bare pods) ask for a keystore, by (namespace, Secret)."""
     found: dict[Key, tuple[list[str], set[str]]] = {}
-    asking = [(template_of(kind, obj) or {}, obj, kind) for kind, obj in workloads]
-    asking += [(pod, pod, "Pod") for pod in pods]
-    for template, obj, kind in asking:
+    for kind, obj, template, ours in annotated(workloads, pods):
         meta = _map(template, "metadata")
-        annotations = _map(meta, "annotations")
         namespace = str(_map(obj, "metadata").get("namespace") or "default")
-        if _text(annotations, names.KEYSTORE_ANNOTATION) != names.KEYSTORE_PKCS12:
+        if _text(ours, names.KEYSTORE_ANNOTATION) != names.KEYSTORE_PKCS12:
             continue
         if not opted_in(_map(meta, "labels"), namespace_enabled=namespace in enabled):
             continue
@@ -84,7 +81,7 @@ def keystore_asks(workloads: Iterable[tuple[str, Obj]], pods: Iterable[Obj], *, 
             continue  # no Secret, or a name that is none (refused with its target: discover.legal_targets)
         users, passwords = found.setdefault((namespace, workload.secret_name), ([], set()))
         users.append(f"{workload.kind}/{workload.name}")
-        passwords.add(_text(annotations, names.KEYSTORE_PASSWORD_SECRET_ANNOTATION))
+        passwords.add(_text(ours, names.KEYSTORE_PASSWORD_SECRET_ANNOTATION))
     return {key: Ask(tuple(sorted(set(users))), frozenset(passwords)) for key, (users, passwords) in found.items()}
 
 
