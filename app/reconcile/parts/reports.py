@@ -14,7 +14,7 @@ from tls_injector import names
 from tls_injector.injection import tls_change
 from tls_injector.kube import SECRETS
 from tls_injector.pki import CaSet, load_certificates
-from tls_injector.reconcile.core.discover import LISTED_KINDS, Target, WorkloadRef
+from tls_injector.reconcile.core.discover import LISTED_KINDS, Target, WorkloadRef, annotated
 from tls_injector.reconcile.core.inputs import Observed, Signing
 from tls_injector.reconcile.core.leaves import leaf_renewal_time, leaf_window
 from tls_injector.reconcile.core.metrics import ReconcileMetrics
@@ -119,7 +119,7 @@ class Findings:
         it rode along an update that changed no TLS (docs/rules.md, "Exceptions"). Said in the log at every
         pass and in a Normal Event on the workload once per value, so the exception is seen where the
         workload is."""
-        for kind, obj in observed.workloads:
+        for kind, obj, _, _ in annotated(observed.workloads, ()):  # only a template with annotations names one
             value = tls_change(kind, obj)
             if value is None:
                 continue
