@@ -13,6 +13,7 @@ import json
 import sys
 from typing import Any
 
+import jsonpatch
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -27,6 +28,7 @@ from tests.test_naming_chain import NAMESPACE, Cluster, admit_job, shapes
 from tls_injector import names
 from tls_injector.injection import InjectionOptions, make_mutate_handler
 from tls_injector.injection.answers import SAMPLE_EVERY, Answers
+from tls_injector.injection.choices import _CHOICE_ANNOTATIONS, InjectionRefused, may_add_env, read_choices
 from tls_injector.web.endpoints import AdmissionEndpoint
 from tls_injector.web.metrics import ServerMetrics
 
@@ -351,3 +353,52 @@ def test_an_env_list_the_api_would_refuse_is_refused_where_it_is_read(env: objec
     assert response["status"]["code"] == 422
     assert "invalid pod spec: container 'app': env: " in response["status"]["message"]
     assert "`$" not in response["status"]["message"]  # a path is named as in the spec: `env[0]`
+
+
+@pytest.mark.parametrize(("annotations", "default_mode"), [
+    ({names.MODE_ANNOTATION: names.MODE_TRUST_ONLY}, names.MODE_SECRET),
+    ({names.PUBLIC_ROOTS: "true"}, names.MODE_SECRET),
+    ({}, names.MODE_TRUST_ONLY),
+    ({names.ENV_ANNOTATION: "true"}, names.MODE_SECRET),
+], ids=["trust-only asked", "public roots", "trust-only by default", "env asked"])
+def test_a_pod_given_the_tls_variables_keeps_its_own(annotations: dict[str, str], default_mode: str) -> None:
+    """A trust-only pod (asked for, or the operator's default) and one asking for the public roots get the
+    variables without the env annotation: their containers' own env is read, and ours are appended after
+    it. The patch is applied as the apiserver applies it; what the container set before is all still there."""
+    options = InjectionOptions(default_mode=default_mode)
+    route = make_mutate_handler(options, ca_fingerprints=lambda: FINGERPRINTS)
+    endpoint = AdmissionEndpoint(name="mutate", route=route, metrics=ServerMetrics())
+    own = [{"name": "KEEP", "value": "1"}, {"name": "ALSO", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+    for uid in ("first", "replica"):  # planned, then remembered
+        body = _with_env(own, annotations, uid=uid)
+        status, answer, _ = endpoint.answer(b"POST", JSON, body)
+        assert status == 200
+        response = json.loads(answer)["response"]
+        assert response["allowed"] is True, response
+        pod = jsonpatch.apply_patch(json.loads(body)["request"]["object"],
+                                    json.loads(base64.b64decode(response["patch"])))
+        env = pod["spec"]["containers"][0]["env"]
+        assert env[:2] == own
+        assert {e["name"] for e in env[2:]} >= {"SSL_CERT_FILE"}, env
+
+
+_CHOICE_VALUES = st.sampled_from(["", "true", "false", "TRUE", " true", names.MODE_TRUST_ONLY, names.MODE_SECRET,
+                                  names.MODE_POD_CERTIFICATE, "SSL_CERT_FILE", "SSL_CERT_FILE,NODE_EXTRA_CA_CERTS",
+                                  "/etc/tls", "/etc/ca", "web", "0400", "nope"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(annotations=st.dictionaries(st.sampled_from(sorted(_CHOICE_ANNOTATIONS)), _CHOICE_VALUES),
+       default_mode=st.sampled_from(names.POD_MODES), pod_certificates=st.booleans())
+def test_may_add_env_is_true_wherever_the_choices_add_variables(annotations: dict[str, str], default_mode: str,
+                                                                pod_certificates: bool) -> None:
+    """/mutate reads a pod's env lists only where choices.may_add_env says the pod may get the variables; a
+    pod that gets them where it said no would have its env list replaced by ours. Held to the choices
+    themselves over every choice annotation, their values and the operator's default mode."""
+    options = InjectionOptions(default_mode=default_mode, pod_certificates=pod_certificates)
+    try:
+        choices = read_choices("web-tls", annotations, options)
+    except InjectionRefused:
+        return  # refused: no variables, whatever may_add_env says
+    if choices.env:
+        assert may_add_env(annotations, options), (annotations, default_mode)

@@ -151,6 +151,19 @@ def _choices(secret_name: str, given: Mapping[str, str], options: InjectionOptio
                    public, key_mode)
 
 
+def may_add_env(annotations: Mapping[str, Any], options: InjectionOptions) -> bool:
+    """Whether a pod with these annotations may get the TLS variables (`Choices.env` not empty): the one case
+    in which its containers' env lists are read, to append to them. Errs towards yes: the variables come
+    from the env annotation, the public roots' or the trust-only mode (asked for, or the operator's default),
+    so a pod that sets any of those three annotations, or any pod when the default mode is trust-only, may
+    get them. /mutate leaves every other pod's env lists unread (mutate.py); read wrongly as none, a list
+    would be replaced by our variables rather than appended to. A test holds this to `_choices`."""
+    return options.default_mode == names.MODE_TRUST_ONLY or not _ENV_SOURCES.isdisjoint(annotations)
+
+
+_ENV_SOURCES = frozenset({names.ENV_ANNOTATION, names.PUBLIC_ROOTS, names.MODE_ANNOTATION})
+
+
 def _key_mode(raw: str, mode: str) -> int:
     """names.KEY_MODE_ANNOTATION as a pod sets it: one of names.KEY_MODES, as the volume's defaultMode; any
     other value is refused, as is asking for it on a pod that gets no key."""

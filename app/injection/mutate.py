@@ -5,9 +5,9 @@ One path. The review is decoded once at the edge into `MutateRequest`: the envel
 metadata (built: the plan reads its labels, annotations, owners and names) and what the plan reads of
 its spec, typed (`PodSpec`: volumes, and each container's name, mounts, env list and envFrom; the rest,
 most of a spec's bytes, skipped; `oldObject` is checked to be an object and skipped). The env list is kept
-as JSON text: only a pod with the env annotation has it read (its names), and the others' are dropped
-before the key is written, since their values would make templates that get the same answer look
-different. The answer to a pod is a pure function of its naming inputs (`naming_inputs`), that typed
+as JSON text: only a pod that may get the TLS variables has it read (its names: choices.may_add_env), and
+the others' are dropped before the key is written, since their values would make templates that get the
+same answer look different. The answer to a pod is a pure function of its naming inputs (`naming_inputs`), that typed
 spec and the CA fingerprints, so one memo sits in front of that function (`Answers`), keyed by exactly
 those, written as JSON: every replica of a template gets the answer planned for the first.
 
@@ -29,7 +29,7 @@ import msgspec
 from tls_injector import names
 from tls_injector.admission import AdmissionResponse, Request, Route, Skipped, allowed, decoder, denied, patched
 from tls_injector.injection.answers import Answer, Answers
-from tls_injector.injection.choices import InjectionOptions, InjectionRefused
+from tls_injector.injection.choices import InjectionOptions, InjectionRefused, may_add_env
 from tls_injector.injection.jobs import job_pin_ops
 from tls_injector.injection.patch import patch_ops
 from tls_injector.injection.plan import plan_injection
@@ -82,7 +82,7 @@ def make_mutate_handler(options: InjectionOptions, *, ca_fingerprints: Fingerpri
             return patched(uid, job_pin_ops(pod.metadata, template))
         if kind.group != "" or kind.kind != "Pod" or _opted_out(pod.metadata):
             return allowed(uid)
-        if pod.spec is not None and not _asks_for_env(pod.metadata):
+        if pod.spec is not None and not may_add_env(_annotations(pod.metadata), options):
             _forget_env(pod.spec)
         fingerprints = tuple(ca_fingerprints())
         return answers.respond(uid, lambda: _key_text(pod.metadata, pod.spec, fingerprints),
@@ -102,10 +102,9 @@ def _key_text(metadata: object, spec: PodSpec | None, fingerprints: Sequence[str
         return None
 
 
-def _asks_for_env(metadata: object) -> bool:
-    """Whether the pod sets the env annotation: the one case in which the plan reads its containers' env."""
+def _annotations(metadata: object) -> Mapping[str, Any]:
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
-    return isinstance(annotations, dict) and names.ENV_ANNOTATION in annotations
+    return annotations if isinstance(annotations, dict) else {}
 
 
 def _forget_env(spec: PodSpec) -> None:
