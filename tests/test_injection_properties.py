@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from tests.support.kube_schema import schema_errors
 from tls_injector.injection import InjectionOptions, InjectionRefused, Plan, patch_ops, plan_pod
-from tls_injector.injection.plan import _normpath
+from tls_injector.injection.plan import _normalise, _normpath
 from tls_injector.names import (
     CERT_PATH_ANNOTATION,
     CONTAINERS_ANNOTATION,
@@ -220,5 +220,7 @@ def test_injection_applies_yields_a_valid_pod_and_is_idempotent(pod: dict[str, A
 @PROPERTY
 @given(st.text(alphabet="/.a", max_size=12))
 def test_the_plans_mount_path_normalisation_is_posix_normpath(path: str) -> None:
-    # The plan skips normpath for a path it would leave as is (a saving); it must be the same function.
-    assert _normpath(path) == posixpath.normpath(path)
+    # The plan skips normpath for a path it would leave as is, and remembers what it found (savings); it
+    # must be the same function, found or remembered.
+    assert _normalise(path) == posixpath.normpath(path)
+    assert _normpath(path) == _normpath(path) == posixpath.normpath(path)
