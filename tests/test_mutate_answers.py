@@ -182,6 +182,22 @@ def test_an_answer_holding_the_token_prefix_anywhere_is_not_shared_and_one_witho
             assert (b"kube-api-access-" in base64.b64decode(made.response["patch"])) is not shared
 
 
+@given(st.text(alphabet="kube-apicsx2b4z/~\"\\é", max_size=40), st.sampled_from(["patch", "warning", "message"]))
+@settings(max_examples=300)
+def test_an_answers_token_prefix_is_found_as_before_its_patch_was_base64(text: str, where: str) -> None:
+    # Answer.quotes_token looks into the response with its base64 patch in it, where the patch's JSON was
+    # once looked into with the response before the patch was added: base64 writes no `-`, so both agree.
+    ops: list[JsonPatchOp] = [{"op": "add", "path": "/spec/volumes/-", "value": {"name": text}}] \
+        if where == "patch" else [{"op": "add", "path": "/metadata/annotations/a", "value": "b"}]
+    response = allowed("", warnings=[f"container {text!r} uses envFrom"]) if where == "warning" else \
+        denied("", f"tls-injector: {text} is mounted at /etc", code=422, reason="Invalid") if where == "message" \
+        else allowed("")
+    before = orjson.dumps(ops).find(b"kube-api-access-") >= 0 or orjson.dumps(response).find(b"kube-api-access-") >= 0
+    made = Answer.of(copy.deepcopy(response), ops)
+    assert "patch" in made.response
+    assert made.quotes_token is before
+
+
 @pytest.mark.parametrize(("text", "stands_in"), [
     (b'{"volumes":[{"name":"kube-api-access-x2b4z"}],"m":[{"name":"kube-api-access-x2b4z"}]}', True),
     (b'{"volumes":[{"name":"kube-api-access-x2b4z"},{"name":"kube-api-access-bbbbb"}]}', False),  # two
@@ -277,3 +293,16 @@ def test_a_memo_that_finds_one_answer_in_idle_after_never_steps_aside() -> None:
         counted.respond(answers, "replica" if index % 7 == 0 else f"once-{index}")
         assert not answers.stepped_aside
     assert len(counted.keyed) == 100
+
+
+def test_an_answer_not_remembered_is_its_pods_own_and_a_remembered_one_is_copied() -> None:
+    # The memo writes the uid into an answer made for one pod alone, and into a copy of one it keeps.
+    answers, counted = Answers(max_entries=0), Counted()
+    assert [counted.respond(answers, "a")["uid"], counted.respond(answers, "a")["uid"]] == ["uid-a", "uid-a"]
+    answers, counted = Answers(), Counted()
+    first = counted.respond(answers, "a")
+    first["uid"] = "changed by its reader"
+    second = answers.respond("uid-b", lambda: orjson.dumps(bare("a")), lambda: Answer.of(allowed("")))
+    assert (second["uid"], answers.hits) == ("uid-b", 1)
+    assert base64.b64decode(second["patch"]) == orjson.dumps(
+        [{"op": "add", "path": "/metadata/labels/x", "value": "a"}])

@@ -49,6 +49,7 @@ TOKEN_PREFIX = b'"kube-api-access-'
 TOKEN_SUFFIX = re.compile(rb'[a-z0-9]{5}"')
 TOKEN_PLACEHOLDER = TOKEN_PREFIX + b'*"'  # not a valid volume name, so no pod carries it
 _PREFIX = TOKEN_PREFIX[1:]  # in an answer: a name quoted, cut, or part of a longer one
+_new = tuple.__new__
 
 
 def shape_key(text: bytes) -> tuple[bytes, bytes | None]:
@@ -78,18 +79,25 @@ def shape_key(text: bytes) -> tuple[bytes, bytes | None]:
 class Answer(NamedTuple):
     """A pod's answer, made once for every pod of its key."""
 
-    response: AdmissionResponse  # its uid left blank: `Answers.respond` gives each pod a copy with its own
-    quotes_token: bool  # the prefix of a token volume's name is written in it somewhere (see `shareable`)
+    response: AdmissionResponse  # its uid left blank: `Answers.respond` writes the pod's in (in a copy, if kept)
+    document: bytes  # its patch as JSON text (b"": none), read by `shareable` and not remembered
 
     @classmethod
     def of(cls, response: AdmissionResponse, ops: Sequence[JsonPatchOp] = ()) -> Answer:
-        """`response` (uid blank) as an answer, with `ops` as its patch if there are any. Whether the prefix
-        is in it is read from its JSON, the patch's JSON taken while it is at hand, before base64: 7k
-        instructions for a new shape, where looking into the base64 for the prefix at each of its three
-        alignments and into the whole answer's JSON cost 24k (bytes.find: `in` cost 1k more a text)."""
+        """`response` (uid blank) as an answer, with `ops` as its patch if there are any. Built with
+        tuple.__new__, as the plan's records are (tls_injector.injection.plan): the NamedTuple's own __new__
+        is a Python call more."""
         document = orjson.dumps(ops) if ops else b""
-        quotes = document.find(_PREFIX) >= 0 or orjson.dumps(response).find(_PREFIX) >= 0
-        return cls(with_patch(response, document), quotes)
+        return _new(cls, (with_patch(response, document), document))
+
+    @property
+    def quotes_token(self) -> bool:
+        """Whether the prefix of a token volume's name is written in it somewhere (see `shareable`). Read from
+        the patch's JSON, before base64, and from the response's: base64 has no `-` (the prefix has three),
+        so its text can hold none, and every other value is looked into as written. Asked only of an answer
+        to be remembered: where the memo stands aside (the plan stream), the two scans, ~5k instructions a
+        new plan (callgrind), are not made (bytes.find: `in` cost 1k more a text)."""
+        return self.document.find(_PREFIX) >= 0 or orjson.dumps(self.response).find(_PREFIX) >= 0
 
 
 def shareable(answer: Answer, token: bytes | None) -> bool:
@@ -103,14 +111,14 @@ def shareable(answer: Answer, token: bytes | None) -> bool:
 
 
 class Answers:
-    """The memo in front of a pod's answer: by its key text (`shape_key`), the answer with its uid left blank."""
+    """The memo in front of a pod's answer: by its key text (`shape_key`), the response with its uid left blank."""
 
     def __init__(self, *, max_entries: int = MAX_ENTRIES, max_key_bytes: int = MAX_KEY_BYTES,
                  idle_after: int = IDLE_AFTER) -> None:
         # An OrderedDict, whose oldest entry is dropped in constant time: a plain dict's first live entry is
         # found by stepping over the deleted slots before it, ~5k instructions a store once full (callgrind,
         # the yardstick's `plan` stream: every review a new key, so every review a store).
-        self._entries: OrderedDict[bytes, Answer] = OrderedDict()
+        self._entries: OrderedDict[bytes, AdmissionResponse] = OrderedDict()
         self._lock = threading.Lock()
         self.max_entries, self.max_key_bytes, self.idle_after = max_entries, max_key_bytes, idle_after
         self.hits = self.misses = 0
@@ -120,47 +128,56 @@ class Answers:
     def respond(self, uid: str, key_text: Callable[[], bytes | None], make: Callable[[], Answer]) -> AdmissionResponse:
         """The answer for the pod whose key text `key_text()` gives, with its uid: remembered, or `make()`'s,
         then remembered when it may be shared. A pod with no key text, or a longer one, is planned each time;
-        so is a pod the memo steps aside for (module docstring), without its key text being written."""
+        so is a pod the memo steps aside for (module docstring), without its key text being written. `make`
+        makes a new answer at every call: one not remembered is given the uid in place."""
         if self.max_entries <= 0:
-            return _with_uid(make(), uid)
+            return _own(make(), uid)
         if self._missed_in_row >= self.idle_after:
             self._skipped += 1
             if self._skipped % SAMPLE_EVERY:
-                return _with_uid(make(), uid)
+                return _own(make(), uid)
         text = key_text()
         if text is None or len(text) > self.max_key_bytes:
-            return _with_uid(make(), uid)
+            return _own(make(), uid)
         key, token = shape_key(text)
-        answer = self._entries.get(key)
-        if answer is not None:
+        response = self._entries.get(key)
+        if response is not None:
             self.hits += 1
             self._missed_in_row = 0
-        else:
-            self.misses += 1
-            self._missed_in_row += 1
-            answer = make()
-            if shareable(answer, token):
-                self._store(key, answer)
-        return _with_uid(answer, uid)
+            return _with_uid(response, uid)
+        self.misses += 1
+        self._missed_in_row += 1
+        answer = make()
+        if shareable(answer, token):
+            self._store(key, answer.response)
+        return _with_uid(answer.response, uid)
 
     @property
     def stepped_aside(self) -> bool:
         """Whether pods are, for now, planned without a key (all but one in SAMPLE_EVERY)."""
         return self._missed_in_row >= self.idle_after
 
-    def _store(self, key: bytes, answer: Answer) -> None:
+    def _store(self, key: bytes, response: AdmissionResponse) -> None:
         with self._lock:
             if len(self._entries) >= self.max_entries:
                 self._entries.popitem(last=False)
-            self._entries[key] = answer
+            self._entries[key] = response
 
     def __len__(self) -> int:
         return len(self._entries)
 
 
-def _with_uid(answer: Answer, uid: str) -> AdmissionResponse:
+def _with_uid(answer: AdmissionResponse, uid: str) -> AdmissionResponse:
     """The pod's own response: a copy of the answer's (a remembered one serves many pods) with its uid,
     in the place the blank one held, so the keys keep their order."""
-    response = answer.response.copy()
+    response = answer.copy()
+    response["uid"] = uid
+    return response
+
+
+def _own(answer: Answer, uid: str) -> AdmissionResponse:
+    """The response of an answer made for this pod alone and not remembered: its uid written in place (no
+    copy: `make` makes a new answer at every call)."""
+    response = answer.response
     response["uid"] = uid
     return response
