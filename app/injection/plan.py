@@ -107,11 +107,13 @@ def plan_injection(
     taken = {volume.name: volume for volume in spec.volumes or ()}
     new_volumes: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
+    paths: dict[str, dict[str, Any]] = {}  # our mounts by path, for `_missing_mounts`
     for base, source, identity, path in _our_volumes(choices, options):
         name, new = _volume(taken, base, source, identity)
         if new is not None:
             new_volumes.append(new)
-        mounts.append({"name": name, "mountPath": path, "readOnly": True})
+        mounts.append(mount := {"name": name, "mountPath": path, "readOnly": True})
+        paths[path] = mount
     bundle_file = names.PUBLIC_BUNDLE_KEY if choices.public_roots else names.BUNDLE_KEY
     env = tuple({"name": var, "value": f"{choices.trust_path}/{bundle_file}"} for var in choices.env) \
         if choices.env else ()
@@ -139,7 +141,6 @@ def plan_injection(
     if names.KEYSTORE_ANNOTATION in annotations:
         warnings += keystore_warnings(annotations, choices)
     changes = []
-    paths = {mount["mountPath"]: mount for mount in mounts}
     wanted = tuple(mounts)  # what a container without mounts lacks (one tuple for all of them)
     for field, position, container in targets:  # a container that lacks nothing is left out of the plan
         missing_mounts = _missing_mounts(container, wanted, paths)
@@ -266,8 +267,8 @@ def _missing_mounts(container: Container, wanted: tuple[dict[str, Any], ...],
     # Only the container's mounts at one of our paths are kept: most containers have none there, and get
     # back all of `wanted` without a map of every mount they have.
     by_path: dict[str, VolumeMount] = {}
-    for held in container.volumeMounts:
-        if (path := _normpath(held.mountPath)) in paths:
+    for held in container.volumeMounts:  # a path remembered is read without the call (none is "": normpath's is ".")
+        if (path := _normalised.get(held.mountPath) or _normpath(held.mountPath)) in paths:
             by_path[path] = held
     if not by_path:
         return wanted
