@@ -7,9 +7,10 @@ its spec, typed (`PodSpec`: volumes, and each container's name, mounts, env list
 most of a spec's bytes, skipped; `oldObject` is checked to be an object and skipped). The env list is kept
 as JSON text: only a pod that may get the TLS variables has it read (its names: choices.may_add_env), and
 the others' are dropped before the key is written, since their values would make templates that get the
-same answer look different. The answer to a pod is a pure function of its naming inputs (`naming_inputs`), that typed
-spec and the CA fingerprints, so one memo sits in front of that function (`Answers`), keyed by exactly
-those, written as JSON: every replica of a template gets the answer planned for the first.
+same answer look different. The answer to a pod is a pure function of its naming inputs
+(`naming_inputs`), that typed spec and the CA fingerprints, so one memo sits in front of that function
+(`Answers`), keyed by exactly those, written as JSON: every replica of a template gets the answer planned
+for the first.
 
 No side effects and no Kubernetes API calls, so a dry-run gets exactly the patch a real request would.
 The CA fingerprints for the record come from a callable (the reconciler keeps them current); the
