@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import itertools
 import json
 import sys
 from typing import Any
@@ -29,6 +30,8 @@ from tls_injector import names
 from tls_injector.injection import InjectionOptions, make_mutate_handler
 from tls_injector.injection.answers import SAMPLE_EVERY, Answers
 from tls_injector.injection.choices import _CHOICE_ANNOTATIONS, InjectionRefused, may_add_env, read_choices
+from tls_injector.injection.patch import patch_ops
+from tls_injector.injection.plan import plan_pod
 from tls_injector.web.endpoints import AdmissionEndpoint
 from tls_injector.web.metrics import ServerMetrics
 
@@ -402,3 +405,32 @@ def test_may_add_env_is_true_wherever_the_choices_add_variables(annotations: dic
         return  # refused: no variables, whatever may_add_env says
     if choices.env:
         assert may_add_env(annotations, options), (annotations, default_mode)
+
+
+_ANNOTATION_SETS = [{}, {names.MODE_ANNOTATION: names.MODE_TRUST_ONLY}, {names.MODE_ANNOTATION: names.MODE_SECRET},
+                    {names.PUBLIC_ROOTS: "true"}, {names.PUBLIC_ROOTS: "false"}, {names.ENV_ANNOTATION: "true"},
+                    {names.ENV_ANNOTATION: "SSL_CERT_FILE"}]
+_ENV_LISTS = [None, [], [{"name": "KEEP", "value": "1"}], [{"name": "SSL_CERT_FILE", "value": "/mine"}]]
+
+
+@pytest.mark.parametrize("default_mode", names.POD_MODES)
+def test_mutate_patches_a_pod_as_the_plan_of_its_whole_spec_does(default_mode: str) -> None:
+    """/mutate reads less of a spec than `inject` (plan_pod, the pod as plain JSON: every env list read);
+    what it leaves unread must never change its patch. Over the choice annotations that bear on the env,
+    env lists absent, empty, the container's own and one of ours already set, each default mode: the same
+    ops, or the same refusal, planned and then remembered."""
+    options = InjectionOptions(default_mode=default_mode)
+    route = make_mutate_handler(options, ca_fingerprints=lambda: FINGERPRINTS)
+    endpoint = AdmissionEndpoint(name="mutate", route=route, metrics=ServerMetrics())
+    for index, (chosen, env) in enumerate(itertools.product(_ANNOTATION_SETS, _ENV_LISTS)):
+        body = _with_env(env, chosen, uid=f"pod-{index}")
+        try:
+            planned: list[dict[str, Any]] | None = patch_ops(plan_pod(json.loads(body)["request"]["object"],
+                                                                      options=options, ca_fingerprints=FINGERPRINTS))
+        except InjectionRefused:
+            planned = None
+        for _ in ("planned", "remembered"):
+            response = json.loads(endpoint.answer(b"POST", JSON, body)[1])["response"]
+            assert response["allowed"] is (planned is not None), (chosen, env, response)
+            if planned is not None:
+                assert json.loads(base64.b64decode(response["patch"])) == planned, (chosen, env)
