@@ -167,10 +167,10 @@ class Answers:
         return len(self._entries)
 
 
-def _with_uid(answer: AdmissionResponse, uid: str) -> AdmissionResponse:
-    """The pod's own response: a copy of the answer's (a remembered one serves many pods) with its uid,
-    in the place the blank one held, so the keys keep their order."""
-    response = answer.copy()
+def _with_uid(remembered: AdmissionResponse, uid: str) -> AdmissionResponse:
+    """The pod's own response: a copy of the remembered one (it serves many pods) with its uid, in the
+    place the blank one held, so the keys keep their order."""
+    response = remembered.copy()
     response["uid"] = uid
     return response
 
